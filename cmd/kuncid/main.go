@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/kunci/kunci/server"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run is main without the process exit, for tests.
+func run(args []string, stdout, stderr io.Writer) int {
+	cfg, opts, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "kuncid: %v\n", err)
+		return 2
+	}
+	if opts.version {
+		fmt.Fprintf(stdout, "kuncid %s\n", server.Version)
+		return 0
+	}
+	log, err := newLogger(opts.logLevel, opts.logFormat, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "kuncid: %v\n", err)
+		return 2
+	}
+	cfg.Logger = log
+	node, err := server.New(cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "kuncid: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := node.Start(); err != nil {
+		log.Error().Err(err).Msg("kunci node failed to start")
+		return 1
+	}
+	select {
+	case <-ctx.Done():
+	case <-node.Done():
+		log.Error().Msg("kunci node stopped unexpectedly")
+		return 1
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := node.Stop(stopCtx); err != nil {
+		log.Error().Err(err).Msg("kunci node did not stop cleanly")
+		return 1
+	}
+	return 0
+}
+
+type options struct {
+	version   bool
+	logLevel  string
+	logFormat string
+}
+
+func parseFlags(args []string, stderr io.Writer) (server.Config, options, error) {
+	var cfg server.Config
+	var o options
+	fs := flag.NewFlagSet("kuncid", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&cfg.Listen, "listen", server.DefaultListen, "`address` (host:port) to serve clients on; port 0 picks a free port")
+	fs.IntVar(&cfg.Loops, "loops", 1, "event loops that read and write connections; more loops use more cores")
+	fs.IntVar(&cfg.Shards, "shards", 1, "lock engine shards (each with its own mutex); the key space is split by hash")
+	fs.DurationVar(&cfg.MaxLease, "max-lease", server.DefaultMaxLease, "longest lease a client may ask for")
+	fs.DurationVar(&cfg.MaxWait, "max-wait", server.DefaultMaxWait, "longest wait a client may ask for (a wait of 0 is unbounded)")
+	fs.IntVar(&cfg.MaxConns, "max-conns", server.DefaultMaxConns, "client connections at once; more are answered 'E - - too many connections' and closed")
+	fs.IntVar(&cfg.MaxWaiters, "max-waiters", server.DefaultMaxWaiters, "queued acquires of one key; more are answered 'E A key too many waiters'")
+	fs.IntVar(&cfg.MaxKeys, "max-keys", server.DefaultMaxKeys, "keys held at once; acquires of more are answered 'E A key too many keys'")
+	fs.IntVar(&cfg.MaxQueued, "max-queued", server.DefaultMaxQueued, "queued acquires node-wide; more are answered 'E A key too many waiters'")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: debug, info, warn, error")
+	fs.StringVar(&o.logFormat, "log-format", "console", "log `format`: console or json")
+	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, `kuncid runs a kunci lock node.
+
+Usage: kuncid [flags]
+
+Every flag can also be set from the environment as KUNCI_<NAME>, the flag's
+name in capitals with '-' as '_' (KUNCI_MAX_KEYS=100000); a flag given on the
+command line wins. Durations are Go durations: 30s, 1h, 1500ms.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	// Environment first, so that the command line overrides it.
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "KUNCI_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(name); ok && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %v", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return cfg, o, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, o, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, o, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
+	}
+	return cfg, o, nil
+}
+
+func newLogger(level, format string, w io.Writer) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil || level == "" {
+		return zerolog.Logger{}, fmt.Errorf("bad log level %q (debug, info, warn, error)", level)
+	}
+	switch format {
+	case "json":
+	case "console":
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+	default:
+		return zerolog.Logger{}, fmt.Errorf("bad log format %q (console or json)", format)
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}

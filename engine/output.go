@@ -1,0 +1,107 @@
+package engine
+
+// ConnID names a client connection to the engine. The server chooses the
+// values; 0 is never a connection.
+type ConnID uint64
+
+// AnswerKind is what an Answer says.
+type AnswerKind uint8
+
+// Answer kinds, one per protocol answer the engine decides.
+const (
+	Granted      AnswerKind = iota + 1 // A key token
+	TimedOut                           // T key: a queued acquire ended without a grant
+	Released                           // R key OK
+	ReleaseStale                       // R key STALE
+	Extended                           // X key OK
+	ExtendStale                        // X key STALE
+	Cancelled                          // C key OK (preceded by the acquire's T key)
+	CancelNone                         // C key NONE
+	Refused                            // E: Err says why
+)
+
+// Answer is one answer for one connection.
+type Answer struct {
+	Conn   ConnID
+	Kind   AnswerKind
+	Token  uint64 // Granted
+	Err    error  // Refused
+	keyOff uint32
+	keyLen uint32
+}
+
+// RecordKind is the kind of a change Record.
+type RecordKind uint8
+
+// Record kinds: every change of a key's holder or lease.
+const (
+	RecordGrant   RecordKind = iota + 1 // key granted: Token, Deadline
+	RecordRelease                       // grant Token released
+	RecordExpire                        // grant Token's lease ran out
+	RecordExtend                        // grant Token now ends at Deadline
+)
+
+// Record is a change of lock state, in the order the shard made it.
+type Record struct {
+	Kind     RecordKind
+	Token    uint64
+	Deadline int64 // lease end, in the caller's now units; Grant and Extend
+	keyOff   uint32
+	keyLen   uint32
+}
+
+// Output collects the effects of shard calls. The caller drains it after a
+// call (or a batch of calls) and then calls Reset. Answers must be delivered
+// in order. Keys are copies owned by the Output, valid until Reset.
+//
+// An Output is not safe for concurrent use; it belongs to the goroutine
+// driving the shard.
+type Output struct {
+	Answers []Answer
+	Records []Record
+	// Records is filled only when this is set.
+	WantRecords bool
+	keys        []byte
+}
+
+// Key returns the key an answer is about.
+func (o *Output) Key(a *Answer) []byte { return o.keys[a.keyOff : a.keyOff+a.keyLen] }
+
+// RecordKey returns the key a record is about.
+func (o *Output) RecordKey(r *Record) []byte { return o.keys[r.keyOff : r.keyOff+r.keyLen] }
+
+// Reset empties the output, keeping its memory.
+func (o *Output) Reset() {
+	clear(o.Answers) // drop Err references
+	o.Answers = o.Answers[:0]
+	o.Records = o.Records[:0]
+	o.keys = o.keys[:0]
+}
+
+// Len returns the number of answers and records held.
+func (o *Output) Len() int { return len(o.Answers) + len(o.Records) }
+
+func (o *Output) keyRef(key string) (uint32, uint32) {
+	off := uint32(len(o.keys))
+	o.keys = append(o.keys, key...)
+	return off, uint32(len(key))
+}
+
+func (o *Output) answer(conn ConnID, kind AnswerKind, key string, token uint64) {
+	off, n := o.keyRef(key)
+	o.Answers = append(o.Answers, Answer{Conn: conn, Kind: kind, Token: token, keyOff: off, keyLen: n})
+}
+
+func (o *Output) refuse(conn ConnID, key []byte, err error) {
+	off := uint32(len(o.keys))
+	o.keys = append(o.keys, key...)
+	o.Answers = append(o.Answers, Answer{Conn: conn, Kind: Refused, Err: err, keyOff: off, keyLen: uint32(len(key))})
+}
+
+func (o *Output) record(kind RecordKind, key string, token uint64, deadline int64) {
+	if !o.WantRecords {
+		return
+	}
+	off, n := o.keyRef(key)
+	o.Records = append(o.Records, Record{Kind: kind, Token: token, Deadline: deadline, keyOff: off, keyLen: n})
+}

@@ -1,0 +1,411 @@
+package engine
+
+import (
+	"unsafe"
+
+	"github.com/kunci/kunci/engine/wheel"
+)
+
+// Config sets a shard's limits. Zero fields take the defaults below.
+type Config struct {
+	MaxKeys    int // keys held at once in this shard
+	MaxWaiters int // queued acquires of one key
+	MaxQueued  int // queued acquires in this shard
+	// Tick is the wheel resolution in now units (default 1 ms in ns).
+	Tick int64
+}
+
+// Defaults for Config's zero fields.
+const (
+	DefaultMaxKeys    = 1 << 22
+	DefaultMaxWaiters = 4096
+	DefaultMaxQueued  = 1 << 20
+	DefaultTick       = int64(1_000_000)
+	wheelSlots        = 4096
+	// maxFree bounds each free list, so that memory taken by a burst of
+	// keys or waiters goes back to the runtime afterwards.
+	maxFree = 1024
+	// shrinkMin is the peak number of keys from which a shard rebuilds its
+	// key map once it is mostly empty: Go maps never shrink by themselves.
+	shrinkMin = 4096
+)
+
+// lock is a held key. A lock in Shard.locks always has a holder: when its
+// grant ends with nobody queued, the key leaves the map.
+type lock struct {
+	lease  wheel.Timer // the grant's lease deadline
+	key    string      // aliases memory owned by the lock, see setKey
+	token  uint64      // the current grant
+	head   *waiter     // FIFO queue of acquires
+	tail   *waiter
+	nwait  int32
+	keyCap int32
+}
+
+func (l *lock) WheelTimer() *wheel.Timer { return &l.lease }
+
+// setKey copies key into memory the lock owns, reusing the previous key's
+// memory when it is large enough. Only call it while the lock is in no map.
+func (l *lock) setKey(key []byte) {
+	if len(key) > int(l.keyCap) {
+		c := (len(key) + 15) &^ 15
+		b := make([]byte, len(key), c)
+		l.keyCap = int32(c)
+		copy(b, key)
+		l.key = unsafe.String(unsafe.SliceData(b), len(key))
+		return
+	}
+	b := unsafe.Slice(unsafe.StringData(l.key), l.keyCap)
+	copy(b, key)
+	l.key = unsafe.String(unsafe.SliceData(b), len(key))
+}
+
+// waiter is a queued acquire.
+type waiter struct {
+	wait  wheel.Timer // the acquire's wait deadline, when it has one
+	l     *lock
+	conn  ConnID
+	lease int64
+	next  *waiter // in the key's queue
+	prev  *waiter
+	cnext *waiter // in the connection's list for this shard
+	cprev *waiter
+}
+
+func (w *waiter) WheelTimer() *wheel.Timer { return &w.wait }
+
+type queueKey struct {
+	conn ConnID
+	l    *lock
+}
+
+// Shard is the lock state of a part of the key space. It is not safe for
+// concurrent use: one goroutine at a time owns it.
+type Shard struct {
+	cfg    Config
+	tokens *Tokens
+	locks  map[string]*lock
+	peak   int // most keys since the map was last built
+	leases *wheel.Wheel[*lock]
+	waits  *wheel.Wheel[*waiter]
+	queued map[queueKey]*waiter // each connection's queued acquire per key
+	byConn map[ConnID]*waiter   // head of each connection's waiters here
+	nqueue int
+
+	freeLocks   []*lock
+	freeWaiters []*waiter
+
+	// Set during Advance for the wheel callbacks.
+	now       int64
+	out       *Output
+	fireLease func(*lock)
+	fireWait  func(*waiter)
+}
+
+// NewShard returns an empty shard starting at now, issuing tokens from tokens.
+func NewShard(cfg Config, tokens *Tokens, now int64) *Shard {
+	if cfg.MaxKeys <= 0 {
+		cfg.MaxKeys = DefaultMaxKeys
+	}
+	if cfg.MaxWaiters <= 0 {
+		cfg.MaxWaiters = DefaultMaxWaiters
+	}
+	if cfg.MaxQueued <= 0 {
+		cfg.MaxQueued = DefaultMaxQueued
+	}
+	if cfg.Tick <= 0 {
+		cfg.Tick = DefaultTick
+	}
+	s := &Shard{
+		cfg:    cfg,
+		tokens: tokens,
+		locks:  make(map[string]*lock),
+		leases: wheel.New[*lock](cfg.Tick, wheelSlots, now),
+		waits:  wheel.New[*waiter](cfg.Tick, wheelSlots, now),
+		queued: make(map[queueKey]*waiter),
+		byConn: make(map[ConnID]*waiter),
+	}
+	s.fireLease = s.expire
+	s.fireWait = s.timeout
+	return s
+}
+
+// Acquire asks for key on behalf of conn: a grant now if the key is free,
+// otherwise a place at the back of its queue for at most wait (0: no bound).
+// lease and wait are durations in now units. The grant, a refusal, or later a
+// grant or timeout, is answered in out.
+func (s *Shard) Acquire(now int64, conn ConnID, key []byte, lease, wait int64, out *Output) {
+	l := s.locks[string(key)]
+	if l == nil {
+		if len(s.locks) >= s.cfg.MaxKeys {
+			out.refuse(conn, key, ErrTooManyKeys)
+			return
+		}
+		l = s.newLock(key)
+		s.locks[l.key] = l
+		if len(s.locks) > s.peak {
+			s.peak = len(s.locks)
+		}
+		s.grant(now, l, conn, lease, out)
+		return
+	}
+	qk := queueKey{conn, l}
+	if _, dup := s.queued[qk]; dup {
+		out.refuse(conn, key, ErrAlreadyQueued)
+		return
+	}
+	if int(l.nwait) >= s.cfg.MaxWaiters || s.nqueue >= s.cfg.MaxQueued {
+		out.refuse(conn, key, ErrTooManyWaiters)
+		return
+	}
+	w := s.newWaiter()
+	w.l, w.conn, w.lease = l, conn, lease
+	if l.tail == nil {
+		l.head = w
+	} else {
+		l.tail.next, w.prev = w, l.tail
+	}
+	l.tail = w
+	l.nwait++
+	if h := s.byConn[conn]; h != nil {
+		w.cnext, h.cprev = h, w
+	}
+	s.byConn[conn] = w
+	s.queued[qk] = w
+	s.nqueue++
+	if wait > 0 {
+		s.waits.Add(w, now+wait)
+	}
+}
+
+// Release ends the grant token of key, asked by conn. The key passes to its
+// head waiter in the same step, or becomes free.
+func (s *Shard) Release(now int64, conn ConnID, key []byte, token uint64, out *Output) {
+	l := s.locks[string(key)]
+	if l == nil || l.token != token {
+		out.answer(conn, ReleaseStale, string(key), 0)
+		return
+	}
+	out.answer(conn, Released, l.key, 0)
+	out.record(RecordRelease, l.key, token, 0)
+	s.leases.Cancel(l)
+	s.handOff(now, now, l, out)
+}
+
+// Extend makes the grant token of key end lease (a duration) from now.
+func (s *Shard) Extend(now int64, conn ConnID, key []byte, token uint64, lease int64, out *Output) {
+	l := s.locks[string(key)]
+	if l == nil || l.token != token {
+		out.answer(conn, ExtendStale, string(key), 0)
+		return
+	}
+	s.leases.Reschedule(l, now+lease)
+	out.answer(conn, Extended, l.key, 0)
+	out.record(RecordExtend, l.key, token, now+lease)
+}
+
+// Cancel withdraws conn's queued acquire of key: that acquire is answered
+// TimedOut, then the cancel Cancelled; or CancelNone when there is none.
+func (s *Shard) Cancel(now int64, conn ConnID, key []byte, out *Output) {
+	l := s.locks[string(key)]
+	if l != nil {
+		if w := s.queued[queueKey{conn, l}]; w != nil {
+			out.answer(conn, TimedOut, l.key, 0)
+			out.answer(conn, Cancelled, l.key, 0)
+			s.dequeue(w)
+			s.freeWaiter(w)
+			return
+		}
+	}
+	out.answer(conn, CancelNone, string(key), 0)
+}
+
+// Disconnect withdraws every acquire conn has queued in this shard. They are
+// never granted and not answered. Grants conn holds are not touched.
+func (s *Shard) Disconnect(conn ConnID) {
+	for w := s.byConn[conn]; w != nil; w = s.byConn[conn] {
+		s.dequeue(w)
+		s.freeWaiter(w)
+	}
+}
+
+// Advance ends every lease and wait whose deadline has passed by now, and
+// hands keys on. Call it at least once per tick for timely expiry.
+func (s *Shard) Advance(now int64, out *Output) {
+	s.now, s.out = now, out
+	s.leases.Advance(now, s.fireLease)
+	s.waits.Advance(now, s.fireWait)
+	s.out = nil
+	if s.peak >= shrinkMin && len(s.locks) < s.peak/4 {
+		s.rebuild()
+	}
+}
+
+func (s *Shard) expire(l *lock) {
+	s.out.record(RecordExpire, l.key, l.token, 0)
+	s.handOff(s.now, l.lease.When(), l, s.out)
+}
+
+func (s *Shard) timeout(w *waiter) {
+	s.out.answer(w.conn, TimedOut, w.l.key, 0)
+	s.dequeue(w)
+	s.freeWaiter(w)
+}
+
+// grant gives l to conn with a new token and a lease from now.
+func (s *Shard) grant(now int64, l *lock, conn ConnID, lease int64, out *Output) {
+	l.token = s.tokens.Next()
+	s.leases.Add(l, now+lease)
+	out.answer(conn, Granted, l.key, l.token)
+	out.record(RecordGrant, l.key, l.token, now+lease)
+}
+
+// handOff passes l, whose grant ended at the instant at, to its first waiter
+// still waiting at that instant; those whose wait ran out by then are
+// answered TimedOut. With nobody left the key becomes free.
+func (s *Shard) handOff(now, at int64, l *lock, out *Output) {
+	for w := l.head; w != nil; w = l.head {
+		late := w.wait.Scheduled() && w.wait.When() <= at
+		conn, lease := w.conn, w.lease
+		s.dequeue(w)
+		s.freeWaiter(w)
+		if late {
+			out.answer(conn, TimedOut, l.key, 0)
+			continue
+		}
+		s.grant(now, l, conn, lease, out)
+		return
+	}
+	delete(s.locks, l.key)
+	l.token = 0
+	s.freeLock(l)
+}
+
+// dequeue takes w out of its key's queue, its connection's list, the queued
+// index and the wait wheel.
+func (s *Shard) dequeue(w *waiter) {
+	l := w.l
+	if w.prev == nil {
+		l.head = w.next
+	} else {
+		w.prev.next = w.next
+	}
+	if w.next == nil {
+		l.tail = w.prev
+	} else {
+		w.next.prev = w.prev
+	}
+	l.nwait--
+	if w.cprev == nil {
+		if w.cnext == nil {
+			delete(s.byConn, w.conn)
+		} else {
+			s.byConn[w.conn] = w.cnext
+		}
+	} else {
+		w.cprev.cnext = w.cnext
+	}
+	if w.cnext != nil {
+		w.cnext.cprev = w.cprev
+	}
+	delete(s.queued, queueKey{w.conn, l})
+	s.nqueue--
+	s.waits.Cancel(w)
+}
+
+func (s *Shard) newLock(key []byte) *lock {
+	var l *lock
+	if n := len(s.freeLocks); n > 0 {
+		l = s.freeLocks[n-1]
+		s.freeLocks[n-1] = nil
+		s.freeLocks = s.freeLocks[:n-1]
+	} else {
+		l = new(lock)
+	}
+	l.setKey(key)
+	return l
+}
+
+func (s *Shard) freeLock(l *lock) {
+	if len(s.freeLocks) < maxFree {
+		s.freeLocks = append(s.freeLocks, l)
+	}
+}
+
+func (s *Shard) newWaiter() *waiter {
+	if n := len(s.freeWaiters); n > 0 {
+		w := s.freeWaiters[n-1]
+		s.freeWaiters[n-1] = nil
+		s.freeWaiters = s.freeWaiters[:n-1]
+		return w
+	}
+	return new(waiter)
+}
+
+func (s *Shard) freeWaiter(w *waiter) {
+	*w = waiter{}
+	if len(s.freeWaiters) < maxFree {
+		s.freeWaiters = append(s.freeWaiters, w)
+	}
+}
+
+// rebuild copies the key map into a new one sized for what it holds now.
+func (s *Shard) rebuild() {
+	m := make(map[string]*lock, len(s.locks))
+	for k, l := range s.locks {
+		m[k] = l
+	}
+	s.locks = m
+	s.peak = len(m)
+	// The queue indexes shrink the same way once empty.
+	if s.nqueue == 0 {
+		s.queued = make(map[queueKey]*waiter)
+		s.byConn = make(map[ConnID]*waiter)
+	}
+}
+
+// Stats reports how many keys are held and acquires queued.
+func (s *Shard) Stats() (keys, queued int) { return len(s.locks), s.nqueue }
+
+// Holder reports key's current grant and its lease deadline.
+func (s *Shard) Holder(key []byte) (token uint64, deadline int64, ok bool) {
+	l := s.locks[string(key)]
+	if l == nil {
+		return 0, 0, false
+	}
+	return l.token, l.lease.When(), true
+}
+
+// Waiters returns the connections queued on key, head first.
+func (s *Shard) Waiters(key []byte) []ConnID {
+	l := s.locks[string(key)]
+	if l == nil {
+		return nil
+	}
+	var out []ConnID
+	for w := l.head; w != nil; w = w.next {
+		out = append(out, w.conn)
+	}
+	return out
+}
+
+// Each calls fn for every held key with its grant and lease deadline, in no
+// particular order. fn must not keep key.
+func (s *Shard) Each(fn func(key string, token uint64, deadline int64)) {
+	for _, l := range s.locks {
+		fn(l.key, l.token, l.lease.When())
+	}
+}
+
+// ShardOf maps key to one of n shards (FNV-1a).
+func ShardOf(key []byte, n int) int {
+	if n == 1 {
+		return 0
+	}
+	h := uint32(2166136261)
+	for _, c := range key {
+		h ^= uint32(c)
+		h *= 16777619
+	}
+	return int(h % uint32(n))
+}

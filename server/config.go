@@ -1,0 +1,105 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Config is a node's configuration. Zero fields take the defaults below.
+type Config struct {
+	Listen     string        // host:port to listen on; port 0 picks one
+	Advertise  string        // this node's address for clients; default: the bound address
+	Loops      int           // gnet event loops; default 1
+	Shards     int           // engine shards; default 1
+	MaxLease   time.Duration // longest lease a client may ask for
+	MaxWait    time.Duration // longest wait a client may ask for
+	MaxConns   int           // client connections at once
+	MaxWaiters int           // queued acquires of one key
+	MaxKeys    int           // keys held at once, node-wide (split evenly over shards)
+	MaxQueued  int           // queued acquires node-wide (split evenly over shards)
+	// Tick is how often lease and wait deadlines are checked.
+	Tick time.Duration
+	// OutputLimit is how much unsent output a connection may have before
+	// the node stops reading its requests.
+	OutputLimit int
+	// InputLimit is how much unread input a connection may pile up while
+	// the node is not reading it, before it is closed.
+	InputLimit int
+	Logger     zerolog.Logger
+}
+
+// Defaults.
+const (
+	DefaultListen      = "127.0.0.1:7070"
+	DefaultMaxLease    = 86400 * time.Second
+	DefaultMaxWait     = 86400 * time.Second
+	DefaultMaxConns    = 10000
+	DefaultMaxWaiters  = 4096
+	DefaultMaxKeys     = 4_000_000
+	DefaultMaxQueued   = 1_000_000
+	DefaultTick        = 2 * time.Millisecond
+	DefaultOutputLimit = 4 << 20
+	DefaultInputLimit  = 1 << 20
+)
+
+func (c *Config) setDefaults() error {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("server: bad listen address %q: %w", c.Listen, err)
+	}
+	if c.Loops == 0 {
+		c.Loops = 1
+	}
+	if c.Shards == 0 {
+		c.Shards = 1
+	}
+	if c.MaxLease == 0 {
+		c.MaxLease = DefaultMaxLease
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = DefaultMaxWait
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.MaxWaiters == 0 {
+		c.MaxWaiters = DefaultMaxWaiters
+	}
+	if c.MaxKeys == 0 {
+		c.MaxKeys = DefaultMaxKeys
+	}
+	if c.MaxQueued == 0 {
+		c.MaxQueued = DefaultMaxQueued
+	}
+	if c.Tick == 0 {
+		c.Tick = DefaultTick
+	}
+	if c.OutputLimit == 0 {
+		c.OutputLimit = DefaultOutputLimit
+	}
+	if c.InputLimit == 0 {
+		c.InputLimit = DefaultInputLimit
+	}
+	switch {
+	case c.Loops < 0 || c.Loops > 4*runtime.NumCPU()+64:
+		return fmt.Errorf("server: loops %d out of range 1..%d", c.Loops, 4*runtime.NumCPU()+64)
+	case c.Shards < 0 || c.Shards > 4096:
+		return errors.New("server: shards out of range 1..4096")
+	case c.MaxLease < time.Millisecond || c.MaxWait < time.Millisecond:
+		return errors.New("server: max lease and max wait must be at least 1ms")
+	case c.MaxConns < 1 || c.MaxWaiters < 1 || c.MaxKeys < 1 || c.MaxQueued < 1:
+		return errors.New("server: limits must be positive")
+	case c.Tick < 100*time.Microsecond || c.Tick > 10*time.Millisecond:
+		return errors.New("server: tick out of range 100µs..10ms")
+	case c.OutputLimit < 64<<10 || c.InputLimit < 4<<10:
+		return errors.New("server: output limit must be at least 64 KiB and input limit 4 KiB")
+	}
+	return nil
+}

@@ -1,0 +1,98 @@
+package server
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/kunci/kunci/engine"
+)
+
+// conn is a client connection's state. Every field but id and lp is owned by
+// the connection's event loop.
+type conn struct {
+	id       engine.ConnID
+	lp       *loop
+	c        gnet.Conn
+	out      []byte // answers not yet written
+	carry    []byte // the start of a request line split across reads
+	dirty    bool   // on lp.dirty
+	paused   bool   // on lp.paused: not read until its output drains
+	closed   bool
+	acquired bool // sent an acquire, so it may have queued acquires
+}
+
+// connTable maps ConnIDs to connections for any goroutine: an ID is a slot
+// index and a generation, so a stale ID never finds a newer connection.
+type connTable struct {
+	open  atomic.Int64
+	slots []atomic.Pointer[conn]
+	mu    sync.Mutex
+	free  []uint32
+	gens  []uint32
+}
+
+func (t *connTable) init(max int) {
+	t.slots = make([]atomic.Pointer[conn], max)
+	t.gens = make([]uint32, max)
+	t.free = make([]uint32, max)
+	for i := range t.free {
+		t.free[i] = uint32(max - 1 - i)
+	}
+}
+
+// add registers c, or returns nil when the table is full.
+func (t *connTable) add(c gnet.Conn) *conn {
+	t.mu.Lock()
+	if len(t.free) == 0 {
+		t.mu.Unlock()
+		return nil
+	}
+	slot := t.free[len(t.free)-1]
+	t.free = t.free[:len(t.free)-1]
+	t.gens[slot]++
+	cs := &conn{id: engine.ConnID(uint64(t.gens[slot])<<32 | uint64(slot+1)), c: c}
+	t.slots[slot].Store(cs)
+	t.mu.Unlock()
+	t.open.Add(1)
+	return cs
+}
+
+func (t *connTable) remove(cs *conn) {
+	slot := uint32(cs.id) - 1
+	t.mu.Lock()
+	t.slots[slot].Store(nil)
+	t.free = append(t.free, slot)
+	t.mu.Unlock()
+	t.open.Add(-1)
+}
+
+// lookup returns the open connection id names, or nil.
+func (t *connTable) lookup(id engine.ConnID) *conn {
+	slot := uint32(id) - 1
+	if int(slot) >= len(t.slots) {
+		return nil
+	}
+	if cs := t.slots[slot].Load(); cs != nil && cs.id == id {
+		return cs
+	}
+	return nil
+}
+
+// listenBacklog is the kernel's cap on a listener's accept queue, which gnet
+// may drain in one go.
+func listenBacklog() int {
+	b, err := os.ReadFile("/proc/sys/net/core/somaxconn")
+	if err != nil {
+		return 4096
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || v <= 0 {
+		return 4096
+	}
+	return v
+}

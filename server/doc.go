@@ -1,0 +1,21 @@
+// Package server runs a kunci node: gnet event loops that parse pipelined
+// protocol lines (package wire), hand each request to the engine shard that
+// owns its key, and write each connection's answers once per batch.
+//
+// Shape. Every shard is guarded by its own mutex and may be driven by any
+// event loop; a loop takes each shard's mutex once per batch of requests,
+// not once per request. On a small machine one loop owns all shards and the
+// mutexes are never contended. Answers for a connection of another loop
+// (a handoff, say) go to that loop's inbox, posted while the shard's mutex
+// is held, so that answers about one key reach a connection in the order the
+// shard decided them. A ticker asks each loop, through gnet's task queue, to
+// advance the timing wheels of its share of the shards.
+//
+// Memory. gnet buffers without limit, so the node bounds it: a line longer
+// than wire.MaxLine closes its connection; a connection whose unsent output
+// passes Config.OutputLimit is not read until it drains below half of it,
+// one whose output passes twice the limit or whose unread input passes
+// Config.InputLimit is closed; connections, keys and waiters are capped.
+//
+// Node's methods are safe for concurrent use.
+package server

@@ -1,0 +1,388 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/wire"
+)
+
+// loop is the node's state for one gnet event loop. Every field but the
+// inbox and tickQueued is owned by the loop's goroutine.
+type loop struct {
+	n   *Node
+	el  gnet.EventLoop
+	out engine.Output
+	// dirty lists connections of this loop with answers to write.
+	dirty  []*conn
+	paused []*conn
+	// batch holds the requests parsed from one read, order their
+	// positions grouped by shard.
+	batch  []request
+	order  []int32
+	counts []int32
+
+	inbox      inbox
+	drainTask  gnet.Runnable
+	tickTask   gnet.Runnable
+	tickQueued atomic.Bool
+}
+
+// request is a parsed request waiting for its shard. key aliases the read
+// buffer or the connection's carry until the batch is done.
+type request struct {
+	op     wire.Op
+	shard  int32
+	key    []byte
+	lease  int64 // ns
+	wait   int64 // ns
+	token  uint64
+	err    error
+	echoOp []byte
+}
+
+func newLoop(n *Node, el gnet.EventLoop) *loop {
+	lp := &loop{n: n, el: el, counts: make([]int32, len(n.shards)+1)}
+	lp.drainTask = gnet.RunnableFunc(lp.runDrain)
+	lp.tickTask = gnet.RunnableFunc(lp.runTick)
+	return lp
+}
+
+const ms = int64(1_000_000)
+
+// serve parses and executes every complete request line that cs has sent.
+func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
+	c := cs.c
+	buf, _ := c.Peek(-1)
+	off := 0
+	lp.batch = lp.batch[:0]
+	if len(cs.carry) > 0 {
+		i := bytes.IndexByte(buf, '\n')
+		if i < 0 {
+			if len(cs.carry)+len(buf) >= wire.MaxLine {
+				return n.lineTooLong(cs)
+			}
+			cs.carry = append(cs.carry, buf...)
+			_, _ = c.Discard(-1)
+			return gnet.None
+		}
+		cs.carry = append(cs.carry, buf[:i+1]...)
+		if _, err := lp.parse(cs, cs.carry); err == wire.ErrLineTooLong {
+			return n.lineTooLong(cs)
+		}
+		off = i + 1
+	}
+	for off < len(buf) {
+		m, err := lp.parse(cs, buf[off:])
+		if err == wire.ErrLineTooLong {
+			return n.lineTooLong(cs)
+		}
+		if m == 0 {
+			break
+		}
+		off += m
+	}
+	if len(lp.batch) > 0 {
+		lp.execute(cs, n.now())
+	}
+	// Keep a partial line for the next read; gnet's buffer is let go.
+	rest := buf[off:]
+	cs.carry = append(cs.carry[:0], rest...)
+	_, _ = c.Discard(-1)
+	return gnet.None
+}
+
+// parse parses one line at the front of b into the batch, or answers it at
+// once when it needs no shard. It returns the bytes consumed.
+func (lp *loop) parse(cs *conn, b []byte) (int, error) {
+	var req wire.Request
+	m, err := wire.ParseRequest(b, &lp.n.limits, &req)
+	if m == 0 || err == wire.ErrLineTooLong {
+		return m, err
+	}
+	switch {
+	case err != nil && req.EchoKey != nil && len(req.EchoOp) == 1:
+		// Keep a refusal in line with the key's other answers.
+		lp.batch = append(lp.batch, request{op: wire.Op(req.EchoOp[0]), key: req.EchoKey, err: err, echoOp: req.EchoOp})
+	case err != nil:
+		cs.out = wire.AppendError(cs.out, req.EchoOp, req.EchoKey, wire.Reason(err))
+		lp.markDirty(cs)
+	case req.Op == wire.OpInfo:
+		cs.out = wire.AppendInfo(cs.out, "active", lp.n.self, lp.n.self)
+		lp.markDirty(cs)
+	default:
+		if req.Op == wire.OpAcquire {
+			cs.acquired = true
+		}
+		lp.batch = append(lp.batch, request{
+			op: req.Op, key: req.Key, token: req.Token,
+			lease: req.Lease * ms, wait: req.Wait * ms,
+		})
+	}
+	return m, nil
+}
+
+func (n *Node) lineTooLong(cs *conn) gnet.Action {
+	cs.out = wire.AppendError(cs.out, nil, nil, wire.Reason(wire.ErrLineTooLong))
+	cs.lp.markDirty(cs)
+	cs.lp.flush()
+	return gnet.Close
+}
+
+// execute runs the batch, taking each shard's mutex once.
+func (lp *loop) execute(cs *conn, now int64) {
+	nsh := len(lp.n.shards)
+	if nsh == 1 {
+		b := &lp.n.shards[0]
+		b.mu.Lock()
+		for i := range lp.batch {
+			lp.apply(b.sh, cs, &lp.batch[i], now)
+		}
+		lp.deliver(cs)
+		b.mu.Unlock()
+		return
+	}
+	// Group by shard, keeping each shard's requests in arrival order.
+	counts := lp.counts
+	clear(counts)
+	for i := range lp.batch {
+		r := &lp.batch[i]
+		r.shard = int32(engine.ShardOf(r.key, nsh))
+		counts[r.shard+1]++
+	}
+	for s := 1; s <= nsh; s++ {
+		counts[s] += counts[s-1]
+	}
+	if cap(lp.order) < len(lp.batch) {
+		lp.order = make([]int32, len(lp.batch))
+	}
+	order := lp.order[:len(lp.batch)]
+	for i := range lp.batch {
+		s := lp.batch[i].shard
+		order[counts[s]] = int32(i)
+		counts[s]++
+	}
+	for start := 0; start < len(order); {
+		s := lp.batch[order[start]].shard
+		b := &lp.n.shards[s]
+		b.mu.Lock()
+		end := start
+		for ; end < len(order) && lp.batch[order[end]].shard == s; end++ {
+			lp.apply(b.sh, cs, &lp.batch[order[end]], now)
+		}
+		lp.deliver(cs)
+		b.mu.Unlock()
+		start = end
+	}
+}
+
+// apply runs one request on its shard; the shard's mutex is held.
+func (lp *loop) apply(sh *engine.Shard, cs *conn, r *request, now int64) {
+	out := &lp.out
+	switch {
+	case r.err != nil:
+		// Answers decided before this refusal go first.
+		lp.deliver(cs)
+		cs.out = wire.AppendError(cs.out, r.echoOp, r.key, wire.Reason(r.err))
+		lp.markDirty(cs)
+	case r.op == wire.OpAcquire:
+		sh.Acquire(now, cs.id, r.key, r.lease, r.wait, out)
+	case r.op == wire.OpRelease:
+		sh.Release(now, cs.id, r.key, r.token, out)
+	case r.op == wire.OpExtend:
+		sh.Extend(now, cs.id, r.key, r.token, r.lease, out)
+	case r.op == wire.OpCancel:
+		sh.Cancel(now, cs.id, r.key, out)
+	}
+}
+
+// deliver encodes the answers in lp.out for their connections and resets it.
+// It runs with the shard's mutex held, so that answers posted to other loops
+// are in their inboxes before the shard makes its next decision; and it
+// drains this loop's own inbox first for the same reason. cs may be nil.
+func (lp *loop) deliver(cs *conn) {
+	out := &lp.out
+	if len(out.Answers) == 0 {
+		out.Reset()
+		return
+	}
+	if lp.inbox.pending.Load() {
+		lp.drainInbox()
+	}
+	for i := range out.Answers {
+		a := &out.Answers[i]
+		target := cs
+		if cs == nil || a.Conn != cs.id {
+			if target = lp.n.conns.lookup(a.Conn); target == nil {
+				continue // closed since
+			}
+		}
+		if target.lp != lp {
+			target.lp.post(target, a, out.Key(a))
+			continue
+		}
+		if target.closed {
+			continue
+		}
+		target.out = appendAnswer(target.out, a, out.Key(a))
+		lp.markDirty(target)
+	}
+	out.Reset()
+}
+
+func appendAnswer(dst []byte, a *engine.Answer, key []byte) []byte {
+	switch a.Kind {
+	case engine.Granted:
+		return wire.AppendGrant(dst, key, a.Token)
+	case engine.TimedOut:
+		return wire.AppendTimeout(dst, key)
+	case engine.Released, engine.ReleaseStale:
+		return wire.AppendReleased(dst, key, a.Kind == engine.Released)
+	case engine.Extended, engine.ExtendStale:
+		return wire.AppendExtended(dst, key, a.Kind == engine.Extended)
+	case engine.Cancelled, engine.CancelNone:
+		return wire.AppendCancelled(dst, key, a.Kind == engine.Cancelled)
+	case engine.Refused:
+		return wire.AppendError(dst, opAcquire, key, wire.Reason(a.Err))
+	}
+	panic("server: unknown answer kind")
+}
+
+var opAcquire = []byte{'A'}
+
+func (lp *loop) markDirty(cs *conn) {
+	if !cs.dirty {
+		cs.dirty = true
+		lp.dirty = append(lp.dirty, cs)
+	}
+}
+
+// flush writes every dirty connection's answers, one write each.
+func (lp *loop) flush() {
+	limit := 2 * lp.n.cfg.OutputLimit
+	for i, cs := range lp.dirty {
+		lp.dirty[i] = nil
+		cs.dirty = false
+		if cs.closed || len(cs.out) == 0 {
+			cs.out = cs.out[:0]
+			continue
+		}
+		_, _ = cs.c.Write(cs.out)
+		cs.out = cs.out[:0]
+		if !cs.closed && cs.c.OutboundBuffered() > limit {
+			// Output keeps growing while the client reads nothing.
+			_ = cs.c.Close()
+		}
+	}
+	lp.dirty = lp.dirty[:0]
+}
+
+// runTick advances this loop's share of the shards and resumes connections
+// whose output has drained. It runs on the loop.
+func (lp *loop) runTick(context.Context) error {
+	lp.tickQueued.Store(false)
+	n := lp.n
+	loops := *n.loops.Load()
+	pos, m := 0, len(loops)
+	for i, l := range loops {
+		if l == lp {
+			pos = i
+		}
+	}
+	now := n.now()
+	for s := pos; s < len(n.shards); s += m {
+		b := &n.shards[s]
+		b.mu.Lock()
+		b.sh.Advance(now, &lp.out)
+		lp.deliver(nil)
+		b.mu.Unlock()
+	}
+	if lp.inbox.pending.Load() {
+		lp.drainInbox()
+	}
+	lp.flush()
+	lp.resume()
+	return nil
+}
+
+// resume wakes paused connections whose output has drained to half the
+// limit; gnet then calls OnTraffic for them with what they sent meanwhile.
+func (lp *loop) resume() {
+	if len(lp.paused) == 0 {
+		return
+	}
+	kept := lp.paused[:0]
+	for _, cs := range lp.paused {
+		switch {
+		case cs.closed:
+		case cs.c.OutboundBuffered() <= lp.n.cfg.OutputLimit/2:
+			cs.paused = false
+			_ = cs.c.Wake(nil)
+		default:
+			kept = append(kept, cs)
+		}
+	}
+	clear(lp.paused[len(kept):])
+	lp.paused = kept
+}
+
+// inbox carries answers from other loops to this loop's connections.
+type inbox struct {
+	mu      sync.Mutex
+	buf     []byte
+	msgs    []inboxMsg
+	pending atomic.Bool
+	spare   []byte
+	spareM  []inboxMsg
+}
+
+type inboxMsg struct {
+	cs  *conn
+	end int
+}
+
+// post queues an answer for cs, a connection of lp, from another loop.
+func (lp *loop) post(cs *conn, a *engine.Answer, key []byte) {
+	ib := &lp.inbox
+	ib.mu.Lock()
+	ib.buf = appendAnswer(ib.buf, a, key)
+	ib.msgs = append(ib.msgs, inboxMsg{cs, len(ib.buf)})
+	first := !ib.pending.Swap(true)
+	ib.mu.Unlock()
+	if first {
+		_ = lp.el.Execute(context.Background(), lp.drainTask)
+	}
+}
+
+// drainInbox moves posted answers to their connections. It runs on lp.
+func (lp *loop) drainInbox() {
+	ib := &lp.inbox
+	ib.mu.Lock()
+	buf, msgs := ib.buf, ib.msgs
+	ib.buf, ib.msgs = ib.spare[:0], ib.spareM[:0]
+	ib.pending.Store(false)
+	ib.mu.Unlock()
+	start := 0
+	for _, m := range msgs {
+		if !m.cs.closed {
+			m.cs.out = append(m.cs.out, buf[start:m.end]...)
+			lp.markDirty(m.cs)
+		}
+		start = m.end
+	}
+	clear(msgs)
+	ib.mu.Lock()
+	ib.spare, ib.spareM = buf[:0], msgs[:0]
+	ib.mu.Unlock()
+}
+
+func (lp *loop) runDrain(context.Context) error {
+	lp.drainInbox()
+	lp.flush()
+	return nil
+}

@@ -1,0 +1,346 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/wire"
+)
+
+// Version is the node's version, set by the build.
+var Version = "dev"
+
+// ErrStopped is returned by Start on a node that was stopped.
+var ErrStopped = errors.New("server: node stopped")
+
+// Node is one kunci node. Create it with New, then Start it.
+type Node struct {
+	gnet.BuiltinEventEngine
+
+	cfg    Config
+	log    zerolog.Logger
+	epoch  time.Time
+	tokens engine.Tokens
+	shards []shardBox
+	limits wire.Limits
+
+	eng   gnet.Engine
+	addr  string // bound address
+	self  string // advertised address
+	conns connTable
+
+	loopsMu sync.Mutex
+	byLoop  map[gnet.EventLoop]*loop
+	loops   atomic.Pointer[[]*loop]
+
+	booted   chan struct{}
+	runDone  chan struct{}
+	runErr   error
+	stopOnce sync.Once
+	stopTick chan struct{}
+	tickDone chan struct{}
+}
+
+// shardBox is a shard with its mutex, padded so that neighbouring shards'
+// mutexes do not share a cache line.
+type shardBox struct {
+	mu sync.Mutex
+	sh *engine.Shard
+	_  [48]byte
+}
+
+// New checks cfg and returns a node that is not yet listening.
+func New(cfg Config) (*Node, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	n := &Node{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		epoch:    time.Now(),
+		byLoop:   make(map[gnet.EventLoop]*loop),
+		booted:   make(chan struct{}),
+		runDone:  make(chan struct{}),
+		stopTick: make(chan struct{}),
+		tickDone: make(chan struct{}),
+		limits: wire.Limits{
+			MaxLease: cfg.MaxLease.Milliseconds(),
+			MaxWait:  cfg.MaxWait.Milliseconds(),
+		},
+	}
+	n.cfg.MaxConns = fitConnsToFDs(cfg.MaxConns, n.log)
+	n.conns.init(n.cfg.MaxConns)
+	per := func(total int) int { return (total + cfg.Shards - 1) / cfg.Shards }
+	ecfg := engine.Config{
+		MaxKeys:    per(cfg.MaxKeys),
+		MaxWaiters: cfg.MaxWaiters,
+		MaxQueued:  per(cfg.MaxQueued),
+	}
+	n.shards = make([]shardBox, cfg.Shards)
+	for i := range n.shards {
+		n.shards[i].sh = engine.NewShard(ecfg, &n.tokens, 0)
+	}
+	empty := []*loop{}
+	n.loops.Store(&empty)
+	return n, nil
+}
+
+// now is the engine's clock: monotonic nanoseconds since the node started.
+func (n *Node) now() int64 { return int64(time.Since(n.epoch)) }
+
+// Start binds the listen address and serves in the background. It returns
+// once the node accepts connections, or with the error that stopped it.
+func (n *Node) Start() error {
+	go func() {
+		defer close(n.runDone)
+		n.runErr = gnet.Run(n, "tcp://"+n.cfg.Listen,
+			gnet.WithNumEventLoop(n.cfg.Loops),
+			gnet.WithReuseAddr(true),
+			gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+			gnet.WithLogger(gnetLogger{n.log}),
+		)
+	}()
+	select {
+	case <-n.booted:
+	case <-n.runDone:
+		if n.runErr == nil {
+			return ErrStopped
+		}
+		return fmt.Errorf("server: listen %s: %w", n.cfg.Listen, n.runErr)
+	}
+	addr, err := boundAddr(n.eng)
+	if err != nil {
+		_ = n.Stop(context.Background())
+		return err
+	}
+	n.addr = addr
+	n.self = n.cfg.Advertise
+	if n.self == "" {
+		n.self = addr
+	}
+	go n.ticker()
+	n.log.Info().Str("addr", n.addr).Str("advertise", n.self).
+		Int("loops", n.cfg.Loops).Int("shards", n.cfg.Shards).Str("version", Version).
+		Stringer("max_lease", n.cfg.MaxLease).Stringer("max_wait", n.cfg.MaxWait).
+		Int("max_conns", n.cfg.MaxConns).Int("max_waiters", n.cfg.MaxWaiters).
+		Int("max_keys", n.cfg.MaxKeys).Int("max_queued", n.cfg.MaxQueued).
+		Msg("kunci node started")
+	return nil
+}
+
+// Addr returns the address the node listens on (with the real port when
+// Config.Listen asked for port 0).
+func (n *Node) Addr() string { return n.addr }
+
+// Stop closes every connection and stops the node. Grants and waiters are
+// lost with it.
+func (n *Node) Stop(ctx context.Context) error {
+	var err error
+	n.stopOnce.Do(func() {
+		select {
+		case <-n.booted:
+		case <-n.runDone:
+			return
+		}
+		close(n.stopTick)
+		if n.addr != "" {
+			<-n.tickDone
+		}
+		err = n.eng.Stop(ctx)
+		select {
+		case <-n.runDone:
+		case <-ctx.Done():
+			if err == nil {
+				err = ctx.Err()
+			}
+		}
+		keys, queued := n.Stats()
+		n.log.Info().Str("addr", n.addr).Int("keys", keys).Int("queued", queued).
+			Uint64("last_token", n.tokens.Last()).Msg("kunci node stopped")
+	})
+	return err
+}
+
+// Done is closed when the node has stopped.
+func (n *Node) Done() <-chan struct{} { return n.runDone }
+
+// Stats returns the keys held and acquires queued over all shards.
+func (n *Node) Stats() (keys, queued int) {
+	for i := range n.shards {
+		b := &n.shards[i]
+		b.mu.Lock()
+		k, q := b.sh.Stats()
+		b.mu.Unlock()
+		keys += k
+		queued += q
+	}
+	return keys, queued
+}
+
+// Conns returns the number of open client connections.
+func (n *Node) Conns() int { return int(n.conns.open.Load()) }
+
+// OnBoot implements gnet.EventHandler.
+func (n *Node) OnBoot(eng gnet.Engine) gnet.Action {
+	n.eng = eng
+	close(n.booted)
+	return gnet.None
+}
+
+// OnOpen implements gnet.EventHandler: it admits the connection or refuses
+// it when the node is at its connection limit.
+func (n *Node) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	cs := n.conns.add(c)
+	if cs == nil {
+		return []byte("E - - too many connections\n"), gnet.Close
+	}
+	cs.lp = n.loopOf(c.EventLoop())
+	c.SetContext(cs)
+	return nil, gnet.None
+}
+
+// OnClose implements gnet.EventHandler: the connection's queued acquires
+// leave their queues; its grants stay.
+func (n *Node) OnClose(c gnet.Conn, _ error) gnet.Action {
+	cs, _ := c.Context().(*conn)
+	if cs == nil {
+		return gnet.None
+	}
+	cs.closed = true
+	if cs.acquired {
+		for i := range n.shards {
+			b := &n.shards[i]
+			b.mu.Lock()
+			b.sh.Disconnect(cs.id)
+			b.mu.Unlock()
+		}
+	}
+	n.conns.remove(cs)
+	cs.c = nil
+	return gnet.None
+}
+
+// OnTraffic implements gnet.EventHandler.
+func (n *Node) OnTraffic(c gnet.Conn) gnet.Action {
+	cs := c.Context().(*conn)
+	lp := cs.lp
+	if cs.paused {
+		if c.InboundBuffered() > n.cfg.InputLimit {
+			n.log.Debug().Str("remote", c.RemoteAddr().String()).Msg("closing a connection that does not read its answers")
+			return gnet.Close
+		}
+		return gnet.None
+	}
+	act := n.serve(lp, cs)
+	lp.flush()
+	if act != gnet.None {
+		return act
+	}
+	if c.OutboundBuffered() > n.cfg.OutputLimit {
+		cs.paused = true
+		lp.paused = append(lp.paused, cs)
+	}
+	return gnet.None
+}
+
+func (n *Node) loopOf(el gnet.EventLoop) *loop {
+	n.loopsMu.Lock()
+	defer n.loopsMu.Unlock()
+	if lp := n.byLoop[el]; lp != nil {
+		return lp
+	}
+	lp := newLoop(n, el)
+	n.byLoop[el] = lp
+	old := *n.loops.Load()
+	all := append(old[:len(old):len(old)], lp)
+	n.loops.Store(&all)
+	return lp
+}
+
+func (n *Node) ticker() {
+	defer close(n.tickDone)
+	t := time.NewTicker(n.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stopTick:
+			return
+		case <-t.C:
+		}
+		for _, lp := range *n.loops.Load() {
+			if lp.tickQueued.CompareAndSwap(false, true) {
+				if err := lp.el.Execute(context.Background(), lp.tickTask); err != nil {
+					lp.tickQueued.Store(false)
+				}
+			}
+		}
+	}
+}
+
+// boundAddr returns the listener's real address.
+func boundAddr(eng gnet.Engine) (string, error) {
+	fd, err := eng.Dup()
+	if err != nil {
+		return "", fmt.Errorf("server: listener address: %w", err)
+	}
+	defer unix.Close(fd)
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		return "", fmt.Errorf("server: listener address: %w", err)
+	}
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port)), nil
+	case *unix.SockaddrInet6:
+		return net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port)), nil
+	}
+	return "", fmt.Errorf("server: listener address: unexpected %T", sa)
+}
+
+// fitConnsToFDs raises the file descriptor limit as far as allowed and
+// lowers max so that accepted connections, the listen backlog and the
+// node's own files fit under it: gnet stops its engine when accept fails
+// with EMFILE.
+func fitConnsToFDs(max int, log zerolog.Logger) int {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return max
+	}
+	if rl.Cur < rl.Max {
+		rl.Cur = rl.Max
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+			_ = unix.Getrlimit(unix.RLIMIT_NOFILE, &rl)
+		}
+	}
+	limit := int(min(rl.Cur, 1<<30))
+	fit := limit - listenBacklog() - 64
+	if fit < limit/2 {
+		fit = limit / 2
+	}
+	if max > fit {
+		log.Warn().Int("max_conns", max).Int("fd_limit", limit).Int("using", fit).
+			Msg("max connections lowered to fit the file descriptor limit")
+		return fit
+	}
+	return max
+}
+
+// gnetLogger sends gnet's own logging to zerolog.
+type gnetLogger struct{ l zerolog.Logger }
+
+func (g gnetLogger) Debugf(f string, a ...any) { g.l.Debug().Msgf(f, a...) }
+func (g gnetLogger) Infof(f string, a ...any)  { g.l.Debug().Msgf(f, a...) }
+func (g gnetLogger) Warnf(f string, a ...any)  { g.l.Warn().Msgf(f, a...) }
+func (g gnetLogger) Errorf(f string, a ...any) { g.l.Error().Msgf(f, a...) }
+func (g gnetLogger) Fatalf(f string, a ...any) { g.l.Fatal().Msgf(f, a...) }
