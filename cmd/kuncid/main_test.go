@@ -1,0 +1,230 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// kuncid is the binary built once for the tests that run it as a process.
+var kuncid string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "kuncid-test")
+	if err != nil {
+		panic(err)
+	}
+	kuncid = filepath.Join(dir, "kuncid")
+	if out, err := exec.Command("go", "build", "-o", kuncid, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building kuncid: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func TestHelpExplainsEveryFlag(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--help"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("--help exited %d", code)
+	}
+	for _, f := range []string{"listen", "loops", "shards", "max-lease", "max-wait", "max-conns",
+		"max-waiters", "max-keys", "max-queued", "log-level", "log-format", "version", "KUNCI_"} {
+		if !strings.Contains(stderr.String(), f) {
+			t.Errorf("--help does not mention %s", f)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--version"}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "kuncid ") {
+		t.Fatalf("--version: exit %d, %q", code, stdout.String())
+	}
+}
+
+func TestBadFlagsAreRefusedClearly(t *testing.T) {
+	for _, args := range [][]string{
+		{"--loops", "x"},
+		{"--log-format", "xml"},
+		{"--log-level", "loud"},
+		{"--listen", "nonsense"},
+		{"--max-conns", "-1"},
+		{"stray"},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := run(args, &stdout, &stderr); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (stderr %q)", args, code, stderr.String())
+		}
+		if stderr.Len() == 0 {
+			t.Errorf("%v: no message", args)
+		}
+	}
+}
+
+func TestEnvironmentSetsFlagsAndCommandLineWins(t *testing.T) {
+	t.Setenv("KUNCI_MAX_KEYS", "123")
+	t.Setenv("KUNCI_SHARDS", "3")
+	cfg, _, err := parseFlags([]string{"--shards", "5"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MaxKeys != 123 || cfg.Shards != 5 {
+		t.Fatalf("max-keys %d (want 123 from env), shards %d (want 5 from flag)", cfg.MaxKeys, cfg.Shards)
+	}
+	t.Setenv("KUNCI_LOOPS", "many")
+	if _, _, err := parseFlags(nil, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "KUNCI_LOOPS") {
+		t.Fatalf("bad KUNCI_LOOPS: %v", err)
+	}
+}
+
+// process is a kuncid running as a child process with JSON logs.
+type process struct {
+	cmd  *exec.Cmd
+	addr string
+	logs *bufio.Scanner
+}
+
+func start(t *testing.T, shell string, args ...string) *process {
+	t.Helper()
+	args = append([]string{"--listen", "127.0.0.1:0", "--log-format", "json"}, args...)
+	var cmd *exec.Cmd
+	if shell != "" {
+		cmd = exec.Command("bash", append([]string{"-c", shell + ` && exec "$0" "$@"`, kuncid}, args...)...)
+	} else {
+		cmd = exec.Command(kuncid, args...)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &process{cmd: cmd, logs: bufio.NewScanner(stderr)}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for p.logs.Scan() {
+		var line struct{ Message, Addr string }
+		if json.Unmarshal(p.logs.Bytes(), &line) == nil && line.Message == "kunci node started" {
+			p.addr = line.Addr
+			return p
+		}
+	}
+	t.Fatalf("kuncid never logged its start")
+	return nil
+}
+
+func roundTrip(t *testing.T, addr, req string) string {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		t.Fatalf("%q: %v", req, err)
+	}
+	return line
+}
+
+func TestSignalStopsCleanlyAndPortIsReusedAtOnce(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		p := start(t, "")
+		if got := roundTrip(t, p.addr, "A k 30 0\n"); got != "A k 1\n" {
+			t.Fatalf("acquire: %q", got)
+		}
+		// Keep a connection open across the stop, as a client would.
+		held, err := net.Dial("tcp", p.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Close()
+		_ = p.cmd.Process.Signal(sig)
+		stopped := false
+		for p.logs.Scan() {
+			if strings.Contains(p.logs.Text(), "kunci node stopped") {
+				stopped = true
+			}
+		}
+		if err := p.cmd.Wait(); err != nil || !stopped {
+			t.Fatalf("%v: exit %v, stop line logged %v", sig, err, stopped)
+		}
+		// The same address again, at once.
+		q := start(t, "", "--listen", p.addr)
+		if got := roundTrip(t, q.addr, "I\n"); !strings.HasPrefix(got, "I active ") {
+			t.Fatalf("restarted node: %q", got)
+		}
+		_ = q.cmd.Process.Signal(syscall.SIGTERM)
+		for q.logs.Scan() {
+		}
+		_ = q.cmd.Wait()
+	}
+}
+
+// TestFileDescriptorLimitDoesNotStopTheNode runs the node under a small fd
+// limit and opens more connections than it allows: the surplus is refused,
+// and the node keeps serving.
+func TestFileDescriptorLimitDoesNotStopTheNode(t *testing.T) {
+	p := start(t, "ulimit -n 256")
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	refused := 0
+	for i := 0; i < 400; i++ {
+		c, err := net.DialTimeout("tcp", p.addr, 2*time.Second)
+		if err != nil {
+			t.Fatalf("dial %d: %v", i, err)
+		}
+		conns = append(conns, c)
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write([]byte("I\n")); err != nil {
+			refused++
+			continue
+		}
+		line, err := bufio.NewReader(c).ReadString('\n')
+		switch {
+		case line == "E - - too many connections\n":
+			refused++
+		case strings.HasPrefix(line, "I active "):
+		default:
+			t.Fatalf("connection %d: %q %v", i, line, err)
+		}
+	}
+	if refused == 0 {
+		t.Fatal("no connection was refused under a 256 fd limit")
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	conns = nil
+	// The node is still up and serving.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := roundTrip(t, p.addr, "A k 30 0\n")
+		if got == "A k 1\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node not serving after the fd flood: %q", got)
+		}
+		time.Sleep(50 * time.Millisecond) // closed connections are still being reaped
+	}
+}
