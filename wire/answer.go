@@ -1,0 +1,302 @@
+package wire
+
+import "bytes"
+
+// Answer is one parsed answer line, for clients. Which fields are set
+// depends on Kind; the others are zero. Key, Op, Text, Role, Self and Active
+// alias the buffer given to ParseAnswer and are valid only until the caller
+// reuses that buffer.
+type Answer struct {
+	Kind  byte   // 'A', 'T', 'R', 'X', 'C', 'I', 'E' or 'M'
+	Key   []byte // A T R X C, and E's key echo (nil for "-")
+	Token uint64 // A
+	OK    bool   // R X: OK rather than STALE; C: OK rather than NONE
+	Op    []byte // E: the op echo (nil for "-")
+	// Text is E's reason, M's address (nil for "-"), and for I everything
+	// after "I ", extra name=value fields included.
+	Text               []byte
+	Role, Self, Active []byte // I; Active is nil for "-"
+}
+
+// ParseAnswer parses the first line of buf into *a, which it overwrites
+// whole. It returns n and err as ParseRequest does: n == 0 and err == nil
+// means "need more bytes"; ErrLineTooLong means a line longer than MaxLine;
+// n > 0 and err == ErrBadAnswer means the line, whose n bytes should be
+// consumed, is not a well-formed answer. An answer line holds no control
+// byte other than a CR just before its LF; fields, including I's extra
+// ones, are separated by exactly one space, except in E's reason, which
+// runs to the end of the line. ParseAnswer does not allocate.
+func ParseAnswer(buf []byte, a *Answer) (n int, err error) {
+	*a = Answer{}
+	i := bytes.IndexByte(buf, '\n')
+	if i < 0 {
+		if len(buf) >= MaxLine {
+			return 0, ErrLineTooLong
+		}
+		return 0, nil
+	}
+	n = i + 1
+	if n > MaxLine {
+		return n, ErrLineTooLong
+	}
+	line := buf[:i]
+	if i > 0 && line[i-1] == '\r' {
+		line = line[:i-1]
+	}
+	if len(line) < 3 || line[1] != ' ' {
+		return n, ErrBadAnswer
+	}
+	kind, rest := line[0], line[2:]
+	switch kind {
+	case 'A', 'T', 'R', 'X', 'C':
+		key, rest, more, ok := cutKey(rest)
+		if !ok {
+			return n, ErrBadAnswer
+		}
+		if kind == 'T' {
+			if more {
+				return n, ErrBadAnswer
+			}
+			a.Kind, a.Key = kind, key
+			return n, nil
+		}
+		if !more {
+			return n, ErrBadAnswer
+		}
+		switch kind {
+		case 'A':
+			t, ok := parseToken(rest)
+			if !ok {
+				return n, ErrBadAnswer
+			}
+			a.Token = t
+		case 'R', 'X':
+			switch string(rest) {
+			case "OK":
+				a.OK = true
+			case "STALE":
+			default:
+				return n, ErrBadAnswer
+			}
+		case 'C':
+			switch string(rest) {
+			case "OK":
+				a.OK = true
+			case "NONE":
+			default:
+				return n, ErrBadAnswer
+			}
+		}
+		a.Kind, a.Key = kind, key
+		return n, nil
+
+	case 'E':
+		op, rest, more, ok := cutKey(rest)
+		if !ok || !more || len(op) > maxEchoOp || !isPrint(op) {
+			return n, ErrBadAnswer
+		}
+		key, reason, more, ok := cutKey(rest)
+		if !ok || !more || len(reason) == 0 || !isText(reason) {
+			return n, ErrBadAnswer
+		}
+		a.Kind, a.Op, a.Key, a.Text = kind, dash(op), dash(key), reason
+		return n, nil
+
+	case 'M':
+		if !isField(rest) {
+			return n, ErrBadAnswer
+		}
+		a.Kind, a.Text = kind, dash(rest)
+		return n, nil
+
+	case 'I':
+		role, r, more := cut(rest)
+		if !more || !isField(role) {
+			return n, ErrBadAnswer
+		}
+		self, r, more := cut(r)
+		if !more || !isField(self) {
+			return n, ErrBadAnswer
+		}
+		active, r, more := cut(r)
+		if !isField(active) {
+			return n, ErrBadAnswer
+		}
+		for more {
+			var extra []byte
+			extra, r, more = cut(r)
+			if !isField(extra) {
+				return n, ErrBadAnswer
+			}
+		}
+		a.Kind, a.Role, a.Self, a.Active, a.Text = kind, role, self, dash(active), rest
+		return n, nil
+	}
+	return n, ErrBadAnswer
+}
+
+// dash returns nil for the field "-", which stands for "none", else b.
+func dash(b []byte) []byte {
+	if len(b) == 1 && b[0] == '-' {
+		return nil
+	}
+	return b
+}
+
+// isField reports whether b is a non-empty field of key bytes (no space, no
+// control byte), of any length.
+func isField(b []byte) bool {
+	if len(b) == 0 {
+		return false
+	}
+	for _, c := range b {
+		if !isKeyByte(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// isText reports whether b holds no control byte: free text such as an E
+// reason, spaces allowed.
+func isText(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// AppendGrant appends the answer "A key token": key is granted under the
+// fencing token.
+func AppendGrant(dst, key []byte, token uint64) []byte {
+	dst = append(dst, 'A', ' ')
+	dst = append(dst, key...)
+	dst = append(dst, ' ')
+	dst = appendUint(dst, token)
+	return append(dst, '\n')
+}
+
+// AppendTimeout appends the answer "T key": the acquire's wait ran out, or
+// it was cancelled, and nothing was granted.
+func AppendTimeout(dst, key []byte) []byte {
+	dst = append(dst, 'T', ' ')
+	dst = append(dst, key...)
+	return append(dst, '\n')
+}
+
+// AppendReleased appends the answer "R key OK", or "R key STALE" when ok is
+// false.
+func AppendReleased(dst, key []byte, ok bool) []byte {
+	return appendOutcome(dst, 'R', key, ok, "STALE")
+}
+
+// AppendExtended appends the answer "X key OK", or "X key STALE" when ok is
+// false.
+func AppendExtended(dst, key []byte, ok bool) []byte {
+	return appendOutcome(dst, 'X', key, ok, "STALE")
+}
+
+// AppendCancelled appends the answer "C key OK", or "C key NONE" when ok is
+// false (the connection had no queued acquire of key).
+func AppendCancelled(dst, key []byte, ok bool) []byte {
+	return appendOutcome(dst, 'C', key, ok, "NONE")
+}
+
+func appendOutcome(dst []byte, kind byte, key []byte, ok bool, not string) []byte {
+	dst = append(dst, kind, ' ')
+	dst = append(dst, key...)
+	if ok {
+		return append(dst, " OK\n"...)
+	}
+	dst = append(dst, ' ')
+	dst = append(dst, not...)
+	return append(dst, '\n')
+}
+
+// AppendInfo appends the answer "I role self active", followed by each of
+// extra (which should have the form name=value) after one space. An empty
+// role, self or active is written "-"; empty extras are left out. The
+// arguments must not hold spaces or control bytes.
+func AppendInfo(dst []byte, role, self, active string, extra ...string) []byte {
+	dst = append(dst, 'I', ' ')
+	dst = appendOrDash(dst, role)
+	dst = append(dst, ' ')
+	dst = appendOrDash(dst, self)
+	dst = append(dst, ' ')
+	dst = appendOrDash(dst, active)
+	for _, e := range extra {
+		if e != "" {
+			dst = append(dst, ' ')
+			dst = append(dst, e...)
+		}
+	}
+	return append(dst, '\n')
+}
+
+// AppendRedirect appends the answer "M addr": the active's client address,
+// or "-" when addr is "" (no active known). The node closes the connection
+// after it.
+func AppendRedirect(dst []byte, addr string) []byte {
+	dst = append(dst, 'M', ' ')
+	dst = appendOrDash(dst, addr)
+	return append(dst, '\n')
+}
+
+// AppendError appends the answer "E op key reason". An empty or nil op or
+// key is written "-"; op and key should be a request's EchoOp and EchoKey.
+// An empty reason is written "error". Control bytes in reason (an LF above
+// all) are written as '?', so that the answer stays one line.
+func AppendError(dst, op, key []byte, reason string) []byte {
+	dst = append(dst, 'E', ' ')
+	dst = appendOrDashBytes(dst, op)
+	dst = append(dst, ' ')
+	dst = appendOrDashBytes(dst, key)
+	dst = append(dst, ' ')
+	if reason == "" {
+		reason = "error"
+	}
+	for i := 0; i < len(reason); i++ {
+		if c := reason[i]; c < 0x20 || c == 0x7f {
+			return appendSanitized(dst, reason)
+		}
+	}
+	dst = append(dst, reason...)
+	return append(dst, '\n')
+}
+
+// appendSanitized appends reason with its control bytes written as '?',
+// then the LF.
+func appendSanitized(dst []byte, reason string) []byte {
+	for i := 0; i < len(reason); i++ {
+		c := reason[i]
+		if c < 0x20 || c == 0x7f {
+			c = '?'
+		}
+		dst = append(dst, c)
+	}
+	return append(dst, '\n')
+}
+
+// AppendRefusal appends the E answer for a refusal err of the request req:
+// "E" with req's echo fields and Reason(err). It serves ParseRequest's
+// refusals, ErrLineTooLong included, and errors that other packages return
+// for a parsed request.
+func AppendRefusal(dst []byte, req *Request, err error) []byte {
+	return AppendError(dst, req.EchoOp, req.EchoKey, Reason(err))
+}
+
+func appendOrDash(dst []byte, s string) []byte {
+	if s == "" {
+		return append(dst, '-')
+	}
+	return append(dst, s...)
+}
+
+func appendOrDashBytes(dst, b []byte) []byte {
+	if len(b) == 0 {
+		return append(dst, '-')
+	}
+	return append(dst, b...)
+}

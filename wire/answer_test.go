@@ -1,0 +1,324 @@
+package wire
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// ansResult is one ParseAnswer outcome, detached from its buffer.
+type ansResult struct {
+	n   int // -1 for ErrLineTooLong
+	err error
+	a   Answer
+}
+
+func (r ansResult) String() string {
+	a := r.a
+	return fmt.Sprintf("n=%d err=%v kind=%q key=%q token=%d ok=%v op=%q text=%q role=%q self=%q active=%q",
+		r.n, r.err, a.Kind, a.Key, a.Token, a.OK, a.Op, a.Text, a.Role, a.Self, a.Active)
+}
+
+func detachAnswer(n int, err error, a *Answer) ansResult {
+	if err == ErrLineTooLong {
+		n = -1
+	}
+	c := *a
+	for _, p := range []*[]byte{&c.Key, &c.Op, &c.Text, &c.Role, &c.Self, &c.Active} {
+		*p = bytes.Clone(*p)
+	}
+	return ansResult{n: n, err: err, a: c}
+}
+
+// equalAnswer compares answers field by field, telling nil from empty.
+func equalAnswer(a, b *Answer) bool {
+	eq := func(x, y []byte) bool { return bytes.Equal(x, y) && (x == nil) == (y == nil) }
+	return a.Kind == b.Kind && a.Token == b.Token && a.OK == b.OK && eq(a.Key, b.Key) && eq(a.Op, b.Op) &&
+		eq(a.Text, b.Text) && eq(a.Role, b.Role) && eq(a.Self, b.Self) && eq(a.Active, b.Active)
+}
+
+func equalAnsResult(a, b ansResult) bool {
+	return a.n == b.n && a.err == b.err && equalAnswer(&a.a, &b.a)
+}
+
+func b(s string) []byte { return []byte(s) }
+
+func TestParseAnswer(t *testing.T) {
+	long := strings.Repeat("k", MaxKey)
+	for _, tc := range []struct {
+		in   string
+		want Answer
+	}{
+		{"A orders/42 1001\n", Answer{Kind: 'A', Key: b("orders/42"), Token: 1001}},
+		{"A k 18446744073709551615\r\n", Answer{Kind: 'A', Key: b("k"), Token: 1<<64 - 1}},
+		{"A " + long + " 1\n", Answer{Kind: 'A', Key: b(long), Token: 1}},
+		{"T orders/42\n", Answer{Kind: 'T', Key: b("orders/42")}},
+		{"T -\n", Answer{Kind: 'T', Key: b("-")}},
+		{"R orders/42 OK\n", Answer{Kind: 'R', Key: b("orders/42"), OK: true}},
+		{"R orders/42 STALE\n", Answer{Kind: 'R', Key: b("orders/42")}},
+		{"X k OK\n", Answer{Kind: 'X', Key: b("k"), OK: true}},
+		{"X k STALE\r\n", Answer{Kind: 'X', Key: b("k")}},
+		{"C k OK\n", Answer{Kind: 'C', Key: b("k"), OK: true}},
+		{"C k NONE\n", Answer{Kind: 'C', Key: b("k")}},
+		{"E A orders/42 too many fields\n", Answer{Kind: 'E', Op: b("A"), Key: b("orders/42"), Text: b("too many fields")}},
+		{"E - - line too long\r\n", Answer{Kind: 'E', Text: b("line too long")}},
+		{"E GET / unknown op\n", Answer{Kind: 'E', Op: b("GET"), Key: b("/"), Text: b("unknown op")}},
+		{"E A k  two  spaces \n", Answer{Kind: 'E', Op: b("A"), Key: b("k"), Text: b(" two  spaces ")}},
+		{"E A k é\n", Answer{Kind: 'E', Op: b("A"), Key: b("k"), Text: b("é")}},
+		{"M node1:7070\n", Answer{Kind: 'M', Text: b("node1:7070")}},
+		{"M -\n", Answer{Kind: 'M'}},
+		{"I standby node2:7070 node1:7070\n", Answer{Kind: 'I', Role: b("standby"), Self: b("node2:7070"),
+			Active: b("node1:7070"), Text: b("standby node2:7070 node1:7070")}},
+		{"I standby node2:7070 -\r\n", Answer{Kind: 'I', Role: b("standby"), Self: b("node2:7070"),
+			Text: b("standby node2:7070 -")}},
+		{"I active n1:7070 n1:7070 epoch=4 keys=10\n", Answer{Kind: 'I', Role: b("active"), Self: b("n1:7070"),
+			Active: b("n1:7070"), Text: b("active n1:7070 n1:7070 epoch=4 keys=10")}},
+	} {
+		buf := []byte(tc.in + "garbage")
+		var a Answer
+		n, err := ParseAnswer(buf, &a)
+		if n != len(tc.in) || err != nil || !equalAnswer(&a, &tc.want) {
+			t.Errorf("%q: n %d err %v\n got %v\nwant %v", tc.in, n, err, detachAnswer(n, err, &a), ansResult{n: len(tc.in), a: tc.want})
+		}
+	}
+}
+
+func TestParseAnswerBad(t *testing.T) {
+	long := strings.Repeat("k", MaxKey+1)
+	for _, in := range []string{
+		"\n", "\r\n", "A\n", "A \n", "AA k 1\n", "a k 1\n", "Z k\n", " A k 1\n",
+		"A k\n", "A k 0\n", "A k -1\n", "A k 18446744073709551616\n", "A k 1 2\n", "A k 1 \n", "A  k 1\n",
+		"A k\x01 1\n", "A " + long + " 1\n", "A k 1\r\r\n",
+		"T\n", "T \n", "T k \n", "T k x\n", "T k\t\n",
+		"R k\n", "R k ok\n", "R k NONE\n", "R k OK \n", "X k\n", "X k NONE\n",
+		"C k\n", "C k STALE\n", "C k OK x\n",
+		"E\n", "E A\n", "E A k\n", "E A k \n", "E A k bad\x01\n", "E A k bad\x7f\n",
+		"E ABCDEFGHIJKLMNOPQ k x\n", "E é k x\n", "E  k x\n", "E A  x\n", "E A " + long + " x\n",
+		"M\n", "M \n", "M a b\n", "M a\x01\n",
+		"I\n", "I \n", "I active\n", "I active n1\n", "I active n1 \n", "I active n1 n2 \n",
+		"I active n1 n2  x=1\n", "I active  n2\n", "I active n1 n2 x\x01\n",
+	} {
+		var a Answer
+		n, err := ParseAnswer([]byte(in), &a)
+		if n != len(in) || err != ErrBadAnswer {
+			t.Errorf("%q: n %d err %v, want %d %v (%v)", in, n, err, len(in), ErrBadAnswer, detachAnswer(n, err, &a))
+		}
+		if a.Kind != 0 {
+			t.Errorf("%q: Kind %q set on a bad answer", in, a.Kind)
+		}
+	}
+}
+
+func TestParseAnswerFraming(t *testing.T) {
+	for _, tc := range []struct {
+		in  string
+		n   int
+		err error
+	}{
+		{"", 0, nil},
+		{"A k 1", 0, nil},
+		{"A k 1\r", 0, nil},
+		{strings.Repeat("x", MaxLine-1), 0, nil},
+		{strings.Repeat("x", MaxLine), 0, ErrLineTooLong},
+		{"E A k " + strings.Repeat("x", MaxLine-7) + "\n", MaxLine, nil},
+		{"E A k " + strings.Repeat("x", MaxLine-8) + "\r\n", MaxLine, nil},
+		{"E A k " + strings.Repeat("x", MaxLine-7) + "\r\n", MaxLine + 1, ErrLineTooLong},
+	} {
+		var a Answer
+		if n, err := ParseAnswer([]byte(tc.in), &a); n != tc.n || err != tc.err {
+			t.Errorf("%.20q (%d bytes): n %d err %v, want %d %v", tc.in, len(tc.in), n, err, tc.n, tc.err)
+		}
+	}
+}
+
+func TestAnswerEncoders(t *testing.T) {
+	k := []byte("orders/42")
+	for _, tc := range []struct{ got, want string }{
+		{string(AppendGrant(nil, k, 1001)), "A orders/42 1001\n"},
+		{string(AppendGrant([]byte("x"), k, 1<<64-1)), "xA orders/42 18446744073709551615\n"},
+		{string(AppendTimeout(nil, k)), "T orders/42\n"},
+		{string(AppendReleased(nil, k, true)), "R orders/42 OK\n"},
+		{string(AppendReleased(nil, k, false)), "R orders/42 STALE\n"},
+		{string(AppendExtended(nil, k, true)), "X orders/42 OK\n"},
+		{string(AppendExtended(nil, k, false)), "X orders/42 STALE\n"},
+		{string(AppendCancelled(nil, k, true)), "C orders/42 OK\n"},
+		{string(AppendCancelled(nil, k, false)), "C orders/42 NONE\n"},
+		{string(AppendInfo(nil, "standby", "node2:7070", "node1:7070")), "I standby node2:7070 node1:7070\n"},
+		{string(AppendInfo(nil, "active", "n1:7070", "", "epoch=4", "", "keys=10")), "I active n1:7070 - epoch=4 keys=10\n"},
+		{string(AppendInfo(nil, "", "", "")), "I - - -\n"},
+		{string(AppendRedirect(nil, "node1:7070")), "M node1:7070\n"},
+		{string(AppendRedirect(nil, "")), "M -\n"},
+		{string(AppendError(nil, []byte("A"), k, "too many fields")), "E A orders/42 too many fields\n"},
+		{string(AppendError(nil, nil, []byte{}, "line too long")), "E - - line too long\n"},
+		{string(AppendError(nil, nil, nil, "")), "E - - error\n"},
+		{string(AppendError(nil, nil, nil, "a\nb\rc\x7fd\te")), "E - - a?b?c?d?e\n"},
+		{string(AppendRefusal(nil, &Request{EchoOp: []byte("R"), EchoKey: k}, fmt.Errorf("engine: too many waiters"))),
+			"E R orders/42 too many waiters\n"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+}
+
+func TestAnswerRoundTrip(t *testing.T) {
+	long := strings.Repeat("k", MaxKey)
+	for _, want := range []Answer{
+		{Kind: 'A', Key: b("orders/42"), Token: 1001},
+		{Kind: 'A', Key: b(long), Token: 1<<64 - 1},
+		{Kind: 'T', Key: b("k")},
+		{Kind: 'R', Key: b("k"), OK: true},
+		{Kind: 'R', Key: b("k")},
+		{Kind: 'X', Key: b("k"), OK: true},
+		{Kind: 'X', Key: b("k")},
+		{Kind: 'C', Key: b("k"), OK: true},
+		{Kind: 'C', Key: b("k")},
+		{Kind: 'E', Op: b("A"), Key: b("orders/42"), Text: b("too many waiters")},
+		{Kind: 'E', Text: b("line too long")},
+		{Kind: 'E', Op: b("ABCDEFGHIJKLMNOP"), Key: b(long), Text: b(" spaced  out ")},
+		{Kind: 'M', Text: b("node1:7070")},
+		{Kind: 'M'},
+		{Kind: 'I', Role: b("standby"), Self: b("n2:7070"), Active: b("n1:7070"), Text: b("standby n2:7070 n1:7070")},
+		{Kind: 'I', Role: b("standby"), Self: b("n2:7070"), Text: b("standby n2:7070 -")},
+		{Kind: 'I', Role: b("active"), Self: b("n1:7070"), Active: b("n1:7070"), Text: b("active n1:7070 n1:7070 epoch=4")},
+	} {
+		line := appendAnswer(nil, &want)
+		var got Answer
+		n, err := ParseAnswer(line, &got)
+		if n != len(line) || err != nil || !equalAnswer(&got, &want) {
+			t.Errorf("%q: n %d err %v\n got %v\nwant %v", line, n, err, detachAnswer(n, err, &got), ansResult{n: len(line), a: want})
+		}
+	}
+}
+
+// appendAnswer encodes a with the answer encoder for its kind.
+func appendAnswer(dst []byte, a *Answer) []byte {
+	switch a.Kind {
+	case 'A':
+		return AppendGrant(dst, a.Key, a.Token)
+	case 'T':
+		return AppendTimeout(dst, a.Key)
+	case 'R':
+		return AppendReleased(dst, a.Key, a.OK)
+	case 'X':
+		return AppendExtended(dst, a.Key, a.OK)
+	case 'C':
+		return AppendCancelled(dst, a.Key, a.OK)
+	case 'E':
+		return AppendError(dst, a.Op, a.Key, string(a.Text))
+	case 'M':
+		return AppendRedirect(dst, string(a.Text))
+	case 'I':
+		fields := strings.Split(string(a.Text), " ")
+		return AppendInfo(dst, string(a.Role), string(a.Self), string(a.Active), fields[3:]...)
+	}
+	panic(fmt.Sprintf("appendAnswer: kind %q", a.Kind))
+}
+
+func TestParseAnswerAllocs(t *testing.T) {
+	for _, line := range []string{
+		"A orders/42 1001\n", "T orders/42\n", "R orders/42 OK\n", "X orders/42 STALE\n", "C orders/42 NONE\n",
+		"E A orders/42 too many waiters\n", "M node1:7070\n", "I active n1:7070 n1:7070 epoch=4\n", "A k 0\n",
+	} {
+		buf := []byte(line)
+		var a Answer
+		if n := testing.AllocsPerRun(100, func() { ParseAnswer(buf, &a) }); n != 0 {
+			t.Errorf("ParseAnswer(%q): %v allocs", line, n)
+		}
+	}
+}
+
+func TestEncoderAllocs(t *testing.T) {
+	dst := make([]byte, 0, 1024)
+	k := []byte("orders/42")
+	req := &Request{EchoOp: []byte("A"), EchoKey: k}
+	for name, f := range map[string]func(){
+		"AppendGrant":       func() { dst = AppendGrant(dst[:0], k, 1<<63) },
+		"AppendTimeout":     func() { dst = AppendTimeout(dst[:0], k) },
+		"AppendReleased":    func() { dst = AppendReleased(dst[:0], k, false) },
+		"AppendExtended":    func() { dst = AppendExtended(dst[:0], k, true) },
+		"AppendCancelled":   func() { dst = AppendCancelled(dst[:0], k, false) },
+		"AppendInfo":        func() { dst = AppendInfo(dst[:0], "active", "n1:7070", "", "epoch=4", "keys=10") },
+		"AppendRedirect":    func() { dst = AppendRedirect(dst[:0], "node1:7070") },
+		"AppendError":       func() { dst = AppendError(dst[:0], nil, k, "too many waiters") },
+		"AppendRefusal":     func() { dst = AppendRefusal(dst[:0], req, ErrBadLease) },
+		"AppendAcquire":     func() { dst = AppendAcquire(dst[:0], k, 30000, 2125) },
+		"AppendRelease":     func() { dst = AppendRelease(dst[:0], k, 1001) },
+		"AppendExtend":      func() { dst = AppendExtend(dst[:0], k, 1001, 500) },
+		"AppendCancel":      func() { dst = AppendCancel(dst[:0], k) },
+		"AppendInfoRequest": func() { dst = AppendInfoRequest(dst[:0]) },
+		"AppendSeconds":     func() { dst = AppendSeconds(dst[:0], 86399999) },
+	} {
+		if n := testing.AllocsPerRun(100, f); n != 0 {
+			t.Errorf("%s: %v allocs", name, n)
+		}
+	}
+}
+
+const answers = "A orders/42 1001\r\n" +
+	"T orders/42\n" +
+	"R orders/42 OK\n" +
+	"R orders/42 STALE\n" +
+	"E A orders/42 too many fields\n" +
+	"I standby node2:7070 node1:7070\n" +
+	"bogus\n" +
+	"M node1:7070\n"
+
+func TestParseAnswerSplit(t *testing.T) {
+	whole, _ := parseAnswers(t, []byte(answers))
+	if len(whole) != 8 {
+		t.Fatalf("whole gave %d results", len(whole))
+	}
+	for _, cuts := range [][]byte{{1}, {2}, {3}, {5, 1, 7}, {255}} {
+		split, _ := parseAnswersSplit(t, []byte(answers), cuts)
+		compareResults(t, whole, split, equalAnsResult)
+	}
+}
+
+func parseAnswers(t testing.TB, data []byte) (out []ansResult, tooLong bool) {
+	var a Answer
+	for {
+		n, err := ParseAnswer(data, &a)
+		if n < 0 || n > len(data) {
+			t.Fatalf("n = %d for %d bytes", n, len(data))
+		}
+		if n == 0 && err == nil {
+			return out, false
+		}
+		out = append(out, detachAnswer(n, err, &a))
+		if err == ErrLineTooLong {
+			return out, true
+		}
+		data = data[n:]
+	}
+}
+
+func parseAnswersSplit(t testing.TB, data, cuts []byte) (out []ansResult, tooLong bool) {
+	var pending []byte
+	var a Answer
+	for i := 0; len(data) > 0; i++ {
+		size := 1
+		if len(cuts) > 0 {
+			size = max(1, int(cuts[i%len(cuts)]))
+		}
+		size = min(size, len(data))
+		pending = append(pending, data[:size]...)
+		data = data[size:]
+		for {
+			n, err := ParseAnswer(pending, &a)
+			if n < 0 || n > len(pending) {
+				t.Fatalf("n = %d for %d bytes", n, len(pending))
+			}
+			if n == 0 && err == nil {
+				break
+			}
+			out = append(out, detachAnswer(n, err, &a))
+			if err == ErrLineTooLong {
+				return out, true
+			}
+			pending = pending[n:]
+		}
+	}
+	return out, false
+}

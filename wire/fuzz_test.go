@@ -1,0 +1,148 @@
+package wire
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// requestSeeds are real request lines: PROTOCOL.md's examples, every op,
+// refusals of every kind, and framing edge cases.
+var requestSeeds = []string{
+	"A orders/42 30 5\n",
+	"A orders/42 30 0.5\n",
+	"R orders/42 1001\n",
+	"A orders/42 30 0 lots\n",
+	"I\n",
+	"X orders/42 1001 60\n",
+	"C orders/42\n",
+	"A ключ/1 2.125 0\r\n",
+	"R k 18446744073709551615\n",
+	"R k 18446744073709551616\n",
+	"A k 86400.001 1\n",
+	"A k 1 86400.001\n",
+	"A k 9223372036854775.808 1\n",
+	"A k 1.2345 .5\n",
+	"A k 0 0\n",
+	"A  k 1 1\n",
+	"a k\n",
+	"GET / HTTP/1.1\r\n",
+	"\r\n",
+	"I x\n",
+	"C k\r\r\n",
+	"X k 0 0\n",
+	pipeline,
+	"A k 30 " + strings.Repeat("0", 504) + "\n",
+	"A k 30 " + strings.Repeat("0", 503) + "\r\n",
+	strings.Repeat("x", 600) + "\nI\n",
+	"A k 30 5\nR k",
+}
+
+func FuzzParseRequest(f *testing.F) {
+	for i, s := range requestSeeds {
+		f.Add([]byte(s), []byte{1}) // byte by byte
+		f.Add([]byte(s), []byte{byte(i + 2), 1, 3})
+	}
+	f.Add([]byte(pipeline), []byte{7, 0, 200})
+	f.Fuzz(func(t *testing.T, data, cuts []byte) {
+		whole, tooLong := parseRequests(t, data, nil)
+		split, splitTooLong := parseRequestsSplit(t, data, cuts, nil)
+		if tooLong != splitTooLong {
+			t.Fatalf("too long: whole %v, split %v", tooLong, splitTooLong)
+		}
+		compareResults(t, whole, split, equalReqResult)
+
+		var line []byte
+		for _, r := range whole {
+			if r.n > MaxLine {
+				t.Fatalf("accepted a %d-byte line: %v", r.n, r)
+			}
+			if r.err != nil {
+				checkRefusal(t, &r)
+				continue
+			}
+			// Re-encode and parse: the same request.
+			line = appendRequest(line[:0], &r.req)
+			var again Request
+			n, err := ParseRequest(line, nil, &again)
+			if n != len(line) || err != nil || !equalRequest(&again, &r.req) {
+				t.Fatalf("%v → %q → n %d err %v %+v", r, line, n, err, again)
+			}
+		}
+	})
+}
+
+// checkRefusal checks a refusal's echo fields, and that its E line parses
+// back to the same echoes and reason.
+func checkRefusal(t *testing.T, r *reqResult) {
+	t.Helper()
+	if o := r.req.EchoOp; o != nil && (len(o) == 0 || len(o) > 16 || !isPrint(o)) {
+		t.Fatalf("%v: EchoOp breaks the echo rule", r)
+	}
+	if k := r.req.EchoKey; k != nil && !ValidKey(k) {
+		t.Fatalf("%v: EchoKey is not a valid key", r)
+	}
+	e := AppendRefusal(nil, &r.req, r.err)
+	var a Answer
+	n, err := ParseAnswer(e, &a)
+	if n != len(e) || err != nil || a.Kind != 'E' || string(a.Text) != Reason(r.err) ||
+		!bytes.Equal(a.Op, dash(r.req.EchoOp)) || !bytes.Equal(a.Key, dash(r.req.EchoKey)) {
+		t.Fatalf("%v: E line %q parses as %v", r, e, detachAnswer(n, err, &a))
+	}
+}
+
+// answerSeeds are real answer lines.
+var answerSeeds = []string{
+	"A orders/42 1001\n",
+	"T orders/42\n",
+	"R orders/42 OK\n",
+	"R orders/42 STALE\n",
+	"X orders/42 OK\n",
+	"X orders/42 STALE\r\n",
+	"C orders/42 OK\n",
+	"C orders/42 NONE\n",
+	"E A orders/42 too many fields\n",
+	"E - - line too long\n",
+	"E A orders/42 too many waiters\n",
+	"I standby node2:7070 node1:7070\n",
+	"I active node1:7070 node1:7070 epoch=3 keys=12\n",
+	"I standby node2:7070 -\n",
+	"M node1:7070\n",
+	"M -\n",
+	"A k 0\n",
+	"E A k \n",
+	answers,
+	strings.Repeat("x", 600) + "\nM -\n",
+	"E A k " + strings.Repeat("x", 505) + "\n",
+}
+
+func FuzzParseAnswer(f *testing.F) {
+	for i, s := range answerSeeds {
+		f.Add([]byte(s), []byte{1}) // byte by byte
+		f.Add([]byte(s), []byte{byte(i + 2), 1, 3})
+	}
+	f.Fuzz(func(t *testing.T, data, cuts []byte) {
+		whole, tooLong := parseAnswers(t, data)
+		split, splitTooLong := parseAnswersSplit(t, data, cuts)
+		if tooLong != splitTooLong {
+			t.Fatalf("too long: whole %v, split %v", tooLong, splitTooLong)
+		}
+		compareResults(t, whole, split, equalAnsResult)
+
+		var line []byte
+		for _, r := range whole {
+			if r.err != nil {
+				if r.a.Kind != 0 {
+					t.Fatalf("%v: Kind set on an error", r)
+				}
+				continue
+			}
+			line = appendAnswer(line[:0], &r.a)
+			var again Answer
+			n, err := ParseAnswer(line, &again)
+			if n != len(line) || err != nil || !equalAnswer(&again, &r.a) {
+				t.Fatalf("%v → %q → %v", r, line, detachAnswer(n, err, &again))
+			}
+		}
+	})
+}

@@ -1,0 +1,376 @@
+package wire
+
+import (
+	"bytes"
+	"encoding/binary"
+)
+
+// MaxLine is the longest line the protocol allows, in bytes, counting its
+// line ending (LF or CR LF).
+const MaxLine = 512
+
+// MaxKey is the longest key, in bytes.
+const MaxKey = 250
+
+// maxEchoOp is the longest op field that a refusal echoes.
+const maxEchoOp = 16
+
+// Op is a request's op, the single byte that starts its line.
+type Op byte
+
+// The ops of protocol version 1.
+const (
+	OpAcquire Op = 'A' // A key lease wait
+	OpRelease Op = 'R' // R key token
+	OpExtend  Op = 'X' // X key token lease
+	OpCancel  Op = 'C' // C key
+	OpInfo    Op = 'I' // I
+)
+
+// String returns the op as its one-byte wire form, such as "A".
+func (op Op) String() string {
+	switch op {
+	case OpAcquire:
+		return "A"
+	case OpRelease:
+		return "R"
+	case OpExtend:
+		return "X"
+	case OpCancel:
+		return "C"
+	case OpInfo:
+		return "I"
+	}
+	return "?"
+}
+
+// Request is one parsed request.
+//
+// Key, EchoOp and EchoKey alias the buffer given to ParseRequest and are
+// valid only until the caller reuses that buffer: copy a key where it is
+// kept (in a lock table, a waiter, a replication record).
+type Request struct {
+	Op    Op
+	Key   []byte // A R X C
+	Lease int64  // milliseconds, A and X; > 0
+	Wait  int64  // milliseconds, A; 0 = unbounded
+	Token uint64 // R and X; ≥ 1
+
+	// EchoOp and EchoKey are the op field and key field to echo in an E
+	// line, nil meaning "-". ParseRequest sets them for every line it
+	// consumes, so they serve both its own refusals and refusals decided
+	// later (by the engine, for example): for a valid request they are the
+	// op byte and Key. EchoOp is the op field when it is 1 to 16 bytes, each
+	// in 0x21–0x7E; EchoKey is the second field when it is a valid key.
+	EchoOp, EchoKey []byte
+}
+
+// Limits are a node's maxima for lease and wait, in milliseconds. A zero
+// field means the protocol default, 86400 s. The zero Limits, and a nil
+// *Limits, are the defaults.
+type Limits struct {
+	MaxLease, MaxWait int64
+}
+
+// ParseRequest parses the first line of buf into *req, which it overwrites
+// whole.
+//
+//   - n == 0, err == nil: buf holds no LF and fewer than MaxLine bytes; read
+//     more and call again with the same bytes at the start of buf.
+//   - n == 0, err == ErrLineTooLong: MaxLine bytes without an LF. The caller
+//     answers "E - - line too long" and closes the connection.
+//   - n > 0, err == ErrLineTooLong: the line ended but is longer than MaxLine
+//     (possible only when buf is longer than MaxLine). As above.
+//   - n > 0, err == nil: req holds a valid request; consume n bytes.
+//   - n > 0, other err: a refusal, one of the sentinels of this package;
+//     req.EchoOp and req.EchoKey say what to echo (see AppendRefusal).
+//     Consume n bytes; the connection stays usable.
+//
+// Fields are separated by exactly one space, so a doubled, leading or
+// trailing space makes an empty field. A CR just before the LF is ignored;
+// any other control byte makes the field holding it invalid. When a line
+// has several faults the first in this order is reported: the op, the key,
+// the number of fields, then each further field from left to right.
+//
+// lim may be nil, meaning the defaults. ParseRequest does not allocate.
+func ParseRequest(buf []byte, lim *Limits, req *Request) (n int, err error) {
+	*req = Request{}
+	i := bytes.IndexByte(buf, '\n')
+	if i < 0 {
+		if len(buf) >= MaxLine {
+			return 0, ErrLineTooLong
+		}
+		return 0, nil
+	}
+	n = i + 1
+	if n > MaxLine {
+		return n, ErrLineTooLong
+	}
+	line := buf[:i]
+	if i > 0 && line[i-1] == '\r' {
+		line = line[:i-1]
+	}
+	if len(line) == 0 {
+		return n, ErrEmpty
+	}
+
+	// Op field. The common case is one byte followed by a space or the end.
+	var opf, rest []byte
+	more := false
+	if len(line) == 1 {
+		opf = line
+	} else if line[1] == ' ' && line[0] != ' ' {
+		opf, rest, more = line[:1], line[2:], true
+	} else {
+		opf, rest, more = cut(line)
+	}
+	if len(opf) > 0 && len(opf) <= maxEchoOp && isPrint(opf) {
+		req.EchoOp = opf
+	}
+
+	// Key field: the second field, whatever the op, for the echo.
+	hasKey := more
+	var keyf []byte
+	keyOK := false
+	if more {
+		keyf, rest, more, keyOK = cutKey(rest)
+		if keyOK {
+			req.EchoKey = keyf
+		}
+	}
+	if len(opf) != 1 {
+		return n, ErrUnknownOp
+	}
+	op := Op(opf[0])
+	switch op {
+	case OpAcquire, OpExtend, OpRelease, OpCancel:
+	case OpInfo:
+		req.Op = op
+		if hasKey {
+			return n, ErrTooManyFields
+		}
+		return n, nil
+	default:
+		return n, ErrUnknownOp
+	}
+	req.Op = op
+	if !hasKey {
+		return n, ErrMissingField
+	}
+	if !keyOK {
+		return n, ErrBadKey
+	}
+	req.Key = keyf
+
+	// The fields after the key, parsed as they are split. Their faults are
+	// reported only after the field count has been checked.
+	switch op {
+	case OpCancel:
+		if more {
+			return n, ErrTooManyFields
+		}
+	case OpRelease:
+		if !more {
+			return n, ErrMissingField
+		}
+		token, tokenOK, end := scanToken(rest)
+		if end < len(rest) {
+			return n, ErrTooManyFields
+		}
+		if !tokenOK {
+			return n, ErrBadToken
+		}
+		req.Token = token
+	case OpAcquire:
+		if !more {
+			return n, ErrMissingField
+		}
+		lease, leaseOK, end := scanSeconds(rest)
+		if end == len(rest) {
+			return n, ErrMissingField
+		}
+		rest = rest[end+1:]
+		wait, waitOK, end := scanSeconds(rest)
+		if end < len(rest) {
+			return n, ErrTooManyFields
+		}
+		if req.Lease, err = checkLease(lease, leaseOK, lim); err != nil {
+			return n, err
+		}
+		if req.Wait, err = checkWait(wait, waitOK, lim); err != nil {
+			return n, err
+		}
+	case OpExtend:
+		if !more {
+			return n, ErrMissingField
+		}
+		token, tokenOK, end := scanToken(rest)
+		if end == len(rest) {
+			return n, ErrMissingField
+		}
+		rest = rest[end+1:]
+		lease, leaseOK, end := scanSeconds(rest)
+		if end < len(rest) {
+			return n, ErrTooManyFields
+		}
+		if !tokenOK {
+			return n, ErrBadToken
+		}
+		req.Token = token
+		if req.Lease, err = checkLease(lease, leaseOK, lim); err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+// cut splits b at its first space: the field before it, the rest after it,
+// and whether there was a space.
+func cut(b []byte) (field, rest []byte, more bool) {
+	for i, c := range b {
+		if c == ' ' {
+			return b[:i], b[i+1:], true
+		}
+	}
+	return b, nil, false
+}
+
+// cutKey is cut for a key field, and also reports whether the field is a
+// valid key. It checks eight bytes at a time while none of them is a space,
+// a control byte or DEL, then goes on byte by byte.
+func cutKey(b []byte) (field, rest []byte, more, ok bool) {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		if hasLess(x, 0x21)|hasZero(x^(lsb*0x7f)) != 0 {
+			break
+		}
+	}
+	bad := false
+	for ; i < len(b); i++ {
+		c := b[i]
+		if c == ' ' {
+			return b[:i], b[i+1:], true, !bad && i > 0 && i <= MaxKey
+		}
+		if !isKeyByte(c) {
+			bad = true
+		}
+	}
+	return b, nil, false, !bad && len(b) > 0 && len(b) <= MaxKey
+}
+
+// Word-at-a-time byte tests (Hacker's Delight; "Bit Twiddling Hacks").
+// Each is non-zero exactly when some byte of x matches; the flagged bits of
+// bytes above the first match may be wrong, which a yes/no test ignores.
+const (
+	lsb = 0x0101010101010101
+	msb = 0x8080808080808080
+)
+
+// hasZero reports (as non-zero) whether some byte of x is 0.
+func hasZero(x uint64) uint64 { return (x - lsb) & ^x & msb }
+
+// hasLess reports (as non-zero) whether some byte of x is below n, n ≤ 128.
+func hasLess(x uint64, n byte) uint64 { return (x - lsb*uint64(n)) & ^x & msb }
+
+// isKeyByte reports whether c may appear in a key.
+func isKeyByte(c byte) bool { return c > 0x20 && c != 0x7f }
+
+// isPrint reports whether every byte of b is in 0x21–0x7E.
+func isPrint(b []byte) bool {
+	for _, c := range b {
+		if c < 0x21 || c > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidKey reports whether k is a key the protocol accepts: 1 to MaxKey
+// bytes, each in 0x21–0x7E or 0x80–0xFF.
+func ValidKey(k []byte) bool {
+	if len(k) == 0 || len(k) > MaxKey {
+		return false
+	}
+	for _, c := range k {
+		if !isKeyByte(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkLease applies the lease rules to a scanned lease field.
+func checkLease(ms int64, ok bool, lim *Limits) (int64, error) {
+	if !ok || ms <= 0 {
+		return 0, ErrBadLease
+	}
+	max := int64(DefaultMaxMs)
+	if lim != nil && lim.MaxLease != 0 {
+		max = lim.MaxLease
+	}
+	if ms > max {
+		return 0, ErrLeaseTooLong
+	}
+	return ms, nil
+}
+
+// checkWait applies the wait rules to a scanned wait field.
+func checkWait(ms int64, ok bool, lim *Limits) (int64, error) {
+	if !ok {
+		return 0, ErrBadWait
+	}
+	max := int64(DefaultMaxMs)
+	if lim != nil && lim.MaxWait != 0 {
+		max = lim.MaxWait
+	}
+	if ms > max {
+		return 0, ErrWaitTooLong
+	}
+	return ms, nil
+}
+
+// AppendAcquire appends the request line "A key lease wait", leaseMs and
+// waitMs in milliseconds (waitMs 0: wait without bound).
+func AppendAcquire(dst, key []byte, leaseMs, waitMs int64) []byte {
+	dst = append(dst, 'A', ' ')
+	dst = append(dst, key...)
+	dst = append(dst, ' ')
+	dst = AppendSeconds(dst, leaseMs)
+	dst = append(dst, ' ')
+	dst = AppendSeconds(dst, waitMs)
+	return append(dst, '\n')
+}
+
+// AppendRelease appends the request line "R key token".
+func AppendRelease(dst, key []byte, token uint64) []byte {
+	dst = append(dst, 'R', ' ')
+	dst = append(dst, key...)
+	dst = append(dst, ' ')
+	dst = appendUint(dst, token)
+	return append(dst, '\n')
+}
+
+// AppendExtend appends the request line "X key token lease", leaseMs in
+// milliseconds.
+func AppendExtend(dst, key []byte, token uint64, leaseMs int64) []byte {
+	dst = append(dst, 'X', ' ')
+	dst = append(dst, key...)
+	dst = append(dst, ' ')
+	dst = appendUint(dst, token)
+	dst = append(dst, ' ')
+	dst = AppendSeconds(dst, leaseMs)
+	return append(dst, '\n')
+}
+
+// AppendCancel appends the request line "C key".
+func AppendCancel(dst, key []byte) []byte {
+	dst = append(dst, 'C', ' ')
+	dst = append(dst, key...)
+	return append(dst, '\n')
+}
+
+// AppendInfoRequest appends the request line "I".
+func AppendInfoRequest(dst []byte) []byte {
+	return append(dst, 'I', '\n')
+}

@@ -1,0 +1,560 @@
+package wire
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// reqWant is the expected outcome of parsing one line: a valid request, or
+// the E line that the refusal produces (which shows the echo fields).
+type reqWant struct {
+	op    Op
+	key   string
+	lease int64
+	wait  int64
+	token uint64
+	e     string // for a refusal: the E line AppendRefusal writes
+}
+
+func TestParseRequestValid(t *testing.T) {
+	long := strings.Repeat("k", MaxKey)
+	for _, tc := range []struct {
+		in   string
+		want reqWant
+	}{
+		{"A orders/42 30 5\n", reqWant{op: OpAcquire, key: "orders/42", lease: 30000, wait: 5000}},
+		{"A orders/42 30 0.5\n", reqWant{op: OpAcquire, key: "orders/42", lease: 30000, wait: 500}},
+		{"A k 2.125 0\n", reqWant{op: OpAcquire, key: "k", lease: 2125, wait: 0}},
+		{"A k 0.001 86400\n", reqWant{op: OpAcquire, key: "k", lease: 1, wait: 86400000}},
+		{"A k 86400.000 86400.0\n", reqWant{op: OpAcquire, key: "k", lease: 86400000, wait: 86400000}},
+		{"A k 007 00.10\n", reqWant{op: OpAcquire, key: "k", lease: 7000, wait: 100}},
+		{"A k 1.05 0.25\r\n", reqWant{op: OpAcquire, key: "k", lease: 1050, wait: 250}},
+		{"A ключ/1 30 5\n", reqWant{op: OpAcquire, key: "ключ/1", lease: 30000, wait: 5000}},
+		{"A \x80\xff 1 1\n", reqWant{op: OpAcquire, key: "\x80\xff", lease: 1000, wait: 1000}},
+		{"A - 1 1\n", reqWant{op: OpAcquire, key: "-", lease: 1000, wait: 1000}},
+		{"A " + long + " 1 1\n", reqWant{op: OpAcquire, key: long, lease: 1000, wait: 1000}},
+		{"A !~ 1 1\n", reqWant{op: OpAcquire, key: "!~", lease: 1000, wait: 1000}},
+		{"R orders/42 1001\n", reqWant{op: OpRelease, key: "orders/42", token: 1001}},
+		{"R k 1\r\n", reqWant{op: OpRelease, key: "k", token: 1}},
+		{"R k 18446744073709551615\n", reqWant{op: OpRelease, key: "k", token: 1<<64 - 1}},
+		{"R k 0001\n", reqWant{op: OpRelease, key: "k", token: 1}},
+		{"X k 7 1.5\n", reqWant{op: OpExtend, key: "k", token: 7, lease: 1500}},
+		{"X k 7 86400\r\n", reqWant{op: OpExtend, key: "k", token: 7, lease: 86400000}},
+		{"C k\n", reqWant{op: OpCancel, key: "k"}},
+		{"C k\r\n", reqWant{op: OpCancel, key: "k"}},
+		{"I\n", reqWant{op: OpInfo}},
+		{"I\r\n", reqWant{op: OpInfo}},
+	} {
+		checkRequest(t, tc.in, nil, tc.want)
+	}
+}
+
+func TestParseRequestRefusals(t *testing.T) {
+	long := strings.Repeat("k", MaxKey+1)
+	for _, tc := range []struct{ in, e string }{
+		// Empty.
+		{"\n", "E - - empty request"},
+		{"\r\n", "E - - empty request"},
+		// Op.
+		{"a k\n", "E a k unknown op"},
+		{"i\n", "E i - unknown op"},
+		{"AA k 1 1\n", "E AA k unknown op"},
+		{"Z\n", "E Z - unknown op"},
+		{"Z bad\x01key\n", "E Z - unknown op"},
+		{"Z " + long + "\n", "E Z - unknown op"},
+		{" A k 1 1\n", "E - A unknown op"},
+		{"  k\n", "E - - unknown op"},
+		{" \n", "E - - unknown op"},
+		{"\tA k\n", "E - k unknown op"},
+		{"A\tk 1 1\n", "E - 1 unknown op"},
+		{"\rA k 1 1\n", "E - k unknown op"},
+		{"A\r\r\n", "E - - unknown op"},
+		{"\x00\n", "E - - unknown op"},
+		{"é k\n", "E - k unknown op"},
+		{"ABCDEFGHIJKLMNOP k\n", "E ABCDEFGHIJKLMNOP k unknown op"},
+		{"ABCDEFGHIJKLMNOPQ k\n", "E - k unknown op"},
+		{"GET / HTTP/1.1\r\n", "E GET / unknown op"},
+		// Key, before the field count.
+		{"A \n", "E A - bad key"},
+		{"C \n", "E C - bad key"},
+		{"A  k 1 1\n", "E A - bad key"},
+		{"A k\x01 1 1\n", "E A - bad key"},
+		{"A k\x7f 1 1\n", "E A - bad key"},
+		{"A k\r 1 1\n", "E A - bad key"},
+		{"C k\r\r\n", "E C - bad key"},
+		{"C k\t\n", "E C - bad key"},
+		{"A " + long + " 1 1\n", "E A - bad key"},
+		{"A bad\x01 x\n", "E A - bad key"},
+		{"R " + long + "\n", "E R - bad key"},
+		// Field count, before the fields.
+		{"A\n", "E A - missing field"},
+		{"R\n", "E R - missing field"},
+		{"X\r\n", "E X - missing field"},
+		{"C\n", "E C - missing field"},
+		{"A k\n", "E A k missing field"},
+		{"A k 30\n", "E A k missing field"},
+		{"A k bad\n", "E A k missing field"},
+		{"R k\n", "E R k missing field"},
+		{"X k\n", "E X k missing field"},
+		{"X k 1\n", "E X k missing field"},
+		{"A orders/42 30 0 lots\n", "E A orders/42 too many fields"},
+		{"A k 30 5 \n", "E A k too many fields"},
+		{"A k bad 5 extra\n", "E A k too many fields"},
+		{"R k 1 2\n", "E R k too many fields"},
+		{"R k 0 x\n", "E R k too many fields"},
+		{"X k 1 30 5\n", "E X k too many fields"},
+		{"C k x\n", "E C k too many fields"},
+		{"C k \n", "E C k too many fields"},
+		{"I x\n", "E I x too many fields"},
+		{"I \n", "E I - too many fields"},
+		{"I x y\n", "E I x too many fields"},
+		{"I \x01\n", "E I - too many fields"},
+		// Lease.
+		{"A k 0 5\n", "E A k bad lease"},
+		{"A k 0.000 5\n", "E A k bad lease"},
+		{"A k  5\n", "E A k bad lease"},
+		{"A k .5 5\n", "E A k bad lease"},
+		{"A k 5. 5\n", "E A k bad lease"},
+		{"A k +1 5\n", "E A k bad lease"},
+		{"A k -1 5\n", "E A k bad lease"},
+		{"A k 1e3 5\n", "E A k bad lease"},
+		{"A k 0x10 5\n", "E A k bad lease"},
+		{"A k 1.2345 5\n", "E A k bad lease"},
+		{"A k 1.5.5 5\n", "E A k bad lease"},
+		{"A k 1,5 5\n", "E A k bad lease"},
+		{"A k 3\x000 5\n", "E A k bad lease"},
+		{"A k 30\r 5\n", "E A k bad lease"},
+		{"A k 9223372036854776 5\n", "E A k bad lease"},
+		{"A k 9223372036854775.808 5\n", "E A k bad lease"},
+		{"A k 99999999999999999999999999 5\n", "E A k bad lease"},
+		{"A k 9223372036854775.807 5\n", "E A k lease too long"},
+		{"A k 86400.001 5\n", "E A k lease too long"},
+		{"A k 100000 5\n", "E A k lease too long"},
+		{"A k x y\n", "E A k bad lease"},
+		{"A k 0 -1\n", "E A k bad lease"},
+		{"A k 99999999 -1\n", "E A k lease too long"},
+		{"X k 1 0\n", "E X k bad lease"},
+		{"X k 1 1.0000\n", "E X k bad lease"},
+		{"X k 1 86400.001\n", "E X k lease too long"},
+		{"X k 1 \n", "E X k bad lease"},
+		// Wait.
+		{"A k 1 \n", "E A k bad wait"},
+		{"A k 1 x\n", "E A k bad wait"},
+		{"A k 1 -1\n", "E A k bad wait"},
+		{"A k 1 .5\n", "E A k bad wait"},
+		{"A k 1 0.5000\n", "E A k bad wait"},
+		{"A k 1 5\t\n", "E A k bad wait"},
+		{"A k 1 5\r\r\n", "E A k bad wait"},
+		{"A k 1 99999999999999999999999999\n", "E A k bad wait"},
+		{"A k 1 86400.001\n", "E A k wait too long"},
+		// Token.
+		{"R k 0\n", "E R k bad token"},
+		{"R k 000\n", "E R k bad token"},
+		{"R k \n", "E R k bad token"},
+		{"R k -1\n", "E R k bad token"},
+		{"R k +1\n", "E R k bad token"},
+		{"R k 1a\n", "E R k bad token"},
+		{"R k 1.0\n", "E R k bad token"},
+		{"R k 18446744073709551616\n", "E R k bad token"},
+		{"R k 99999999999999999999\n", "E R k bad token"},
+		{"X k 0 5\n", "E X k bad token"},
+		{"X k 0 0\n", "E X k bad token"},
+		{"X k x 1.0000\n", "E X k bad token"},
+	} {
+		checkRequest(t, tc.in, nil, reqWant{e: tc.e})
+	}
+}
+
+func TestParseRequestLimits(t *testing.T) {
+	lease := &Limits{MaxLease: 60000}
+	wait := &Limits{MaxWait: 1000}
+	for _, tc := range []struct {
+		in   string
+		lim  *Limits
+		want reqWant
+	}{
+		{"A k 60 86400\n", lease, reqWant{op: OpAcquire, key: "k", lease: 60000, wait: 86400000}},
+		{"A k 60.001 0\n", lease, reqWant{e: "E A k lease too long"}},
+		{"X k 1 60.001\n", lease, reqWant{e: "E X k lease too long"}},
+		{"A k 86400 1\n", wait, reqWant{op: OpAcquire, key: "k", lease: 86400000, wait: 1000}},
+		{"A k 1 1.001\n", wait, reqWant{e: "E A k wait too long"}},
+		{"A k 86400.001 1\n", wait, reqWant{e: "E A k lease too long"}},
+		{"A k 1 0\n", &Limits{MaxLease: 1, MaxWait: 1}, reqWant{e: "E A k lease too long"}},
+		{"A k 0.001 0.002\n", &Limits{MaxLease: 1, MaxWait: 1}, reqWant{e: "E A k wait too long"}},
+		{"A k 0.001 0\n", &Limits{MaxLease: 1, MaxWait: 1}, reqWant{op: OpAcquire, key: "k", lease: 1}},
+		{"A k 100000 100000\n", &Limits{MaxLease: 1e8, MaxWait: 1e8}, reqWant{op: OpAcquire, key: "k", lease: 1e8, wait: 1e8}},
+	} {
+		checkRequest(t, tc.in, tc.lim, tc.want)
+	}
+}
+
+// checkRequest parses in, a single line, and compares the outcome with want.
+func checkRequest(t *testing.T, in string, lim *Limits, want reqWant) {
+	t.Helper()
+	buf := []byte(in + "A k 1 1\n") // a following line must not matter
+	var req Request
+	n, err := ParseRequest(buf, lim, &req)
+	if n != len(in) {
+		t.Errorf("%q: n = %d, want %d (err %v)", in, n, len(in), err)
+		return
+	}
+	if want.e != "" {
+		if err == nil {
+			t.Errorf("%q: accepted as %+v, want %q", in, req, want.e)
+			return
+		}
+		if got := string(AppendRefusal(nil, &req, err)); got != want.e+"\n" {
+			t.Errorf("%q: refusal %q, want %q", in, got, want.e+"\n")
+		}
+		checkEcho(t, in, &req)
+		return
+	}
+	if err != nil {
+		t.Errorf("%q: err %v (%q)", in, err, AppendRefusal(nil, &req, err))
+		return
+	}
+	if req.Op != want.op || string(req.Key) != want.key || req.Lease != want.lease ||
+		req.Wait != want.wait || req.Token != want.token {
+		t.Errorf("%q: got %v %q lease %d wait %d token %d, want %v %q lease %d wait %d token %d", in,
+			req.Op, req.Key, req.Lease, req.Wait, req.Token,
+			want.op, want.key, want.lease, want.wait, want.token)
+	}
+	if want.op == OpInfo {
+		if req.Key != nil || req.EchoKey != nil {
+			t.Errorf("%q: I has key %q, echo %q", in, req.Key, req.EchoKey)
+		}
+	} else if !bytes.Equal(req.EchoKey, req.Key) {
+		t.Errorf("%q: EchoKey %q, Key %q", in, req.EchoKey, req.Key)
+	}
+	if len(req.EchoOp) != 1 || Op(req.EchoOp[0]) != req.Op {
+		t.Errorf("%q: EchoOp %q for op %v", in, req.EchoOp, req.Op)
+	}
+}
+
+// checkEcho checks the echo rules on a refused request.
+func checkEcho(t *testing.T, in string, req *Request) {
+	t.Helper()
+	if o := req.EchoOp; o != nil && (len(o) == 0 || len(o) > 16 || !isPrint(o)) {
+		t.Errorf("%q: EchoOp %q breaks the echo rule", in, o)
+	}
+	if k := req.EchoKey; k != nil && !ValidKey(k) {
+		t.Errorf("%q: EchoKey %q is not a valid key", in, k)
+	}
+}
+
+func TestParseRequestEchoNil(t *testing.T) {
+	// "-" in an E line means nil echo fields, not empty ones.
+	for _, in := range []string{"\n", " \n", "  \n", "\x01 \x02\n", "A \n"} {
+		var req Request
+		n, err := ParseRequest([]byte(in), nil, &req)
+		if n != len(in) || err == nil {
+			t.Errorf("%q: n %d err %v", in, n, err)
+		}
+		if in != "A \n" && req.EchoOp != nil {
+			t.Errorf("%q: EchoOp %q, want nil", in, req.EchoOp)
+		}
+		if req.EchoKey != nil {
+			t.Errorf("%q: EchoKey %q, want nil", in, req.EchoKey)
+		}
+	}
+}
+
+func TestParseRequestOverwrites(t *testing.T) {
+	req := Request{Op: OpExtend, Key: []byte("old"), Lease: 1, Wait: 2, Token: 3, EchoOp: []byte("X"), EchoKey: []byte("old")}
+	if _, err := ParseRequest([]byte("C k\n"), nil, &req); err != nil {
+		t.Fatal(err)
+	}
+	if req.Lease != 0 || req.Wait != 0 || req.Token != 0 || string(req.Key) != "k" {
+		t.Errorf("stale fields left: %+v", req)
+	}
+	req = Request{Op: OpExtend, Key: []byte("old"), Token: 3}
+	if n, err := ParseRequest([]byte("A k 1"), nil, &req); n != 0 || err != nil || req.Key != nil || req.Token != 0 {
+		t.Errorf("need-more left fields: %+v (n %d err %v)", req, n, err)
+	}
+}
+
+func TestParseRequestNeedMore(t *testing.T) {
+	for _, in := range []string{"", "A", "A k 30 5", "A k 30 5\r", "\r", strings.Repeat("x", MaxLine-1)} {
+		var req Request
+		if n, err := ParseRequest([]byte(in), nil, &req); n != 0 || err != nil {
+			t.Errorf("%q: n %d err %v, want 0 nil", in, n, err)
+		}
+	}
+}
+
+func TestParseRequestLineLength(t *testing.T) {
+	// A valid request padded to a given content length: the wait gets
+	// leading zeros.
+	line := func(content int) string {
+		s := "A k 30 "
+		return s + strings.Repeat("0", content-len(s))
+	}
+	for _, tc := range []struct {
+		name string
+		in   string
+		n    int
+		err  error
+	}{
+		{"511+LF", line(511) + "\n", 512, nil},
+		{"510+CRLF", line(510) + "\r\n", 512, nil},
+		{"511+CRLF", line(511) + "\r\n", 513, ErrLineTooLong},
+		{"512+LF", line(512) + "\n", 513, ErrLineTooLong},
+		{"600+LF", line(600) + "\n", 601, ErrLineTooLong},
+		{"511 no LF", line(511), 0, nil},
+		{"511+CR no LF", line(511) + "\r", 0, ErrLineTooLong},
+		{"512 no LF", line(512), 0, ErrLineTooLong},
+		{"4096 no LF", line(4096), 0, ErrLineTooLong},
+		{"512 no LF then LF", line(512) + strings.Repeat("x", 100), 0, ErrLineTooLong},
+	} {
+		var req Request
+		n, err := ParseRequest([]byte(tc.in), nil, &req)
+		if n != tc.n || err != tc.err {
+			t.Errorf("%s: n %d err %v, want %d %v", tc.name, n, err, tc.n, tc.err)
+		}
+		if err == nil && n > 0 && (req.Op != OpAcquire || req.Lease != 30000 || req.Wait != 0) {
+			t.Errorf("%s: parsed %+v", tc.name, req)
+		}
+		if err == ErrLineTooLong {
+			if got := string(AppendRefusal(nil, &req, err)); got != "E - - line too long\n" {
+				t.Errorf("%s: answer %q", tc.name, got)
+			}
+		}
+	}
+}
+
+// reqResult is one ParseRequest outcome, detached from its buffer.
+type reqResult struct {
+	n   int // -1 for ErrLineTooLong, whose n depends on how the bytes arrived
+	err error
+	req Request
+}
+
+func (r reqResult) String() string {
+	return fmt.Sprintf("n=%d err=%v op=%q key=%q lease=%d wait=%d token=%d echo=%q/%q",
+		r.n, r.err, byte(r.req.Op), r.req.Key, r.req.Lease, r.req.Wait, r.req.Token, r.req.EchoOp, r.req.EchoKey)
+}
+
+func detach(n int, err error, req *Request) reqResult {
+	if err == ErrLineTooLong {
+		n = -1
+	}
+	r := *req
+	r.Key = bytes.Clone(r.Key)
+	r.EchoOp = bytes.Clone(r.EchoOp)
+	r.EchoKey = bytes.Clone(r.EchoKey)
+	return reqResult{n: n, err: err, req: r}
+}
+
+// parseRequests parses data as one buffer, the way a caller with the whole
+// input would: every complete line, then stop at the first need-more or line
+// too long.
+func parseRequests(t testing.TB, data []byte, lim *Limits) (out []reqResult, tooLong bool) {
+	var req Request
+	for {
+		n, err := ParseRequest(data, lim, &req)
+		if n < 0 || n > len(data) {
+			t.Fatalf("n = %d for %d bytes", n, len(data))
+		}
+		if n == 0 && err == nil {
+			return out, false
+		}
+		out = append(out, detach(n, err, &req))
+		if err == ErrLineTooLong {
+			return out, true
+		}
+		data = data[n:]
+	}
+}
+
+// parseRequestsSplit feeds data to ParseRequest the way a connection would
+// deliver it: in chunks whose sizes come from cuts (cycled; a zero means
+// one byte), each appended to what is still unparsed.
+func parseRequestsSplit(t testing.TB, data, cuts []byte, lim *Limits) (out []reqResult, tooLong bool) {
+	var pending []byte
+	var req Request
+	for i := 0; len(data) > 0; i++ {
+		size := 1
+		if len(cuts) > 0 {
+			size = max(1, int(cuts[i%len(cuts)]))
+		}
+		size = min(size, len(data))
+		pending = append(pending, data[:size]...)
+		data = data[size:]
+		for {
+			n, err := ParseRequest(pending, lim, &req)
+			if n < 0 || n > len(pending) {
+				t.Fatalf("n = %d for %d bytes", n, len(pending))
+			}
+			if n == 0 && err == nil {
+				break
+			}
+			out = append(out, detach(n, err, &req))
+			if err == ErrLineTooLong {
+				return out, true
+			}
+			pending = pending[n:]
+		}
+	}
+	return out, false
+}
+
+func compareResults[T fmt.Stringer](t *testing.T, whole, split []T, equal func(a, b T) bool) {
+	t.Helper()
+	if len(whole) != len(split) {
+		t.Fatalf("whole gave %d results, split %d:\nwhole %v\nsplit %v", len(whole), len(split), whole, split)
+	}
+	for i := range whole {
+		if !equal(whole[i], split[i]) {
+			t.Fatalf("result %d: whole %v, split %v", i, whole[i], split[i])
+		}
+	}
+}
+
+func equalReqResult(a, b reqResult) bool {
+	return a.n == b.n && a.err == b.err && equalRequest(&a.req, &b.req) &&
+		bytes.Equal(a.req.EchoOp, b.req.EchoOp) && (a.req.EchoOp == nil) == (b.req.EchoOp == nil) &&
+		bytes.Equal(a.req.EchoKey, b.req.EchoKey) && (a.req.EchoKey == nil) == (b.req.EchoKey == nil)
+}
+
+func equalRequest(a, b *Request) bool {
+	return a.Op == b.Op && bytes.Equal(a.Key, b.Key) && a.Lease == b.Lease && a.Wait == b.Wait && a.Token == b.Token
+}
+
+const pipeline = "A orders/42 30 5\r\n" +
+	"A orders/42 30 0.5\n" +
+	"R orders/42 1001\n" +
+	"X orders/42 1001 60\r\n" +
+	"A orders/42 30 0 lots\n" +
+	"\n" +
+	"C orders/42\n" +
+	"bogus\n" +
+	"I\n" +
+	"R k 0\n"
+
+func TestParseRequestSplit(t *testing.T) {
+	whole, tooLong := parseRequests(t, []byte(pipeline), nil)
+	if len(whole) != 10 || tooLong {
+		t.Fatalf("whole pipeline gave %d results (too long %v)", len(whole), tooLong)
+	}
+	for _, cuts := range [][]byte{{1}, {2}, {3}, {5, 1, 7}, {17}, {255}} {
+		split, tooLong := parseRequestsSplit(t, []byte(pipeline), cuts, nil)
+		if tooLong {
+			t.Fatalf("cuts %v: too long", cuts)
+		}
+		compareResults(t, whole, split, equalReqResult)
+	}
+	// Bytes after the last LF stay unparsed, whole or split.
+	whole2, _ := parseRequests(t, []byte(pipeline+"A k 1"), nil)
+	split2, _ := parseRequestsSplit(t, []byte(pipeline+"A k 1"), []byte{1}, nil)
+	compareResults(t, whole, whole2, equalReqResult)
+	compareResults(t, whole, split2, equalReqResult)
+}
+
+func TestRequestRoundTrip(t *testing.T) {
+	long := bytes.Repeat([]byte{'z'}, MaxKey)
+	for _, want := range []Request{
+		{Op: OpAcquire, Key: []byte("orders/42"), Lease: 30000, Wait: 5000},
+		{Op: OpAcquire, Key: []byte("k"), Lease: 1, Wait: 0},
+		{Op: OpAcquire, Key: []byte("ключ"), Lease: 2125, Wait: 86400000},
+		{Op: OpAcquire, Key: long, Lease: 86400000, Wait: 86399999},
+		{Op: OpRelease, Key: []byte("orders/42"), Token: 1001},
+		{Op: OpRelease, Key: long, Token: 1<<64 - 1},
+		{Op: OpExtend, Key: []byte("k"), Token: 1, Lease: 10},
+		{Op: OpExtend, Key: long, Token: 1<<64 - 1, Lease: 86400000},
+		{Op: OpCancel, Key: []byte("k")},
+		{Op: OpCancel, Key: long},
+		{Op: OpInfo},
+	} {
+		line := appendRequest(nil, &want)
+		var got Request
+		n, err := ParseRequest(line, nil, &got)
+		if n != len(line) || err != nil || !equalRequest(&got, &want) {
+			t.Errorf("%q: n %d err %v, got %+v want %+v", line, n, err, got, want)
+		}
+		if len(line) > MaxLine {
+			t.Errorf("%q: %d bytes", line, len(line))
+		}
+	}
+}
+
+// appendRequest encodes req with the request encoder for its op.
+func appendRequest(dst []byte, req *Request) []byte {
+	switch req.Op {
+	case OpAcquire:
+		return AppendAcquire(dst, req.Key, req.Lease, req.Wait)
+	case OpRelease:
+		return AppendRelease(dst, req.Key, req.Token)
+	case OpExtend:
+		return AppendExtend(dst, req.Key, req.Token, req.Lease)
+	case OpCancel:
+		return AppendCancel(dst, req.Key)
+	case OpInfo:
+		return AppendInfoRequest(dst)
+	}
+	panic("appendRequest: op " + req.Op.String())
+}
+
+func TestRequestEncoders(t *testing.T) {
+	k := []byte("orders/42")
+	for _, tc := range []struct{ got, want string }{
+		{string(AppendAcquire(nil, k, 30000, 5000)), "A orders/42 30 5\n"},
+		{string(AppendAcquire(nil, k, 30000, 500)), "A orders/42 30 0.5\n"},
+		{string(AppendAcquire([]byte("x"), k, 2125, 0)), "xA orders/42 2.125 0\n"},
+		{string(AppendRelease(nil, k, 1001)), "R orders/42 1001\n"},
+		{string(AppendExtend(nil, k, 1001, 60000)), "X orders/42 1001 60\n"},
+		{string(AppendCancel(nil, k)), "C orders/42\n"},
+		{string(AppendInfoRequest(nil)), "I\n"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+}
+
+func TestOpString(t *testing.T) {
+	for op, s := range map[Op]string{OpAcquire: "A", OpRelease: "R", OpExtend: "X", OpCancel: "C", OpInfo: "I", 'z': "?"} {
+		if op.String() != s {
+			t.Errorf("Op(%q).String() = %q", byte(op), op.String())
+		}
+	}
+}
+
+func TestValidKey(t *testing.T) {
+	for _, tc := range []struct {
+		k  string
+		ok bool
+	}{
+		{"", false}, {"k", true}, {"!", true}, {"~", true}, {"\x7f", false}, {" ", false},
+		{"a b", false}, {"\x00", false}, {"\x80", true}, {"é", true},
+		{strings.Repeat("k", MaxKey), true}, {strings.Repeat("k", MaxKey+1), false},
+	} {
+		if ValidKey([]byte(tc.k)) != tc.ok {
+			t.Errorf("ValidKey(%q) = %v", tc.k, !tc.ok)
+		}
+	}
+}
+
+func TestParseRequestAllocs(t *testing.T) {
+	lim := &Limits{}
+	for _, line := range []string{
+		"A orders/42 30 5\n", "R orders/42 1001\n", "X orders/42 1001 2.5\n", "C orders/42\n", "I\n",
+		"A orders/42 30 0 lots\n", "Z\n", "A k 30", strings.Repeat("x", 600),
+	} {
+		buf := []byte(line)
+		var req Request
+		if a := testing.AllocsPerRun(100, func() { ParseRequest(buf, lim, &req) }); a != 0 {
+			t.Errorf("ParseRequest(%q): %v allocs", line, a)
+		}
+	}
+}
+
+func TestErrorsIsSentinel(t *testing.T) {
+	var req Request
+	_, err := ParseRequest([]byte("A k 0 1\n"), nil, &req)
+	if !errors.Is(fmt.Errorf("server: %w", err), ErrBadLease) {
+		t.Errorf("err %v is not ErrBadLease", err)
+	}
+}
