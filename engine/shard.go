@@ -229,8 +229,10 @@ func (s *Shard) Disconnect(conn ConnID) {
 	}
 }
 
-// Advance ends every lease and wait whose deadline has passed by now, and
-// hands keys on. Call it at least once per tick for timely expiry.
+// Advance ends leases and waits whose deadlines have passed, and hands keys
+// on. A deadline ends at the first Advance that has reached the end of its
+// wheel tick (Config.Tick), never before the deadline itself. Call it at
+// least once per tick for timely expiry.
 func (s *Shard) Advance(now int64, out *Output) {
 	s.now, s.out = now, out
 	s.leases.Advance(now, s.fireLease)

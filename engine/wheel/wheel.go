@@ -22,10 +22,11 @@ type Item interface {
 }
 
 // Wheel holds items until their deadline. Deadlines are int64 in the same unit
-// as now (the engine uses monotonic nanoseconds). An item fires at an Advance
-// whose now has reached the end of the tick holding its deadline: never
-// before its deadline, and at most one tick after it plus however late the
-// caller is with Advance.
+// as now (the engine uses monotonic nanoseconds). An item never fires before
+// its deadline. Normally it fires at the first Advance whose now has reached
+// the end of the tick holding its deadline, so at most one tick late plus
+// however late the caller is with Advance; an Advance that covers a whole
+// rotation or more fires everything due by now, even within the current tick.
 type Wheel[T Item] struct {
 	tick  int64 // width of one slot
 	mask  int64
