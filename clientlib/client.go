@@ -1,0 +1,522 @@
+package clientlib
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/kunci/kunci/wire"
+)
+
+// Config configures a Client. Only Addrs is required.
+type Config struct {
+	// Addrs are the nodes' addresses (host:port). With one address the
+	// client keeps two connections to it.
+	Addrs []string
+	// Logger receives the client's rare log lines (connections lost and
+	// redirected, at debug level). The zero Logger logs nothing.
+	Logger zerolog.Logger
+	// DialTimeout bounds each connection attempt (default 2 s).
+	DialTimeout time.Duration
+	// WriteTimeout bounds each write to a node (default 5 s).
+	WriteTimeout time.Duration
+	// ReconnectInterval is the pause between attempts to re-dial a lost
+	// connection (default 3 s).
+	ReconnectInterval time.Duration
+	// ProbeInterval: a connection that has read nothing for this long is
+	// sent an I probe (default 5 s). ProbeTimeout: if nothing comes back
+	// within it, the connection is taken as dead (default 3 s).
+	ProbeInterval, ProbeTimeout time.Duration
+	// ReleaseRetry is how long Release keeps trying through connection
+	// errors (default 5 s), every ReleaseInterval (default 200 ms).
+	ReleaseRetry, ReleaseInterval time.Duration
+}
+
+func (c *Config) setDefaults() error {
+	if len(c.Addrs) == 0 {
+		return errors.New("clientlib: no node address")
+	}
+	for _, a := range c.Addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("clientlib: bad address %q: %w", a, err)
+		}
+	}
+	set := func(d *time.Duration, def time.Duration) {
+		if *d <= 0 {
+			*d = def
+		}
+	}
+	set(&c.DialTimeout, 2*time.Second)
+	set(&c.WriteTimeout, 5*time.Second)
+	set(&c.ReconnectInterval, 3*time.Second)
+	set(&c.ProbeInterval, 5*time.Second)
+	set(&c.ProbeTimeout, 3*time.Second)
+	set(&c.ReleaseRetry, 5*time.Second)
+	set(&c.ReleaseInterval, 200*time.Millisecond)
+	return nil
+}
+
+// Client is a connection pool to a kunci node or cluster. Create it with
+// New and Close it when done.
+type Client struct {
+	cfg    Config
+	log    zerolog.Logger
+	conns  []*conn
+	rr     atomic.Uint32
+	done   chan struct{}
+	closed atomic.Bool
+	wg     sync.WaitGroup
+	dialer net.Dialer
+}
+
+// New returns a client for cfg.Addrs. It makes a first attempt to connect
+// to every address before it returns; connections that fail are retried in
+// the background, and requests use whichever are up.
+func New(cfg Config) (*Client, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	c := &Client{cfg: cfg, log: cfg.Logger, done: make(chan struct{})}
+	c.dialer = net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 15 * time.Second}
+	addrs := cfg.Addrs
+	if len(addrs) == 1 {
+		addrs = []string{addrs[0], addrs[0]}
+	}
+	firsts := make([]chan struct{}, len(addrs))
+	for i, a := range addrs {
+		cn := newConn(c, a)
+		c.conns = append(c.conns, cn)
+		firsts[i] = make(chan struct{})
+		c.wg.Add(2)
+		go cn.run(firsts[i])
+		go cn.write()
+	}
+	for _, f := range firsts {
+		<-f
+	}
+	return c, nil
+}
+
+// Close closes every connection and stops the background work. Locks still
+// held stay held on the node until released (by another client) or until
+// their leases run out.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	close(c.done)
+	for _, cn := range c.conns {
+		cn.mu.Lock()
+		if cn.nc != nil {
+			_ = cn.nc.Close()
+		}
+		cn.mu.Unlock()
+	}
+	c.wg.Wait()
+	return nil
+}
+
+func (c *Client) closing() bool { return c.closed.Load() }
+
+func (c *Client) dial(addr string) (net.Conn, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-c.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return c.dialer.DialContext(ctx, "tcp", addr)
+}
+
+// sleep waits d, or returns false when the client closes first.
+func (c *Client) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.done:
+		return false
+	}
+}
+
+// next returns the next usable connection in round-robin order, or nil.
+func (c *Client) next() *conn {
+	n := uint32(len(c.conns))
+	start := c.rr.Add(1)
+	for i := range n {
+		if cn := c.conns[(start+i)%n]; cn.usable.Load() {
+			return cn
+		}
+	}
+	return nil
+}
+
+// maxRedirects bounds how often one request follows redirects, so that two
+// nodes that each name the other cannot keep it forever.
+const maxRedirects = 8
+
+// Lock is a granted lock. Its methods are safe for concurrent use.
+type Lock struct {
+	c     *Client
+	key   string
+	token uint64
+
+	mu       sync.Mutex
+	lease    time.Duration
+	stopKeep context.CancelFunc
+}
+
+// Key returns the locked key.
+func (l *Lock) Key() string { return l.key }
+
+// Token returns the grant's fencing token: larger than every token the
+// cluster issued before it. Pass it to the protected resource.
+func (l *Lock) Token() uint64 { return l.token }
+
+// Acquire waits for key and returns the granted lock, which ends by itself
+// lease after the grant unless released or extended. wait bounds the time in
+// the queue (0: no bound); when it runs out the error is ErrTimeout. If ctx
+// ends first, the queued acquire is cancelled on the node (and a grant that
+// raced the cancel is released); the error is then ctx.Err().
+func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Duration) (*Lock, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	if lease <= 0 || wait < 0 {
+		return nil, fmt.Errorf("clientlib: lease must be > 0 and wait >= 0 (lease %v, wait %v)", lease, wait)
+	}
+	var deadline time.Time
+	if wait > 0 {
+		deadline = time.Now().Add(wait)
+	}
+	leaseMs := ceilMs(lease)
+	attempts, redirects := 0, 0
+	var lastErr error
+	var cn *conn
+	for {
+		if c.closing() {
+			return nil, ErrClosed
+		}
+		if cn == nil {
+			if cn = c.next(); cn == nil {
+				return nil, noConnection(lastErr)
+			}
+		}
+		waitMs := int64(0)
+		if wait > 0 {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return nil, ErrTimeout
+			}
+			waitMs = ceilMs(left)
+		}
+		r, err := cn.acquire(ctx, key, leaseMs, waitMs, deadline)
+		if err != nil {
+			return nil, err
+		}
+		switch r.kind {
+		case 'A':
+			return &Lock{c: c, key: key, token: r.token, lease: lease}, nil
+		case 'T':
+			return nil, ErrTimeout
+		case 'E':
+			return nil, &RefusedError{Op: "A", Key: key, Reason: r.reason}
+		case kindRedirect:
+			if redirects++; redirects > maxRedirects {
+				return nil, noConnection(errors.New("too many redirects"))
+			}
+			// Send it again where the connection went.
+			if !cn.waitUp(ctx, c.cfg.DialTimeout) {
+				cn = nil
+			}
+		default:
+			lastErr = r.err
+			if attempts++; attempts >= len(c.conns) {
+				return nil, noConnection(lastErr)
+			}
+			cn = nil
+		}
+	}
+}
+
+func noConnection(cause error) error {
+	if cause == nil || cause == errNotUp {
+		return ErrNoConnection
+	}
+	return fmt.Errorf("%w: %v", ErrNoConnection, cause)
+}
+
+// acquire sends one acquire on cn, first waiting its turn behind an
+// acquire of the same key already outstanding on cn.
+func (cn *conn) acquire(ctx context.Context, key string, leaseMs, waitMs int64, deadline time.Time) (result, error) {
+	cn.mu.Lock()
+	if cn.nc == nil {
+		cn.mu.Unlock()
+		return result{kind: kindBroken, err: errNotUp}, nil
+	}
+	gen := cn.gen
+	if g, busy := cn.gates[key]; busy {
+		if g == nil {
+			g = &gate{}
+			cn.gates[key] = g
+		}
+		ch := make(chan struct{})
+		g.waiters = append(g.waiters, ch)
+		cn.mu.Unlock()
+		if err := cn.waitGate(ctx, key, ch, deadline); err != nil {
+			return result{}, err
+		}
+		cn.mu.Lock()
+		if cn.gen != gen {
+			cn.mu.Unlock()
+			return result{kind: kindBroken, err: errNotUp}, nil
+		}
+		// The gate was handed to us and is still marked busy.
+	} else {
+		cn.gates[key] = nil
+	}
+	c := getCall('A', key)
+	err := cn.send(c, gen, func(b []byte) []byte { return appendAcquire(b, key, leaseMs, waitMs) })
+	cn.mu.Unlock()
+	if err == errNotUp {
+		putCall(c)
+		return result{kind: kindBroken, err: err}, nil
+	}
+	select {
+	case r := <-c.done:
+		putCall(c)
+		return r, nil
+	case <-ctx.Done():
+		return cn.cancel(ctx, c, gen)
+	}
+}
+
+// waitGate waits until ch is closed (our turn, or the connection broke),
+// the acquire's wait runs out, or ctx ends.
+func (cn *conn) waitGate(ctx context.Context, key string, ch chan struct{}, deadline time.Time) error {
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
+	var err error
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-timeout:
+		err = ErrTimeout
+	}
+	// Leave the line; if the turn came meanwhile, hand it on.
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if g := cn.gates[key]; g != nil {
+		for i, w := range g.waiters {
+			if w == ch {
+				g.waiters = append(g.waiters[:i], g.waiters[i+1:]...)
+				return err
+			}
+		}
+	}
+	select {
+	case <-ch:
+		if _, ok := cn.gates[key]; ok {
+			cn.passGate(key)
+		}
+	default:
+	}
+	return err
+}
+
+// cancel withdraws the outstanding acquire c after ctx ended: it sends
+// C key and waits for the acquire's answer. A grant that won the race is
+// released. It returns ctx's error.
+func (cn *conn) cancel(ctx context.Context, c *call, gen uint64) (result, error) {
+	key := c.key
+	cc := getCall('C', key)
+	cn.mu.Lock()
+	err := cn.send(cc, gen, func(b []byte) []byte { return appendCancel(b, key) })
+	cn.mu.Unlock()
+	// Either way the acquire's own answer comes: T (withdrawn), A (the grant
+	// won), or a broken connection, whose queued acquires the node drops.
+	r := <-c.done
+	putCall(c)
+	if err == nil {
+		<-cc.done
+		putCall(cc)
+	} else {
+		putCall(cc)
+	}
+	if r.kind == 'A' {
+		l := &Lock{c: cn.cl, key: key, token: r.token}
+		go func() { _ = l.Release(context.Background()) }()
+	}
+	return result{}, ctx.Err()
+}
+
+// Release ends the grant. Through connection errors it is retried every
+// Config.ReleaseInterval for Config.ReleaseRetry. It returns ErrStale when
+// the token is no longer the key's grant (released before, or expired).
+func (l *Lock) Release(ctx context.Context) error {
+	l.stopKeepAlive()
+	c := l.c
+	until := time.Now().Add(c.cfg.ReleaseRetry)
+	redirects := 0
+	var lastErr error
+	for {
+		if c.closing() {
+			return ErrClosed
+		}
+		if cn := c.next(); cn != nil {
+			r, err := cn.do(ctx, 'R', l.key, func(b []byte) []byte { return appendRelease(b, l.key, l.token) })
+			if err != nil {
+				return err
+			}
+			switch r.kind {
+			case 'R':
+				if r.ok {
+					return nil
+				}
+				return ErrStale
+			case 'E':
+				return &RefusedError{Op: "R", Key: l.key, Reason: r.reason}
+			case kindRedirect:
+				if redirects++; redirects <= maxRedirects {
+					cn.waitUp(ctx, c.cfg.DialTimeout)
+					continue
+				}
+			}
+			lastErr = r.err
+		}
+		if time.Now().After(until) {
+			return noConnection(lastErr)
+		}
+		t := time.NewTimer(c.cfg.ReleaseInterval)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-c.done:
+			t.Stop()
+			return ErrClosed
+		}
+	}
+}
+
+// Extend makes the grant end lease from now. It returns ErrStale when the
+// grant already ended.
+func (l *Lock) Extend(ctx context.Context, lease time.Duration) error {
+	if lease <= 0 {
+		return fmt.Errorf("clientlib: lease must be > 0 (got %v)", lease)
+	}
+	c := l.c
+	ms := ceilMs(lease)
+	attempts, redirects := 0, 0
+	var lastErr error
+	var cn *conn
+	for {
+		if c.closing() {
+			return ErrClosed
+		}
+		if cn == nil {
+			if cn = c.next(); cn == nil {
+				return noConnection(lastErr)
+			}
+		}
+		r, err := cn.do(ctx, 'X', l.key, func(b []byte) []byte { return appendExtend(b, l.key, l.token, ms) })
+		if err != nil {
+			return err
+		}
+		switch r.kind {
+		case 'X':
+			if !r.ok {
+				return ErrStale
+			}
+			l.mu.Lock()
+			l.lease = lease
+			l.mu.Unlock()
+			return nil
+		case 'E':
+			return &RefusedError{Op: "X", Key: l.key, Reason: r.reason}
+		case kindRedirect:
+			if redirects++; redirects > maxRedirects {
+				return noConnection(errors.New("too many redirects"))
+			}
+			if !cn.waitUp(ctx, c.cfg.DialTimeout) {
+				cn = nil
+			}
+		default:
+			lastErr = r.err
+			if attempts++; attempts >= len(c.conns) {
+				return noConnection(lastErr)
+			}
+			cn = nil
+		}
+	}
+}
+
+func checkKey(key string) error {
+	if len(key) == 0 || len(key) > wire.MaxKey {
+		return fmt.Errorf("clientlib: key must be 1 to %d bytes (got %d)", wire.MaxKey, len(key))
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c <= 0x20 || c == 0x7f {
+			return fmt.Errorf("clientlib: key %q holds a space or control byte", key)
+		}
+	}
+	return nil
+}
+
+// ceilMs converts d to whole milliseconds, rounding up so that a lease or
+// wait is never shorter than asked.
+func ceilMs(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+func appendAcquire(b []byte, key string, leaseMs, waitMs int64) []byte {
+	b = append(b, "A "...)
+	b = append(b, key...)
+	b = append(b, ' ')
+	b = wire.AppendSeconds(b, leaseMs)
+	b = append(b, ' ')
+	b = wire.AppendSeconds(b, waitMs)
+	return append(b, '\n')
+}
+
+func appendRelease(b []byte, key string, token uint64) []byte {
+	b = append(b, "R "...)
+	b = append(b, key...)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, token, 10)
+	return append(b, '\n')
+}
+
+func appendExtend(b []byte, key string, token uint64, leaseMs int64) []byte {
+	b = append(b, "X "...)
+	b = append(b, key...)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, token, 10)
+	b = append(b, ' ')
+	b = wire.AppendSeconds(b, leaseMs)
+	return append(b, '\n')
+}
+
+func appendCancel(b []byte, key string) []byte {
+	b = append(b, "C "...)
+	b = append(b, key...)
+	return append(b, '\n')
+}

@@ -1,0 +1,432 @@
+package clientlib
+
+import (
+	"context"
+	"errors"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kunci/kunci/wire"
+)
+
+// Outcome kinds of a call, besides the answer letters 'A', 'T', 'R', 'X',
+// 'C', 'I' and 'E'.
+const (
+	kindBroken   = 0   // the connection broke before the answer came
+	kindRedirect = 'M' // the node redirected the connection
+)
+
+// result is what a call gets back.
+type result struct {
+	kind   byte
+	ok     bool   // R X C: OK, not STALE/NONE
+	token  uint64 // A
+	op     string // E
+	reason string // E
+	err    error  // broken: why
+}
+
+// call is one request waiting for its answer. The goroutine that made it
+// owns it again once it has received from done; calls whose caller gave up
+// are left to the garbage collector.
+type call struct {
+	done chan result
+	next *call
+	key  string
+	op   byte
+}
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan result, 1)} }}
+
+func getCall(op byte, key string) *call {
+	c := callPool.Get().(*call)
+	c.op, c.key, c.next = op, key, nil
+	return c
+}
+
+func putCall(c *call) {
+	c.key, c.next = "", nil
+	callPool.Put(c)
+}
+
+// queue is the FIFO of calls outstanding with one op and key.
+type queue struct{ head, tail *call }
+
+// opIndex maps a request op to its slot in conn.pend.
+func opIndex(op byte) int {
+	switch op {
+	case 'A':
+		return 0
+	case 'R':
+		return 1
+	case 'X':
+		return 2
+	case 'C':
+		return 3
+	}
+	return 4 // I
+}
+
+// gate admits one acquire of a key at a time on a connection; later
+// acquirers of the key wait in FIFO order.
+type gate struct{ waiters []chan struct{} }
+
+// conn is one managed connection. A goroutine (run) dials, reads and
+// re-dials it; requests are written by the goroutines that send them.
+type conn struct {
+	cl   *Client
+	home string // the configured address
+
+	usable atomic.Bool
+
+	mu       sync.Mutex
+	nc       net.Conn // nil while down
+	addr     string   // the address nc goes to
+	gen      uint64   // counts connections made
+	upCh     chan struct{}
+	pend     [5]map[string]queue
+	gates    map[string]*gate
+	wbuf     []byte
+	spare    []byte
+	wake     chan struct{}
+	queued   atomic.Int64 // requests ever buffered, for the writer's batching
+	probes   int // I probes outstanding
+}
+
+func newConn(cl *Client, addr string) *conn {
+	cn := &conn{cl: cl, home: addr, upCh: make(chan struct{}), gates: make(map[string]*gate), wake: make(chan struct{}, 1)}
+	for i := range cn.pend {
+		cn.pend[i] = make(map[string]queue)
+	}
+	return cn
+}
+
+// run keeps the connection up until the client closes. first is closed
+// after the first dial attempt.
+func (cn *conn) run(first chan<- struct{}) {
+	defer cn.cl.wg.Done()
+	addr := cn.home
+	for attempt := 0; ; attempt++ {
+		if cn.cl.closing() {
+			return
+		}
+		nc, err := cn.cl.dial(addr)
+		if attempt == 0 {
+			close(first)
+		}
+		if err != nil {
+			cn.cl.log.Debug().Err(err).Str("addr", addr).Msg("kunci: dial failed")
+			if addr != cn.home {
+				addr = cn.home // a redirect target that is gone: back to our own
+				continue
+			}
+			if !cn.cl.sleep(cn.cl.cfg.ReconnectInterval) {
+				return
+			}
+			continue
+		}
+		cn.attach(nc, addr)
+		redirect, err := cn.read(nc)
+		cn.detach(nc, redirect, err)
+		switch {
+		case redirect != "":
+			cn.cl.log.Debug().Str("from", addr).Str("to", redirect).Msg("kunci: redirected")
+			addr = redirect
+		case cn.cl.closing():
+			return
+		default:
+			cn.cl.log.Debug().Err(err).Str("addr", addr).Msg("kunci: connection lost")
+			addr = cn.home
+			// Try once at once, then every ReconnectInterval.
+		}
+	}
+}
+
+func (cn *conn) attach(nc net.Conn, addr string) {
+	cn.mu.Lock()
+	cn.nc, cn.addr = nc, addr
+	cn.gen++
+	cn.wbuf = cn.wbuf[:0]
+	close(cn.upCh)
+	cn.usable.Store(true)
+	cn.mu.Unlock()
+}
+
+// detach ends a connection: every outstanding call learns that it broke or
+// was redirected, and acquirers queued in gates are let go to find out.
+func (cn *conn) detach(nc net.Conn, redirect string, cause error) {
+	_ = nc.Close()
+	r := result{kind: kindBroken, err: cause}
+	if redirect != "" {
+		r = result{kind: kindRedirect}
+	}
+	cn.mu.Lock()
+	cn.usable.Store(false)
+	cn.nc = nil
+	cn.upCh = make(chan struct{})
+	for i := range cn.pend {
+		for k, q := range cn.pend[i] {
+			for c := q.head; c != nil; {
+				next := c.next
+				c.done <- r
+				c = next
+			}
+			delete(cn.pend[i], k)
+		}
+	}
+	for k, g := range cn.gates {
+		if g != nil {
+			for _, ch := range g.waiters {
+				close(ch)
+			}
+		}
+		delete(cn.gates, k)
+	}
+	cn.probes = 0
+	cn.mu.Unlock()
+}
+
+var errHalfOpen = errors.New("clientlib: node stopped answering")
+
+// read reads answers until the connection fails or the node redirects it.
+// An idle connection is probed with I; no answer in time breaks it.
+func (cn *conn) read(nc net.Conn) (redirect string, err error) {
+	cfg := &cn.cl.cfg
+	buf := make([]byte, 32<<10)
+	end := 0
+	probing := false
+	var a wire.Answer
+	for {
+		wait := cfg.ProbeInterval
+		if probing {
+			wait = cfg.ProbeTimeout
+		}
+		_ = nc.SetReadDeadline(time.Now().Add(wait))
+		n, err := nc.Read(buf[end:])
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() && n == 0 {
+				if probing {
+					return "", errHalfOpen
+				}
+				probing = true
+				if err := cn.probe(); err != nil {
+					return "", err
+				}
+				continue
+			}
+			return "", err
+		}
+		probing = false
+		end += n
+		start := 0
+		cn.mu.Lock()
+		for start < end {
+			m, perr := wire.ParseAnswer(buf[start:end], &a)
+			if m == 0 && perr == nil {
+				break
+			}
+			if perr != nil {
+				cn.mu.Unlock()
+				return "", perr
+			}
+			start += m
+			if a.Kind == 'M' {
+				cn.mu.Unlock()
+				if len(a.Text) == 0 {
+					return "", errors.New("clientlib: redirected to no active node")
+				}
+				return string(a.Text), nil
+			}
+			cn.dispatch(&a)
+		}
+		cn.mu.Unlock()
+		end = copy(buf, buf[start:end])
+	}
+}
+
+// dispatch hands an answer to the oldest outstanding call it answers.
+// cn.mu is held.
+func (cn *conn) dispatch(a *wire.Answer) {
+	op := a.Kind
+	switch a.Kind {
+	case 'T':
+		op = 'A'
+	case 'E':
+		if len(a.Op) != 1 {
+			cn.cl.log.Warn().Bytes("reason", a.Text).Msg("kunci: node refused a request it could not read")
+			return
+		}
+		op = a.Op[0]
+	case 'I':
+		if cn.probes > 0 {
+			cn.probes--
+			return
+		}
+	}
+	m := cn.pend[opIndex(op)]
+	q, ok := m[string(a.Key)]
+	if !ok {
+		cn.cl.log.Debug().Str("kind", string(a.Kind)).Bytes("key", a.Key).Msg("kunci: answer with no request")
+		return
+	}
+	c := q.head
+	if q.head = c.next; q.head == nil {
+		delete(m, c.key)
+	} else {
+		m[c.key] = q
+	}
+	r := result{kind: a.Kind, ok: a.OK, token: a.Token}
+	if a.Kind == 'E' {
+		r.op, r.reason = string(a.Op), string(a.Text)
+	}
+	if op == 'A' {
+		cn.passGate(c.key)
+	}
+	c.done <- r
+}
+
+// passGate lets the next acquirer of key on this connection send. cn.mu is
+// held.
+func (cn *conn) passGate(key string) {
+	g, ok := cn.gates[key]
+	if !ok {
+		return
+	}
+	if g == nil || len(g.waiters) == 0 {
+		delete(cn.gates, key)
+		return
+	}
+	ch := g.waiters[0]
+	g.waiters = g.waiters[1:]
+	close(ch)
+}
+
+func (cn *conn) probe() error {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.nc == nil {
+		return net.ErrClosed
+	}
+	cn.probes++
+	cn.wbuf = wire.AppendInfoRequest(cn.wbuf)
+	return cn.flushLocked()
+}
+
+// errNotUp means the connection was not usable when a request was made.
+var errNotUp = errors.New("clientlib: connection not up")
+
+// send registers c as outstanding and writes line. It returns errNotUp when
+// the connection is down or is no longer generation gen (0: any).
+// cn.mu is held.
+func (cn *conn) send(c *call, gen uint64, line func([]byte) []byte) error {
+	if cn.nc == nil || (gen != 0 && gen != cn.gen) {
+		return errNotUp
+	}
+	m := cn.pend[opIndex(c.op)]
+	if q, ok := m[c.key]; ok {
+		q.tail.next = c
+		q.tail = c
+		m[c.key] = q
+	} else {
+		m[c.key] = queue{c, c}
+	}
+	cn.wbuf = line(cn.wbuf)
+	cn.queued.Add(1)
+	return cn.flushLocked()
+}
+
+// flushLocked has the connection's writer send what is buffered. cn.mu is
+// held.
+func (cn *conn) flushLocked() error {
+	select {
+	case cn.wake <- struct{}{}:
+	default: // already signalled
+	}
+	return nil
+}
+
+// maxYields bounds how often the writer yields to let a wave of callers
+// add their requests before it writes.
+const maxYields = 4
+
+// write is the connection's writer: it sends buffered requests, all that
+// piled up since its last write in one write, so that many goroutines'
+// requests share a system call.
+func (cn *conn) write() {
+	defer cn.cl.wg.Done()
+	for {
+		select {
+		case <-cn.wake:
+		case <-cn.cl.done:
+			return
+		}
+		// Let the goroutines just woken by answers add their next
+		// requests first: it turns one write per request into one per
+		// batch under load, and costs little when idle.
+		for i, last := 0, int64(-1); i < maxYields; i++ {
+			runtime.Gosched()
+			n := cn.queued.Load()
+			if n == last {
+				break
+			}
+			last = n
+		}
+		cn.mu.Lock()
+		for len(cn.wbuf) > 0 && cn.nc != nil {
+			nc, buf := cn.nc, cn.wbuf
+			cn.wbuf = cn.spare[:0]
+			cn.mu.Unlock()
+			_ = nc.SetWriteDeadline(time.Now().Add(cn.cl.cfg.WriteTimeout))
+			_, err := nc.Write(buf)
+			cn.mu.Lock()
+			cn.spare = buf[:0]
+			if err != nil {
+				// The reader sees the closed connection and fails the calls.
+				_ = nc.Close()
+				break
+			}
+		}
+		cn.mu.Unlock()
+	}
+}
+
+// do sends one request and waits for its answer or ctx. A call abandoned
+// to ctx stays outstanding and its answer is dropped.
+func (cn *conn) do(ctx context.Context, op byte, key string, line func([]byte) []byte) (result, error) {
+	c := getCall(op, key)
+	cn.mu.Lock()
+	err := cn.send(c, 0, line)
+	cn.mu.Unlock()
+	if err == errNotUp {
+		putCall(c)
+		return result{kind: kindBroken, err: err}, nil
+	}
+	select {
+	case r := <-c.done:
+		putCall(c)
+		return r, nil
+	case <-ctx.Done():
+		return result{}, ctx.Err()
+	}
+}
+
+// waitUp waits until the connection is up again, at most d.
+func (cn *conn) waitUp(ctx context.Context, d time.Duration) bool {
+	cn.mu.Lock()
+	ch := cn.upCh
+	cn.mu.Unlock()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-t.C:
+	case <-ctx.Done():
+	case <-cn.cl.done:
+	}
+	return false
+}

@@ -1,0 +1,36 @@
+package clientlib
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Errors returned by the client. Test with errors.Is.
+var (
+	// ErrTimeout: the acquire's wait ran out and nothing was granted (T).
+	ErrTimeout = errors.New("clientlib: wait ran out")
+	// ErrStale: the token is not the key's current grant (STALE): the lock
+	// was released, or its lease ran out.
+	ErrStale = errors.New("clientlib: stale token")
+	// ErrNoConnection: no connection could carry the request.
+	ErrNoConnection = errors.New("clientlib: no usable connection")
+	// ErrRefused: the node refused the request (E); the error is a
+	// *RefusedError with the node's reason.
+	ErrRefused = errors.New("clientlib: request refused")
+	// ErrClosed: the client was closed.
+	ErrClosed = errors.New("clientlib: client closed")
+	// ErrLost: a kept-alive lock was lost (see Lock.KeepAlive).
+	ErrLost = errors.New("clientlib: lock lost")
+)
+
+// RefusedError is a request the node refused, with its reason.
+type RefusedError struct {
+	Op, Key, Reason string
+}
+
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("clientlib: %s %s refused: %s", e.Op, e.Key, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrRefused) true.
+func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
