@@ -82,18 +82,18 @@ type conn struct {
 
 	usable atomic.Bool
 
-	mu       sync.Mutex
-	nc       net.Conn // nil while down
-	addr     string   // the address nc goes to
-	gen      uint64   // counts connections made
-	upCh     chan struct{}
-	pend     [5]map[string]queue
-	gates    map[string]*gate
-	wbuf     []byte
-	spare    []byte
-	wake     chan struct{}
-	queued   atomic.Int64 // requests ever buffered, for the writer's batching
-	probes   int // I probes outstanding
+	mu     sync.Mutex
+	nc     net.Conn // nil while down
+	addr   string   // the address nc goes to
+	gen    uint64   // counts connections made
+	upCh   chan struct{}
+	pend   [5]map[string]queue
+	gates  map[string]*gate
+	wbuf   []byte
+	spare  []byte
+	wake   chan struct{}
+	queued atomic.Int64 // requests ever buffered, for the writer's batching
+	probes int          // I probes outstanding
 }
 
 func newConn(cl *Client, addr string) *conn {
