@@ -22,6 +22,7 @@ type conn struct {
 	carry    []byte // the start of a request line split across reads
 	dirty    bool   // on lp.dirty
 	paused   bool   // on lp.paused: not read until its output drains
+	more     bool   // serve left complete requests unread
 	closed   bool
 	acquired bool // sent an acquire, so it may have queued acquires
 }

@@ -55,10 +55,17 @@ func newLoop(n *Node, el gnet.EventLoop) *loop {
 
 const ms = int64(1_000_000)
 
-// serve parses and executes every complete request line that cs has sent.
+// serveBudget is how many bytes of requests serve takes from a connection
+// at once, so that one connection's backlog neither holds the loop long nor
+// produces answers far past the output limit in one go.
+const serveBudget = 64 << 10
+
+// serve parses and executes the complete request lines cs has sent, up to
+// serveBudget bytes; it sets cs.more when it leaves complete lines unread.
 func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 	c := cs.c
-	buf, _ := c.Peek(-1)
+	avail := c.InboundBuffered()
+	buf, _ := c.Peek(min(avail, serveBudget+wire.MaxLine))
 	off := 0
 	lp.batch = lp.batch[:0]
 	if len(cs.carry) > 0 {
@@ -77,10 +84,12 @@ func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 		}
 		off = i + 1
 	}
-	for off < len(buf) {
+	tooLong := false
+	for off < len(buf) && off < serveBudget {
 		m, err := lp.parse(cs, buf[off:])
 		if err == wire.ErrLineTooLong {
-			return n.lineTooLong(cs)
+			tooLong = true
+			break
 		}
 		if m == 0 {
 			break
@@ -90,9 +99,19 @@ func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 	if len(lp.batch) > 0 {
 		lp.execute(cs, n.now())
 	}
+	if tooLong {
+		// Everything before the long line is answered first.
+		return n.lineTooLong(cs)
+	}
+	if len(buf) < avail || bytes.IndexByte(buf[off:], '\n') >= 0 {
+		// Complete lines may be left: keep them in gnet's buffer for later.
+		cs.carry = cs.carry[:0]
+		_, _ = c.Discard(off)
+		cs.more = true
+		return gnet.None
+	}
 	// Keep a partial line for the next read; gnet's buffer is let go.
-	rest := buf[off:]
-	cs.carry = append(cs.carry[:0], rest...)
+	cs.carry = append(cs.carry[:0], buf[off:]...)
 	_, _ = c.Discard(-1)
 	return gnet.None
 }

@@ -45,11 +45,13 @@ type Node struct {
 	loops   atomic.Pointer[[]*loop]
 
 	booted   chan struct{}
+	bootErr  error
 	runDone  chan struct{}
 	runErr   error
 	stopOnce sync.Once
 	stopTick chan struct{}
 	tickDone chan struct{}
+	ticking  bool // set by Start; Stop is called after Start returns
 }
 
 // shardBox is a shard with its mutex, padded so that neighbouring shards'
@@ -119,16 +121,11 @@ func (n *Node) Start() error {
 		}
 		return fmt.Errorf("server: listen %s: %w", n.cfg.Listen, n.runErr)
 	}
-	addr, err := boundAddr(n.eng)
-	if err != nil {
-		_ = n.Stop(context.Background())
-		return err
+	if n.bootErr != nil {
+		<-n.runDone
+		return n.bootErr
 	}
-	n.addr = addr
-	n.self = n.cfg.Advertise
-	if n.self == "" {
-		n.self = addr
-	}
+	n.ticking = true
 	go n.ticker()
 	n.log.Info().Str("addr", n.addr).Str("advertise", n.self).
 		Int("loops", n.cfg.Loops).Int("shards", n.cfg.Shards).Str("version", Version).
@@ -154,7 +151,7 @@ func (n *Node) Stop(ctx context.Context) error {
 			return
 		}
 		close(n.stopTick)
-		if n.addr != "" {
+		if n.ticking {
 			<-n.tickDone
 		}
 		err = n.eng.Stop(ctx)
@@ -192,9 +189,21 @@ func (n *Node) Stats() (keys, queued int) {
 func (n *Node) Conns() int { return int(n.conns.open.Load()) }
 
 // OnBoot implements gnet.EventHandler.
+// It runs before the event loops start, so the addresses it sets are seen
+// by every loop.
 func (n *Node) OnBoot(eng gnet.Engine) gnet.Action {
+	defer close(n.booted)
 	n.eng = eng
-	close(n.booted)
+	addr, err := boundAddr(eng)
+	if err != nil {
+		n.bootErr = err
+		return gnet.Shutdown
+	}
+	n.addr = addr
+	n.self = n.cfg.Advertise
+	if n.self == "" {
+		n.self = addr
+	}
 	return gnet.None
 }
 
@@ -247,9 +256,15 @@ func (n *Node) OnTraffic(c gnet.Conn) gnet.Action {
 	if act != gnet.None {
 		return act
 	}
-	if c.OutboundBuffered() > n.cfg.OutputLimit {
+	switch {
+	case c.OutboundBuffered() > n.cfg.OutputLimit:
 		cs.paused = true
 		lp.paused = append(lp.paused, cs)
+	case cs.more:
+		// serve stopped at its budget with requests left: come back for
+		// them after the loop has seen to its other connections.
+		cs.more = false
+		_ = c.Wake(nil)
 	}
 	return gnet.None
 }
