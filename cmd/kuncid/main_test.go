@@ -228,3 +228,68 @@ func TestFileDescriptorLimitDoesNotStopTheNode(t *testing.T) {
 		time.Sleep(50 * time.Millisecond) // closed connections are still being reaped
 	}
 }
+
+// TestMillionKeysHeldFitIn200MiB holds 1,000,000 keys at once on a node
+// process and reads its resident memory.
+func TestMillionKeysHeldFitIn200MiB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("holds a million keys")
+	}
+	p := start(t, "")
+	const total, conns = 1_000_000, 8
+	errs := make(chan error, conns)
+	for ci := 0; ci < conns; ci++ {
+		go func(ci int) {
+			errs <- holdKeys(p.addr, ci, total/conns)
+		}(ci)
+	}
+	for ci := 0; ci < conns; ci++ {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	var rssKiB int
+	for _, line := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			fmt.Sscanf(strings.TrimPrefix(line, "VmRSS:"), "%d", &rssKiB)
+		}
+	}
+	t.Logf("node RSS with %d keys held: %.1f MiB (%d bytes per key)", total, float64(rssKiB)/1024, rssKiB*1024/total)
+	if rssKiB == 0 || rssKiB > 200*1024 {
+		t.Fatalf("node RSS %d KiB with %d keys held, want under 200 MiB", rssKiB, total)
+	}
+}
+
+// holdKeys acquires n distinct keys on one connection, pipelined, and
+// checks every grant.
+func holdKeys(addr string, ci, n int) error {
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
+	werr := make(chan error, 1)
+	go func() {
+		w := bufio.NewWriterSize(c, 64<<10)
+		for i := 0; i < n; i++ {
+			fmt.Fprintf(w, "A held-%d-%d 3600 0\n", ci, i)
+		}
+		werr <- w.Flush()
+	}()
+	r := bufio.NewReaderSize(c, 64<<10)
+	for i := 0; i < n; i++ {
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			return fmt.Errorf("answer %d: %v", i, err)
+		}
+		if line[0] != 'A' {
+			return fmt.Errorf("answer %d: %q", i, line)
+		}
+	}
+	return <-werr
+}
