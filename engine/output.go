@@ -72,7 +72,7 @@ func (o *Output) RecordKey(r *Record) []byte { return o.keys[r.keyOff : r.keyOff
 
 // Reset empties the output, keeping its memory.
 func (o *Output) Reset() {
-	clear(o.Answers) // drop Err references
+	// Err values are package-level sentinels: keeping them is harmless.
 	o.Answers = o.Answers[:0]
 	o.Records = o.Records[:0]
 	o.keys = o.keys[:0]

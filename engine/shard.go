@@ -33,7 +33,7 @@ const (
 // lock is a held key. A lock in Shard.locks always has a holder: when its
 // grant ends with nobody queued, the key leaves the map.
 type lock struct {
-	lease  wheel.Timer // the grant's lease deadline
+	lease  wheel.Timer[*lock] // the grant's lease deadline
 	key    string      // aliases memory owned by the lock, see setKey
 	token  uint64      // the current grant
 	head   *waiter     // FIFO queue of acquires
@@ -42,7 +42,7 @@ type lock struct {
 	keyCap int32
 }
 
-func (l *lock) WheelTimer() *wheel.Timer { return &l.lease }
+func (l *lock) WheelTimer() *wheel.Timer[*lock] { return &l.lease }
 
 // setKey copies key into memory the lock owns, reusing the previous key's
 // memory when it is large enough. Only call it while the lock is in no map.
@@ -62,7 +62,7 @@ func (l *lock) setKey(key []byte) {
 
 // waiter is a queued acquire.
 type waiter struct {
-	wait  wheel.Timer // the acquire's wait deadline, when it has one
+	wait  wheel.Timer[*waiter] // the acquire's wait deadline, when it has one
 	l     *lock
 	conn  ConnID
 	lease int64
@@ -72,7 +72,7 @@ type waiter struct {
 	cprev *waiter
 }
 
-func (w *waiter) WheelTimer() *wheel.Timer { return &w.wait }
+func (w *waiter) WheelTimer() *wheel.Timer[*waiter] { return &w.wait }
 
 type queueKey struct {
 	conn ConnID
@@ -84,8 +84,7 @@ type queueKey struct {
 type Shard struct {
 	cfg    Config
 	tokens *Tokens
-	locks  map[string]*lock
-	peak   int // most keys since the map was last built
+	locks  table
 	leases *wheel.Wheel[*lock]
 	waits  *wheel.Wheel[*waiter]
 	queued map[queueKey]*waiter // each connection's queued acquire per key
@@ -119,12 +118,12 @@ func NewShard(cfg Config, tokens *Tokens, now int64) *Shard {
 	s := &Shard{
 		cfg:    cfg,
 		tokens: tokens,
-		locks:  make(map[string]*lock),
 		leases: wheel.New[*lock](cfg.Tick, wheelSlots, now),
 		waits:  wheel.New[*waiter](cfg.Tick, wheelSlots, now),
 		queued: make(map[queueKey]*waiter),
 		byConn: make(map[ConnID]*waiter),
 	}
+	s.locks.init()
 	s.fireLease = s.expire
 	s.fireWait = s.timeout
 	return s
@@ -135,17 +134,15 @@ func NewShard(cfg Config, tokens *Tokens, now int64) *Shard {
 // lease and wait are durations in now units. The grant, a refusal, or later a
 // grant or timeout, is answered in out.
 func (s *Shard) Acquire(now int64, conn ConnID, key []byte, lease, wait int64, out *Output) {
-	l := s.locks[string(key)]
+	h := hashKey(key)
+	l := s.locks.get(h, key)
 	if l == nil {
-		if len(s.locks) >= s.cfg.MaxKeys {
+		if s.locks.len() >= s.cfg.MaxKeys {
 			out.refuse(conn, key, ErrTooManyKeys)
 			return
 		}
 		l = s.newLock(key)
-		s.locks[l.key] = l
-		if len(s.locks) > s.peak {
-			s.peak = len(s.locks)
-		}
+		s.locks.insert(h, l)
 		s.grant(now, l, conn, lease, out)
 		return
 	}
@@ -181,22 +178,23 @@ func (s *Shard) Acquire(now int64, conn ConnID, key []byte, lease, wait int64, o
 // Release ends the grant token of key, asked by conn. The key passes to its
 // head waiter in the same step, or becomes free.
 func (s *Shard) Release(now int64, conn ConnID, key []byte, token uint64, out *Output) {
-	l := s.locks[string(key)]
+	h := hashKey(key)
+	l := s.locks.get(h, key)
 	if l == nil || l.token != token {
-		out.answer(conn, ReleaseStale, string(key), 0)
+		out.answer(conn, ReleaseStale, unsafeString(key), 0)
 		return
 	}
 	out.answer(conn, Released, l.key, 0)
 	out.record(RecordRelease, l.key, token, 0)
 	s.leases.Cancel(l)
-	s.handOff(now, now, l, out)
+	s.handOff(now, now, h, l, out)
 }
 
 // Extend makes the grant token of key end lease (a duration) from now.
 func (s *Shard) Extend(now int64, conn ConnID, key []byte, token uint64, lease int64, out *Output) {
-	l := s.locks[string(key)]
+	l := s.locks.get(hashKey(key), key)
 	if l == nil || l.token != token {
-		out.answer(conn, ExtendStale, string(key), 0)
+		out.answer(conn, ExtendStale, unsafeString(key), 0)
 		return
 	}
 	s.leases.Reschedule(l, now+lease)
@@ -207,8 +205,7 @@ func (s *Shard) Extend(now int64, conn ConnID, key []byte, token uint64, lease i
 // Cancel withdraws conn's queued acquire of key: that acquire is answered
 // TimedOut, then the cancel Cancelled; or CancelNone when there is none.
 func (s *Shard) Cancel(now int64, conn ConnID, key []byte, out *Output) {
-	l := s.locks[string(key)]
-	if l != nil {
+	if l := s.locks.get(hashKey(key), key); l != nil {
 		if w := s.queued[queueKey{conn, l}]; w != nil {
 			out.answer(conn, TimedOut, l.key, 0)
 			out.answer(conn, Cancelled, l.key, 0)
@@ -217,7 +214,7 @@ func (s *Shard) Cancel(now int64, conn ConnID, key []byte, out *Output) {
 			return
 		}
 	}
-	out.answer(conn, CancelNone, string(key), 0)
+	out.answer(conn, CancelNone, unsafeString(key), 0)
 }
 
 // Disconnect withdraws every acquire conn has queued in this shard. They are
@@ -238,14 +235,16 @@ func (s *Shard) Advance(now int64, out *Output) {
 	s.leases.Advance(now, s.fireLease)
 	s.waits.Advance(now, s.fireWait)
 	s.out = nil
-	if s.peak >= shrinkMin && len(s.locks) < s.peak/4 {
-		s.rebuild()
+	if s.locks.shrink() && s.nqueue == 0 {
+		// The queue indexes are Go maps, which never shrink: start afresh.
+		s.queued = make(map[queueKey]*waiter)
+		s.byConn = make(map[ConnID]*waiter)
 	}
 }
 
 func (s *Shard) expire(l *lock) {
 	s.out.record(RecordExpire, l.key, l.token, 0)
-	s.handOff(s.now, l.lease.When(), l, s.out)
+	s.handOff(s.now, l.lease.When(), hashString(l.key), l, s.out)
 }
 
 func (s *Shard) timeout(w *waiter) {
@@ -264,8 +263,9 @@ func (s *Shard) grant(now int64, l *lock, conn ConnID, lease int64, out *Output)
 
 // handOff passes l, whose grant ended at the instant at, to its first waiter
 // still waiting at that instant; those whose wait ran out by then are
-// answered TimedOut. With nobody left the key becomes free.
-func (s *Shard) handOff(now, at int64, l *lock, out *Output) {
+// answered TimedOut. With nobody left the key, which hashes to h, becomes
+// free.
+func (s *Shard) handOff(now, at int64, h uint64, l *lock, out *Output) {
 	for w := l.head; w != nil; w = l.head {
 		late := w.wait.Scheduled() && w.wait.When() <= at
 		conn, lease := w.conn, w.lease
@@ -278,7 +278,7 @@ func (s *Shard) handOff(now, at int64, l *lock, out *Output) {
 		s.grant(now, l, conn, lease, out)
 		return
 	}
-	delete(s.locks, l.key)
+	s.locks.remove(h, l)
 	l.token = 0
 	s.freeLock(l)
 }
@@ -351,27 +351,12 @@ func (s *Shard) freeWaiter(w *waiter) {
 	}
 }
 
-// rebuild copies the key map into a new one sized for what it holds now.
-func (s *Shard) rebuild() {
-	m := make(map[string]*lock, len(s.locks))
-	for k, l := range s.locks {
-		m[k] = l
-	}
-	s.locks = m
-	s.peak = len(m)
-	// The queue indexes shrink the same way once empty.
-	if s.nqueue == 0 {
-		s.queued = make(map[queueKey]*waiter)
-		s.byConn = make(map[ConnID]*waiter)
-	}
-}
-
 // Stats reports how many keys are held and acquires queued.
-func (s *Shard) Stats() (keys, queued int) { return len(s.locks), s.nqueue }
+func (s *Shard) Stats() (keys, queued int) { return s.locks.len(), s.nqueue }
 
 // Holder reports key's current grant and its lease deadline.
 func (s *Shard) Holder(key []byte) (token uint64, deadline int64, ok bool) {
-	l := s.locks[string(key)]
+	l := s.locks.get(hashKey(key), key)
 	if l == nil {
 		return 0, 0, false
 	}
@@ -380,7 +365,7 @@ func (s *Shard) Holder(key []byte) (token uint64, deadline int64, ok bool) {
 
 // Waiters returns the connections queued on key, head first.
 func (s *Shard) Waiters(key []byte) []ConnID {
-	l := s.locks[string(key)]
+	l := s.locks.get(hashKey(key), key)
 	if l == nil {
 		return nil
 	}
@@ -394,9 +379,7 @@ func (s *Shard) Waiters(key []byte) []ConnID {
 // Each calls fn for every held key with its grant and lease deadline, in no
 // particular order. fn must not keep key.
 func (s *Shard) Each(fn func(key string, token uint64, deadline int64)) {
-	for _, l := range s.locks {
-		fn(l.key, l.token, l.lease.When())
-	}
+	s.locks.each(func(l *lock) { fn(l.key, l.token, l.lease.When()) })
 }
 
 // ShardOf maps key to one of n shards (FNV-1a).
@@ -411,3 +394,7 @@ func ShardOf(key []byte, n int) int {
 	}
 	return int(h % uint32(n))
 }
+
+// unsafeString views b as a string without copying; the string must not
+// outlive b's contents.
+func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
