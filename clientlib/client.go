@@ -266,7 +266,8 @@ func (cn *conn) acquire(ctx context.Context, key string, leaseMs, waitMs int64, 
 		return result{kind: kindBroken, err: errNotUp}, nil
 	}
 	gen := cn.gen
-	if g, busy := cn.gates[key]; busy {
+	if cn.keyBusy(key) {
+		g := cn.gates[key]
 		if g == nil {
 			g = &gate{}
 			cn.gates[key] = g
@@ -282,9 +283,13 @@ func (cn *conn) acquire(ctx context.Context, key string, leaseMs, waitMs int64, 
 			cn.mu.Unlock()
 			return result{kind: kindBroken, err: errNotUp}, nil
 		}
-		// The gate was handed to us and is still marked busy.
-	} else {
-		cn.gates[key] = nil
+		// Our turn: take it.
+		if g := cn.gates[key]; g != nil {
+			g.turn = false
+			if len(g.waiters) == 0 {
+				delete(cn.gates, key)
+			}
+		}
 	}
 	c := getCall('A', key)
 	err := cn.send(c, gen, func(b []byte) []byte { return appendAcquire(b, key, leaseMs, waitMs) })
@@ -293,11 +298,17 @@ func (cn *conn) acquire(ctx context.Context, key string, leaseMs, waitMs int64, 
 		putCall(c)
 		return result{kind: kindBroken, err: err}, nil
 	}
+	done := ctx.Done()
+	if done == nil {
+		r := <-c.done
+		putCall(c)
+		return r, nil
+	}
 	select {
 	case r := <-c.done:
 		putCall(c)
 		return r, nil
-	case <-ctx.Done():
+	case <-done:
 		return cn.cancel(ctx, c, gen)
 	}
 }
@@ -323,21 +334,22 @@ func (cn *conn) waitGate(ctx context.Context, key string, ch chan struct{}, dead
 	// Leave the line; if the turn came meanwhile, hand it on.
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	if g := cn.gates[key]; g != nil {
-		for i, w := range g.waiters {
-			if w == ch {
-				g.waiters = append(g.waiters[:i], g.waiters[i+1:]...)
-				return err
+	g := cn.gates[key]
+	if g == nil {
+		return err // the connection broke: gates are gone
+	}
+	for i, w := range g.waiters {
+		if w == ch {
+			g.waiters = append(g.waiters[:i], g.waiters[i+1:]...)
+			if len(g.waiters) == 0 && !g.turn {
+				delete(cn.gates, key)
 			}
+			return err
 		}
 	}
-	select {
-	case <-ch:
-		if _, ok := cn.gates[key]; ok {
-			cn.passGate(key)
-		}
-	default:
-	}
+	// ch was closed: the turn was ours. Pass it on.
+	g.turn = false
+	cn.passGate(key)
 	return err
 }
 
@@ -373,7 +385,7 @@ func (cn *conn) cancel(ctx context.Context, c *call, gen uint64) (result, error)
 func (l *Lock) Release(ctx context.Context) error {
 	l.stopKeepAlive()
 	c := l.c
-	until := time.Now().Add(c.cfg.ReleaseRetry)
+	var until time.Time // set at the first failure
 	redirects := 0
 	var lastErr error
 	for {
@@ -401,7 +413,9 @@ func (l *Lock) Release(ctx context.Context) error {
 			}
 			lastErr = r.err
 		}
-		if time.Now().After(until) {
+		if until.IsZero() {
+			until = time.Now().Add(c.cfg.ReleaseRetry)
+		} else if time.Now().After(until) {
 			return noConnection(lastErr)
 		}
 		t := time.NewTimer(c.cfg.ReleaseInterval)

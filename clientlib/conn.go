@@ -70,9 +70,13 @@ func opIndex(op byte) int {
 	return 4 // I
 }
 
-// gate admits one acquire of a key at a time on a connection; later
-// acquirers of the key wait in FIFO order.
-type gate struct{ waiters []chan struct{} }
+// gate queues acquirers of a key on a connection while an acquire of it is
+// outstanding there: the protocol allows one at a time. It exists only
+// while there is such a queue.
+type gate struct {
+	waiters []chan struct{}
+	turn    bool // the head waiter was let go and has not sent yet
+}
 
 // conn is one managed connection. A goroutine (run) dials, reads and
 // re-dials it; requests are written by the goroutines that send them.
@@ -94,6 +98,8 @@ type conn struct {
 	wake   chan struct{}
 	queued atomic.Int64 // requests ever buffered, for the writer's batching
 	probes int          // I probes outstanding
+	// wdeadlineSet is when the write deadline was last moved.
+	wdeadlineSet time.Time
 }
 
 func newConn(cl *Client, addr string) *conn {
@@ -148,6 +154,7 @@ func (cn *conn) run(first chan<- struct{}) {
 func (cn *conn) attach(nc net.Conn, addr string) {
 	cn.mu.Lock()
 	cn.nc, cn.addr = nc, addr
+	cn.wdeadlineSet = time.Time{}
 	cn.gen++
 	cn.wbuf = cn.wbuf[:0]
 	close(cn.upCh)
@@ -178,10 +185,8 @@ func (cn *conn) detach(nc net.Conn, redirect string, cause error) {
 		}
 	}
 	for k, g := range cn.gates {
-		if g != nil {
-			for _, ch := range g.waiters {
-				close(ch)
-			}
+		for _, ch := range g.waiters {
+			close(ch)
 		}
 		delete(cn.gates, k)
 	}
@@ -198,13 +203,20 @@ func (cn *conn) read(nc net.Conn) (redirect string, err error) {
 	buf := make([]byte, 32<<10)
 	end := 0
 	probing := false
+	var deadlineSet time.Time
 	var a wire.Answer
 	for {
-		wait := cfg.ProbeInterval
-		if probing {
-			wait = cfg.ProbeTimeout
+		// Setting a deadline costs a timer update, so it is moved only
+		// when half of it is used up: a probe goes out after between half
+		// and all of ProbeInterval without a byte read.
+		if now := time.Now(); probing || now.Sub(deadlineSet) > cfg.ProbeInterval/2 {
+			wait := cfg.ProbeInterval
+			if probing {
+				wait = cfg.ProbeTimeout
+			}
+			_ = nc.SetReadDeadline(now.Add(wait))
+			deadlineSet = now
 		}
-		_ = nc.SetReadDeadline(time.Now().Add(wait))
 		n, err := nc.Read(buf[end:])
 		if err != nil {
 			var ne net.Error
@@ -283,25 +295,38 @@ func (cn *conn) dispatch(a *wire.Answer) {
 	if a.Kind == 'E' {
 		r.op, r.reason = string(a.Op), string(a.Text)
 	}
-	if op == 'A' {
+	if op == 'A' && len(cn.gates) > 0 {
 		cn.passGate(c.key)
 	}
 	c.done <- r
 }
 
-// passGate lets the next acquirer of key on this connection send. cn.mu is
-// held.
+// keyBusy reports whether an acquire of key must wait its turn on this
+// connection. cn.mu is held.
+func (cn *conn) keyBusy(key string) bool {
+	if len(cn.gates) > 0 {
+		if _, ok := cn.gates[key]; ok {
+			return true
+		}
+	}
+	_, ok := cn.pend[0][key]
+	return ok
+}
+
+// passGate lets the next acquirer of key on this connection send, once no
+// acquire of key is outstanding. cn.mu is held.
 func (cn *conn) passGate(key string) {
 	g, ok := cn.gates[key]
-	if !ok {
+	if !ok || g.turn {
 		return
 	}
-	if g == nil || len(g.waiters) == 0 {
+	if len(g.waiters) == 0 {
 		delete(cn.gates, key)
 		return
 	}
 	ch := g.waiters[0]
 	g.waiters = g.waiters[1:]
+	g.turn = true
 	close(ch)
 }
 
@@ -380,7 +405,12 @@ func (cn *conn) write() {
 			nc, buf := cn.nc, cn.wbuf
 			cn.wbuf = cn.spare[:0]
 			cn.mu.Unlock()
-			_ = nc.SetWriteDeadline(time.Now().Add(cn.cl.cfg.WriteTimeout))
+			if now := time.Now(); now.Sub(cn.wdeadlineSet) > cn.cl.cfg.WriteTimeout/2 {
+				// Moved only when half used: a write may block for
+				// between half and all of WriteTimeout.
+				_ = nc.SetWriteDeadline(now.Add(cn.cl.cfg.WriteTimeout))
+				cn.wdeadlineSet = now
+			}
 			_, err := nc.Write(buf)
 			cn.mu.Lock()
 			cn.spare = buf[:0]
@@ -405,11 +435,17 @@ func (cn *conn) do(ctx context.Context, op byte, key string, line func([]byte) [
 		putCall(c)
 		return result{kind: kindBroken, err: err}, nil
 	}
+	done := ctx.Done()
+	if done == nil {
+		r := <-c.done
+		putCall(c)
+		return r, nil
+	}
 	select {
 	case r := <-c.done:
 		putCall(c)
 		return r, nil
-	case <-ctx.Done():
+	case <-done:
 		return result{}, ctx.Err()
 	}
 }

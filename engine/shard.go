@@ -34,9 +34,9 @@ const (
 // grant ends with nobody queued, the key leaves the map.
 type lock struct {
 	lease  wheel.Timer[*lock] // the grant's lease deadline
-	key    string      // aliases memory owned by the lock, see setKey
-	token  uint64      // the current grant
-	head   *waiter     // FIFO queue of acquires
+	key    string             // aliases memory owned by the lock, see setKey
+	token  uint64             // the current grant
+	head   *waiter            // FIFO queue of acquires
 	tail   *waiter
 	nwait  int32
 	keyCap int32
