@@ -33,13 +33,14 @@ const (
 // lock is a held key. A lock in Shard.locks always has a holder: when its
 // grant ends with nobody queued, the key leaves the map.
 type lock struct {
-	lease  wheel.Timer[*lock] // the grant's lease deadline
-	key    string             // aliases memory owned by the lock, see setKey
-	token  uint64             // the current grant
-	head   *waiter            // FIFO queue of acquires
-	tail   *waiter
-	nwait  int32
-	keyCap int32
+	lease   wheel.Timer[*lock] // the grant's lease deadline
+	key     string             // aliases memory owned by the lock, see setKey
+	token   uint64             // the current grant
+	head    *waiter            // FIFO queue of acquires
+	tail    *waiter
+	nwait   int32
+	keyCap  int32
+	granted int64 // when the current grant was made
 }
 
 func (l *lock) WheelTimer() *wheel.Timer[*lock] { return &l.lease }
@@ -66,6 +67,7 @@ type waiter struct {
 	l     *lock
 	conn  ConnID
 	lease int64
+	since int64   // when the acquire arrived
 	next  *waiter // in the key's queue
 	prev  *waiter
 	cnext *waiter // in the connection's list for this shard
@@ -93,6 +95,8 @@ type Shard struct {
 
 	freeLocks   []*lock
 	freeWaiters []*waiter
+
+	counters Counters
 
 	// Set during Advance for the wheel callbacks.
 	now       int64
@@ -138,25 +142,28 @@ func (s *Shard) Acquire(now int64, conn ConnID, key []byte, lease, wait int64, o
 	l := s.locks.get(h, key)
 	if l == nil {
 		if s.locks.len() >= s.cfg.MaxKeys {
+			s.counters.TooManyKeys++
 			out.refuse(conn, key, ErrTooManyKeys)
 			return
 		}
 		l = s.newLock(key)
 		s.locks.insert(h, l)
-		s.grant(now, l, conn, lease, out)
+		s.grant(now, 0, l, conn, lease, out)
 		return
 	}
 	qk := queueKey{conn, l}
 	if _, dup := s.queued[qk]; dup {
+		s.counters.AlreadyQueued++
 		out.refuse(conn, key, ErrAlreadyQueued)
 		return
 	}
 	if int(l.nwait) >= s.cfg.MaxWaiters || s.nqueue >= s.cfg.MaxQueued {
+		s.counters.TooManyWaits++
 		out.refuse(conn, key, ErrTooManyWaiters)
 		return
 	}
 	w := s.newWaiter()
-	w.l, w.conn, w.lease = l, conn, lease
+	w.l, w.conn, w.lease, w.since = l, conn, lease, now
 	if l.tail == nil {
 		l.head = w
 	} else {
@@ -181,9 +188,12 @@ func (s *Shard) Release(now int64, conn ConnID, key []byte, token uint64, out *O
 	h := hashKey(key)
 	l := s.locks.get(h, key)
 	if l == nil || l.token != token {
+		s.counters.StaleReleases++
 		out.answer(conn, ReleaseStale, unsafeString(key), 0)
 		return
 	}
+	s.counters.Releases++
+	s.counters.HoldTime.observe(now - l.granted)
 	out.answer(conn, Released, l.key, 0)
 	out.record(RecordRelease, l.key, token, 0)
 	s.leases.Cancel(l)
@@ -194,9 +204,11 @@ func (s *Shard) Release(now int64, conn ConnID, key []byte, token uint64, out *O
 func (s *Shard) Extend(now int64, conn ConnID, key []byte, token uint64, lease int64, out *Output) {
 	l := s.locks.get(hashKey(key), key)
 	if l == nil || l.token != token {
+		s.counters.StaleExtends++
 		out.answer(conn, ExtendStale, unsafeString(key), 0)
 		return
 	}
+	s.counters.Extends++
 	s.leases.Reschedule(l, now+lease)
 	out.answer(conn, Extended, l.key, 0)
 	out.record(RecordExtend, l.key, token, now+lease)
@@ -207,6 +219,7 @@ func (s *Shard) Extend(now int64, conn ConnID, key []byte, token uint64, lease i
 func (s *Shard) Cancel(now int64, conn ConnID, key []byte, out *Output) {
 	if l := s.locks.get(hashKey(key), key); l != nil {
 		if w := s.queued[queueKey{conn, l}]; w != nil {
+			s.counters.Cancels++
 			out.answer(conn, TimedOut, l.key, 0)
 			out.answer(conn, Cancelled, l.key, 0)
 			s.dequeue(w)
@@ -221,6 +234,7 @@ func (s *Shard) Cancel(now int64, conn ConnID, key []byte, out *Output) {
 // never granted and not answered. Grants conn holds are not touched.
 func (s *Shard) Disconnect(conn ConnID) {
 	for w := s.byConn[conn]; w != nil; w = s.byConn[conn] {
+		s.counters.Withdrawn++
 		s.dequeue(w)
 		s.freeWaiter(w)
 	}
@@ -243,18 +257,29 @@ func (s *Shard) Advance(now int64, out *Output) {
 }
 
 func (s *Shard) expire(l *lock) {
+	s.counters.Expiries++
+	s.counters.HoldTime.observe(s.now - l.granted)
 	s.out.record(RecordExpire, l.key, l.token, 0)
 	s.handOff(s.now, l.lease.When(), hashString(l.key), l, s.out)
 }
 
 func (s *Shard) timeout(w *waiter) {
+	s.counters.Timeouts++
 	s.out.answer(w.conn, TimedOut, w.l.key, 0)
 	s.dequeue(w)
 	s.freeWaiter(w)
 }
 
-// grant gives l to conn with a new token and a lease from now.
-func (s *Shard) grant(now int64, l *lock, conn ConnID, lease int64, out *Output) {
+// grant gives l to conn, whose acquire waited for it since the instant
+// since (0: it did not wait), with a new token and a lease from now.
+func (s *Shard) grant(now, since int64, l *lock, conn ConnID, lease int64, out *Output) {
+	s.counters.Grants++
+	if since == 0 {
+		s.counters.WaitTime.observe(0)
+	} else {
+		s.counters.WaitTime.observe(now - since)
+	}
+	l.granted = now
 	l.token = s.tokens.Next()
 	s.leases.Add(l, now+lease)
 	out.answer(conn, Granted, l.key, l.token)
@@ -268,14 +293,15 @@ func (s *Shard) grant(now int64, l *lock, conn ConnID, lease int64, out *Output)
 func (s *Shard) handOff(now, at int64, h uint64, l *lock, out *Output) {
 	for w := l.head; w != nil; w = l.head {
 		late := w.wait.Scheduled() && w.wait.When() <= at
-		conn, lease := w.conn, w.lease
+		conn, lease, since := w.conn, w.lease, w.since
 		s.dequeue(w)
 		s.freeWaiter(w)
 		if late {
+			s.counters.Timeouts++
 			out.answer(conn, TimedOut, l.key, 0)
 			continue
 		}
-		s.grant(now, l, conn, lease, out)
+		s.grant(now, since, l, conn, lease, out)
 		return
 	}
 	s.locks.remove(h, l)
@@ -350,6 +376,9 @@ func (s *Shard) freeWaiter(w *waiter) {
 		s.freeWaiters = append(s.freeWaiters, w)
 	}
 }
+
+// Counters returns the shard's running totals.
+func (s *Shard) Counters() *Counters { return &s.counters }
 
 // Stats reports how many keys are held and acquires queued.
 func (s *Shard) Stats() (keys, queued int) { return s.locks.len(), s.nqueue }
