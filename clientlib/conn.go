@@ -98,6 +98,7 @@ type conn struct {
 	wake   chan struct{}
 	queued atomic.Int64 // requests ever buffered, for the writer's batching
 	probes int          // I probes outstanding
+	ready  []ready      // answered calls, told after cn.mu is released
 	// wdeadlineSet is when the write deadline was last moved.
 	wdeadlineSet time.Time
 }
@@ -205,6 +206,7 @@ func (cn *conn) read(nc net.Conn) (redirect string, err error) {
 	probing := false
 	var deadlineSet time.Time
 	var a wire.Answer
+	var spare []ready
 	for {
 		// Setting a deadline costs a timer update, so it is moved only
 		// when half of it is used up: a probe goes out after between half
@@ -242,18 +244,32 @@ func (cn *conn) read(nc net.Conn) (redirect string, err error) {
 				break
 			}
 			if perr != nil {
+				rs := cn.ready
+				cn.ready = nil
 				cn.mu.Unlock()
+				cn.deliver(rs)
 				return "", perr
 			}
 			start += m
 			if a.Kind == 'M' {
+				rs := cn.ready
+				cn.ready = nil
 				cn.mu.Unlock()
+				cn.deliver(rs)
 				if len(a.Text) == 0 {
 					return "", errors.New("clientlib: redirected to no active node")
 				}
 				return string(a.Text), nil
 			}
 			cn.dispatch(&a)
+		}
+		rs := cn.ready
+		cn.ready = nil
+		cn.mu.Unlock()
+		spare = cn.deliver(rs)
+		cn.mu.Lock()
+		if cn.ready == nil {
+			cn.ready = spare
 		}
 		cn.mu.Unlock()
 		end = copy(buf, buf[start:end])
@@ -298,7 +314,24 @@ func (cn *conn) dispatch(a *wire.Answer) {
 	if op == 'A' && len(cn.gates) > 0 {
 		cn.passGate(c.key)
 	}
-	c.done <- r
+	cn.ready = append(cn.ready, ready{c, r})
+}
+
+// ready is an answered call whose goroutine is yet to be told.
+type ready struct {
+	c *call
+	r result
+}
+
+// deliver tells the goroutines of the calls dispatch answered. It runs
+// without cn.mu, so that they can send their next requests at once instead
+// of queueing on the mutex. Only the reader calls it.
+func (cn *conn) deliver(rs []ready) []ready {
+	for i := range rs {
+		rs[i].c.done <- rs[i].r
+		rs[i] = ready{}
+	}
+	return rs[:0]
 }
 
 // keyBusy reports whether an acquire of key must wait its turn on this
