@@ -3,6 +3,7 @@ GO       ?= go
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -X github.com/kunci/kunci/server.Version=$(VERSION)
 LISTEN   ?= 127.0.0.1:7070
+ADMIN    ?= 127.0.0.1:7071
 FUZZTIME ?= 30s
 
 .PHONY: build run test vet bench fuzz clean
@@ -11,7 +12,7 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
 
 run: build
-	./bin/kuncid --listen $(LISTEN)
+	./bin/kuncid --listen $(LISTEN) --admin $(ADMIN)
 
 vet:
 	$(GO) vet ./...

@@ -30,7 +30,10 @@ type Config struct {
 	// InputLimit is how much unread input a connection may pile up while
 	// the node is not reading it, before it is closed.
 	InputLimit int
-	Logger     zerolog.Logger
+	// Admin, when set, is the address of the HTTP admin endpoint:
+	// /metrics, /healthz, /readyz and /debug/pprof/.
+	Admin  string
+	Logger zerolog.Logger
 }
 
 // Defaults.

@@ -27,6 +27,7 @@ type loop struct {
 	order  []int32
 	counts []int32
 
+	refused    refusals
 	inbox      inbox
 	drainTask  gnet.Runnable
 	tickTask   gnet.Runnable
@@ -124,6 +125,9 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 	if m == 0 || err == wire.ErrLineTooLong {
 		return m, err
 	}
+	if err != nil {
+		lp.refused.count(err)
+	}
 	switch {
 	case err != nil && req.EchoKey != nil && len(req.EchoOp) == 1:
 		// Keep a refusal in line with the key's other answers.
@@ -147,6 +151,7 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 }
 
 func (n *Node) lineTooLong(cs *conn) gnet.Action {
+	cs.lp.refused.count(wire.ErrLineTooLong)
 	cs.out = wire.AppendError(cs.out, nil, nil, wire.Reason(wire.ErrLineTooLong))
 	cs.lp.markDirty(cs)
 	cs.lp.flush()
@@ -295,6 +300,7 @@ func (lp *loop) flush() {
 		cs.out = cs.out[:0]
 		if !cs.closed && cs.c.OutboundBuffered() > limit {
 			// Output keeps growing while the client reads nothing.
+			lp.n.slowClosed.Add(1)
 			_ = cs.c.Close()
 		}
 	}

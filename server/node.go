@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -43,6 +44,12 @@ type Node struct {
 	loopsMu sync.Mutex
 	byLoop  map[gnet.EventLoop]*loop
 	loops   atomic.Pointer[[]*loop]
+
+	admin     *http.Server
+	adminAddr string
+
+	refused    refusals      // counted off the loops
+	slowClosed atomic.Uint64 // connections closed for not reading
 
 	booted   chan struct{}
 	bootErr  error
@@ -127,11 +134,17 @@ func (n *Node) Start() error {
 	}
 	n.ticking = true
 	go n.ticker()
+	if n.cfg.Admin != "" {
+		if err := n.startAdmin(n.cfg.Admin); err != nil {
+			_ = n.Stop(context.Background())
+			return err
+		}
+	}
 	n.log.Info().Str("addr", n.addr).Str("advertise", n.self).
 		Int("loops", n.cfg.Loops).Int("shards", n.cfg.Shards).Str("version", Version).
 		Stringer("max_lease", n.cfg.MaxLease).Stringer("max_wait", n.cfg.MaxWait).
 		Int("max_conns", n.cfg.MaxConns).Int("max_waiters", n.cfg.MaxWaiters).
-		Int("max_keys", n.cfg.MaxKeys).Int("max_queued", n.cfg.MaxQueued).
+		Int("max_keys", n.cfg.MaxKeys).Int("max_queued", n.cfg.MaxQueued).Str("admin", n.adminAddr).
 		Msg("kunci node started")
 	return nil
 }
@@ -150,6 +163,7 @@ func (n *Node) Stop(ctx context.Context) error {
 		case <-n.runDone:
 			return
 		}
+		n.stopAdmin(ctx)
 		close(n.stopTick)
 		if n.ticking {
 			<-n.tickDone
@@ -212,6 +226,7 @@ func (n *Node) OnBoot(eng gnet.Engine) gnet.Action {
 func (n *Node) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	cs := n.conns.add(c)
 	if cs == nil {
+		n.refused.count(errTooManyConns)
 		return []byte("E - - too many connections\n"), gnet.Close
 	}
 	cs.lp = n.loopOf(c.EventLoop())
@@ -246,6 +261,7 @@ func (n *Node) OnTraffic(c gnet.Conn) gnet.Action {
 	lp := cs.lp
 	if cs.paused {
 		if c.InboundBuffered() > n.cfg.InputLimit {
+			n.slowClosed.Add(1)
 			n.log.Debug().Str("remote", c.RemoteAddr().String()).Msg("closing a connection that does not read its answers")
 			return gnet.Close
 		}

@@ -1,0 +1,142 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/kunci/kunci/engine"
+)
+
+// startAdmin serves the admin endpoints on addr: /metrics (Prometheus),
+// /healthz (the process serves), /readyz (200 only on the active) and
+// /debug/pprof/.
+func (n *Node) startAdmin(addr string) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collector{n}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if role := n.Role(); role != "active" {
+			http.Error(w, role, http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "active")
+	})
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("server: admin listen %s: %w", addr, err)
+	}
+	n.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	n.adminAddr = ln.Addr().String()
+	go func() {
+		if err := n.admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.log.Error().Err(err).Msg("admin endpoint stopped")
+		}
+	}()
+	return nil
+}
+
+// AdminAddr returns the admin endpoint's address, or "" without one.
+func (n *Node) AdminAddr() string { return n.adminAddr }
+
+func (n *Node) stopAdmin(ctx context.Context) {
+	if n.admin != nil {
+		_ = n.admin.Shutdown(ctx)
+	}
+}
+
+// collector turns a Metrics snapshot into Prometheus metrics at scrape
+// time, so the request path only bumps plain per-shard counters.
+type collector struct{ n *Node }
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc("kunci_"+name, help, labels, nil)
+}
+
+var (
+	descGrants     = desc("grants_total", "Locks granted, at once or by FIFO handoff.")
+	descReleases   = desc("releases_total", "Release requests, by result (ok, stale).", "result")
+	descExtends    = desc("extends_total", "Extend requests, by result (ok, stale).", "result")
+	descExpiries   = desc("expiries_total", "Leases that ran out before a release: a sign of dead or paused holders.")
+	descTimeouts   = desc("wait_timeouts_total", "Queued acquires whose wait ran out (answered T).")
+	descCancels    = desc("cancels_total", "Queued acquires withdrawn by C.")
+	descWithdrawn  = desc("withdrawn_total", "Queued acquires dropped because their connection closed.")
+	descErrors     = desc("errors_total", "Requests refused with E, by reason.", "reason")
+	descSlowClosed = desc("slow_clients_closed_total", "Connections closed for not reading their answers.")
+	descKeys       = desc("keys_held", "Keys held now.")
+	descQueued     = desc("waiters_queued", "Acquires queued now.")
+	descConns      = desc("connections", "Client connections open now.")
+	descTokens     = desc("tokens_issued", "The latest fencing token issued (tokens only increase).")
+	descRole       = desc("role", "1 for this node's role.", "role")
+	descWait       = desc("wait_seconds", "Time from an acquire's arrival to its grant (0 for a free key).")
+	descHold       = desc("hold_seconds", "Time from a grant to its release or expiry.")
+)
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descGrants, descReleases, descExtends, descExpiries,
+		descTimeouts, descCancels, descWithdrawn, descErrors, descSlowClosed, descKeys,
+		descQueued, descConns, descTokens, descRole, descWait, descHold} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	m := c.n.Metrics()
+	e := &m.Engine
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter(descGrants, e.Grants)
+	counter(descReleases, e.Releases, "ok")
+	counter(descReleases, e.StaleReleases, "stale")
+	counter(descExtends, e.Extends, "ok")
+	counter(descExtends, e.StaleExtends, "stale")
+	counter(descExpiries, e.Expiries)
+	counter(descTimeouts, e.Timeouts)
+	counter(descCancels, e.Cancels)
+	counter(descWithdrawn, e.Withdrawn)
+	for reason, v := range m.Refused {
+		counter(descErrors, v, reason)
+	}
+	counter(descErrors, e.TooManyKeys, "too many keys")
+	counter(descErrors, e.TooManyWaits, "too many waiters")
+	counter(descErrors, e.AlreadyQueued, "acquire already queued on this connection")
+	counter(descSlowClosed, m.SlowClosed)
+	gauge(descKeys, float64(m.Keys))
+	gauge(descQueued, float64(m.Queued))
+	gauge(descConns, float64(m.Conns))
+	gauge(descTokens, float64(m.LastToken))
+	gauge(descRole, 1, m.Role)
+	ch <- histogram(descWait, &e.WaitTime)
+	ch <- histogram(descHold, &e.HoldTime)
+}
+
+func histogram(d *prometheus.Desc, h *engine.Histogram) prometheus.Metric {
+	buckets := make(map[float64]uint64, len(engine.HistogramBounds))
+	var cum uint64
+	for i, bound := range engine.HistogramBounds {
+		cum += h.Buckets[i]
+		buckets[float64(bound)/1e9] = cum
+	}
+	return prometheus.MustNewConstHistogram(d, h.Count, float64(h.Sum)/1e9, buckets)
+}

@@ -1,0 +1,102 @@
+package server_test
+
+import (
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kunci/kunci/server"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(body)
+}
+
+// metric returns the value of the sample line that starts with name.
+func metric(t *testing.T, body, name string) float64 {
+	t.Helper()
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + ` (\S+)$`)
+	m := re.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no sample %s in /metrics", name)
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestAdminEndpoint(t *testing.T) {
+	n := startNode(t, func(c *server.Config) { c.Admin = "127.0.0.1:0" })
+	base := "http://" + n.AdminAddr()
+	if code, body := get(t, base+"/healthz"); code != 200 || !strings.Contains(body, "ok") {
+		t.Fatalf("/healthz: %d %q", code, body)
+	}
+	if code, body := get(t, base+"/readyz"); code != 200 || !strings.Contains(body, "active") {
+		t.Fatalf("/readyz on the active: %d %q", code, body)
+	}
+	if code, _ := get(t, base+"/debug/pprof/"); code != 200 {
+		t.Fatalf("/debug/pprof/: %d", code)
+	}
+	_, before := get(t, base+"/metrics")
+
+	// Some of everything: grants, a handoff after a wait, a stale release,
+	// an extend, a wait timeout, a cancel, a refusal.
+	a, b := dial(t, n.Addr()), dial(t, n.Addr())
+	a.send("A k 30 0")
+	tok := a.expectGrant("k")
+	b.send("A k 30 0.05")
+	b.expect("T k")
+	b.send("A k 30 0")
+	waitFor(t, "b's acquire queued", func() bool { _, q := n.Stats(); return q == 1 })
+	a.send("X k "+strconv.FormatUint(tok, 10)+" 60", "R k "+strconv.FormatUint(tok, 10), "R k 1", "A x 0 0")
+	a.expect("X k OK", "R k OK", "R k STALE", "E A x bad lease")
+	b.expectGrant("k")
+	a.send("A k 30 0", "C k")
+	a.expect("T k", "C k OK")
+
+	_, after := get(t, base+"/metrics")
+	for name, delta := range map[string]float64{
+		"kunci_grants_total":                     2,
+		`kunci_releases_total{result="ok"}`:      1,
+		`kunci_releases_total{result="stale"}`:   1,
+		`kunci_extends_total{result="ok"}`:       1,
+		"kunci_wait_timeouts_total":              1, // b's bounded wait (a cancel counts as a cancel)
+		"kunci_cancels_total":                    1,
+		`kunci_errors_total{reason="bad lease"}`: 1,
+		"kunci_wait_seconds_count":               2,
+		"kunci_hold_seconds_count":               1,
+	} {
+		if got := metric(t, after, name) - metric(t, before, name); got != delta {
+			t.Errorf("%s moved by %v, want %v", name, got, delta)
+		}
+	}
+	if got := metric(t, after, "kunci_keys_held"); got != 1 {
+		t.Errorf("kunci_keys_held %v, want 1", got)
+	}
+	if got := metric(t, after, "kunci_connections"); got != 2 {
+		t.Errorf("kunci_connections %v, want 2", got)
+	}
+	if got := metric(t, after, `kunci_role{role="active"}`); got != 1 {
+		t.Errorf("kunci_role %v", got)
+	}
+	if got := metric(t, after, "kunci_tokens_issued"); got < 2 {
+		t.Errorf("kunci_tokens_issued %v", got)
+	}
+}

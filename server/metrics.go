@@ -1,0 +1,81 @@
+package server
+
+import (
+	"errors"
+	"sync/atomic"
+
+	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/wire"
+)
+
+// refusalReasons are the protocol refusals the node counts, besides the
+// engine's own (see engine.Counters). The index of a reason is its counter.
+var refusalReasons = [...]error{
+	wire.ErrLineTooLong, wire.ErrEmpty, wire.ErrUnknownOp, wire.ErrBadKey,
+	wire.ErrMissingField, wire.ErrTooManyFields, wire.ErrBadLease,
+	wire.ErrLeaseTooLong, wire.ErrBadWait, wire.ErrWaitTooLong, wire.ErrBadToken,
+	errTooManyConns,
+}
+
+var errTooManyConns = errors.New("server: too many connections")
+
+// refusals counts refused requests by reason. Each loop has its own, so
+// that counting takes no shared cache line; refusals are rare anyway.
+type refusals [len(refusalReasons)]atomic.Uint64
+
+func (r *refusals) count(err error) {
+	for i, e := range refusalReasons {
+		if e == err {
+			r[i].Add(1)
+			return
+		}
+	}
+}
+
+// Metrics is a snapshot of a node's counters and gauges.
+type Metrics struct {
+	Engine    engine.Counters   // summed over shards
+	Refused   map[string]uint64 // protocol refusals by reason, engine's excluded
+	Keys      int               // keys held
+	Queued    int               // acquires queued
+	Conns     int               // client connections
+	LastToken uint64            // the latest token issued
+	Role      string            // "active" or "standby"
+	// SlowClosed counts connections closed because they did not read
+	// their answers.
+	SlowClosed uint64
+}
+
+// Metrics takes a snapshot, locking each shard in turn for a moment.
+func (n *Node) Metrics() Metrics {
+	m := Metrics{
+		Refused:    make(map[string]uint64, len(refusalReasons)),
+		Conns:      n.Conns(),
+		LastToken:  n.tokens.Last(),
+		Role:       n.Role(),
+		SlowClosed: n.slowClosed.Load(),
+	}
+	for i := range n.shards {
+		b := &n.shards[i]
+		b.mu.Lock()
+		m.Engine.Add(b.sh.Counters())
+		k, q := b.sh.Stats()
+		b.mu.Unlock()
+		m.Keys += k
+		m.Queued += q
+	}
+	count := func(r *refusals) {
+		for i := range r {
+			m.Refused[wire.Reason(refusalReasons[i])] += r[i].Load()
+		}
+	}
+	count(&n.refused)
+	for _, lp := range *n.loops.Load() {
+		count(&lp.refused)
+	}
+	return m
+}
+
+// Role returns "active": a node without peers is always the active. The
+// cluster work makes this "standby" on standbys.
+func (n *Node) Role() string { return "active" }
