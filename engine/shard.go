@@ -377,6 +377,10 @@ func (s *Shard) freeWaiter(w *waiter) {
 	}
 }
 
+// Timers returns how many leases and waits are running: while it is 0,
+// Advance has nothing to do.
+func (s *Shard) Timers() int { return s.leases.Len() + s.waits.Len() }
+
 // Counters returns the shard's running totals.
 func (s *Shard) Counters() *Counters { return &s.counters }
 

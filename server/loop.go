@@ -32,6 +32,7 @@ type loop struct {
 	drainTask  gnet.Runnable
 	tickTask   gnet.Runnable
 	tickQueued atomic.Bool
+	hasPaused  atomic.Bool // paused is not empty, for the ticker
 }
 
 // request is a parsed request waiting for its shard. key aliases the read
@@ -168,6 +169,7 @@ func (lp *loop) execute(cs *conn, now int64) {
 			lp.apply(b.sh, cs, &lp.batch[i], now)
 		}
 		lp.deliver(cs)
+		lp.n.noteTimers(b)
 		b.mu.Unlock()
 		return
 	}
@@ -200,6 +202,7 @@ func (lp *loop) execute(cs *conn, now int64) {
 			lp.apply(b.sh, cs, &lp.batch[order[end]], now)
 		}
 		lp.deliver(cs)
+		lp.n.noteTimers(b)
 		b.mu.Unlock()
 		start = end
 	}
@@ -325,6 +328,7 @@ func (lp *loop) runTick(context.Context) error {
 		b.mu.Lock()
 		b.sh.Advance(now, &lp.out)
 		lp.deliver(nil)
+		n.noteTimers(b)
 		b.mu.Unlock()
 	}
 	if lp.inbox.pending.Load() {
@@ -354,6 +358,7 @@ func (lp *loop) resume() {
 	}
 	clear(lp.paused[len(kept):])
 	lp.paused = kept
+	lp.hasPaused.Store(len(kept) > 0)
 }
 
 // inbox carries answers from other loops to this loop's connections.

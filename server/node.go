@@ -58,15 +58,18 @@ type Node struct {
 	stopOnce sync.Once
 	stopTick chan struct{}
 	tickDone chan struct{}
-	ticking  bool // set by Start; Stop is called after Start returns
+	tickIdle atomic.Bool   // the ticker sleeps until kicked
+	kick     chan struct{} // wakes the sleeping ticker
+	ticking  bool          // set by Start; Stop is called after Start returns
 }
 
 // shardBox is a shard with its mutex, padded so that neighbouring shards'
 // mutexes do not share a cache line.
 type shardBox struct {
-	mu sync.Mutex
-	sh *engine.Shard
-	_  [48]byte
+	mu     sync.Mutex
+	sh     *engine.Shard
+	timers atomic.Int64 // sh.Timers() as of the last batch, for the ticker
+	_      [40]byte
 }
 
 // New checks cfg and returns a node that is not yet listening.
@@ -82,6 +85,7 @@ func New(cfg Config) (*Node, error) {
 		booted:   make(chan struct{}),
 		runDone:  make(chan struct{}),
 		stopTick: make(chan struct{}),
+		kick:     make(chan struct{}, 1),
 		tickDone: make(chan struct{}),
 		limits: wire.Limits{
 			MaxLease: cfg.MaxLease.Milliseconds(),
@@ -276,6 +280,10 @@ func (n *Node) OnTraffic(c gnet.Conn) gnet.Action {
 	case c.OutboundBuffered() > n.cfg.OutputLimit:
 		cs.paused = true
 		lp.paused = append(lp.paused, cs)
+		lp.hasPaused.Store(true)
+		if n.tickIdle.Load() {
+			n.wakeTicker()
+		}
 	case cs.more:
 		// serve stopped at its budget with requests left: come back for
 		// them after the loop has seen to its other connections.
@@ -304,6 +312,23 @@ func (n *Node) ticker() {
 	t := time.NewTicker(n.cfg.Tick)
 	defer t.Stop()
 	for {
+		if n.quiet() {
+			// Nothing will expire and nobody waits to be resumed: sleep
+			// until a batch starts a timer or pauses a connection. The
+			// flag is set before the second look, and batches set their
+			// state before they look at the flag, so one of the two sees
+			// the other.
+			n.tickIdle.Store(true)
+			if n.quiet() {
+				select {
+				case <-n.stopTick:
+					return
+				case <-n.kick:
+				}
+			}
+			n.tickIdle.Store(false)
+			t.Reset(n.cfg.Tick)
+		}
 		select {
 		case <-n.stopTick:
 			return
@@ -316,6 +341,41 @@ func (n *Node) ticker() {
 				}
 			}
 		}
+	}
+}
+
+// quiet reports whether no shard has a running timer and no loop has a
+// paused connection.
+func (n *Node) quiet() bool {
+	for i := range n.shards {
+		if n.shards[i].timers.Load() != 0 {
+			return false
+		}
+	}
+	for _, lp := range *n.loops.Load() {
+		if lp.hasPaused.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// noteTimers records how many timers shard b runs, and wakes the ticker if
+// it sleeps while there are some. b's mutex is held.
+func (n *Node) noteTimers(b *shardBox) {
+	t := int64(b.sh.Timers())
+	if b.timers.Load() != t {
+		b.timers.Store(t)
+	}
+	if t > 0 && n.tickIdle.Load() {
+		n.wakeTicker()
+	}
+}
+
+func (n *Node) wakeTicker() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
 	}
 }
 
