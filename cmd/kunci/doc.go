@@ -1,0 +1,24 @@
+// Command kunci is the operator's tool for a kunci cluster: it acquires,
+// releases and extends locks from a shell, runs a command while holding a
+// lock, and shows the state of every node.
+//
+//	kunci acquire KEY [--lease 30s] [--wait 0]    print the token of a new grant
+//	kunci release KEY TOKEN                       end a grant
+//	kunci extend  KEY TOKEN [--lease 30s]         make a grant end LEASE from now
+//	kunci run     KEY [--lease 30s] [--wait 0] [--grace 5s] -- CMD ARGS...
+//	kunci status                                  every node's role and view of the active
+//
+// Node addresses come from --addrs or KUNCI_ADDRS (comma-separated host:port
+// list; default 127.0.0.1:7070). kunci help COMMAND or kunci COMMAND --help
+// describes each command, with examples and exit statuses.
+//
+// kunci run is the careful way to run a job under a lock: the child runs in
+// its own process group with KUNCI_KEY and KUNCI_TOKEN in its environment;
+// the lease is kept alive; if the lock is lost, the whole process group gets
+// SIGTERM and, after --grace, SIGKILL; the signals kunci run receives are
+// passed on to the group; and the lock is released when the child exits.
+//
+// kunci runs on Linux and other Unix systems; on Linux, kunci run also
+// becomes the child subreaper of its command, so that it can tell when
+// every process of a killed group is gone.
+package main

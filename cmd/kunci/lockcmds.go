@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kunci/kunci/clientlib"
+	"github.com/kunci/kunci/wire"
+)
+
+const acquireHelp = `Usage: kunci acquire KEY [--lease 30s] [--wait 0] [--addrs ...]
+
+Acquires KEY and prints the grant's fencing token on stdout, alone on its
+line. kunci itself holds nothing afterwards: the grant stays in force on the
+node until 'kunci release KEY TOKEN', or until its lease runs out (extend it
+with 'kunci extend KEY TOKEN'). While the key is held by someone else, the
+acquire waits in the node's FIFO queue, at most --wait (0: without bound).
+An interrupt (Ctrl-C) while waiting withdraws the acquire: nothing is
+granted.
+
+Examples:
+  kunci acquire orders/42                       # wait as long as it takes
+  TOKEN=$(kunci acquire orders/42 --lease 5m --wait 10s) || exit
+  kunci release orders/42 "$TOKEN"
+  KUNCI_ADDRS=10.0.0.1:7070,10.0.0.2:7070 kunci acquire backup --wait 0.5
+`
+
+const releaseHelp = `Usage: kunci release KEY TOKEN [--addrs ...]
+
+Releases the grant TOKEN of KEY; the key goes straight to the next waiter,
+if any, with a new token. Any client may release any grant: the token is the
+proof. Prints nothing on success. If the token is not the key's current
+grant (released before, its lease ran out, or never issued), the node
+answers STALE, nothing changes and kunci exits 1. Connection failures are
+retried every 200 ms for 5 s, trying every address.
+
+Examples:
+  kunci release orders/42 1001
+  kunci release orders/42 "$TOKEN" --addrs 10.0.0.1:7070,10.0.0.2:7070
+`
+
+const extendHelp = `Usage: kunci extend KEY TOKEN [--lease 30s] [--addrs ...]
+
+Makes the grant TOKEN of KEY end LEASE from now (shorter or longer than
+before). Prints nothing on success; exits 1 when the node answers STALE (the
+grant already ended: it is not yours any more). Connection failures are
+retried every 200 ms for 5 s, trying every address.
+
+Examples:
+  kunci extend orders/42 1001 --lease 5m
+  while sleep 10; do kunci extend orders/42 "$TOKEN" --lease 30s || break; done
+`
+
+func cmdAcquire(args []string, stdout, stderr io.Writer) int {
+	c := newCLI("acquire", acquireHelp, stdout, stderr)
+	lease := c.duration("lease", 30*time.Second, "the grant ends by itself this long after it is made, unless released or extended")
+	wait := c.duration("wait", 0, "wait at most this long in the queue; 0 waits without bound")
+	pos, code, done := c.parse(args)
+	if done {
+		return code
+	}
+	if len(pos) != 1 {
+		return c.usageError("want one KEY, got %d arguments", len(pos))
+	}
+	key := pos[0]
+	if err := checkKey(key); err != nil {
+		return c.usageError("%v", err)
+	}
+	if *lease <= 0 {
+		return c.usageError("--lease must be more than 0")
+	}
+	if *wait < 0 {
+		return c.usageError("--wait must not be negative")
+	}
+	addrs, err := c.nodeAddrs()
+	if err != nil {
+		return c.usageError("%v", err)
+	}
+	ctx, sig := interruptible(context.Background())
+	defer sig.stop()
+	client, err := clientlib.New(clientlib.Config{Addrs: addrs})
+	if err != nil {
+		return c.usageError("%v", err)
+	}
+	defer client.Close()
+	l, err := client.Acquire(ctx, key, *lease, *wait)
+	if err != nil {
+		if s := sig.received(); s != nil {
+			return c.fail(128+int(s.(syscall.Signal)), "interrupted by %v while waiting: nothing was granted", s)
+		}
+		return c.fail(acquireErrorCode(err), "%s", describeAcquireError(key, addrs, *wait, err))
+	}
+	fmt.Fprintln(stdout, l.Token())
+	return exitOK
+}
+
+// acquireErrorCode maps an error of clientlib.Acquire to an exit status.
+func acquireErrorCode(err error) int {
+	switch {
+	case errors.Is(err, clientlib.ErrTimeout):
+		return exitTimeout
+	case errors.Is(err, clientlib.ErrNoConnection), errors.Is(err, clientlib.ErrRefused):
+		return exitUnavailable
+	}
+	return exitFailed
+}
+
+func describeAcquireError(key string, addrs []string, wait time.Duration, err error) string {
+	var refused *clientlib.RefusedError
+	switch {
+	case errors.Is(err, clientlib.ErrTimeout):
+		return fmt.Sprintf("%s: the wait of %v ran out: nothing was granted", key, wait)
+	case errors.As(err, &refused):
+		return fmt.Sprintf("%s: the node refused the acquire: %s", key, refused.Reason)
+	case errors.Is(err, clientlib.ErrNoConnection):
+		return fmt.Sprintf("cannot reach the cluster at %s: %v%s", strings.Join(addrs, ","), err, whyUnreachable(addrs))
+	}
+	return fmt.Sprintf("%s: %v", key, err)
+}
+
+func cmdRelease(args []string, stdout, stderr io.Writer) int {
+	c := newCLI("release", releaseHelp, stdout, stderr)
+	pos, code, done := c.parse(args)
+	if done {
+		return code
+	}
+	key, token, code, ok := c.keyToken(pos)
+	if !ok {
+		return code
+	}
+	addrs, err := c.nodeAddrs()
+	if err != nil {
+		return c.usageError("%v", err)
+	}
+	ctx, sig := interruptible(context.Background())
+	defer sig.stop()
+	a, err := ask(ctx, addrs, wire.AppendRelease(nil, []byte(key), token))
+	return c.tokenAnswer("release", key, token, a, err, sig)
+}
+
+func cmdExtend(args []string, stdout, stderr io.Writer) int {
+	c := newCLI("extend", extendHelp, stdout, stderr)
+	lease := c.duration("lease", 30*time.Second, "the grant now ends this long from now")
+	pos, code, done := c.parse(args)
+	if done {
+		return code
+	}
+	key, token, code, ok := c.keyToken(pos)
+	if !ok {
+		return code
+	}
+	if *lease <= 0 {
+		return c.usageError("--lease must be more than 0")
+	}
+	addrs, err := c.nodeAddrs()
+	if err != nil {
+		return c.usageError("%v", err)
+	}
+	ctx, sig := interruptible(context.Background())
+	defer sig.stop()
+	ms := int64((*lease + time.Millisecond - 1) / time.Millisecond) // never shorter than asked
+	a, err := ask(ctx, addrs, wire.AppendExtend(nil, []byte(key), token, ms))
+	return c.tokenAnswer("extend", key, token, a, err, sig)
+}
+
+// keyToken checks the KEY TOKEN arguments of release and extend.
+func (c *cli) keyToken(pos []string) (key string, token uint64, code int, ok bool) {
+	if len(pos) != 2 {
+		return "", 0, c.usageError("want KEY TOKEN, got %d arguments", len(pos)), false
+	}
+	if err := checkKey(pos[0]); err != nil {
+		return "", 0, c.usageError("%v", err), false
+	}
+	token, err := parseToken(pos[1])
+	if err != nil {
+		return "", 0, c.usageError("%v", err), false
+	}
+	return pos[0], token, 0, true
+}
+
+// tokenAnswer turns the answer to R or X into a message and exit status.
+func (c *cli) tokenAnswer(what, key string, token uint64, a answer, err error, sig *signals) int {
+	switch {
+	case err != nil && sig.received() != nil:
+		return c.fail(128+int(sig.received().(syscall.Signal)), "interrupted by %v", sig.received())
+	case err != nil:
+		return c.fail(exitUnavailable, "%s %s %d: %v", what, key, token, err)
+	case a.kind == 'E':
+		return c.fail(exitUnavailable, "%s %s %d: the node refused it: %s", what, key, token, a.text)
+	case (a.kind == 'R' || a.kind == 'X') && a.ok:
+		return exitOK
+	case a.kind == 'R' || a.kind == 'X':
+		return c.fail(exitFailed, "%s %s %d: STALE: that token is not the key's grant (released before, its lease ran out, or never issued); nothing changed", what, key, token)
+	}
+	return c.fail(exitFailed, "%s %s %d: unexpected answer %q", what, key, token, a.kind)
+}
+
+// signals turns SIGINT, SIGTERM and SIGHUP into the end of a context, and
+// remembers which came.
+type signals struct {
+	ch     chan os.Signal
+	done   chan struct{}
+	cancel context.CancelFunc
+	sig    chan os.Signal // holds the first signal
+}
+
+func interruptible(parent context.Context) (context.Context, *signals) {
+	ctx, cancel := context.WithCancel(parent)
+	s := &signals{ch: make(chan os.Signal, 1), done: make(chan struct{}), cancel: cancel, sig: make(chan os.Signal, 1)}
+	signal.Notify(s.ch, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	go func() {
+		select {
+		case v := <-s.ch:
+			s.sig <- v
+			cancel()
+		case <-s.done:
+		}
+	}()
+	return ctx, s
+}
+
+// received returns the signal that ended the context, or nil.
+func (s *signals) received() os.Signal {
+	select {
+	case v := <-s.sig:
+		s.sig <- v
+		return v
+	default:
+		return nil
+	}
+}
+
+func (s *signals) stop() {
+	signal.Stop(s.ch)
+	close(s.done)
+	s.cancel()
+}

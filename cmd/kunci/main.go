@@ -1,0 +1,264 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/kunci/kunci/wire"
+)
+
+// Exit statuses of kunci's own making. kunci run otherwise exits with its
+// command's status. They follow sysexits.h where it has a fitting code.
+const (
+	exitOK          = 0
+	exitFailed      = 1  // the request was answered, but not as hoped (STALE; some nodes silent)
+	exitUsage       = 2  // bad command line
+	exitUnavailable = 69 // no node could be reached, or the node refused the request (E)
+	exitTimeout     = 75 // the wait ran out: nothing was granted
+	exitLost        = 76 // kunci run: the lock was lost before the command finished
+	exitCannotExec  = 126
+	exitNotFound    = 127
+)
+
+// defaultAddrs is used when neither --addrs nor KUNCI_ADDRS is given.
+const defaultAddrs = "127.0.0.1:7070"
+
+// exitCodes is the table every command's help shows.
+const exitCodes = `Exit status:
+  0    success
+  1    the node answered, but not as hoped: release or extend of a token that
+       is not the key's grant (STALE); status: some nodes did not answer
+  2    bad command line
+  69   no node could be reached, or the node refused the request (E ...)
+  75   the wait ran out: nothing was granted
+  76   (run) the lock was lost before the command finished
+  126  (run) the command could not be started
+  127  (run) the command was not found
+  N    (run) the command's own exit status; 128+S when it died of signal S
+`
+
+const addrsHelp = `Node addresses come from --addrs or the environment variable KUNCI_ADDRS, a
+comma-separated list of host:port (default ` + defaultAddrs + `); --addrs wins.
+Durations are Go durations (30s, 1m30s, 250ms) or plain seconds (30, 0.5).
+`
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+type command struct {
+	name, summary string
+	run           func(args []string, stdout, stderr io.Writer) int
+}
+
+var commands []command
+
+func init() {
+	commands = []command{
+		{"acquire", "acquire a lock and print its fencing token", cmdAcquire},
+		{"release", "release a grant, given its key and token", cmdRelease},
+		{"extend", "make a grant end a new lease from now", cmdExtend},
+		{"run", "run a command while holding a lock", cmdRun},
+		{"status", "show every node's role and view of the active", cmdStatus},
+	}
+}
+
+// run is main without the process exit, for tests.
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	name := args[0]
+	switch name {
+	case "-h", "-help", "--help", "help":
+		if name == "help" && len(args) > 1 {
+			for _, c := range commands {
+				if c.name == args[1] {
+					return c.run([]string{"--help"}, stdout, stderr)
+				}
+			}
+			fmt.Fprintf(stderr, "kunci help: unknown command %q\n", args[1])
+			return exitUsage
+		}
+		usage(stdout)
+		return exitOK
+	}
+	for _, c := range commands {
+		if c.name == name {
+			return c.run(args[1:], stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "kunci: unknown command %q\nRun 'kunci help' for the list.\n", name)
+	return exitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "kunci talks to a kunci lock cluster.\n\nUsage: kunci COMMAND [ARGS] [FLAGS]\n\nCommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintf(w, "\nRun 'kunci COMMAND --help' (or 'kunci help COMMAND') for a command's flags and examples.\n\n%s\n%s", addrsHelp, exitCodes)
+}
+
+// cli is what every command shares: its flag set, the node addresses, and
+// how it prints its help and errors.
+type cli struct {
+	name   string // "kunci acquire"
+	help   string // printed by --help, before the flags
+	fs     *flag.FlagSet
+	addrs  string
+	stdout io.Writer
+	stderr io.Writer
+}
+
+func newCLI(name, help string, stdout, stderr io.Writer) *cli {
+	c := &cli{name: "kunci " + name, help: help, stdout: stdout, stderr: stderr}
+	c.fs = flag.NewFlagSet(c.name, flag.ContinueOnError)
+	c.fs.SetOutput(io.Discard) // errors and help are printed by parse
+	c.fs.Usage = func() {}
+	c.fs.StringVar(&c.addrs, "addrs", "", "comma-separated node `addresses` (host:port); default $KUNCI_ADDRS, else "+defaultAddrs)
+	return c
+}
+
+// parse parses args, flags and positional arguments in any order ("--"
+// ends the flags). It returns the positional arguments and, when parsing
+// ends the command, the exit status (done is then true): 0 after --help,
+// 2 after a usage error, which it has reported.
+func (c *cli) parse(args []string) (pos []string, code int, done bool) {
+	for {
+		err := c.fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			c.printHelp()
+			return nil, exitOK, true
+		}
+		if err != nil {
+			return nil, c.usageError("%v", err), true
+		}
+		rest := c.fs.Args()
+		if len(rest) == 0 {
+			return pos, 0, false
+		}
+		// Did Parse stop at "--"? Then everything after it is positional.
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(pos, rest...), 0, false
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+func (c *cli) printHelp() {
+	fmt.Fprintf(c.stdout, "%s\n\nFlags:\n", strings.TrimRight(c.help, "\n"))
+	c.fs.VisitAll(func(f *flag.Flag) {
+		typ, usage := flag.UnquoteUsage(f)
+		switch f.Value.(type) {
+		case *seconds:
+			typ = "duration"
+		case interface{ IsBoolFlag() bool }:
+			typ = ""
+		}
+		line := "  --" + f.Name
+		if typ != "" {
+			line += " " + typ
+		}
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0s" {
+			usage += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(c.stdout, "%s\n        %s\n", line, usage)
+	})
+	fmt.Fprintf(c.stdout, "\n%s\n%s", addrsHelp, exitCodes)
+}
+
+// usageError reports a bad command line and returns exit status 2.
+func (c *cli) usageError(format string, a ...any) int {
+	fmt.Fprintf(c.stderr, "%s: %s\nRun '%s --help' for usage.\n", c.name, fmt.Sprintf(format, a...), c.name)
+	return exitUsage
+}
+
+// warn reports something on stderr.
+func (c *cli) warn(format string, a ...any) {
+	fmt.Fprintf(c.stderr, "%s: %s\n", c.name, fmt.Sprintf(format, a...))
+}
+
+// fail reports an error and returns code.
+func (c *cli) fail(code int, format string, a ...any) int {
+	fmt.Fprintf(c.stderr, "%s: %s\n", c.name, fmt.Sprintf(format, a...))
+	return code
+}
+
+// nodeAddrs returns the node addresses from --addrs, else KUNCI_ADDRS, else
+// the default.
+func (c *cli) nodeAddrs() ([]string, error) {
+	s, from := c.addrs, "--addrs"
+	if s == "" {
+		if v, ok := os.LookupEnv("KUNCI_ADDRS"); ok && strings.TrimSpace(v) != "" {
+			s, from = v, "KUNCI_ADDRS"
+		} else {
+			s = defaultAddrs
+		}
+	}
+	var addrs []string
+	for _, a := range strings.Split(s, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return nil, fmt.Errorf("%s: %q is not a host:port address", from, a)
+		}
+		addrs = append(addrs, a)
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("%s: no address", from)
+	}
+	return addrs, nil
+}
+
+// checkKey reports whether key is a valid protocol key.
+func checkKey(key string) error {
+	if !wire.ValidKey([]byte(key)) {
+		return fmt.Errorf("bad key %q: a key is 1 to %d bytes with no space or control byte", key, wire.MaxKey)
+	}
+	return nil
+}
+
+func parseToken(s string) (uint64, error) {
+	t, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || t == 0 {
+		return 0, fmt.Errorf("bad token %q: a token is a whole number >= 1", s)
+	}
+	return t, nil
+}
+
+// seconds is a duration flag that takes Go durations (30s, 250ms) and plain
+// decimal seconds (30, 0.5), as the protocol writes them.
+type seconds time.Duration
+
+func (s *seconds) String() string { return time.Duration(*s).String() }
+
+func (s *seconds) Set(v string) error {
+	if d, err := time.ParseDuration(v); err == nil {
+		*s = seconds(d)
+		return nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f != f || f > float64(1<<62)/float64(time.Second) || f < -float64(1<<62)/float64(time.Second) {
+		return errors.New("not a duration (30s, 1m, 250ms) or a number of seconds")
+	}
+	*s = seconds(f * float64(time.Second))
+	return nil
+}
+
+func (c *cli) duration(name string, def time.Duration, usage string) *time.Duration {
+	d := def
+	c.fs.Var((*seconds)(&d), name, usage)
+	return &d
+}

@@ -1,0 +1,657 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kunci/kunci/server"
+	"github.com/kunci/kunci/wire"
+)
+
+// kunciBin is the kunci binary, built once for the tests that run it.
+var kunciBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "kunci-test")
+	if err != nil {
+		panic(err)
+	}
+	kunciBin = filepath.Join(dir, "kunci")
+	args := []string{"build", "-o", kunciBin}
+	if raceEnabled {
+		args = append(args, "-race") // kunci's own goroutines are checked too
+	}
+	if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building kunci: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// startNode starts an in-process node on a free loopback port.
+func startNode(t *testing.T) string {
+	t.Helper()
+	return startNodeN(t).Addr()
+}
+
+func startNodeN(t *testing.T) *server.Node {
+	t.Helper()
+	n, err := server.New(server.Config{Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := n.Stop(ctx); err != nil {
+			t.Errorf("stopping the node: %v", err)
+		}
+	})
+	return n
+}
+
+// deadAddr is a loopback address where nothing listens.
+func deadAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// proc is a kunci process started by a test. Its output goes to files, so
+// that processes it leaves behind cannot hold a pipe open.
+type proc struct {
+	t              *testing.T
+	cmd            *exec.Cmd
+	stdout, stderr string // file names
+	done           chan struct{}
+	code           int
+	took           time.Duration
+}
+
+// startKunci starts kunci with args; env is added to the test's
+// environment, from which every KUNCI_ variable is removed.
+func startKunci(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	dir := t.TempDir()
+	p := &proc{t: t, stdout: filepath.Join(dir, "stdout"), stderr: filepath.Join(dir, "stderr"), done: make(chan struct{})}
+	out, err := os.Create(p.stdout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errf, err := os.Create(p.stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd = exec.Command(kunciBin, args...)
+	p.cmd.Stdout, p.cmd.Stderr = out, errf
+	p.cmd.Dir = dir
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "KUNCI_") {
+			p.cmd.Env = append(p.cmd.Env, kv)
+		}
+	}
+	// A race-enabled kunci would sleep a second before it exits.
+	p.cmd.Env = append(p.cmd.Env, "GORACE=atexit_sleep_ms=0 "+os.Getenv("GORACE"))
+	p.cmd.Env = append(p.cmd.Env, env...)
+	start := time.Now()
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	out.Close()
+	errf.Close()
+	go func() {
+		_ = p.cmd.Wait()
+		p.took = time.Since(start)
+		p.code = exitStatus(p.cmd.ProcessState)
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+	})
+	return p
+}
+
+// wait waits for the process to exit, at most d, and returns its status.
+func (p *proc) wait(d time.Duration) int {
+	p.t.Helper()
+	select {
+	case <-p.done:
+		return p.code
+	case <-time.After(d):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		p.t.Fatalf("kunci %v still running after %v\nstdout: %s\nstderr: %s", p.cmd.Args[1:], d, p.out(), p.errs())
+		return -1
+	}
+}
+
+func (p *proc) out() string  { b, _ := os.ReadFile(p.stdout); return string(b) }
+func (p *proc) errs() string { b, _ := os.ReadFile(p.stderr); return string(b) }
+
+// kunci runs kunci to its end (at most 20 s) and returns its status and
+// output.
+func kunci(t *testing.T, env []string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	p := startKunci(t, env, args...)
+	code = p.wait(20 * time.Second)
+	return code, p.out(), p.errs()
+}
+
+// eventually polls cond every 10 ms until it holds, for at most d.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// raw is a plain protocol connection, for the test to act behind kunci's
+// back.
+type raw struct {
+	t  *testing.T
+	nc net.Conn
+	r  *bufio.Reader
+}
+
+func dialRaw(t *testing.T, addr string) *raw {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	return &raw{t: t, nc: nc, r: bufio.NewReader(nc)}
+}
+
+// do sends a request line and returns its answer line.
+func (c *raw) do(line string) string {
+	c.t.Helper()
+	_ = c.nc.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.nc.Write([]byte(line + "\n")); err != nil {
+		c.t.Fatal(err)
+	}
+	ans, err := c.r.ReadString('\n')
+	if err != nil {
+		c.t.Fatalf("%s: %v", line, err)
+	}
+	return strings.TrimRight(ans, "\n")
+}
+
+// acquire acquires key for 30 s and returns the token.
+func (c *raw) acquire(key string) uint64 {
+	c.t.Helper()
+	ans := c.do("A " + key + " 30 5")
+	var a wire.Answer
+	if _, err := wire.ParseAnswer([]byte(ans+"\n"), &a); err != nil || a.Kind != 'A' {
+		c.t.Fatalf("acquire %s: %q", key, ans)
+	}
+	return a.Token
+}
+
+// processGone reports whether pid has exited (a zombie counts as gone: it
+// runs no more).
+func processGone(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// pid (comm) S ...: the state follows the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
+}
+
+// readInt polls file until it holds a whole line with a number.
+func readInt(t *testing.T, file string) int {
+	t.Helper()
+	var n int
+	eventually(t, 15*time.Second, file+" holds a number", func() bool {
+		b, err := os.ReadFile(file)
+		if err != nil || !strings.HasSuffix(string(b), "\n") {
+			return false
+		}
+		n, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	})
+	return n
+}
+
+func addrsEnv(addr string) []string { return []string{"KUNCI_ADDRS=" + addr} }
+
+func TestRunGivesTheTokenToTheChildAndReleasesAfter(t *testing.T) {
+	t.Parallel()
+	addr := startNode(t)
+	code, out, errs := kunci(t, nil, "run", "jobs/a", "--addrs", addr, "--", "sh", "-c", `echo "$KUNCI_KEY $KUNCI_TOKEN"`)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, errs)
+	}
+	var key string
+	var token uint64
+	if _, err := fmt.Sscanf(out, "%s %d\n", &key, &token); err != nil || key != "jobs/a" || token == 0 {
+		t.Fatalf("child printed %q, want \"jobs/a TOKEN\"", out)
+	}
+	// Released: the key is free at once, and the next token is larger.
+	c := dialRaw(t, addr)
+	if got := c.acquire("jobs/a"); got <= token {
+		t.Fatalf("next token %d, not above the child's %d", got, token)
+	}
+}
+
+func TestRunExitStatus(t *testing.T) {
+	t.Parallel()
+	addr := startNode(t)
+	notExec := filepath.Join(t.TempDir(), "script")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		argv []string
+		want int
+	}{
+		{"zero", []string{"true"}, 0},
+		{"own status", []string{"sh", "-c", "exit 3"}, 3},
+		{"killed by SIGTERM", []string{"sh", "-c", "kill -TERM $$"}, 128 + 15},
+		{"not found", []string{"/nonexistent/command"}, exitNotFound},
+		{"not executable", []string{notExec}, exitCannotExec},
+	} {
+		code, _, errs := kunci(t, addrsEnv(addr), append([]string{"run", "status/" + strings.ReplaceAll(tc.name, " ", "-"), "--"}, tc.argv...)...)
+		if code != tc.want {
+			t.Errorf("%s: exit %d, want %d (stderr %q)", tc.name, code, tc.want, errs)
+		}
+	}
+	// Every run released its lock, even when the command could not start.
+	c := dialRaw(t, addr)
+	for _, k := range []string{"zero", "own-status", "killed-by-SIGTERM", "not-found", "not-executable"} {
+		if ans := c.do("A status/" + k + " 1 0.05"); !strings.HasPrefix(ans, "A ") {
+			t.Errorf("status/%s still held after kunci run: %q", k, ans)
+		}
+	}
+}
+
+// TestRunLostLockKillsTheProcessGroup releases the lock behind the child's
+// back: the next extend of the keep-alive is answered STALE, and the whole
+// process group goes — a grandchild too, with SIGKILL when it ignores
+// SIGTERM.
+func TestRunLostLockKillsTheProcessGroup(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		trap     string // shell line run first; ignoring TERM is inherited by the grandchild
+		needKill bool
+	}{
+		{"group obeys SIGTERM", "", false},
+		{"group ignores SIGTERM", `trap "" TERM`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			addr := startNode(t)
+			dir := t.TempDir()
+			gcFile, tokFile := filepath.Join(dir, "grandchild"), filepath.Join(dir, "token")
+			script := fmt.Sprintf(`%s
+sleep 60 &
+echo $! > %s
+echo $KUNCI_TOKEN > %s
+wait`, tc.trap, gcFile, tokFile)
+			const grace = 300 * time.Millisecond
+			p := startKunci(t, addrsEnv(addr), "run", "lost", "--lease", "1s", "--grace", grace.String(), "--", "sh", "-c", script)
+			grandchild := readInt(t, gcFile)
+			token := readInt(t, tokFile)
+			if processGone(grandchild) {
+				t.Fatal("the grandchild is not running")
+			}
+			released := time.Now()
+			if ans := dialRaw(t, addr).do(fmt.Sprintf("R lost %d", token)); ans != "R lost OK" {
+				t.Fatalf("releasing behind the child's back: %q", ans)
+			}
+			code := p.wait(20 * time.Second)
+			took := time.Since(released)
+			if code != exitLost {
+				t.Fatalf("exit %d, want %d (lock lost)\nstderr: %s", code, exitLost, p.errs())
+			}
+			if !strings.Contains(p.errs(), "lost the lock on lost") || !strings.Contains(p.errs(), "STALE") {
+				t.Errorf("stderr does not say the lock was lost: %q", p.errs())
+			}
+			if !processGone(grandchild) {
+				t.Fatalf("grandchild %d still runs after kunci run exited", grandchild)
+			}
+			if tc.needKill {
+				if !strings.Contains(p.errs(), "SIGKILL") {
+					t.Errorf("stderr does not mention SIGKILL: %q", p.errs())
+				}
+				if took < grace {
+					t.Errorf("the group ignoring SIGTERM was gone %v after the loss, before the grace of %v", took, grace)
+				}
+			}
+			t.Logf("lost → exit in %v", took)
+		})
+	}
+}
+
+// TestRunLeaseRunsOutWhileTheClusterIsGone stops the only node mid-run: the
+// keep-alive cannot extend, and when the lease has run out the command is
+// stopped.
+func TestRunLeaseRunsOutWhileTheClusterIsGone(t *testing.T) {
+	t.Parallel()
+	n := startNodeN(t)
+	ready := filepath.Join(t.TempDir(), "ready")
+	p := startKunci(t, addrsEnv(n.Addr()), "run", "gone", "--lease", "1s", "--", "sh", "-c",
+		fmt.Sprintf("echo $$ > %s; while :; do sleep 0.05; done", ready))
+	readInt(t, ready)
+	stopped := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := n.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	code := p.wait(20 * time.Second)
+	if code != exitLost {
+		t.Fatalf("exit %d, want %d\nstderr: %s", code, exitLost, p.errs())
+	}
+	if !strings.Contains(p.errs(), "no node could be reached") {
+		t.Errorf("stderr does not say why: %q", p.errs())
+	}
+	t.Logf("node stopped → exit in %v", time.Since(stopped))
+}
+
+func TestRunWaitRunsOut(t *testing.T) {
+	t.Parallel()
+	addr := startNode(t)
+	dialRaw(t, addr).acquire("busy")
+	code, out, errs := kunci(t, addrsEnv(addr), "run", "busy", "--wait", "300ms", "--", "echo", "ran")
+	if code != exitTimeout {
+		t.Fatalf("exit %d, want %d (wait ran out); stderr %q", code, exitTimeout, errs)
+	}
+	if out != "" {
+		t.Errorf("the command ran: %q", out)
+	}
+	if !strings.Contains(errs, "ran out") {
+		t.Errorf("stderr does not say the wait ran out: %q", errs)
+	}
+}
+
+func TestRunPassesSIGINTAndReleases(t *testing.T) {
+	t.Parallel()
+	addr := startNode(t)
+	dir := t.TempDir()
+	ready, marker := filepath.Join(dir, "ready"), filepath.Join(dir, "marker")
+	script := fmt.Sprintf(`trap 'echo INT > %s; exit 0' INT
+echo $$ > %s
+while :; do sleep 0.05; done`, marker, ready)
+	p := startKunci(t, addrsEnv(addr), "run", "int", "--", "sh", "-c", script)
+	readInt(t, ready)
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(20 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want the child's 0\nstderr: %s", code, p.errs())
+	}
+	if b, err := os.ReadFile(marker); err != nil || string(b) != "INT\n" {
+		t.Fatalf("the child did not see SIGINT: %q %v", b, err)
+	}
+	if ans := dialRaw(t, addr).do("A int 1 0.05"); !strings.HasPrefix(ans, "A int ") {
+		t.Fatalf("the lock was not released: %q", ans)
+	}
+}
+
+func TestRunSignalWhileWaitingWithdrawsTheAcquire(t *testing.T) {
+	t.Parallel()
+	n := startNodeN(t)
+	addr := n.Addr()
+	holder := dialRaw(t, addr)
+	token := holder.acquire("queued")
+	p := startKunci(t, addrsEnv(addr), "run", "queued", "--", "echo", "ran")
+	eventually(t, 15*time.Second, "kunci run's acquire is queued", func() bool {
+		_, queued := n.Stats()
+		return queued == 1
+	})
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(20 * time.Second); code != 128+int(syscall.SIGTERM) {
+		t.Fatalf("exit %d, want %d\nstderr: %s", code, 128+int(syscall.SIGTERM), p.errs())
+	}
+	if p.out() != "" {
+		t.Errorf("the command ran: %q", p.out())
+	}
+	// Nothing was left queued: after the release the key is free.
+	if ans := holder.do(fmt.Sprintf("R queued %d", token)); ans != "R queued OK" {
+		t.Fatal(ans)
+	}
+	if ans := holder.do("A queued 1 0.05"); !strings.HasPrefix(ans, "A queued ") {
+		t.Fatalf("the key went to a withdrawn acquire: %q", ans)
+	}
+}
+
+func TestRunUnreachableCluster(t *testing.T) {
+	t.Parallel()
+	dead := deadAddr(t)
+	code, out, errs := kunci(t, nil, "run", "k", "--addrs", dead, "--", "echo", "ran")
+	if code != exitUnavailable || out != "" {
+		t.Fatalf("exit %d stdout %q, want %d and no output; stderr %q", code, out, exitUnavailable, errs)
+	}
+	if !strings.Contains(errs, dead) || !strings.Contains(errs, "connection refused") {
+		t.Errorf("stderr does not say which node failed how: %q", errs)
+	}
+}
+
+func TestAcquireExtendRelease(t *testing.T) {
+	t.Parallel()
+	addr := startNode(t)
+	env := addrsEnv(addr)
+	code, out, errs := kunci(t, env, "acquire", "orders/42", "--lease", "30s")
+	if code != 0 {
+		t.Fatalf("acquire: exit %d, %q", code, errs)
+	}
+	token, err := strconv.ParseUint(strings.TrimSuffix(out, "\n"), 10, 64)
+	if err != nil || token == 0 {
+		t.Fatalf("acquire printed %q, want a token alone on its line", out)
+	}
+	tok := strconv.FormatUint(token, 10)
+
+	// kunci has exited; the grant stays.
+	if code, _, errs := kunci(t, env, "acquire", "orders/42", "--wait", "200ms"); code != exitTimeout || !strings.Contains(errs, "ran out") {
+		t.Fatalf("second acquire: exit %d, stderr %q; want %d", code, errs, exitTimeout)
+	}
+	if code, _, errs := kunci(t, env, "extend", "orders/42", tok, "--lease", "1m"); code != 0 {
+		t.Fatalf("extend: exit %d, %q", code, errs)
+	}
+	if code, _, errs := kunci(t, env, "release", "orders/42", tok); code != 0 {
+		t.Fatalf("release: exit %d, %q", code, errs)
+	}
+	for _, args := range [][]string{
+		{"release", "orders/42", tok},
+		{"extend", "orders/42", tok},
+	} {
+		code, _, errs := kunci(t, env, args...)
+		if code != exitFailed || !strings.Contains(errs, "STALE") {
+			t.Errorf("%v after the release: exit %d, stderr %q; want %d and STALE", args, code, errs, exitFailed)
+		}
+	}
+	// --addrs wins over KUNCI_ADDRS.
+	dead := deadAddr(t)
+	if code, out, errs := kunci(t, []string{"KUNCI_ADDRS=" + dead}, "acquire", "orders/42", "--addrs", addr); code != 0 || out == "" {
+		t.Fatalf("acquire with --addrs over a dead KUNCI_ADDRS: exit %d, %q", code, errs)
+	}
+	// A node refusal is reported with its reason.
+	if code, _, errs := kunci(t, env, "acquire", "long", "--lease", "100000s"); code != exitUnavailable || !strings.Contains(errs, "lease too long") {
+		t.Errorf("over-long lease: exit %d, stderr %q; want %d and the node's reason", code, errs, exitUnavailable)
+	}
+}
+
+func TestCommandsReportAnUnreachableCluster(t *testing.T) {
+	t.Parallel()
+	dead := deadAddr(t)
+	for _, args := range [][]string{
+		{"acquire", "k"},
+		{"release", "k", "1"}, // retried for 5 s
+		{"extend", "k", "1"},  // ditto
+		{"status"},
+	} {
+		t.Run(args[0], func(t *testing.T) {
+			t.Parallel()
+			code, out, errs := kunci(t, []string{"KUNCI_ADDRS=" + dead}, args...)
+			if code != exitUnavailable || !strings.Contains(out+errs, dead) || !strings.Contains(out+errs, "connection refused") {
+				t.Errorf("%v against %s: exit %d, stdout %q, stderr %q; want %d and why", args, dead, code, out, errs, exitUnavailable)
+			}
+			if args[0] == "status" && !strings.Contains(errs, "no node answered") {
+				t.Errorf("status: stderr %q", errs)
+			}
+		})
+	}
+}
+
+func TestStatus(t *testing.T) {
+	t.Parallel()
+	addr := startNode(t)
+	dead := deadAddr(t)
+	code, out, errs := kunci(t, nil, "status", "--addrs", addr+","+dead)
+	if code != exitFailed {
+		t.Fatalf("status with a dead node: exit %d, want %d; stderr %q", code, exitFailed, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want a header and two lines:\n%s", out)
+	}
+	for i, want := range [][]string{
+		{"ADDRESS", "ANSWERS", "ROLE", "ACTIVE", "RTT"},
+		{addr, "yes", "active", addr},
+		{dead, "no:", "connection", "refused", "-", "-", "-"},
+	} {
+		f := strings.Fields(lines[i])
+		if len(f) < len(want) {
+			t.Fatalf("line %d %q, want fields %q", i, lines[i], want)
+		}
+		for j, w := range want {
+			if f[j] != w {
+				t.Errorf("line %d field %d: %q, want %q (%q)", i, j, f[j], w, lines[i])
+			}
+		}
+	}
+	if rtt, err := time.ParseDuration(strings.Fields(lines[1])[4]); err != nil || rtt <= 0 {
+		t.Errorf("RTT of %q", lines[1])
+	}
+	if code, _, errs := kunci(t, addrsEnv(addr), "status"); code != 0 {
+		t.Errorf("status of a live node: exit %d, %q", code, errs)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		env  []string
+		args []string
+	}{
+		{nil, nil},
+		{nil, []string{"lock"}},
+		{nil, []string{"help", "lock"}},
+		{nil, []string{"acquire"}},
+		{nil, []string{"acquire", "a", "b"}},
+		{nil, []string{"acquire", "k", "--lease", "soon"}},
+		{nil, []string{"acquire", "k", "--lease", "0"}},
+		{nil, []string{"acquire", "k", "--wait", "-1s"}},
+		{nil, []string{"acquire", "k", "--bogus"}},
+		{nil, []string{"acquire", "k", "--addrs", "nocolon"}},
+		{[]string{"KUNCI_ADDRS=nocolon"}, []string{"acquire", "k"}},
+		{nil, []string{"acquire", "bad\tkey"}},
+		{nil, []string{"acquire", strings.Repeat("k", 251)}},
+		{nil, []string{"release", "k"}},
+		{nil, []string{"release", "k", "0"}},
+		{nil, []string{"release", "k", "abc"}},
+		{nil, []string{"release", "k", "18446744073709551616"}},
+		{nil, []string{"extend", "k", "1", "--lease", "-1s"}},
+		{nil, []string{"run", "k"}},
+		{nil, []string{"run", "k", "sh"}},
+		{nil, []string{"run", "--", "sh"}},
+		{nil, []string{"run", "k", "--"}},
+		{nil, []string{"run", "k", "--grace", "-1s", "--", "true"}},
+		{nil, []string{"status", "extra"}},
+		{nil, []string{"status", "--timeout", "0"}},
+	} {
+		code, out, errs := kunci(t, tc.env, tc.args...)
+		if code != exitUsage {
+			t.Errorf("%v: exit %d, want %d (stderr %q)", tc.args, code, exitUsage, errs)
+		}
+		if errs == "" || out != "" {
+			t.Errorf("%v: want a message on stderr only; stdout %q stderr %q", tc.args, out, errs)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"--help"}, {"help"},
+		{"acquire", "--help"}, {"release", "-h"}, {"extend", "--help"}, {"run", "--help"}, {"status", "--help"},
+		{"help", "run"},
+	} {
+		code, out, errs := kunci(t, nil, args...)
+		if code != 0 || errs != "" {
+			t.Errorf("%v: exit %d, stderr %q", args, code, errs)
+		}
+		for _, want := range []string{"Usage: kunci", "KUNCI_ADDRS", "Exit status", "76"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%v: help lacks %q", args, want)
+			}
+		}
+		if len(args) == 2 && args[0] != "help" && !strings.Contains(out, "Examples:") {
+			t.Errorf("%v: help has no examples", args)
+		}
+	}
+}
+
+func TestSecondsFlag(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"30s": 30 * time.Second, "250ms": 250 * time.Millisecond, "1m30s": 90 * time.Second,
+		"30": 30 * time.Second, "0.5": 500 * time.Millisecond, "0": 0, "2.125": 2125 * time.Millisecond,
+	} {
+		var s seconds
+		if err := s.Set(in); err != nil || time.Duration(s) != want {
+			t.Errorf("%q: %v %v, want %v", in, time.Duration(s), err, want)
+		}
+	}
+	for _, in := range []string{"", "soon", "NaN", "1e300", "30x"} {
+		var s seconds
+		if err := s.Set(in); err == nil {
+			t.Errorf("%q accepted as %v", in, time.Duration(s))
+		}
+	}
+}
+
+func TestChildEnv(t *testing.T) {
+	got := childEnv([]string{"PATH=/bin", "KUNCI_TOKEN=1", "KUNCI_KEY=old", "KUNCI_ADDRS=a:1"}, "new", 42)
+	want := []string{"PATH=/bin", "KUNCI_ADDRS=a:1", "KUNCI_KEY=new", "KUNCI_TOKEN=42"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("%q, want %q", got, want)
+	}
+}

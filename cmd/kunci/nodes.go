@@ -1,0 +1,178 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kunci/kunci/wire"
+)
+
+// clientlib keeps grants it made itself; release and extend of a token given
+// on the command line, and I to one node in particular, are single requests
+// that kunci sends on a connection of its own.
+
+// Timing of single requests.
+const (
+	dialTimeout   = 2 * time.Second
+	answerTimeout = 5 * time.Second
+	retryFor      = 5 * time.Second        // as clientlib retries a release
+	retryEvery    = 200 * time.Millisecond // ditto
+	maxRedirects  = 8
+)
+
+// errUnreachable: no node answered the request.
+var errUnreachable = errors.New("no node could be reached")
+
+// answer is a copy of a wire.Answer that outlives the read buffer.
+type answer struct {
+	kind               byte
+	ok                 bool
+	token              uint64
+	text               string // E's reason, M's address
+	role, self, active string // I
+	op, key            string // E
+}
+
+func copyAnswer(a *wire.Answer) answer {
+	return answer{
+		kind: a.Kind, ok: a.OK, token: a.Token, text: string(a.Text),
+		role: string(a.Role), self: string(a.Self), active: string(a.Active),
+		op: string(a.Op), key: string(a.Key),
+	}
+}
+
+// exchange sends line to the node at addr and returns its first answer.
+func exchange(ctx context.Context, addr string, line []byte) (answer, time.Duration, error) {
+	d := net.Dialer{Timeout: dialTimeout}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return answer{}, 0, err
+	}
+	defer nc.Close()
+	deadline := time.Now().Add(answerTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	_ = nc.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Now()) })
+	defer stop()
+	sent := time.Now()
+	if _, err := nc.Write(line); err != nil {
+		return answer{}, 0, err
+	}
+	r := bufio.NewReaderSize(nc, wire.MaxLine)
+	var buf []byte
+	for {
+		// An answer line is at most wire.MaxLine bytes.
+		chunk, err := r.ReadSlice('\n')
+		buf = append(buf, chunk...)
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return answer{}, 0, fmt.Errorf("no answer: %w", err)
+		}
+		var a wire.Answer
+		n, perr := wire.ParseAnswer(buf, &a)
+		if n == 0 && perr == nil {
+			continue
+		}
+		rtt := time.Since(sent)
+		if perr != nil {
+			return answer{}, rtt, fmt.Errorf("unreadable answer %q: %w", strings.TrimRight(string(buf), "\r\n"), perr)
+		}
+		return copyAnswer(&a), rtt, nil
+	}
+}
+
+// ask sends the request line to the cluster and returns the answer of the
+// active node: it tries addrs in order and follows redirects; when no node
+// answers it tries again every 200 ms for 5 s.
+func ask(ctx context.Context, addrs []string, line []byte) (answer, error) {
+	until := time.Now().Add(retryFor)
+	for {
+		var errs []string
+		for _, addr := range addrs {
+			a, err := askNode(ctx, addr, line)
+			if err == nil {
+				return a, nil
+			}
+			if ctx.Err() != nil {
+				return answer{}, ctx.Err()
+			}
+			errs = append(errs, err.Error())
+		}
+		if time.Now().After(until) {
+			return answer{}, fmt.Errorf("%w (%s)", errUnreachable, strings.Join(errs, "; "))
+		}
+		t := time.NewTimer(retryEvery)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return answer{}, ctx.Err()
+		}
+	}
+}
+
+// askNode sends line to addr, following redirects to the active.
+func askNode(ctx context.Context, addr string, line []byte) (answer, error) {
+	for range maxRedirects {
+		a, _, err := exchange(ctx, addr, line)
+		if err != nil {
+			return answer{}, fmt.Errorf("%s: %s", addr, shortError(err))
+		}
+		if a.kind != 'M' {
+			return a, nil
+		}
+		if a.text == "" {
+			return answer{}, fmt.Errorf("%s: standby that knows no active", addr)
+		}
+		addr = a.text
+	}
+	return answer{}, fmt.Errorf("%s: too many redirects", addr)
+}
+
+// shortError makes a network error readable: "connection refused" rather
+// than "dial tcp 127.0.0.1:7070: connect: connection refused".
+func shortError(err error) string {
+	var errno syscall.Errno
+	switch {
+	case errors.Is(err, context.Canceled):
+		return "interrupted"
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.Is(err, context.DeadlineExceeded):
+		return "timed out"
+	case errors.As(err, &errno):
+		return errno.Error()
+	}
+	var dnsErr *net.DNSError
+	if errors.As(err, &dnsErr) {
+		return "unknown host " + dnsErr.Name
+	}
+	return err.Error()
+}
+
+// whyUnreachable dials every address once and says how each failed, as
+// " (addr: reason; ...)", or "" when they all connect now.
+func whyUnreachable(addrs []string) string {
+	var why []string
+	for _, addr := range addrs {
+		nc, err := net.DialTimeout("tcp", addr, dialTimeout)
+		if err != nil {
+			why = append(why, addr+": "+shortError(err))
+			continue
+		}
+		nc.Close()
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(why, "; ") + ")"
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"text/tabwriter"
+	"time"
+)
+
+const statusHelp = `Usage: kunci status [--addrs ...] [--timeout 2s]
+
+Asks every node in --addrs for its info (the I request) and prints one line
+per node: the address asked, whether it answers (and if not, why), its role
+(active or standby), the active's address as that node sees it ("-": it knows
+none), and the round trip of the I request. Every node is asked directly,
+whatever its role; nothing is redirected.
+
+A healthy cluster has one active, and every node names it. kunci status warns
+on stderr when several nodes say they are active (a split that the cluster
+resolves by itself: the lower-priority one steps down) or when nodes name
+different actives. It exits 0 when every node answered, 1 when some did not,
+69 when none did.
+
+Examples:
+  kunci status
+  kunci status --addrs 10.0.0.1:7070,10.0.0.2:7070,10.0.0.3:7070
+
+  ADDRESS         ANSWERS                   ROLE     ACTIVE          RTT
+  10.0.0.1:7070   yes                       active   10.0.0.1:7070   212µs
+  10.0.0.2:7070   yes                       standby  10.0.0.1:7070   247µs
+  10.0.0.3:7070   no: connection refused    -        -               -
+`
+
+// nodeStatus is what one node said.
+type nodeStatus struct {
+	addr string
+	err  error
+	a    answer
+	rtt  time.Duration
+}
+
+func cmdStatus(args []string, stdout, stderr io.Writer) int {
+	c := newCLI("status", statusHelp, stdout, stderr)
+	timeout := c.duration("timeout", 2*time.Second, "give up on a node that has not answered within this long (dial included)")
+	pos, code, done := c.parse(args)
+	if done {
+		return code
+	}
+	if len(pos) != 0 {
+		return c.usageError("takes no arguments (addresses go in --addrs), got %q", pos)
+	}
+	if *timeout <= 0 {
+		return c.usageError("--timeout must be more than 0")
+	}
+	addrs, err := c.nodeAddrs()
+	if err != nil {
+		return c.usageError("%v", err)
+	}
+	ctx, sig := interruptible(context.Background())
+	defer sig.stop()
+	st := askAll(ctx, addrs, *timeout)
+
+	tw := tabwriter.NewWriter(stdout, 0, 0, 3, ' ', 0)
+	fmt.Fprintln(tw, "ADDRESS\tANSWERS\tROLE\tACTIVE\tRTT")
+	answered, actives := 0, map[string]bool{}
+	var claimActive []string
+	for _, s := range st {
+		if s.err != nil {
+			fmt.Fprintf(tw, "%s\tno: %s\t-\t-\t-\n", s.addr, shortError(s.err))
+			continue
+		}
+		answered++
+		active := s.a.active
+		if active == "" {
+			active = "-"
+		} else {
+			actives[active] = true
+		}
+		if s.a.role == "active" {
+			claimActive = append(claimActive, s.addr)
+		}
+		fmt.Fprintf(tw, "%s\tyes\t%s\t%s\t%s\n", s.addr, s.a.role, active, roundRTT(s.rtt))
+	}
+	_ = tw.Flush()
+	if len(claimActive) > 1 {
+		fmt.Fprintf(stderr, "kunci status: warning: %d nodes say they are active: %v\n", len(claimActive), claimActive)
+	}
+	if len(actives) > 1 {
+		var names []string
+		for a := range actives {
+			names = append(names, a)
+		}
+		fmt.Fprintf(stderr, "kunci status: warning: nodes name different actives: %v\n", names)
+	}
+	switch {
+	case answered == len(st):
+		return exitOK
+	case answered == 0:
+		fmt.Fprintf(stderr, "kunci status: no node answered\n")
+		return exitUnavailable
+	}
+	return exitFailed
+}
+
+// askAll sends I to every address at once.
+func askAll(ctx context.Context, addrs []string, timeout time.Duration) []nodeStatus {
+	st := make([]nodeStatus, len(addrs))
+	var wg sync.WaitGroup
+	for i, addr := range addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			actx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			a, rtt, err := exchange(actx, addr, []byte("I\n"))
+			if err == nil && a.kind != 'I' {
+				err = fmt.Errorf("unexpected answer %q %s", a.kind, a.text)
+			}
+			st[i] = nodeStatus{addr: addr, err: err, a: a, rtt: rtt}
+		}()
+	}
+	wg.Wait()
+	return st
+}
+
+// roundRTT keeps three significant digits or so.
+func roundRTT(d time.Duration) time.Duration {
+	switch {
+	case d >= 100*time.Millisecond:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond)
+	}
+	return d.Round(time.Microsecond)
+}
