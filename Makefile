@@ -6,10 +6,11 @@ LISTEN   ?= 127.0.0.1:7070
 ADMIN    ?= 127.0.0.1:7071
 FUZZTIME ?= 30s
 
-.PHONY: build run test vet bench fuzz clean
+.PHONY: build run test vet bench bench-load bench-compare fuzz clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kunci ./cmd/kunci
 
 run: build
 	./bin/kuncid --listen $(LISTEN) --admin $(ADMIN)
@@ -22,6 +23,18 @@ test: vet
 
 bench:
 	$(GO) test -run=NONE -bench=. -benchmem ./wire/ ./engine/... ./server/
+
+# The load generator against a running node (make run): LOAD_FLAGS are its
+# flags (go run ./bench --help), e.g. LOAD_FLAGS='--workload contended --conns 50 --depth 1'.
+LOAD_FLAGS ?= --duration 10s
+bench-load:
+	$(GO) build -o bin/bench ./bench
+	./bin/bench --target kunci://$(LISTEN) $(LOAD_FLAGS)
+
+# kunci beside Redis (installed if missing), same load: see bench/README.md.
+bench-compare:
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
+	KUNCID=bin/kuncid GO=$(GO) bench/compare.sh
 
 fuzz:
 	$(GO) test -run=NONE -fuzz=FuzzParseRequest -fuzztime=$(FUZZTIME) ./wire/

@@ -117,6 +117,9 @@ Flags:
 	if envErr != nil {
 		return cfg, o, envErr
 	}
+	if err := checkEnv(fs); err != nil {
+		return cfg, o, err
+	}
 	if err := fs.Parse(args); err != nil {
 		return cfg, o, err
 	}
@@ -139,4 +142,24 @@ func newLogger(level, format string, w io.Writer) (zerolog.Logger, error) {
 		return zerolog.Logger{}, fmt.Errorf("bad log format %q (console or json)", format)
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// otherEnv are KUNCI_ variables that belong to other kunci commands.
+var otherEnv = map[string]bool{"KUNCI_ADDRS": true}
+
+// checkEnv refuses KUNCI_ variables that name no flag: a node given
+// settings it does not understand (say, cluster settings from an env file
+// meant for a newer kuncid) must not start as something else.
+func checkEnv(fs *flag.FlagSet) error {
+	known := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) {
+		known["KUNCI_"+strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))] = true
+	})
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "KUNCI_") && !known[name] && !otherEnv[name] {
+			return fmt.Errorf("%s is set but kuncid has no such setting (see --help); unset it", name)
+		}
+	}
+	return nil
 }

@@ -82,6 +82,15 @@ func TestEnvironmentSetsFlagsAndCommandLineWins(t *testing.T) {
 	if cfg.MaxKeys != 123 || cfg.Shards != 5 {
 		t.Fatalf("max-keys %d (want 123 from env), shards %d (want 5 from flag)", cfg.MaxKeys, cfg.Shards)
 	}
+	t.Setenv("KUNCI_PEERS", "a:1,b:2")
+	if _, _, err := parseFlags(nil, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "KUNCI_PEERS") {
+		t.Fatalf("unknown KUNCI_PEERS accepted: %v", err)
+	}
+	os.Unsetenv("KUNCI_PEERS")
+	t.Setenv("KUNCI_ADDRS", "127.0.0.1:7070") // the kunci command's, not ours
+	if _, _, err := parseFlags(nil, &bytes.Buffer{}); err != nil {
+		t.Fatalf("KUNCI_ADDRS refused: %v", err)
+	}
 	t.Setenv("KUNCI_LOOPS", "many")
 	if _, _, err := parseFlags(nil, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "KUNCI_LOOPS") {
 		t.Fatalf("bad KUNCI_LOOPS: %v", err)
