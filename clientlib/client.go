@@ -177,6 +177,20 @@ type Lock struct {
 	stopKeep context.CancelFunc
 }
 
+// Lock returns a handle on a grant this client did not make, from its key
+// and token (say, handed over by another process), so that it can be
+// released, extended or kept alive. lease is the grant's lease, used by
+// KeepAlive until an Extend sets another.
+func (c *Client) Lock(key string, token uint64, lease time.Duration) (*Lock, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	if token == 0 || lease <= 0 {
+		return nil, fmt.Errorf("clientlib: token must be >= 1 and lease > 0 (token %d, lease %v)", token, lease)
+	}
+	return &Lock{c: c, key: key, token: token, lease: lease}, nil
+}
+
 // Key returns the locked key.
 func (l *Lock) Key() string { return l.key }
 
