@@ -36,8 +36,7 @@ type lock struct {
 	lease   wheel.Timer[*lock] // the grant's lease deadline
 	key     string             // aliases memory owned by the lock, see setKey
 	token   uint64             // the current grant
-	head    *waiter            // FIFO queue of acquires
-	tail    *waiter
+	last    *waiter            // FIFO queue of acquires: a ring, last.next is the first
 	nwait   int32
 	keyCap  int32
 	granted int64 // when the current grant was made
@@ -61,6 +60,39 @@ func (l *lock) setKey(key []byte) {
 	l.key = unsafe.String(unsafe.SliceData(b), len(key))
 }
 
+// first returns the head of l's queue, or nil.
+func (l *lock) first() *waiter {
+	if l.last == nil {
+		return nil
+	}
+	return l.last.next
+}
+
+// enqueue puts w at the back of l's queue.
+func (l *lock) enqueue(w *waiter) {
+	if l.last == nil {
+		w.next, w.prev = w, w
+	} else {
+		head := l.last.next
+		w.prev, w.next = l.last, head
+		l.last.next, head.prev = w, w
+	}
+	l.last = w
+}
+
+// unqueue takes w out of l's queue.
+func (l *lock) unqueue(w *waiter) {
+	if w.next == w {
+		l.last = nil
+	} else {
+		w.prev.next, w.next.prev = w.next, w.prev
+		if l.last == w {
+			l.last = w.prev
+		}
+	}
+	w.next, w.prev = nil, nil
+}
+
 // waiter is a queued acquire.
 type waiter struct {
 	wait  wheel.Timer[*waiter] // the acquire's wait deadline, when it has one
@@ -68,7 +100,7 @@ type waiter struct {
 	conn  ConnID
 	lease int64
 	since int64   // when the acquire arrived
-	next  *waiter // in the key's queue
+	next  *waiter // in the key's queue, a ring
 	prev  *waiter
 	cnext *waiter // in the connection's list for this shard
 	cprev *waiter
@@ -164,12 +196,7 @@ func (s *Shard) Acquire(now int64, conn ConnID, key []byte, lease, wait int64, o
 	}
 	w := s.newWaiter()
 	w.l, w.conn, w.lease, w.since = l, conn, lease, now
-	if l.tail == nil {
-		l.head = w
-	} else {
-		l.tail.next, w.prev = w, l.tail
-	}
-	l.tail = w
+	l.enqueue(w)
 	l.nwait++
 	if h := s.byConn[conn]; h != nil {
 		w.cnext, h.cprev = h, w
@@ -291,7 +318,7 @@ func (s *Shard) grant(now, since int64, l *lock, conn ConnID, lease int64, out *
 // answered TimedOut. With nobody left the key, which hashes to h, becomes
 // free.
 func (s *Shard) handOff(now, at int64, h uint64, l *lock, out *Output) {
-	for w := l.head; w != nil; w = l.head {
+	for w := l.first(); w != nil; w = l.first() {
 		late := w.wait.Scheduled() && w.wait.When() <= at
 		conn, lease, since := w.conn, w.lease, w.since
 		s.dequeue(w)
@@ -313,16 +340,7 @@ func (s *Shard) handOff(now, at int64, h uint64, l *lock, out *Output) {
 // index and the wait wheel.
 func (s *Shard) dequeue(w *waiter) {
 	l := w.l
-	if w.prev == nil {
-		l.head = w.next
-	} else {
-		w.prev.next = w.next
-	}
-	if w.next == nil {
-		l.tail = w.prev
-	} else {
-		w.next.prev = w.prev
-	}
+	l.unqueue(w)
 	l.nwait--
 	if w.cprev == nil {
 		if w.cnext == nil {
@@ -403,8 +421,11 @@ func (s *Shard) Waiters(key []byte) []ConnID {
 		return nil
 	}
 	var out []ConnID
-	for w := l.head; w != nil; w = w.next {
+	for w := l.first(); w != nil; w = w.next {
 		out = append(out, w.conn)
+		if w == l.last {
+			break
+		}
 	}
 	return out
 }

@@ -1,16 +1,54 @@
 package engine
 
-import "sync/atomic"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Tokens hands out fencing tokens: every call to Next returns a value larger
 // than every value returned before, by any goroutine. The zero Tokens starts
-// at 1. Safe for concurrent use.
+// at 1 and has no ceiling. Safe for concurrent use.
+//
+// A ceiling makes tokens survive restarts: the caller persists a ceiling
+// before it sets it, Next never returns a token above it, and a restarted
+// node starts above the last ceiling it persisted. When Next comes within
+// half a reservation of the ceiling it calls the low function, so that the
+// caller can persist the next range before anyone has to wait for it.
 type Tokens struct {
-	last atomic.Uint64
+	last    atomic.Uint64
+	ceiling atomic.Uint64 // 0: none
+	low     atomic.Uint64 // Next calls onLow at or above this
+	onLow   func()
+
+	mu     sync.Mutex
+	raised sync.Cond
 }
 
-// Next returns a new token.
-func (t *Tokens) Next() uint64 { return t.last.Add(1) }
+// Next returns a new token. With a ceiling set, a token above it is not
+// returned until SetCeiling covers it.
+func (t *Tokens) Next() uint64 {
+	v := t.last.Add(1)
+	if c := t.ceiling.Load(); c != 0 {
+		if v >= t.low.Load() && t.onLow != nil {
+			t.onLow()
+		}
+		if v > c {
+			t.waitCeiling(v)
+		}
+	}
+	return v
+}
+
+func (t *Tokens) waitCeiling(v uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.raised.L == nil {
+		t.raised.L = &t.mu
+	}
+	for t.ceiling.Load() < v {
+		t.raised.Wait()
+	}
+}
 
 // Last returns the most recently issued token, or the floor set by Raise.
 func (t *Tokens) Last() uint64 { return t.last.Load() }
@@ -23,4 +61,25 @@ func (t *Tokens) Raise(floor uint64) {
 			return
 		}
 	}
+}
+
+// Ceiling returns the ceiling, 0 when there is none.
+func (t *Tokens) Ceiling() uint64 { return t.ceiling.Load() }
+
+// SetOnLow sets the function Next calls when tokens near the ceiling. It
+// must not block, and must be set before tokens are issued.
+func (t *Tokens) SetOnLow(fn func()) { t.onLow = fn }
+
+// SetCeiling lets Next issue tokens up to c, which the caller has made
+// durable; onLow is called again from low on. A ceiling never goes down.
+func (t *Tokens) SetCeiling(c, low uint64) {
+	t.mu.Lock()
+	if c > t.ceiling.Load() {
+		t.low.Store(low)
+		t.ceiling.Store(c)
+	}
+	if t.raised.L != nil {
+		t.raised.Broadcast()
+	}
+	t.mu.Unlock()
 }

@@ -30,6 +30,10 @@ type Config struct {
 	// InputLimit is how much unread input a connection may pile up while
 	// the node is not reading it, before it is closed.
 	InputLimit int
+	// DataDir, when set, holds what must outlive the process: the token
+	// ceiling, so that tokens keep increasing across restarts. It is
+	// locked: a second node on the same directory refuses to start.
+	DataDir string
 	// Admin, when set, is the address of the HTTP admin endpoint:
 	// /metrics, /healthz, /readyz and /debug/pprof/.
 	Admin  string

@@ -48,6 +48,11 @@ type Node struct {
 	admin     *http.Server
 	adminAddr string
 
+	data        *dataDir      // nil without Config.DataDir
+	reserve     chan struct{} // asks the reserver for more tokens
+	reserveStop chan struct{}
+	reserveDone chan struct{}
+
 	refused    refusals      // counted off the loops
 	slowClosed atomic.Uint64 // connections closed for not reading
 
@@ -115,6 +120,11 @@ func (n *Node) now() int64 { return int64(time.Since(n.epoch)) }
 // Start binds the listen address and serves in the background. It returns
 // once the node accepts connections, or with the error that stopped it.
 func (n *Node) Start() error {
+	if n.cfg.DataDir != "" {
+		if err := n.openTokens(); err != nil {
+			return err
+		}
+	}
 	go func() {
 		defer close(n.runDone)
 		n.runErr = gnet.Run(n, "tcp://"+n.cfg.Listen,
@@ -127,6 +137,7 @@ func (n *Node) Start() error {
 	select {
 	case <-n.booted:
 	case <-n.runDone:
+		n.closeTokens()
 		if n.runErr == nil {
 			return ErrStopped
 		}
@@ -180,6 +191,7 @@ func (n *Node) Stop(ctx context.Context) error {
 				err = ctx.Err()
 			}
 		}
+		n.closeTokens()
 		keys, queued := n.Stats()
 		n.log.Info().Str("addr", n.addr).Int("keys", keys).Int("queued", queued).
 			Uint64("last_token", n.tokens.Last()).Msg("kunci node stopped")
