@@ -1,0 +1,110 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"github.com/kunci/kunci/wire"
+)
+
+// lineConn is a kunci connection for the raw drivers: requests are appended
+// to out and written with one write per batch; answers are read into a
+// fixed buffer and parsed in place. It belongs to one goroutine, except
+// where a driver says otherwise.
+type lineConn struct {
+	nc  net.Conn
+	in  []byte
+	n   int // bytes buffered in in
+	out []byte
+	a   wire.Answer
+}
+
+const lineConnBuf = 64 << 10
+
+func dialLine(addr string) (*lineConn, error) {
+	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	return &lineConn{nc: nc, in: make([]byte, lineConnBuf), out: make([]byte, 0, lineConnBuf)}, nil
+}
+
+// probe sends an I request and checks its answer, so that a run fails
+// early and clearly when the target is not a kunci node.
+func (l *lineConn) probe() error {
+	_ = l.nc.SetDeadline(time.Now().Add(5 * time.Second))
+	defer l.nc.SetDeadline(time.Time{})
+	if _, err := l.nc.Write(wire.AppendInfoRequest(nil)); err != nil {
+		return err
+	}
+	var got *wire.Answer
+	for got == nil {
+		if _, err := l.read(clock{time.Now()}, func(a *wire.Answer, _ int64) error {
+			if a.Kind != 'I' {
+				return fmt.Errorf("answer to I: kind %q", a.Kind)
+			}
+			if string(a.Role) != "active" {
+				return fmt.Errorf("node is %s; the active is %s", a.Role, a.Active)
+			}
+			got = a
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// read reads once from the connection and passes every complete answer
+// line to handle, with the time the read returned. The answer and the key
+// in it alias the read buffer and are valid only during the call. Lines
+// are handled before a read error is returned.
+func (l *lineConn) read(clk clock, handle func(a *wire.Answer, now int64) error) (int64, error) {
+	m, rerr := l.nc.Read(l.in[l.n:])
+	now := clk.now()
+	l.n += m
+	p := 0
+	for p < l.n {
+		k, err := wire.ParseAnswer(l.in[p:l.n], &l.a)
+		if k == 0 && err == nil {
+			break
+		}
+		if err != nil {
+			end := min(p+k, l.n, p+80)
+			return now, fmt.Errorf("%w: answer %q: %v", errBadAnswer, l.in[p:end], err)
+		}
+		p += k
+		if err := handle(&l.a, now); err != nil {
+			return now, err
+		}
+	}
+	l.n = copy(l.in, l.in[p:l.n])
+	return now, rerr
+}
+
+// flush writes out, if anything is in it.
+func (l *lineConn) flush() error {
+	if len(l.out) == 0 {
+		return nil
+	}
+	_, err := l.nc.Write(l.out)
+	l.out = l.out[:0]
+	return err
+}
+
+// errBadAnswer marks an answer the driver cannot match or parse.
+var errBadAnswer = errors.New("bench: unexpected answer")
+
+// errKindOf classifies a connection-level error of a raw driver.
+func errKindOf(err error) errKind {
+	switch {
+	case errors.Is(err, errBadAnswer):
+		return errProtocol
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return errAborted
+	}
+	return errConn
+}

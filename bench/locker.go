@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/kunci/kunci/clientlib"
+)
+
+// locker is a lock service as a Go program calls it: blocking calls, safe
+// for concurrent use. slot identifies the calling goroutine (0 ≤ slot <
+// the count the locker was made for); a locker may keep per-slot state.
+type locker interface {
+	// acquire waits up to wait (0: without bound) for key and returns the
+	// grant. A wait that runs out is errWaitRanOut.
+	acquire(ctx context.Context, slot int, key string, lease, wait time.Duration) (lockGrant, error)
+	// release releases g; a grant that is no longer current is errStaleGrant.
+	release(ctx context.Context, slot int, g lockGrant) error
+	close()
+}
+
+// lockGrant is a granted lock: its fencing token and what releasing it
+// takes.
+type lockGrant struct {
+	key   string
+	token uint64
+	lock  *clientlib.Lock // kunci
+	owner string          // Redis: the value the lock key holds
+}
+
+var (
+	errWaitRanOut = errors.New("bench: wait ran out")
+	errStaleGrant = errors.New("bench: stale grant")
+)
+
+// kindOf classifies a locker's error.
+func kindOf(err error) errKind {
+	var re *clientlib.RefusedError
+	switch {
+	case errors.Is(err, errWaitRanOut), errors.Is(err, clientlib.ErrTimeout):
+		return errTimeout
+	case errors.Is(err, errStaleGrant), errors.Is(err, clientlib.ErrStale):
+		return errStale
+	case errors.As(err, &re), errors.Is(err, errRedisRefused):
+		return errRefused
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return errAborted
+	}
+	return errConn
+}
+
+// kunciLocker is clientlib.
+type kunciLocker struct{ c *clientlib.Client }
+
+func newKunciLocker(r *runner) (*kunciLocker, error) {
+	// clientlib keeps one connection per address given (two for a single
+	// address): give it the node's address Conns times.
+	addrs := make([]string, r.cfg.Conns)
+	for i := range addrs {
+		addrs[i] = r.cfg.addr
+	}
+	l, err := dialLine(r.cfg.addr)
+	if err != nil {
+		return nil, err
+	}
+	err = l.probe()
+	_ = l.nc.Close()
+	if err != nil {
+		return nil, fmt.Errorf("kunci at %s: %w", r.cfg.addr, err)
+	}
+	c, err := clientlib.New(clientlib.Config{Addrs: addrs})
+	if err != nil {
+		return nil, err
+	}
+	return &kunciLocker{c}, nil
+}
+
+func (k *kunciLocker) acquire(ctx context.Context, _ int, key string, lease, wait time.Duration) (lockGrant, error) {
+	l, err := k.c.Acquire(ctx, key, lease, wait)
+	if err != nil {
+		return lockGrant{}, err
+	}
+	return lockGrant{key: key, token: l.Token(), lock: l}, nil
+}
+
+func (k *kunciLocker) release(ctx context.Context, _ int, g lockGrant) error {
+	return g.lock.Release(ctx)
+}
+
+func (k *kunciLocker) close() { _ = k.c.Close() }
+
+// lockerDriver runs the workloads over a locker, one goroutine per slot.
+type lockerDriver struct {
+	r      *runner
+	l      locker
+	ctx    context.Context
+	cancel context.CancelFunc
+	timer  *time.Timer
+	cnts   []*counters // per goroutine: slots, then (expiry) their waiters
+}
+
+func newLockerDriver(r *runner, l locker) *lockerDriver {
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &lockerDriver{r: r, l: l, ctx: ctx, cancel: cancel}
+	n := r.cfg.slots()
+	if r.exp != nil {
+		n *= 2
+	}
+	for range n {
+		d.cnts = append(d.cnts, r.rec.addWorker())
+	}
+	return d
+}
+
+func (d *lockerDriver) abort(t time.Time) {
+	d.timer = time.AfterFunc(time.Until(t), d.cancel)
+}
+
+func (d *lockerDriver) close() {
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+	d.cancel()
+	d.l.close()
+}
+
+func (d *lockerDriver) run() {
+	var wg sync.WaitGroup
+	n := d.r.cfg.slots()
+	if d.r.cfg.Workload == workExpiry {
+		// Slot s holds keys s, s+n, s+2n, …; slot n+s waits on them, in
+		// the order they were granted.
+		for s := range n {
+			ch := make(chan int, (d.r.exp.n+n-1)/n)
+			sh := d.r.rec.shardOf(s)
+			wg.Go(func() { d.holder(s, ch, d.cnts[s]) })
+			wg.Go(func() { d.waiter(n+s, ch, d.cnts[n+s], sh) })
+		}
+	} else {
+		for s := range n {
+			wg.Go(func() { d.cycles(s, d.cnts[s], d.r.rec.shardOf(s)) })
+		}
+	}
+	wg.Wait()
+}
+
+// cycles is slot s's loop for the cycle workloads.
+func (d *lockerDriver) cycles(s int, cnt *counters, sh *shard) {
+	r, ctx := d.r, d.ctx
+	pick := newPicker(r.cfg, s)
+	var grants int64
+	defer func() { r.slotGrants[s] = grants }()
+	for !r.stopping() && r.tickets.take(1) == 1 {
+		i := pick.next()
+		key := r.cfg.Prefix + strconv.Itoa(i)
+		sent := r.clk.now()
+		g, err := d.l.acquire(ctx, s, key, r.cfg.Lease, r.cfg.Wait)
+		now := r.clk.now()
+		if err != nil {
+			if !d.failed(err, cnt) {
+				return
+			}
+			continue
+		}
+		grants++
+		cnt.grants.Add(1)
+		gap := r.handoffs.handoff(i, sent, now)
+		sh.mu.Lock()
+		sh.record(histLatency, now-sent)
+		if gap >= 0 {
+			sh.record(histHandoff, gap)
+		}
+		sh.mu.Unlock()
+		r.handoffs.released(i, r.clk.now())
+		if err := d.l.release(ctx, s, g); err != nil {
+			if !d.failed(err, cnt) {
+				return
+			}
+			continue
+		}
+		cnt.cycles.Add(1)
+	}
+}
+
+// failed counts err and reports whether the slot may go on.
+func (d *lockerDriver) failed(err error, cnt *counters) bool {
+	k := kindOf(err)
+	cnt.errs[k].Add(1)
+	if d.ctx.Err() != nil {
+		return false
+	}
+	if k == errConn {
+		time.Sleep(10 * time.Millisecond) // do not spin on a connection that is down
+	}
+	return true
+}
+
+// holder acquires slot s's keys for the expiry workload and passes each
+// one granted to its waiter.
+func (d *lockerDriver) holder(s int, ch chan<- int, cnt *counters) {
+	defer close(ch)
+	r, e, n := d.r, d.r.exp, d.r.cfg.slots()
+	for i := s; i < e.n && !r.stopping(); i += n {
+		key := r.cfg.Prefix + strconv.Itoa(i)
+		sent := r.clk.now()
+		g, err := d.l.acquire(d.ctx, s, key, r.cfg.Lease, r.cfg.Lease)
+		if err != nil {
+			cnt.errs[kindOf(err)].Add(1)
+			continue
+		}
+		e.deadline[i].Store(sent + r.cfg.Lease.Nanoseconds())
+		e.holder[i].Store(g.token)
+		e.held.Add(1)
+		e.lastHeld.Store(r.clk.now())
+		ch <- i
+	}
+}
+
+// waiter waits for each key its holder passes on, and releases it once
+// handed on.
+func (d *lockerDriver) waiter(s int, ch <-chan int, cnt *counters, sh *shard) {
+	r, e := d.r, d.r.exp
+	for i := range ch {
+		if d.ctx.Err() != nil {
+			continue // the cap: unreclaimed
+		}
+		key := r.cfg.Prefix + strconv.Itoa(i)
+		g, err := d.l.acquire(d.ctx, s, key, r.cfg.Lease, r.cfg.Wait)
+		now := r.clk.now()
+		if err != nil {
+			cnt.errs[kindOf(err)].Add(1)
+			continue
+		}
+		late, err := e.granted(i, g.token, now)
+		if err != nil {
+			cnt.errs[errProtocol].Add(1)
+		} else if late < 0 {
+			cnt.errs[errEarly].Add(1)
+		} else {
+			sh.mu.Lock()
+			sh.record(histLateness, late)
+			sh.mu.Unlock()
+		}
+		cnt.grants.Add(1)
+		cnt.cycles.Add(1)
+		if err := d.l.release(d.ctx, s, g); err != nil {
+			cnt.errs[kindOf(err)].Add(1)
+		}
+	}
+}
