@@ -174,6 +174,7 @@ type Lock struct {
 
 	mu       sync.Mutex
 	lease    time.Duration
+	ends     time.Time // the earliest the grant may end on the node
 	stopKeep context.CancelFunc
 }
 
@@ -188,7 +189,7 @@ func (c *Client) Lock(key string, token uint64, lease time.Duration) (*Lock, err
 	if token == 0 || lease <= 0 {
 		return nil, fmt.Errorf("clientlib: token must be >= 1 and lease > 0 (token %d, lease %v)", token, lease)
 	}
-	return &Lock{c: c, key: key, token: token, lease: lease}, nil
+	return &Lock{c: c, key: key, token: token, lease: lease, ends: time.Now().Add(lease)}, nil
 }
 
 // Key returns the locked key.
@@ -227,21 +228,17 @@ func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Durat
 				return nil, noConnection(lastErr)
 			}
 		}
-		waitMs := int64(0)
-		if wait > 0 {
-			left := time.Until(deadline)
-			if left <= 0 {
-				return nil, ErrTimeout
-			}
-			waitMs = ceilMs(left)
+		if wait > 0 && time.Until(deadline) <= 0 {
+			return nil, ErrTimeout
 		}
-		r, err := cn.acquire(ctx, key, leaseMs, waitMs, deadline)
+		r, err := cn.acquire(ctx, key, leaseMs, deadline)
 		if err != nil {
 			return nil, err
 		}
 		switch r.kind {
 		case 'A':
-			return &Lock{c: c, key: key, token: r.token, lease: lease}, nil
+			// The grant was made at most one network delay ago.
+			return &Lock{c: c, key: key, token: r.token, lease: lease, ends: time.Now().Add(lease)}, nil
 		case 'T':
 			return nil, ErrTimeout
 		case 'E':
@@ -272,8 +269,9 @@ func noConnection(cause error) error {
 }
 
 // acquire sends one acquire on cn, first waiting its turn behind an
-// acquire of the same key already outstanding on cn.
-func (cn *conn) acquire(ctx context.Context, key string, leaseMs, waitMs int64, deadline time.Time) (result, error) {
+// acquire of the same key already outstanding on cn. It is sent with the
+// wait left until deadline (zero: no bound).
+func (cn *conn) acquire(ctx context.Context, key string, leaseMs int64, deadline time.Time) (result, error) {
 	cn.mu.Lock()
 	if cn.nc == nil {
 		cn.mu.Unlock()
@@ -305,26 +303,26 @@ func (cn *conn) acquire(ctx context.Context, key string, leaseMs, waitMs int64, 
 			}
 		}
 	}
+	waitMs := int64(0)
+	if !deadline.IsZero() {
+		left := time.Until(deadline)
+		if left <= 0 {
+			if len(cn.gates) > 0 {
+				cn.passGate(key)
+			}
+			cn.mu.Unlock()
+			return result{kind: 'T'}, nil
+		}
+		waitMs = ceilMs(left)
+	}
 	c := getCall('A', key)
 	err := cn.send(c, gen, func(b []byte) []byte { return appendAcquire(b, key, leaseMs, waitMs) })
 	cn.mu.Unlock()
-	if err == errNotUp {
-		putCall(c)
-		return result{kind: kindBroken, err: err}, nil
-	}
-	done := ctx.Done()
-	if done == nil {
-		r := <-c.done
-		putCall(c)
-		return r, nil
-	}
-	select {
-	case r := <-c.done:
-		putCall(c)
-		return r, nil
-	case <-done:
+	r, ok, _ := c.wait(ctx, err)
+	if !ok {
 		return cn.cancel(ctx, c, gen)
 	}
+	return r, nil
 }
 
 // waitGate waits until ch is closed (our turn, or the connection broke),
@@ -465,6 +463,7 @@ func (l *Lock) Extend(ctx context.Context, lease time.Duration) error {
 				return noConnection(lastErr)
 			}
 		}
+		sent := time.Now()
 		r, err := cn.do(ctx, 'X', l.key, func(b []byte) []byte { return appendExtend(b, l.key, l.token, ms) })
 		if err != nil {
 			return err
@@ -476,6 +475,8 @@ func (l *Lock) Extend(ctx context.Context, lease time.Duration) error {
 			}
 			l.mu.Lock()
 			l.lease = lease
+			// The node started the new lease after we sent the extend.
+			l.ends = sent.Add(lease)
 			l.mu.Unlock()
 			return nil
 		case 'E':

@@ -116,6 +116,7 @@ func newConn(cl *Client, addr string) *conn {
 func (cn *conn) run(first chan<- struct{}) {
 	defer cn.cl.wg.Done()
 	addr := cn.home
+	quick := false // the last connection ended soon after it was made
 	for attempt := 0; ; attempt++ {
 		if cn.cl.closing() {
 			return
@@ -135,25 +136,46 @@ func (cn *conn) run(first chan<- struct{}) {
 			}
 			continue
 		}
-		cn.attach(nc, addr)
+		if !cn.attach(nc, addr) {
+			return // closed meanwhile
+		}
+		since := time.Now()
 		redirect, err := cn.read(nc)
 		cn.detach(nc, redirect, err)
+		wasQuick := quick
+		quick = time.Since(since) < cn.cl.cfg.ReconnectInterval
 		switch {
+		case cn.cl.closing():
+			return
 		case redirect != "":
 			cn.cl.log.Debug().Str("from", addr).Str("to", redirect).Msg("kunci: redirected")
 			addr = redirect
-		case cn.cl.closing():
-			return
+			// Follow a redirect at once, but not a ping-pong of them.
+			if quick && wasQuick && !cn.cl.sleep(cn.cl.cfg.ReconnectInterval) {
+				return
+			}
 		default:
 			cn.cl.log.Debug().Err(err).Str("addr", addr).Msg("kunci: connection lost")
 			addr = cn.home
-			// Try once at once, then every ReconnectInterval.
+			// Try again at once after a connection that lasted; one that
+			// failed soon after it was made waits ReconnectInterval, so a
+			// node that closes every connection is not dialled in a loop.
+			if quick && !cn.cl.sleep(cn.cl.cfg.ReconnectInterval) {
+				return
+			}
 		}
 	}
 }
 
-func (cn *conn) attach(nc net.Conn, addr string) {
+// attach makes nc the connection. It returns false, closing nc, when the
+// client has closed meanwhile.
+func (cn *conn) attach(nc net.Conn, addr string) bool {
 	cn.mu.Lock()
+	if cn.cl.closing() {
+		cn.mu.Unlock()
+		_ = nc.Close()
+		return false
+	}
 	cn.nc, cn.addr = nc, addr
 	cn.wdeadlineSet = time.Time{}
 	cn.gen++
@@ -161,6 +183,7 @@ func (cn *conn) attach(nc net.Conn, addr string) {
 	close(cn.upCh)
 	cn.usable.Store(true)
 	cn.mu.Unlock()
+	return true
 }
 
 // detach ends a connection: every outstanding call learns that it broke or
@@ -464,22 +487,33 @@ func (cn *conn) do(ctx context.Context, op byte, key string, line func([]byte) [
 	cn.mu.Lock()
 	err := cn.send(c, 0, line)
 	cn.mu.Unlock()
-	if err == errNotUp {
+	r, ok, err := c.wait(ctx, err)
+	if !ok && err == nil {
+		err = ctx.Err() // abandoned: its answer is dropped
+	}
+	return r, err
+}
+
+// wait waits for c's answer after send returned sendErr. ok is false when
+// ctx ended first; c then stays outstanding and the caller decides what to
+// do about it. A call that could not be sent comes back as broken.
+func (c *call) wait(ctx context.Context, sendErr error) (r result, ok bool, err error) {
+	if sendErr == errNotUp {
 		putCall(c)
-		return result{kind: kindBroken, err: err}, nil
+		return result{kind: kindBroken, err: sendErr}, true, nil
 	}
 	done := ctx.Done()
 	if done == nil {
-		r := <-c.done
+		r = <-c.done
 		putCall(c)
-		return r, nil
+		return r, true, nil
 	}
 	select {
-	case r := <-c.done:
+	case r = <-c.done:
 		putCall(c)
-		return r, nil
+		return r, true, nil
 	case <-done:
-		return result{}, ctx.Err()
+		return result{}, false, nil
 	}
 }
 

@@ -21,10 +21,10 @@ func (l *Lock) KeepAlive(ctx context.Context) <-chan error {
 		l.stopKeep()
 	}
 	l.stopKeep = cancel
-	lease := l.lease
+	lease, ends := l.lease, l.ends
 	l.mu.Unlock()
 	lost := make(chan error, 1)
-	go l.keepAlive(ctx, lease, lost)
+	go l.keepAlive(ctx, lease, ends, lost)
 	return lost
 }
 
@@ -37,20 +37,23 @@ func (l *Lock) stopKeepAlive() {
 	l.mu.Unlock()
 }
 
-func (l *Lock) keepAlive(ctx context.Context, lease time.Duration, lost chan<- error) {
+func (l *Lock) keepAlive(ctx context.Context, lease time.Duration, validUntil time.Time, lost chan<- error) {
 	defer close(lost)
-	// validUntil is when the lease ends for sure: the last extend was sent
-	// no earlier than the grant or the extend's send time.
-	validUntil := time.Now().Add(lease)
+	// validUntil is the earliest the grant may end on the node: the grant,
+	// or the send time of the last extend, plus its lease.
 	period := max(lease/3, time.Millisecond)
 	retry := min(l.c.cfg.ReleaseInterval, period)
-	next := period
+	// The first extend comes a period after the grant, not after this call.
+	next := max(time.Until(validUntil.Add(-lease+period)), 0)
 	for {
 		t := time.NewTimer(next)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
+		case <-l.c.done:
+			t.Stop()
+			return // the client closed: nothing can extend any more
 		case <-t.C:
 		}
 		if time.Now().After(validUntil) {
