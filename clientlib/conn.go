@@ -122,10 +122,10 @@ func (cn *conn) run(first chan<- struct{}) {
 			return
 		}
 		nc, err := cn.cl.dial(addr)
-		if attempt == 0 {
-			close(first)
-		}
 		if err != nil {
+			if attempt == 0 {
+				close(first)
+			}
 			cn.cl.log.Debug().Err(err).Str("addr", addr).Msg("kunci: dial failed")
 			if addr != cn.home {
 				addr = cn.home // a redirect target that is gone: back to our own
@@ -136,7 +136,11 @@ func (cn *conn) run(first chan<- struct{}) {
 			}
 			continue
 		}
-		if !cn.attach(nc, addr) {
+		ok := cn.attach(nc, addr)
+		if attempt == 0 {
+			close(first) // New returns with this connection usable
+		}
+		if !ok {
 			return // closed meanwhile
 		}
 		since := time.Now()
