@@ -174,7 +174,7 @@ type Lock struct {
 
 	mu       sync.Mutex
 	lease    time.Duration
-	ends     time.Time // the earliest the grant may end on the node
+	ends     time.Time // when the grant ends on the node (after an acquire: up to one network delay late)
 	stopKeep context.CancelFunc
 }
 
@@ -393,7 +393,9 @@ func (cn *conn) cancel(ctx context.Context, c *call, gen uint64) (result, error)
 
 // Release ends the grant. Through connection errors it is retried every
 // Config.ReleaseInterval for Config.ReleaseRetry. It returns ErrStale when
-// the token is no longer the key's grant (released before, or expired).
+// the token is no longer the key's grant (released before, or expired);
+// after a connection error that includes an earlier attempt of this very
+// Release that reached the node before the connection broke.
 func (l *Lock) Release(ctx context.Context) error {
 	l.stopKeepAlive()
 	c := l.c

@@ -1,0 +1,140 @@
+package clientlib_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestCancelWaitingAcquire cancels the context of an acquire waiting on a
+// held key: the client withdraws it with C, returns ctx.Err(), and the key
+// later goes to the next waiter, never to the cancelled one.
+func TestCancelWaitingAcquire(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, "", nil)
+	p := newProxy(t, n.Addr())
+	c := newClient(t, nil, p.addr)
+	holder := newClient(t, nil, n.Addr())
+	next := newClient(t, nil, n.Addr())
+	held := acquire(t, holder, "k")
+
+	ctx, cancel := context.WithCancel(ctxT(t))
+	cancelled := goAcquire(ctx, c, "k", long, 0)
+	waitQueued(t, n, 1)
+	queuedNext := goAcquire(ctxT(t), next, "k", long, 0)
+	waitQueued(t, n, 2)
+
+	cancel()
+	r := await(t, cancelled)
+	if !errors.Is(r.err, context.Canceled) || r.lock != nil {
+		t.Fatalf("cancelled acquire: %v, %v; want context.Canceled", r.lock, r.err)
+	}
+	p.waitLine("C k at the proxy", 1, requests("C k"))
+	waitQueued(t, n, 1)
+
+	release(t, held)
+	r = await(t, queuedNext)
+	if r.err != nil {
+		t.Fatalf("next waiter: %v", r.err)
+	}
+	if r.lock.Token() <= held.Token() {
+		t.Fatalf("next waiter's token %d after %d", r.lock.Token(), held.Token())
+	}
+	release(t, r.lock)
+	waitKeys(t, n, 0)
+	// No grant was ever sent to the cancelled client.
+	if got := p.seen(func(tl tapLine) bool { return !tl.up && tl.line[0] == 'A' }); len(got) != 0 {
+		t.Fatalf("the cancelled client was sent %+v", got)
+	}
+}
+
+// TestAcquireContextDeadline: a context deadline ends an acquire without
+// bound, with context.DeadlineExceeded, and leaves nothing queued.
+func TestAcquireContextDeadline(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, "", nil)
+	c := newClient(t, nil, n.Addr())
+	held := acquire(t, newClient(t, nil, n.Addr()), "k")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := c.Acquire(ctx, "k", long, 0)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("acquire past its context deadline: %v", err)
+	}
+	if d := time.Since(start); d < 200*time.Millisecond || d > 200*time.Millisecond+lateBound {
+		t.Fatalf("acquire returned after %v, want about 200ms", d)
+	}
+	waitQueued(t, n, 0)
+
+	// A context that has ended already: nothing is granted.
+	_, err = c.Acquire(ctx, "free", long, 0)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("acquire with an ended context: %v", err)
+	}
+	release(t, held)
+	waitKeys(t, n, 0)
+}
+
+// TestCancelRacingGrant releases the key at the moment the waiter's
+// context is cancelled, many times: whichever wins, no lock is left held.
+func TestCancelRacingGrant(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, "", nil)
+	p := newProxy(t, n.Addr()) // to count the grants the waiter was sent
+	waiter := newClient(t, nil, p.addr)
+	holder := newClient(t, nil, n.Addr())
+	checker := newClient(t, nil, n.Addr())
+
+	const rounds = 200
+	granted, cancelled := 0, 0
+	for i := range rounds {
+		held := acquire(t, holder, "race")
+		ctx, cancel := context.WithCancel(ctxT(t))
+		waiting := goAcquire(ctx, waiter, "race", long, 0)
+		waitQueued(t, n, 1)
+
+		start := make(chan struct{})
+		relErr := make(chan error, 1)
+		go func() { <-start; relErr <- held.Release(context.Background()) }()
+		go func() {
+			<-start
+			// Cancel from at once to a little after the release, so that
+			// the grant reaches the node before the C in some rounds.
+			for d := time.Duration(i%20) * 25 * time.Microsecond; d > 0; d -= 25 * time.Microsecond {
+				time.Sleep(25 * time.Microsecond)
+			}
+			cancel()
+		}()
+		close(start)
+
+		r := await(t, waiting)
+		if err := <-relErr; err != nil {
+			t.Fatalf("round %d: holder's release: %v", i, err)
+		}
+		switch {
+		case r.err == nil:
+			granted++
+			if r.lock.Token() <= held.Token() {
+				t.Fatalf("round %d: token %d after %d", i, r.lock.Token(), held.Token())
+			}
+			release(t, r.lock)
+		case errors.Is(r.err, context.Canceled):
+			cancelled++
+		default:
+			t.Fatalf("round %d: acquire: %v", i, r.err)
+		}
+		// Nothing stays held: a grant that won the race against the
+		// cancel is released by the client.
+		l, err := checker.Acquire(ctxT(t), "race", long, 2*time.Second)
+		if err != nil {
+			t.Fatalf("round %d (waiter got %v): the key stayed held: %v", i, r.err, err)
+		}
+		release(t, l)
+	}
+	sent := len(p.seen(func(tl tapLine) bool { return !tl.up && tl.line[0] == 'A' }))
+	t.Logf("%d rounds: %d granted, %d cancelled, of which %d after the grant was sent (and released by the client)",
+		rounds, granted, cancelled, sent-granted)
+}

@@ -1,0 +1,17 @@
+package clientlib
+
+// GatedAcquirers returns how many acquirers of key wait inside c, over all
+// its connections, for their turn to send (an acquire of key being
+// outstanding on their connection). For tests that must know the order in
+// which acquirers queued.
+func GatedAcquirers(c *Client, key string) int {
+	n := 0
+	for _, cn := range c.conns {
+		cn.mu.Lock()
+		if g := cn.gates[key]; g != nil {
+			n += len(g.waiters)
+		}
+		cn.mu.Unlock()
+	}
+	return n
+}
