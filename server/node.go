@@ -160,6 +160,7 @@ func (n *Node) Start() error {
 		Stringer("max_lease", n.cfg.MaxLease).Stringer("max_wait", n.cfg.MaxWait).
 		Int("max_conns", n.cfg.MaxConns).Int("max_waiters", n.cfg.MaxWaiters).
 		Int("max_keys", n.cfg.MaxKeys).Int("max_queued", n.cfg.MaxQueued).Str("admin", n.adminAddr).
+		Str("data_dir", n.cfg.DataDir).Uint64("token_floor", n.tokens.Last()).
 		Msg("kunci node started")
 	return nil
 }
