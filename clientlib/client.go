@@ -291,9 +291,13 @@ func (cn *conn) acquire(ctx context.Context, key string, leaseMs int64, deadline
 			return result{}, err
 		}
 		cn.mu.Lock()
-		if cn.gen != gen {
+		if cn.gen != gen || cn.nc == nil {
+			r := result{kind: kindBroken, err: errNotUp}
+			if cn.redirecting {
+				r = result{kind: kindRedirect} // follow the connection
+			}
 			cn.mu.Unlock()
-			return result{kind: kindBroken, err: errNotUp}, nil
+			return r, nil
 		}
 		// Our turn: take it.
 		if g := cn.gates[key]; g != nil {
@@ -372,7 +376,13 @@ func (cn *conn) cancel(ctx context.Context, c *call, gen uint64) (result, error)
 	key := c.key
 	cc := getCall('C', key)
 	cn.mu.Lock()
-	err := cn.send(cc, gen, func(b []byte) []byte { return appendCancel(b, key) })
+	// Send C only while c is still outstanding: once answered, the gate
+	// may have let the next acquirer of key send, and a C now would
+	// withdraw that one's acquire instead.
+	err := errNotUp
+	if q, ok := cn.pend[0][key]; ok && q.head == c {
+		err = cn.send(cc, gen, func(b []byte) []byte { return appendCancel(b, key) })
+	}
 	cn.mu.Unlock()
 	// Either way the acquire's own answer comes: T (withdrawn), A (the grant
 	// won), or a broken connection, whose queued acquires the node drops.

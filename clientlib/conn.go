@@ -98,9 +98,13 @@ type conn struct {
 	wake   chan struct{}
 	queued atomic.Int64 // requests ever buffered, for the writer's batching
 	probes int          // I probes outstanding
-	ready  []ready      // answered calls, told after cn.mu is released
-	// wdeadlineSet is when the write deadline was last moved.
+	// redirecting: the connection went down to follow a redirect.
+	redirecting bool
+	ready       []ready // answered calls, told after cn.mu is released
+	// The writer's: when it last moved the write deadline, and on which
+	// connection.
 	wdeadlineSet time.Time
+	wdeadlineNC  net.Conn
 }
 
 func newConn(cl *Client, addr string) *conn {
@@ -181,7 +185,6 @@ func (cn *conn) attach(nc net.Conn, addr string) bool {
 		return false
 	}
 	cn.nc, cn.addr = nc, addr
-	cn.wdeadlineSet = time.Time{}
 	cn.gen++
 	cn.wbuf = cn.wbuf[:0]
 	close(cn.upCh)
@@ -201,6 +204,7 @@ func (cn *conn) detach(nc net.Conn, redirect string, cause error) {
 	cn.mu.Lock()
 	cn.usable.Store(false)
 	cn.nc = nil
+	cn.redirecting = redirect != ""
 	cn.upCh = make(chan struct{})
 	for i := range cn.pend {
 		for k, q := range cn.pend[i] {
@@ -465,11 +469,11 @@ func (cn *conn) write() {
 			nc, buf := cn.nc, cn.wbuf
 			cn.wbuf = cn.spare[:0]
 			cn.mu.Unlock()
-			if now := time.Now(); now.Sub(cn.wdeadlineSet) > cn.cl.cfg.WriteTimeout/2 {
+			if now := time.Now(); nc != cn.wdeadlineNC || now.Sub(cn.wdeadlineSet) > cn.cl.cfg.WriteTimeout/2 {
 				// Moved only when half used: a write may block for
 				// between half and all of WriteTimeout.
 				_ = nc.SetWriteDeadline(now.Add(cn.cl.cfg.WriteTimeout))
-				cn.wdeadlineSet = now
+				cn.wdeadlineNC, cn.wdeadlineSet = nc, now
 			}
 			_, err := nc.Write(buf)
 			cn.mu.Lock()
