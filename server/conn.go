@@ -23,6 +23,7 @@ type conn struct {
 	dirty    bool   // on lp.dirty
 	paused   bool   // on lp.paused: not read until its output drains
 	more     bool   // serve left complete requests unread
+	pausedAt int64  // when it was paused (node clock)
 	closed   bool
 	acquired bool // sent an acquire, so it may have queued acquires
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/panjf2000/gnet/v2"
 
@@ -57,6 +58,10 @@ func newLoop(n *Node, el gnet.EventLoop) *loop {
 
 const ms = int64(1_000_000)
 
+// maxKeptOutput is the largest answer buffer a connection keeps between
+// batches.
+const maxKeptOutput = 64 << 10
+
 // serveBudget is how many bytes of requests serve takes from a connection
 // at once, so that one connection's backlog neither holds the loop long nor
 // produces answers far past the output limit in one go.
@@ -99,7 +104,7 @@ func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 		off += m
 	}
 	if len(lp.batch) > 0 {
-		lp.execute(cs, n.now())
+		lp.execute(cs)
 	}
 	if tooLong {
 		// Everything before the long line is answered first.
@@ -160,11 +165,14 @@ func (n *Node) lineTooLong(cs *conn) gnet.Action {
 }
 
 // execute runs the batch, taking each shard's mutex once.
-func (lp *loop) execute(cs *conn, now int64) {
+// The clock is read after each shard's mutex is taken, so that a lease
+// starts no earlier than the grant is decided.
+func (lp *loop) execute(cs *conn) {
 	nsh := len(lp.n.shards)
 	if nsh == 1 {
 		b := &lp.n.shards[0]
 		b.mu.Lock()
+		now := lp.n.now()
 		for i := range lp.batch {
 			lp.apply(b.sh, cs, &lp.batch[i], now)
 		}
@@ -197,6 +205,7 @@ func (lp *loop) execute(cs *conn, now int64) {
 		s := lp.batch[order[start]].shard
 		b := &lp.n.shards[s]
 		b.mu.Lock()
+		now := lp.n.now()
 		end := start
 		for ; end < len(order) && lp.batch[order[end]].shard == s; end++ {
 			lp.apply(b.sh, cs, &lp.batch[order[end]], now)
@@ -213,8 +222,12 @@ func (lp *loop) apply(sh *engine.Shard, cs *conn, r *request, now int64) {
 	out := &lp.out
 	switch {
 	case r.err != nil:
-		// Answers decided before this refusal go first.
+		// Answers decided before this refusal go first, those other
+		// loops decided included.
 		lp.deliver(cs)
+		if lp.inbox.pending.Load() {
+			lp.drainInbox()
+		}
 		cs.out = wire.AppendError(cs.out, r.echoOp, r.key, wire.Reason(r.err))
 		lp.markDirty(cs)
 	case r.op == wire.OpAcquire:
@@ -300,7 +313,11 @@ func (lp *loop) flush() {
 			continue
 		}
 		_, _ = cs.c.Write(cs.out)
-		cs.out = cs.out[:0]
+		if cap(cs.out) > maxKeptOutput {
+			cs.out = nil // a burst's buffer is not kept for the connection's life
+		} else {
+			cs.out = cs.out[:0]
+		}
 		if !cs.closed && cs.c.OutboundBuffered() > limit {
 			// Output keeps growing while the client reads nothing.
 			lp.n.slowClosed.Add(1)
@@ -322,10 +339,10 @@ func (lp *loop) runTick(context.Context) error {
 			pos = i
 		}
 	}
-	now := n.now()
 	for s := pos; s < len(n.shards); s += m {
 		b := &n.shards[s]
 		b.mu.Lock()
+		now := n.now()
 		b.sh.Advance(now, &lp.out)
 		lp.deliver(nil)
 		n.noteTimers(b)
@@ -339,12 +356,18 @@ func (lp *loop) runTick(context.Context) error {
 	return nil
 }
 
+// pauseTimeout is how long a connection may stay paused, not reading its
+// answers, before the node closes it.
+const pauseTimeout = 30 * time.Second
+
 // resume wakes paused connections whose output has drained to half the
 // limit; gnet then calls OnTraffic for them with what they sent meanwhile.
+// One paused for longer than pauseTimeout is closed.
 func (lp *loop) resume() {
 	if len(lp.paused) == 0 {
 		return
 	}
+	now := lp.n.now()
 	kept := lp.paused[:0]
 	for _, cs := range lp.paused {
 		switch {
@@ -352,6 +375,10 @@ func (lp *loop) resume() {
 		case cs.c.OutboundBuffered() <= lp.n.cfg.OutputLimit/2:
 			cs.paused = false
 			_ = cs.c.Wake(nil)
+		case now-cs.pausedAt > int64(pauseTimeout):
+			// It has not read its answers for long: let its memory go.
+			lp.n.slowClosed.Add(1)
+			_ = cs.c.Close()
 		default:
 			kept = append(kept, cs)
 		}

@@ -145,6 +145,7 @@ func (n *Node) Start() error {
 	}
 	if n.bootErr != nil {
 		<-n.runDone
+		n.closeTokens()
 		return n.bootErr
 	}
 	n.ticking = true
@@ -291,7 +292,7 @@ func (n *Node) OnTraffic(c gnet.Conn) gnet.Action {
 	}
 	switch {
 	case c.OutboundBuffered() > n.cfg.OutputLimit:
-		cs.paused = true
+		cs.paused, cs.pausedAt = true, n.now()
 		lp.paused = append(lp.paused, cs)
 		lp.hasPaused.Store(true)
 		if n.tickIdle.Load() {

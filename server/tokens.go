@@ -1,6 +1,8 @@
 package server
 
 import (
+	"fmt"
+	"math"
 	"time"
 )
 
@@ -17,6 +19,9 @@ func (n *Node) openTokens() error {
 		return err
 	}
 	floor, err := d.ceiling()
+	if err == nil && floor > math.MaxUint64/2 {
+		err = fmt.Errorf("server: token ceiling %d in %s is past any sane value: the file is damaged", floor, n.cfg.DataDir)
+	}
 	if err == nil {
 		err = d.setCeiling(floor + tokenBlock)
 	}
