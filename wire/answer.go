@@ -1,7 +1,5 @@
 package wire
 
-import "bytes"
-
 // Answer is one parsed answer line, for clients. Which fields are set
 // depends on Kind; the others are zero. Key, Op, Text, Role, Self and Active
 // alias the buffer given to ParseAnswer and are valid only until the caller
@@ -28,20 +26,9 @@ type Answer struct {
 // runs to the end of the line. ParseAnswer does not allocate.
 func ParseAnswer(buf []byte, a *Answer) (n int, err error) {
 	*a = Answer{}
-	i := bytes.IndexByte(buf, '\n')
-	if i < 0 {
-		if len(buf) >= MaxLine {
-			return 0, ErrLineTooLong
-		}
-		return 0, nil
-	}
-	n = i + 1
-	if n > MaxLine {
-		return n, ErrLineTooLong
-	}
-	line := buf[:i]
-	if i > 0 && line[i-1] == '\r' {
-		line = line[:i-1]
+	line, n, err := nextLine(buf)
+	if n == 0 || err != nil {
+		return n, err
 	}
 	if len(line) < 3 || line[1] != ' ' {
 		return n, ErrBadAnswer

@@ -95,20 +95,9 @@ type Limits struct {
 // lim may be nil, meaning the defaults. ParseRequest does not allocate.
 func ParseRequest(buf []byte, lim *Limits, req *Request) (n int, err error) {
 	*req = Request{}
-	i := bytes.IndexByte(buf, '\n')
-	if i < 0 {
-		if len(buf) >= MaxLine {
-			return 0, ErrLineTooLong
-		}
-		return 0, nil
-	}
-	n = i + 1
-	if n > MaxLine {
-		return n, ErrLineTooLong
-	}
-	line := buf[:i]
-	if i > 0 && line[i-1] == '\r' {
-		line = line[:i-1]
+	line, n, err := nextLine(buf)
+	if n == 0 || err != nil {
+		return n, err
 	}
 	if len(line) == 0 {
 		return n, ErrEmpty
@@ -373,4 +362,27 @@ func AppendCancel(dst, key []byte) []byte {
 // AppendInfoRequest appends the request line "I".
 func AppendInfoRequest(dst []byte) []byte {
 	return append(dst, 'I', '\n')
+}
+
+// nextLine finds the first line of buf: its content without the line ending
+// (LF, or CR LF), and n, the bytes it takes with its ending. n == 0 with a
+// nil error means no LF yet; ErrLineTooLong means MaxLine bytes without an
+// LF (n == 0) or a line longer than MaxLine (n > 0).
+func nextLine(buf []byte) (line []byte, n int, err error) {
+	i := bytes.IndexByte(buf, '\n')
+	if i < 0 {
+		if len(buf) >= MaxLine {
+			return nil, 0, ErrLineTooLong
+		}
+		return nil, 0, nil
+	}
+	n = i + 1
+	if n > MaxLine {
+		return nil, n, ErrLineTooLong
+	}
+	line = buf[:i]
+	if i > 0 && line[i-1] == '\r' {
+		line = line[:i-1]
+	}
+	return line, n, nil
 }
