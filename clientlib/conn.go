@@ -86,18 +86,20 @@ type conn struct {
 
 	usable atomic.Bool
 
-	mu     sync.Mutex
-	nc     net.Conn // nil while down
-	addr   string   // the address nc goes to
-	gen    uint64   // counts connections made
-	upCh   chan struct{}
-	pend   [5]map[string]queue
-	gates  map[string]*gate
-	wbuf   []byte
-	spare  []byte
-	wake   chan struct{}
-	queued atomic.Int64 // requests ever buffered, for the writer's batching
-	probes int          // I probes outstanding
+	mu          sync.Mutex
+	nc          net.Conn // nil while down
+	addr        string   // the address nc goes to
+	gen         uint64   // counts connections made
+	upCh        chan struct{}
+	pend        [5]map[string]queue
+	gates       map[string]*gate
+	wbuf        []byte
+	spare       []byte
+	wake        chan struct{}
+	writing     bool         // a goroutine is writing wbuf out
+	outstanding int          // requests sent and not answered
+	queued      atomic.Int64 // requests ever buffered, for the writer's batching
+	probes      int          // I probes outstanding
 	// redirecting: the connection went down to follow a redirect.
 	redirecting bool
 	ready       []ready // answered calls, told after cn.mu is released
@@ -223,6 +225,7 @@ func (cn *conn) detach(nc net.Conn, redirect string, cause error) {
 		delete(cn.gates, k)
 	}
 	cn.probes = 0
+	cn.outstanding = 0
 	cn.mu.Unlock()
 }
 
@@ -310,6 +313,9 @@ func (cn *conn) read(nc net.Conn) (redirect string, err error) {
 // dispatch hands an answer to the oldest outstanding call it answers.
 // cn.mu is held.
 func (cn *conn) dispatch(a *wire.Answer) {
+	if cn.outstanding > 0 {
+		cn.outstanding--
+	}
 	op := a.Kind
 	switch a.Kind {
 	case 'T':
@@ -401,6 +407,7 @@ func (cn *conn) probe() error {
 		return net.ErrClosed
 	}
 	cn.probes++
+	cn.outstanding++
 	cn.wbuf = wire.AppendInfoRequest(cn.wbuf)
 	return cn.flushLocked()
 }
@@ -425,12 +432,20 @@ func (cn *conn) send(c *call, gen uint64, line func([]byte) []byte) error {
 	}
 	cn.wbuf = line(cn.wbuf)
 	cn.queued.Add(1)
+	cn.outstanding++
 	return cn.flushLocked()
 }
 
-// flushLocked has the connection's writer send what is buffered. cn.mu is
-// held.
+// flushLocked gets what is buffered written: by the caller itself on an
+// idle connection, else by the connection's writer, which batches. cn.mu is
+// held (and released meanwhile when the caller writes).
 func (cn *conn) flushLocked() error {
+	if cn.outstanding == 1 && !cn.writing {
+		// An idle connection: nothing to batch with, so write at once
+		// rather than through the writer goroutine.
+		cn.writeOut()
+		return nil
+	}
 	select {
 	case cn.wake <- struct{}{}:
 	default: // already signalled
@@ -465,27 +480,39 @@ func (cn *conn) write() {
 			last = n
 		}
 		cn.mu.Lock()
-		for len(cn.wbuf) > 0 && cn.nc != nil {
-			nc, buf := cn.nc, cn.wbuf
-			cn.wbuf = cn.spare[:0]
-			cn.mu.Unlock()
-			if now := time.Now(); nc != cn.wdeadlineNC || now.Sub(cn.wdeadlineSet) > cn.cl.cfg.WriteTimeout/2 {
-				// Moved only when half used: a write may block for
-				// between half and all of WriteTimeout.
-				_ = nc.SetWriteDeadline(now.Add(cn.cl.cfg.WriteTimeout))
-				cn.wdeadlineNC, cn.wdeadlineSet = nc, now
-			}
-			_, err := nc.Write(buf)
-			cn.mu.Lock()
-			cn.spare = buf[:0]
-			if err != nil {
-				// The reader sees the closed connection and fails the calls.
-				_ = nc.Close()
-				break
-			}
-		}
+		cn.writeOut()
 		cn.mu.Unlock()
 	}
+}
+
+// writeOut writes the buffered requests until none are left, unless another
+// goroutine is already at it. cn.mu is held, and released during writes;
+// the write deadline fields belong to whoever holds cn.writing.
+func (cn *conn) writeOut() {
+	if cn.writing {
+		return
+	}
+	cn.writing = true
+	for len(cn.wbuf) > 0 && cn.nc != nil {
+		nc, buf := cn.nc, cn.wbuf
+		cn.wbuf = cn.spare[:0]
+		cn.mu.Unlock()
+		if now := time.Now(); nc != cn.wdeadlineNC || now.Sub(cn.wdeadlineSet) > cn.cl.cfg.WriteTimeout/2 {
+			// Moved only when half used: a write may block for
+			// between half and all of WriteTimeout.
+			_ = nc.SetWriteDeadline(now.Add(cn.cl.cfg.WriteTimeout))
+			cn.wdeadlineNC, cn.wdeadlineSet = nc, now
+		}
+		_, err := nc.Write(buf)
+		cn.mu.Lock()
+		cn.spare = buf[:0]
+		if err != nil {
+			// The reader sees the closed connection and fails the calls.
+			_ = nc.Close()
+			break
+		}
+	}
+	cn.writing = false
 }
 
 // do sends one request and waits for its answer or ctx. A call abandoned
