@@ -176,10 +176,6 @@ func (w *Wheel[T]) Advance(now int64, fire func(T)) int {
 	return fired
 }
 
-// NextTick returns the earliest time at which Advance may fire something,
-// for callers that sleep between calls: the start of the next tick.
-func (w *Wheel[T]) NextTick() int64 { return w.next * w.tick }
-
 func floorDiv(a, b int64) int64 {
 	q := a / b
 	if a%b != 0 && a < 0 {
