@@ -343,7 +343,12 @@ func (lp *loop) runTick(context.Context) error {
 		b := &n.shards[s]
 		b.mu.Lock()
 		now := n.now()
+		c := b.sh.Counters()
+		ended := c.Expiries + c.Timeouts
 		b.sh.Advance(now, &lp.out)
+		if c.Expiries+c.Timeouts != ended {
+			n.tickFired.Store(true)
+		}
 		lp.deliver(nil)
 		n.noteTimers(b)
 		b.mu.Unlock()

@@ -56,16 +56,17 @@ type Node struct {
 	refused    refusals      // counted off the loops
 	slowClosed atomic.Uint64 // connections closed for not reading
 
-	booted   chan struct{}
-	bootErr  error
-	runDone  chan struct{}
-	runErr   error
-	stopOnce sync.Once
-	stopTick chan struct{}
-	tickDone chan struct{}
-	tickIdle atomic.Bool   // the ticker sleeps until kicked
-	kick     chan struct{} // wakes the sleeping ticker
-	ticking  bool          // set by Start; Stop is called after Start returns
+	booted    chan struct{}
+	bootErr   error
+	runDone   chan struct{}
+	runErr    error
+	stopOnce  sync.Once
+	stopTick  chan struct{}
+	tickDone  chan struct{}
+	tickIdle  atomic.Bool   // the ticker sleeps until kicked
+	tickFired atomic.Bool   // a tick ended a lease or a wait
+	kick      chan struct{} // wakes the sleeping ticker
+	ticking   bool          // set by Start; Stop is called after Start returns
 }
 
 // shardBox is a shard with its mutex, padded so that neighbouring shards'
@@ -323,7 +324,8 @@ func (n *Node) loopOf(el gnet.EventLoop) *loop {
 
 func (n *Node) ticker() {
 	defer close(n.tickDone)
-	t := time.NewTicker(n.cfg.Tick)
+	period := n.cfg.Tick
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		if n.quiet() {
@@ -341,12 +343,26 @@ func (n *Node) ticker() {
 				}
 			}
 			n.tickIdle.Store(false)
-			t.Reset(n.cfg.Tick)
+			period = n.cfg.Tick
+			t.Reset(period)
 		}
 		select {
 		case <-n.stopTick:
 			return
 		case <-t.C:
+		}
+		// Tick slower while ticks find nothing due (long leases held, say),
+		// back to Config.Tick as soon as one does: expiries stay within
+		// maxTick of their deadline, and a node holding day-long leases
+		// does not wake every few milliseconds.
+		if n.tickFired.Swap(false) {
+			if period != n.cfg.Tick {
+				period = n.cfg.Tick
+				t.Reset(period)
+			}
+		} else if period < maxTick {
+			period = min(2*period, maxTick)
+			t.Reset(period)
 		}
 		for _, lp := range *n.loops.Load() {
 			if lp.tickQueued.CompareAndSwap(false, true) {
@@ -360,6 +376,11 @@ func (n *Node) ticker() {
 
 // quiet reports whether no shard has a running timer and no loop has a
 // paused connection.
+// maxTick is the slowest the ticker goes while timers run but none is due:
+// with the wheel's 1 ms slots it keeps expiries within the protocol's
+// "normally within 20 ms".
+const maxTick = 10 * time.Millisecond
+
 func (n *Node) quiet() bool {
 	for i := range n.shards {
 		if n.shards[i].timers.Load() != 0 {
