@@ -103,9 +103,7 @@ type rawConn struct {
 	tickets int64   // cycles this connection may still start
 	gates   uint64
 
-	// this batch's counts, added to cnt once per batch
-	cycles, grants int64
-	errs           [nErrKinds]int64
+	tally // this batch's counts, added to cnt once per batch
 }
 
 func (c *rawConn) run() {
@@ -334,18 +332,5 @@ func (c *rawConn) publish() {
 		c.sh.mu.Unlock()
 		c.lat, c.gaps = c.lat[:0], c.gaps[:0]
 	}
-	if c.cycles > 0 {
-		c.cnt.cycles.Add(c.cycles)
-		c.cycles = 0
-	}
-	if c.grants > 0 {
-		c.cnt.grants.Add(c.grants)
-		c.grants = 0
-	}
-	for k, n := range c.errs {
-		if n > 0 {
-			c.cnt.errs[k].Add(n)
-			c.errs[k] = 0
-		}
-	}
+	c.tally.addTo(c.cnt)
 }

@@ -221,8 +221,7 @@ type redisConn struct {
 	nextKey int   // this connection's next key to hold
 	granted []int // keys held, waiting for a waiter slot
 
-	cycles, grants int64
-	errs           [nErrKinds]int64
+	tally // counts not yet added to cnt
 }
 
 func newRedisPipeline(ctx context.Context, r *runner) (*redisPipeline, error) {
@@ -519,18 +518,5 @@ func (c *redisConn) publish() {
 		c.sh.mu.Unlock()
 		c.lat, c.gaps, c.late = c.lat[:0], c.gaps[:0], c.late[:0]
 	}
-	if c.cycles > 0 {
-		c.cnt.cycles.Add(c.cycles)
-		c.cycles = 0
-	}
-	if c.grants > 0 {
-		c.cnt.grants.Add(c.grants)
-		c.grants = 0
-	}
-	for k, n := range c.errs {
-		if n > 0 {
-			c.cnt.errs[k].Add(n)
-			c.errs[k] = 0
-		}
-	}
+	c.tally.addTo(c.cnt)
 }

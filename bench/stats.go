@@ -35,6 +35,31 @@ func (k errKind) String() string { return errNames[k] }
 
 // counters are one worker's running totals. The worker adds to them (once
 // per batch in raw mode); the reporter reads them at any time.
+// tally is one worker's counts, added to the shared counters in batches so
+// that the hot loop touches no shared cache line.
+type tally struct {
+	cycles, grants int64
+	errs           [nErrKinds]int64
+}
+
+// addTo adds t to cnt and zeroes it.
+func (t *tally) addTo(cnt *counters) {
+	if t.cycles > 0 {
+		cnt.cycles.Add(t.cycles)
+		t.cycles = 0
+	}
+	if t.grants > 0 {
+		cnt.grants.Add(t.grants)
+		t.grants = 0
+	}
+	for k, n := range t.errs {
+		if n > 0 {
+			cnt.errs[k].Add(n)
+			t.errs[k] = 0
+		}
+	}
+}
+
 type counters struct {
 	cycles atomic.Int64 // lock cycles completed: granted, then released
 	grants atomic.Int64 // grants, including those whose release is still in flight
