@@ -395,6 +395,56 @@ func (s *Shard) freeWaiter(w *waiter) {
 	}
 }
 
+// Install makes token the holder of key with its lease ending at deadline,
+// replacing whatever grant the key had: a standby applies its active's
+// grants and extends this way. The key's queue, if any, is kept. It makes
+// no answers and no records.
+func (s *Shard) Install(now int64, key []byte, token uint64, deadline int64) error {
+	h := hashKey(key)
+	l := s.locks.get(h, key)
+	if l == nil {
+		if s.locks.len() >= s.cfg.MaxKeys {
+			return ErrTooManyKeys
+		}
+		l = s.newLock(key)
+		s.locks.insert(h, l)
+	} else {
+		s.leases.Cancel(l)
+	}
+	if l.token != token {
+		l.granted = now
+	}
+	l.token = token
+	s.tokens.Raise(token)
+	s.leases.Add(l, max(deadline, now))
+	return nil
+}
+
+// Drop ends the grant token of key, if it is still the holder: a standby
+// applies its active's releases and expiries this way. The key passes to its
+// head waiter, answered in out, as a release would; a standby has none. It
+// reports whether the grant was there.
+func (s *Shard) Drop(now int64, key []byte, token uint64, out *Output) bool {
+	h := hashKey(key)
+	l := s.locks.get(h, key)
+	if l == nil || l.token != token {
+		return false
+	}
+	s.leases.Cancel(l)
+	s.handOff(now, now, h, l, out)
+	return true
+}
+
+// Reset forgets every grant and queued acquire, keeping the counters: a
+// standby starting a new copy of its active's state, or a demoted active.
+func (s *Shard) Reset(now int64) {
+	counters := s.counters
+	*s = *NewShard(s.cfg, s.tokens, now)
+	s.counters = counters
+	s.fireLease = s.expire // NewShard bound them to its own copy
+	s.fireWait = s.timeout
+}
+
 // Timers returns how many leases and waits are running: while it is 0,
 // Advance has nothing to do.
 func (s *Shard) Timers() int { return s.leases.Len() + s.waits.Len() }

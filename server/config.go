@@ -36,8 +36,21 @@ type Config struct {
 	DataDir string
 	// Admin, when set, is the address of the HTTP admin endpoint:
 	// /metrics, /healthz, /readyz and /debug/pprof/.
-	Admin  string
-	Logger zerolog.Logger
+	Admin string
+	// Peers, when set, makes the node part of a cluster: every node's
+	// client address (Advertise) in priority order, first highest. The
+	// node's own Advertise address must be in the list.
+	Peers []string
+	// Heartbeat is how often a cluster node tells its peers it is alive;
+	// FailoverTimeout how long every higher-priority peer must have been
+	// silent before a standby promotes itself.
+	Heartbeat       time.Duration
+	FailoverTimeout time.Duration
+	// SemiSync makes an active with a connected standby answer a request
+	// only once a standby has acknowledged the changes made so far, so
+	// that a crash failover loses no grant a client was told of.
+	SemiSync bool
+	Logger   zerolog.Logger
 }
 
 // Defaults.
@@ -88,6 +101,12 @@ func (c *Config) setDefaults() error {
 	if c.Tick == 0 {
 		c.Tick = DefaultTick
 	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.FailoverTimeout == 0 {
+		c.FailoverTimeout = DefaultFailoverTimeout
+	}
 	if c.OutputLimit == 0 {
 		c.OutputLimit = DefaultOutputLimit
 	}
@@ -107,6 +126,20 @@ func (c *Config) setDefaults() error {
 		return errors.New("server: tick out of range 100µs..10ms")
 	case c.OutputLimit < 64<<10 || c.InputLimit < 4<<10:
 		return errors.New("server: output limit must be at least 64 KiB and input limit 4 KiB")
+	case c.Heartbeat < time.Millisecond || c.Heartbeat > time.Minute:
+		return errors.New("server: heartbeat interval out of range 1ms..1m")
+	case c.FailoverTimeout < 2*c.Heartbeat:
+		return fmt.Errorf("server: failover timeout %v must be at least twice the heartbeat interval %v", c.FailoverTimeout, c.Heartbeat)
+	}
+	seen := map[string]bool{}
+	for _, p := range c.Peers {
+		if _, _, err := net.SplitHostPort(p); err != nil {
+			return fmt.Errorf("server: bad peer address %q: %w", p, err)
+		}
+		if seen[p] {
+			return fmt.Errorf("server: peer %s is listed twice", p)
+		}
+		seen[p] = true
 	}
 	return nil
 }

@@ -26,6 +26,7 @@ type conn struct {
 	pausedAt int64  // when it was paused (node clock)
 	closed   bool
 	acquired bool // sent an acquire, so it may have queued acquires
+	client   bool // known not to be a peer (cluster nodes tell by the first bytes)
 }
 
 // connTable maps ConnIDs to connections for any goroutine: an ID is a slot
@@ -83,6 +84,18 @@ func (t *connTable) lookup(id engine.ConnID) *conn {
 		return cs
 	}
 	return nil
+}
+
+// each calls fn for every open client connection. fn runs with the table
+// locked: it must not open or close connections.
+func (t *connTable) each(fn func(*conn)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range t.slots {
+		if cs := t.slots[i].Load(); cs != nil {
+			fn(cs)
+		}
+	}
 }
 
 // listenBacklog is the kernel's cap on a listener's accept queue, which gnet

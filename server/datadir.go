@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -15,6 +16,9 @@ import (
 type dataDir struct {
 	path string
 	lock *os.File
+
+	mu  sync.Mutex // the reserver, promotion and replicated ceilings write
+	cur uint64     // the ceiling on disk
 }
 
 // ErrDataDirInUse means another process holds the data directory's lock.
@@ -56,12 +60,21 @@ func (d *dataDir) ceiling() (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("server: token ceiling file %s is damaged: %q", filepath.Join(d.path, ceilingFile), b)
 	}
+	d.mu.Lock()
+	d.cur = max(d.cur, v)
+	d.mu.Unlock()
 	return v, nil
 }
 
 // setCeiling makes c the persisted ceiling: written to a new file, synced,
-// renamed over the old one, and the directory synced.
+// renamed over the old one, and the directory synced. A ceiling never goes
+// down: a lower c than the one on disk changes nothing.
 func (d *dataDir) setCeiling(c uint64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c <= d.cur {
+		return nil
+	}
 	tmp := filepath.Join(d.path, ceilingFile+".tmp")
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
 	if err != nil {
@@ -87,6 +100,7 @@ func (d *dataDir) setCeiling(c uint64) error {
 	if err != nil {
 		return fmt.Errorf("server: writing token ceiling: %w", err)
 	}
+	d.cur = c
 	return nil
 }
 

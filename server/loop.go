@@ -28,12 +28,23 @@ type loop struct {
 	order  []int32
 	counts []int32
 
+	// standby is set for a serve on a node that is not the active: its
+	// A, R, X and C are answered with a redirect.
+	standby    bool
+	redirected bool // serve wrote the redirect: stop and close
 	refused    refusals
 	inbox      inbox
 	drainTask  gnet.Runnable
 	tickTask   gnet.Runnable
 	tickQueued atomic.Bool
 	hasPaused  atomic.Bool // paused is not empty, for the ticker
+
+	// Semi-synchronous mode: answers waiting for a standby's ack.
+	held       []heldOutput
+	heldBytes  int
+	hasHeld    atomic.Bool
+	heldQueued atomic.Bool
+	heldTask   gnet.Runnable
 }
 
 // request is a parsed request waiting for its shard. key aliases the read
@@ -51,8 +62,10 @@ type request struct {
 
 func newLoop(n *Node, el gnet.EventLoop) *loop {
 	lp := &loop{n: n, el: el, counts: make([]int32, len(n.shards)+1)}
+	lp.out.WantRecords = n.cl != nil
 	lp.drainTask = gnet.RunnableFunc(lp.runDrain)
 	lp.tickTask = gnet.RunnableFunc(lp.runTick)
+	lp.heldTask = gnet.RunnableFunc(lp.runHeld)
 	return lp
 }
 
@@ -75,6 +88,8 @@ func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 	buf, _ := c.Peek(min(avail, serveBudget+wire.MaxLine))
 	off := 0
 	lp.batch = lp.batch[:0]
+	lp.standby = n.role.Load() != roleActive
+	lp.redirected = false
 	if len(cs.carry) > 0 {
 		i := bytes.IndexByte(buf, '\n')
 		if i < 0 {
@@ -92,7 +107,7 @@ func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 		off = i + 1
 	}
 	tooLong := false
-	for off < len(buf) && off < serveBudget {
+	for off < len(buf) && off < serveBudget && !lp.redirected {
 		m, err := lp.parse(cs, buf[off:])
 		if err == wire.ErrLineTooLong {
 			tooLong = true
@@ -105,6 +120,11 @@ func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 	}
 	if len(lp.batch) > 0 {
 		lp.execute(cs)
+	}
+	if lp.redirected {
+		// Lines behind the redirect are not executed.
+		lp.flush()
+		return gnet.Close
 	}
 	if tooLong {
 		// Everything before the long line is answered first.
@@ -142,8 +162,12 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 		cs.out = wire.AppendError(cs.out, req.EchoOp, req.EchoKey, wire.Reason(err))
 		lp.markDirty(cs)
 	case req.Op == wire.OpInfo:
-		cs.out = wire.AppendInfo(cs.out, "active", lp.n.self, lp.n.self)
+		cs.out = wire.AppendInfo(cs.out, lp.n.Role(), lp.n.self, lp.n.activeOf())
 		lp.markDirty(cs)
+	case lp.standby:
+		cs.out = wire.AppendRedirect(cs.out, lp.n.activeOf())
+		lp.markDirty(cs)
+		lp.redirected = true
 	default:
 		if req.Op == wire.OpAcquire {
 			cs.acquired = true
@@ -172,6 +196,11 @@ func (lp *loop) execute(cs *conn) {
 	if nsh == 1 {
 		b := &lp.n.shards[0]
 		b.mu.Lock()
+		if lp.n.frozen.Load() {
+			// Handing over: these requests are left for the successor.
+			b.mu.Unlock()
+			return
+		}
 		now := lp.n.now()
 		for i := range lp.batch {
 			lp.apply(b.sh, cs, &lp.batch[i], now)
@@ -205,6 +234,10 @@ func (lp *loop) execute(cs *conn) {
 		s := lp.batch[order[start]].shard
 		b := &lp.n.shards[s]
 		b.mu.Lock()
+		if lp.n.frozen.Load() {
+			b.mu.Unlock()
+			return
+		}
 		now := lp.n.now()
 		end := start
 		for ; end < len(order) && lp.batch[order[end]].shard == s; end++ {
@@ -247,6 +280,10 @@ func (lp *loop) apply(sh *engine.Shard, cs *conn, r *request, now int64) {
 // drains this loop's own inbox first for the same reason. cs may be nil.
 func (lp *loop) deliver(cs *conn) {
 	out := &lp.out
+	if len(out.Records) > 0 {
+		cl := lp.n.cl
+		cl.noteSeq(cl.hub.Records(lp.n.now(), out))
+	}
 	if len(out.Answers) == 0 {
 		out.Reset()
 		return
@@ -305,10 +342,22 @@ func (lp *loop) markDirty(cs *conn) {
 // flush writes every dirty connection's answers, one write each.
 func (lp *loop) flush() {
 	limit := 2 * lp.n.cfg.OutputLimit
+	seq, hold := lp.holding()
+	if hold {
+		lp.writeHeld()
+		hold = len(lp.held) > 0 || lp.n.cl.acked.Load() < seq
+	}
 	for i, cs := range lp.dirty {
 		lp.dirty[i] = nil
 		cs.dirty = false
 		if cs.closed || len(cs.out) == 0 {
+			cs.out = cs.out[:0]
+			continue
+		}
+		if hold {
+			lp.held = append(lp.held, heldOutput{cs: cs, seq: seq, data: append([]byte(nil), cs.out...)})
+			lp.heldBytes += len(cs.out)
+			lp.hasHeld.Store(true)
 			cs.out = cs.out[:0]
 			continue
 		}
@@ -342,6 +391,10 @@ func (lp *loop) runTick(context.Context) error {
 	for s := pos; s < len(n.shards); s += m {
 		b := &n.shards[s]
 		b.mu.Lock()
+		if n.frozen.Load() {
+			b.mu.Unlock()
+			continue
+		}
 		now := n.now()
 		c := b.sh.Counters()
 		ended := c.Expiries + c.Timeouts

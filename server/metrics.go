@@ -76,6 +76,3 @@ func (n *Node) Metrics() Metrics {
 	return m
 }
 
-// Role returns "active": a node without peers is always the active. The
-// cluster work makes this "standby" on standbys.
-func (n *Node) Role() string { return "active" }

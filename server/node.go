@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +55,11 @@ type Node struct {
 	reserveStop chan struct{}
 	reserveDone chan struct{}
 
+	cl         *cluster     // nil without Config.Peers
+	role       atomic.Int32 // roleActive, roleStandby or roleLeaving
+	activeAddr atomic.Pointer[string]
+	frozen     atomic.Bool // handing over or stepping down: decide nothing
+
 	refused    refusals      // counted off the loops
 	slowClosed atomic.Uint64 // connections closed for not reading
 
@@ -98,6 +105,18 @@ func New(cfg Config) (*Node, error) {
 			MaxWait:  cfg.MaxWait.Milliseconds(),
 		},
 	}
+	if len(cfg.Peers) > 0 {
+		self := cfg.Advertise
+		if self == "" {
+			self = cfg.Listen
+		}
+		if !slices.Contains(cfg.Peers, self) {
+			return nil, fmt.Errorf("server: this node (%s) is not in its peer list %s: give its entry with --advertise", self, strings.Join(cfg.Peers, ","))
+		}
+		if cfg.DataDir == "" {
+			return nil, errors.New("server: a cluster node needs a data directory (--data-dir) for its token ceiling")
+		}
+	}
 	n.cfg.MaxConns = fitConnsToFDs(cfg.MaxConns, n.log)
 	n.conns.init(n.cfg.MaxConns)
 	per := func(total int) int { return (total + cfg.Shards - 1) / cfg.Shards }
@@ -130,6 +149,7 @@ func (n *Node) Start() error {
 		defer close(n.runDone)
 		n.runErr = gnet.Run(n, "tcp://"+n.cfg.Listen,
 			gnet.WithNumEventLoop(n.cfg.Loops),
+			gnet.WithLoadBalancing(gnet.LeastConnections),
 			gnet.WithReuseAddr(true),
 			gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 			gnet.WithLogger(gnetLogger{n.log}),
@@ -151,6 +171,9 @@ func (n *Node) Start() error {
 	}
 	n.ticking = true
 	go n.ticker()
+	if n.cl != nil {
+		go n.cl.run()
+	}
 	if n.cfg.Admin != "" {
 		if err := n.startAdmin(n.cfg.Admin); err != nil {
 			_ = n.Stop(context.Background())
@@ -163,6 +186,7 @@ func (n *Node) Start() error {
 		Int("max_conns", n.cfg.MaxConns).Int("max_waiters", n.cfg.MaxWaiters).
 		Int("max_keys", n.cfg.MaxKeys).Int("max_queued", n.cfg.MaxQueued).Str("admin", n.adminAddr).
 		Str("data_dir", n.cfg.DataDir).Uint64("token_floor", n.tokens.Last()).
+		Strs("peers", n.cfg.Peers).Str("role", n.Role()).
 		Msg("kunci node started")
 	return nil
 }
@@ -180,6 +204,9 @@ func (n *Node) Stop(ctx context.Context) error {
 		case <-n.booted:
 		case <-n.runDone:
 			return
+		}
+		if n.cl != nil {
+			n.leaveCluster()
 		}
 		n.stopAdmin(ctx)
 		close(n.stopTick)
@@ -236,6 +263,18 @@ func (n *Node) OnBoot(eng gnet.Engine) gnet.Action {
 	n.self = n.cfg.Advertise
 	if n.self == "" {
 		n.self = addr
+		if len(n.cfg.Peers) > 0 {
+			n.self = n.cfg.Listen // the peer list names it so
+		}
+	}
+	if len(n.cfg.Peers) == 0 {
+		n.setRole(roleActive, n.self)
+		return gnet.None
+	}
+	n.setRole(roleStandby, "")
+	if n.cl, err = newCluster(n); err != nil {
+		n.bootErr = err
+		return gnet.Shutdown
 	}
 	return gnet.None
 }
@@ -243,6 +282,9 @@ func (n *Node) OnBoot(eng gnet.Engine) gnet.Action {
 // OnOpen implements gnet.EventHandler: it admits the connection or refuses
 // it when the node is at its connection limit.
 func (n *Node) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	if pc, ok := c.Context().(*peerConn); ok {
+		return n.onPeerOpen(pc, c), gnet.None
+	}
 	cs := n.conns.add(c)
 	if cs == nil {
 		n.refused.count(errTooManyConns)
@@ -256,6 +298,10 @@ func (n *Node) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 // OnClose implements gnet.EventHandler: the connection's queued acquires
 // leave their queues; its grants stay.
 func (n *Node) OnClose(c gnet.Conn, _ error) gnet.Action {
+	if pc, ok := c.Context().(*peerConn); ok {
+		n.onPeerClose(pc)
+		return gnet.None
+	}
 	cs, _ := c.Context().(*conn)
 	if cs == nil {
 		return gnet.None
@@ -276,8 +322,26 @@ func (n *Node) OnClose(c gnet.Conn, _ error) gnet.Action {
 
 // OnTraffic implements gnet.EventHandler.
 func (n *Node) OnTraffic(c gnet.Conn) gnet.Action {
-	cs := c.Context().(*conn)
+	cs, ok := c.Context().(*conn)
+	if !ok {
+		return n.onPeerTraffic(c.Context().(*peerConn))
+	}
 	lp := cs.lp
+	if n.cl != nil && !cs.client {
+		if act, peer := n.classify(cs, c); peer != nil || act != gnet.None {
+			if act != gnet.None {
+				return act
+			}
+			return n.onPeerTraffic(peer)
+		}
+	}
+	if n.frozen.Load() {
+		// Handing over: requests wait, unread, for the redirect.
+		if c.InboundBuffered() > n.cfg.InputLimit {
+			return gnet.Close
+		}
+		return gnet.None
+	}
 	if cs.paused {
 		if c.InboundBuffered() > n.cfg.InputLimit {
 			n.slowClosed.Add(1)

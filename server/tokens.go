@@ -71,8 +71,19 @@ func (n *Node) reserver() {
 				}
 				continue
 			}
+			if n.cl != nil {
+				n.cl.reserveCeiling(next)
+			}
 			n.tokens.SetCeiling(next, next-tokenBlock/2)
 		}
+	}
+}
+
+// kickReserve has the reserver look at the ceiling now.
+func (n *Node) kickReserve() {
+	select {
+	case n.reserve <- struct{}{}:
+	default:
 	}
 }
 

@@ -67,6 +67,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// peerList is the --peers flag.
+type peerList struct{ p *[]string }
+
+func (l peerList) String() string {
+	if l.p == nil {
+		return ""
+	}
+	return strings.Join(*l.p, ",")
+}
+
+func (l peerList) Set(v string) error {
+	*l.p = nil
+	for _, a := range strings.Split(v, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			*l.p = append(*l.p, a)
+		}
+	}
+	return nil
+}
+
 type options struct {
 	version   bool
 	logLevel  string
@@ -79,6 +99,11 @@ func parseFlags(args []string, stderr io.Writer) (server.Config, options, error)
 	fs := flag.NewFlagSet("kuncid", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&cfg.Listen, "listen", server.DefaultListen, "`address` (host:port) to serve clients on; port 0 picks a free port")
+	fs.StringVar(&cfg.Advertise, "advertise", "", "this node's `address` for clients and peers (its entry in --peers); default: --listen")
+	fs.Var(peerList{&cfg.Peers}, "peers", "cluster members' `addresses`, comma-separated, in priority order (first = highest), this node's --advertise among them; empty: a single active node")
+	fs.DurationVar(&cfg.Heartbeat, "heartbeat", server.DefaultHeartbeat, "how often a cluster node tells its peers it is alive")
+	fs.DurationVar(&cfg.FailoverTimeout, "failover-timeout", server.DefaultFailoverTimeout, "how long every higher-priority peer must be silent before a standby promotes itself")
+	fs.BoolVar(&cfg.SemiSync, "semi-sync", false, "answer a request only after a connected standby acknowledged the changes before it (no granted lock is lost in a crash failover; costs a round trip to the standby)")
 	fs.IntVar(&cfg.Loops, "loops", 1, "event loops that read and write connections; more loops use more cores")
 	fs.IntVar(&cfg.Shards, "shards", 1, "lock engine shards (each with its own mutex); the key space is split by hash")
 	fs.DurationVar(&cfg.MaxLease, "max-lease", server.DefaultMaxLease, "longest lease a client may ask for")

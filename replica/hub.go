@@ -1,0 +1,264 @@
+package replica
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/kunci/kunci/engine"
+)
+
+// MaxBacklog is how many bytes of stream a standby may fall behind, beyond
+// its snapshot, before the active drops it (it then reconnects and starts
+// from a fresh snapshot). It bounds the active's memory for a slow standby.
+const MaxBacklog = 64 << 20
+
+// Hub numbers an active node's change records and queues them, encoded,
+// for each standby that asked for the stream. Every record gets the next
+// sequence number whether or not a standby listens, so a standby's position
+// is comparable with the active's. Safe for concurrent use.
+type Hub struct {
+	mu   sync.Mutex
+	seq  uint64
+	subs []*Sub
+	enc  []byte
+}
+
+// Sub is one standby's stream. Its owner creates it with NewSub, passes it
+// to Subscribe, and writes what Take returns to the standby.
+type Sub struct {
+	Peer int // the standby's index in the peer list
+
+	wake    func() // see NewSub
+	kill    func()
+	pending []byte
+	spare   []byte
+	woken   bool
+	dead    bool
+	limit   int
+	start   uint64 // its snapshot's sequence number
+	acked   atomic.Uint64
+	synced  atomic.Bool // it acknowledged its snapshot
+}
+
+// NewSub returns a stream for peer. The hub calls wake when the stream has
+// bytes for Take after it had none, and kill when the standby fell more than
+// MaxBacklog behind; both are called with the hub's mutex held and must not
+// block or call back into the hub.
+func NewSub(peer int, wake, kill func()) *Sub {
+	return &Sub{Peer: peer, wake: wake, kill: kill}
+}
+
+// Acked returns the last sequence number the standby applied.
+func (s *Sub) Acked() uint64 { return s.acked.Load() }
+
+// Synced reports whether the standby has applied its snapshot.
+func (s *Sub) Synced() bool { return s.synced.Load() }
+
+// Ack records that the standby applied everything up to seq; a standby
+// acknowledges its snapshot first.
+func (s *Sub) Ack(seq uint64) {
+	s.synced.Store(true)
+	for {
+		cur := s.acked.Load()
+		if seq <= cur || s.acked.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
+}
+
+// Seq returns the sequence number of the last record.
+func (h *Hub) Seq() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.seq
+}
+
+// Len returns the number of standbys streamed to.
+func (h *Hub) Len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs)
+}
+
+// Records numbers out.Records and queues them for every standby; now is
+// the clock their deadlines are in. Call it under the lock of the shard that
+// made the records, so that records of one key keep their order.
+// It returns the sequence number of the last one.
+func (h *Hub) Records(now int64, out *engine.Output) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.subs) == 0 {
+		h.seq += uint64(len(out.Records))
+		return h.seq
+	}
+	enc := h.enc[:0]
+	for i := range out.Records {
+		r := &out.Records[i]
+		h.seq++
+		var k Kind
+		switch r.Kind {
+		case engine.RecordGrant:
+			k = Grant
+		case engine.RecordRelease:
+			k = Release
+		case engine.RecordExpire:
+			k = Expire
+		case engine.RecordExtend:
+			k = Extend
+		}
+		enc = AppendRecord(enc, k, h.seq, out.RecordKey(r), r.Token, r.Deadline-now)
+	}
+	h.enc = enc
+	h.queueLocked(enc)
+	if cap(h.enc) > 1<<20 {
+		h.enc = nil
+	}
+	return h.seq
+}
+
+// Ceiling queues a new token ceiling for every standby and returns its
+// sequence number.
+func (h *Hub) Ceiling(c uint64) uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.seq++
+	h.enc = AppendCeiling(h.enc[:0], h.seq, c)
+	h.queueLocked(h.enc)
+	return h.seq
+}
+
+// Handoff queues, for s only, the order to promote itself once it has
+// applied every record so far, and returns the last record's sequence
+// number; false if s is no longer streamed to. It takes no sequence number:
+// the other standbys' streams stay gapless.
+func (h *Hub) Handoff(s *Sub, inc, hb uint64) (uint64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s.dead {
+		return 0, false
+	}
+	h.enc = AppendHandoff(h.enc[:0], h.seq, inc, hb)
+	h.queueOne(s, h.enc)
+	return h.seq, !s.dead
+}
+
+func (h *Hub) queueLocked(b []byte) {
+	for _, s := range h.subs {
+		h.queueOne(s, b)
+	}
+}
+
+func (h *Hub) queueOne(s *Sub, b []byte) {
+	if s.dead {
+		return
+	}
+	if len(s.pending)+len(b) > s.limit {
+		s.dead = true
+		s.pending, s.spare = nil, nil
+		s.kill()
+		return
+	}
+	s.pending = append(s.pending, b...)
+	if !s.woken {
+		s.woken = true
+		s.wake()
+	}
+}
+
+// Subscribe starts s's stream with a snapshot: fill appends the snapshot's
+// held keys (AppendHolder lines) to dst. The caller must hold every shard's
+// lock, so that no record is made meanwhile; the records that follow are
+// numbered from the snapshot's sequence number on.
+func (h *Hub) Subscribe(s *Sub, ceiling uint64, fill func(dst []byte) []byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b := AppendBegin(nil, h.seq, ceiling)
+	b = fill(b)
+	b = AppendEnd(b)
+	s.start = h.seq
+	s.acked.Store(h.seq)
+	s.synced.Store(false)
+	s.limit = len(b) + MaxBacklog
+	h.subs = append(h.subs, s)
+	h.queueOne(s, b)
+}
+
+// Remove stops s's stream.
+func (h *Hub) Remove(s *Sub) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s.dead = true
+	s.pending, s.spare = nil, nil
+	for i, o := range h.subs {
+		if o == s {
+			h.subs = append(h.subs[:i], h.subs[i+1:]...)
+			h.subs = h.subs[:len(h.subs):len(h.subs)]
+			return
+		}
+	}
+}
+
+// Take returns the bytes queued for s since the last Take; they stay valid
+// until the next Take. Call it from one goroutine at a time per Sub.
+func (h *Hub) Take(s *Sub) []byte {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s.woken = false
+	b := s.pending
+	if cap(s.spare) > 1<<20 {
+		s.spare = nil // a snapshot's buffer is not kept
+	}
+	s.pending, s.spare = s.spare[:0], b
+	return b
+}
+
+// Behind returns the standbys that have not acknowledged seq, which they
+// were sent.
+func (h *Hub) Behind(seq uint64) []*Sub {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []*Sub
+	for _, s := range h.subs {
+		if !s.dead && s.start < seq && (!s.synced.Load() || s.acked.Load() < seq) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// Drop stops s's stream and calls its kill function.
+func (h *Hub) Drop(s *Sub) {
+	h.mu.Lock()
+	if !s.dead {
+		s.dead = true
+		s.pending, s.spare = nil, nil
+		s.kill()
+	}
+	h.mu.Unlock()
+	h.Remove(s)
+}
+
+// Lag is a standby's distance behind the active.
+type Lag struct {
+	Peer    int
+	Records uint64 // records sent but not yet acknowledged
+	Synced  bool   // it applied its snapshot
+}
+
+// Lags returns every standby's lag.
+func (h *Hub) Lags() []Lag {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]Lag, 0, len(h.subs))
+	for _, s := range h.subs {
+		out = append(out, Lag{Peer: s.Peer, Records: h.seq - min(s.acked.Load(), h.seq), Synced: s.synced.Load()})
+	}
+	return out
+}
+
+// Subs returns the standbys streamed to.
+func (h *Hub) Subs() []*Sub {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]*Sub(nil), h.subs...)
+}

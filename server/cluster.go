@@ -1,0 +1,660 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/kunci/kunci/failover"
+	"github.com/kunci/kunci/replica"
+	"github.com/kunci/kunci/wire"
+)
+
+// cluster is a node's part in a cluster of peers (Config.Peers). One
+// goroutine, run, owns the role decisions: it sends heartbeats, dials
+// missing peer links, and promotes, demotes or hands the role over. Peer
+// connections themselves live in the node's gnet loops (peer.go).
+type cluster struct {
+	n        *Node
+	self     int
+	addrs    []string
+	interval time.Duration // heartbeat
+	timeout  time.Duration // failover
+	inc      uint64        // this process's incarnation, in heartbeats
+
+	hb       atomic.Uint64 // heartbeats sent
+	ceiling  atomic.Uint64 // highest token ceiling this node knows
+	haveCopy atomic.Bool   // a standby holding a full copy of the state
+	hub      replica.Hub
+
+	lastSeq    atomic.Uint64 // highest record number made (semi-sync)
+	acked      atomic.Uint64 // highest record number a standby acknowledged
+	syncedSubs atomic.Int32  // standbys streamed to that applied their snapshot
+
+	mu        sync.Mutex
+	el        *failover.Elector
+	links     []*peerConn // this node's link to each peer, nil while down
+	dialing   []bool
+	following int // the active this standby streams from, -1 for none
+	takeoverAt time.Time
+
+	events   chan func()      // work from the loops for run
+	promoted chan int         // peers that confirmed a handoff (P D)
+	leave    chan chan string // Stop asks run to hand over
+	stop     chan struct{}
+	done     chan struct{}
+}
+
+// Cluster defaults.
+const (
+	DefaultHeartbeat       = 100 * time.Millisecond
+	DefaultFailoverTimeout = time.Second
+	dialTimeout            = time.Second
+	// maxPeerBacklog is how much unsent output a peer link may hold before
+	// it is dropped (the standby then starts again from a snapshot).
+	maxPeerBacklog = 2 * replica.MaxBacklog
+)
+
+func newCluster(n *Node) (*cluster, error) {
+	cfg := &n.cfg
+	self := -1
+	for i, p := range cfg.Peers {
+		if p == n.self {
+			self = i
+		}
+	}
+	if self < 0 {
+		return nil, fmt.Errorf("server: this node's address %s is not in its peer list %v: set --advertise to its entry", n.self, cfg.Peers)
+	}
+	if n.data == nil {
+		return nil, errors.New("server: a cluster node needs a data directory for its token ceiling")
+	}
+	cl := &cluster{
+		n:         n,
+		self:      self,
+		addrs:     cfg.Peers,
+		interval:  cfg.Heartbeat,
+		timeout:   cfg.FailoverTimeout,
+		inc:       uint64(time.Now().UnixNano()),
+		el:        failover.New(cfg.Peers, self, int64(cfg.FailoverTimeout), n.now()),
+		links:     make([]*peerConn, len(cfg.Peers)),
+		dialing:   make([]bool, len(cfg.Peers)),
+		following: -1,
+		events:    make(chan func(), 64),
+		promoted:  make(chan int, 4),
+		leave:     make(chan chan string),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
+	}
+	cl.ceiling.Store(n.tokens.Ceiling())
+	return cl, nil
+}
+
+// role values of Node.role.
+const (
+	roleStandby = int32(failover.Standby)
+	roleActive  = int32(failover.Active)
+	roleLeaving = int32(failover.Leaving)
+)
+
+func (n *Node) setRole(r int32, active string) {
+	n.activeAddr.Store(&active)
+	n.role.Store(r)
+}
+
+// activeOf returns the active's address as this node knows it ("" for none).
+func (n *Node) activeOf() string {
+	if p := n.activeAddr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+func (cl *cluster) run() {
+	defer close(cl.done)
+	t := time.NewTicker(cl.interval)
+	defer t.Stop()
+	cl.tick()
+	for {
+		select {
+		case <-cl.stop:
+			return
+		case f := <-cl.events:
+			f()
+		case reply := <-cl.leave:
+			reply <- cl.handOverForStop()
+			return
+		case <-t.C:
+			cl.tick()
+		}
+	}
+}
+
+// tick sends heartbeats, dials missing links and acts on the elector's
+// decision.
+func (cl *cluster) tick() {
+	n := cl.n
+	now := n.now()
+	role := n.role.Load()
+	hb := cl.hb.Add(1)
+	line := replica.AppendHeartbeat(nil, n.self, roleByte(role), n.activeOf(), cl.inc, hb,
+		cl.ceiling.Load(), role == roleActive || cl.haveCopy.Load())
+
+	cl.mu.Lock()
+	for i, pc := range cl.links {
+		switch {
+		case i == cl.self:
+		case pc != nil:
+			_ = pc.c.AsyncWrite(line, nil)
+		case !cl.dialing[i]:
+			cl.dialing[i] = true
+			go cl.dial(i)
+		}
+	}
+	d := cl.el.Decide(now, failover.Role(role), cl.haveCopy.Load())
+	peerCeiling := cl.el.Ceiling()
+	cl.mu.Unlock()
+
+	if role == roleActive && peerCeiling > n.tokens.Ceiling() {
+		// A peer may have issued tokens up to there (a healed partition,
+		// a restarted cluster): ours continue above. The new range is
+		// durable and replicated before tokens jump into it, so that no
+		// grant waits for it (a loop waiting there could not read the
+		// standbys' acknowledgements).
+		next := peerCeiling + tokenBlock
+		if err := n.data.setCeiling(next); err != nil {
+			n.log.Error().Err(err).Msg("cannot persist the token ceiling")
+		} else {
+			cl.reserveCeiling(next)
+			n.tokens.SetCeiling(next, next-tokenBlock/2)
+			n.tokens.Raise(peerCeiling)
+			n.log.Info().Uint64("token_floor", peerCeiling).Msg("a peer knows a higher token ceiling: tokens continue above it")
+		}
+	}
+	switch d.Action {
+	case failover.Promote:
+		cl.promote("no active peer is alive")
+	case failover.Demote:
+		cl.demote(d.Peer)
+	case failover.Follow:
+		cl.follow(d.Peer)
+	}
+}
+
+func roleByte(r int32) byte {
+	switch r {
+	case roleActive:
+		return replica.RoleActive
+	case roleLeaving:
+		return replica.RoleLeaving
+	}
+	return replica.RoleStandby
+}
+
+// dial connects to peer i and adopts the connection into a loop.
+func (cl *cluster) dial(i int) {
+	n := cl.n
+	fail := func() {
+		cl.mu.Lock()
+		cl.dialing[i] = false
+		cl.mu.Unlock()
+	}
+	nc, err := net.DialTimeout("tcp", cl.addrs[i], dialTimeout)
+	if err != nil {
+		fail()
+		return
+	}
+	pc := &peerConn{n: n, idx: i, out: true}
+	ctx := gnet.NewContext(gnet.NewNetConnContext(context.Background(), nc), pc)
+	ch, err := n.eng.Register(ctx)
+	if err != nil {
+		nc.Close()
+		fail()
+		return
+	}
+	if res := <-ch; res.Err != nil {
+		fail()
+	}
+	// OnOpen has put the link in cl.links and cleared dialing.
+}
+
+// follow makes this standby stream from peer a.
+func (cl *cluster) follow(a int) {
+	n := cl.n
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.following != a {
+		if cl.following >= 0 {
+			if old := cl.links[cl.following]; old != nil && old.streaming.Load() {
+				old.streaming.Store(false)
+				_ = old.c.Close()
+			}
+		}
+		cl.following = a
+		n.setRole(roleStandby, cl.addrs[a])
+		n.log.Info().Str("active", cl.addrs[a]).Msg("following the active")
+	}
+	pc := cl.links[a]
+	if pc == nil {
+		return
+	}
+	if !pc.streaming.Load() {
+		pc.streaming.Store(true)
+		_ = pc.c.AsyncWrite(replica.AppendPeer(nil, replica.Sync), nil)
+		return
+	}
+	if a > cl.self && pc.synced.Load() && time.Since(cl.takeoverAt) > cl.timeout {
+		// This node outranks the active and holds its state: ask for the
+		// role, which the active hands over without losing a grant.
+		cl.takeoverAt = time.Now()
+		_ = pc.c.AsyncWrite(replica.AppendPeer(nil, replica.Takeover), nil)
+	}
+}
+
+// promote makes this node the active. Its tokens start above every ceiling
+// it knows, and the new ceiling is durable before any token is issued.
+func (cl *cluster) promote(why string) bool {
+	n := cl.n
+	cl.mu.Lock()
+	floor := max(n.tokens.Last(), cl.ceiling.Load(), cl.el.Ceiling(), n.tokens.Ceiling())
+	if cl.following >= 0 {
+		if pc := cl.links[cl.following]; pc != nil {
+			pc.streaming.Store(false)
+		}
+		cl.following = -1
+	}
+	cl.mu.Unlock()
+	next := floor + tokenBlock
+	if err := n.data.setCeiling(next); err != nil {
+		n.log.Error().Err(err).Msg("cannot persist the token ceiling: not promoting")
+		return false
+	}
+	n.tokens.Raise(floor)
+	n.tokens.SetCeiling(next, next-tokenBlock/2)
+	cl.ceiling.Store(max(cl.ceiling.Load(), next))
+	keys, _ := n.Stats()
+	n.setRole(roleActive, n.self)
+	n.log.Warn().Str("why", why).Int("keys", keys).Uint64("token_floor", floor).Msg("promoted to active")
+	return true
+}
+
+// demote steps down in favour of the higher-priority active w: clients are
+// redirected there, and the state is dropped to be copied from w.
+func (cl *cluster) demote(w int) {
+	n := cl.n
+	n.freeze()
+	n.setRole(roleStandby, cl.addrs[w])
+	cl.dropSubs()
+	n.redirectAll(cl.addrs[w])
+	n.resetShards()
+	cl.haveCopy.Store(false)
+	n.thaw()
+	n.log.Warn().Str("active", cl.addrs[w]).Msg("another active outranks this node: demoted to standby")
+	cl.follow(w)
+}
+
+func (cl *cluster) dropSubs() {
+	for _, s := range cl.hub.Subs() {
+		cl.hub.Drop(s)
+	}
+}
+
+// successor returns the stream of the highest-priority live standby that
+// holds a copy of the state, or nil.
+func (cl *cluster) successor() *replica.Sub {
+	now := cl.n.now()
+	var best *replica.Sub
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	for _, s := range cl.hub.Subs() {
+		if s.Synced() && cl.el.Live(s.Peer, now) && (best == nil || s.Peer < best.Peer) {
+			best = s
+		}
+	}
+	return best
+}
+
+// handOver passes the active role to the standby streamed by s without
+// losing a grant: the node stops deciding, s applies the last record and
+// promotes itself, and only then are clients sent to it. It returns the
+// successor's address, or "" when the handoff did not happen (the node is
+// then active again).
+func (cl *cluster) handOver(s *replica.Sub) string {
+	n := cl.n
+	to := cl.addrs[s.Peer]
+	start := time.Now()
+	n.freeze()
+	n.setRole(roleLeaving, to)
+	// Heartbeats from here on say "leaving"; the successor ignores older
+	// ones, which may still be on their way on the other link.
+	mark := cl.hb.Load() + 1
+	for len(cl.promoted) > 0 {
+		<-cl.promoted
+	}
+	seq, ok := cl.hub.Handoff(s, cl.inc, mark)
+	if ok {
+		ok = false
+		deadline := time.After(2 * cl.timeout)
+	wait:
+		for {
+			select {
+			case p := <-cl.promoted:
+				if p == s.Peer {
+					ok = true
+					break wait
+				}
+			case <-deadline:
+				break wait
+			}
+		}
+	}
+	if !ok {
+		n.setRole(roleActive, n.self)
+		n.thaw()
+		n.wakeClients()
+		n.log.Error().Str("successor", to).Msg("handoff not confirmed: staying active")
+		return ""
+	}
+	n.setRole(roleStandby, to)
+	n.redirectAll(to)
+	cl.dropSubs()
+	n.log.Info().Str("successor", to).Uint64("seq", seq).Dur("pause", time.Since(start)).Msg("handed the active role over")
+	return to
+}
+
+// handOverForStop hands the role to the next live standby, if this node is
+// active and there is one. It returns the successor's address or "".
+func (cl *cluster) handOverForStop() string {
+	if cl.n.role.Load() != roleActive {
+		return ""
+	}
+	s := cl.successor()
+	if s == nil {
+		return ""
+	}
+	return cl.handOver(s)
+}
+
+// takeover is asked by a higher-priority standby that caught up.
+func (cl *cluster) takeover(peer int) {
+	n := cl.n
+	if n.role.Load() != roleActive || peer > cl.self {
+		return
+	}
+	var sub *replica.Sub
+	for _, s := range cl.hub.Subs() {
+		if s.Peer == peer && s.Synced() {
+			sub = s
+		}
+	}
+	if sub == nil {
+		return
+	}
+	if to := cl.handOver(sub); to != "" {
+		n.resetShards()
+		cl.haveCopy.Store(false)
+		n.thaw()
+		cl.follow(peer)
+	}
+}
+
+// onHandoff runs on the successor when its active's handoff record came:
+// every record before it has been applied.
+func (cl *cluster) onHandoff(pc *peerConn, inc, hb uint64) {
+	cl.mu.Lock()
+	cl.el.Ignore(pc.idx, inc, hb)
+	cl.mu.Unlock()
+	if cl.promote("handoff from " + cl.addrs[pc.idx]) {
+		_ = pc.c.AsyncWrite(replica.AppendPeer(nil, replica.Promoted), nil)
+	}
+}
+
+// reserveCeiling is the reserver's step for a cluster: next is durable
+// here; it goes to the standbys, and the node issues tokens up to it once
+// every standby streamed to has it too, or was dropped for not answering.
+func (cl *cluster) reserveCeiling(next uint64) {
+	cl.ceiling.Store(max(cl.ceiling.Load(), next))
+	if cl.n.role.Load() != roleActive {
+		return
+	}
+	seq := cl.hub.Ceiling(next)
+	deadline := time.Now().Add(cl.timeout)
+	for {
+		behind := cl.hub.Behind(seq)
+		if len(behind) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			for _, s := range behind {
+				cl.n.log.Warn().Str("standby", cl.addrs[s.Peer]).Msg("standby did not acknowledge the token ceiling: dropped")
+				cl.hub.Drop(s)
+			}
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// freeze stops the node deciding anything: requests are not read, batches
+// in flight are dropped unanswered (clients re-send them after the
+// redirect), and leases do not run out. It returns once no batch runs.
+func (n *Node) freeze() {
+	n.frozen.Store(true)
+	for i := range n.shards {
+		n.shards[i].mu.Lock()
+		//lint:ignore SA2001 an empty critical section is the barrier
+		n.shards[i].mu.Unlock()
+	}
+}
+
+func (n *Node) thaw() { n.frozen.Store(false) }
+
+// resetShards forgets every grant and waiter.
+func (n *Node) resetShards() {
+	for i := range n.shards {
+		b := &n.shards[i]
+		b.mu.Lock()
+		b.sh.Reset(n.now())
+		n.noteTimers(b)
+		b.mu.Unlock()
+	}
+}
+
+// redirectAll writes "M addr" on every client connection and closes it,
+// and returns once every loop has done so.
+func (n *Node) redirectAll(addr string) {
+	n.onEachLoop(func(lp *loop) {
+		var closing []*conn
+		n.conns.each(func(cs *conn) {
+			if cs.lp == lp && !cs.closed {
+				cs.out = wire.AppendRedirect(cs.out, addr)
+				lp.markDirty(cs)
+				closing = append(closing, cs)
+			}
+		})
+		lp.flush()
+		for _, cs := range closing {
+			if !cs.closed {
+				_ = lp.el.Close(cs.c)
+			}
+		}
+	})
+}
+
+// wakeClients has every client connection's pending requests read again
+// after a freeze that came to nothing.
+func (n *Node) wakeClients() {
+	n.onEachLoop(func(lp *loop) {
+		n.conns.each(func(cs *conn) {
+			if cs.lp == lp && !cs.closed {
+				_ = cs.c.Wake(nil)
+			}
+		})
+	})
+}
+
+// onEachLoop runs fn on every event loop and returns when all are done.
+func (n *Node) onEachLoop(fn func(*loop)) {
+	var wg sync.WaitGroup
+	for _, lp := range *n.loops.Load() {
+		wg.Add(1)
+		err := lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			defer wg.Done()
+			fn(lp)
+			return nil
+		}))
+		if err != nil {
+			wg.Done()
+		}
+	}
+	wg.Wait()
+}
+
+// Role returns "active" or "standby" (a node handing its role over counts
+// as a standby). A node without peers is always the active.
+func (n *Node) Role() string {
+	if n.role.Load() == roleActive {
+		return "active"
+	}
+	return "standby"
+}
+
+// Active returns the active's client address as this node knows it, or ""
+// when it knows none.
+func (n *Node) Active() string { return n.activeOf() }
+
+// ReplicationLag is a standby's distance behind this active node.
+type ReplicationLag struct {
+	Standby string
+	Records uint64 // records sent and not yet acknowledged
+	Synced  bool   // it applied its snapshot
+}
+
+// Replication returns the lag of every standby streaming from this node.
+func (n *Node) Replication() []ReplicationLag {
+	if n.cl == nil {
+		return nil
+	}
+	var out []ReplicationLag
+	for _, l := range n.cl.hub.Lags() {
+		out = append(out, ReplicationLag{Standby: n.cl.addrs[l.Peer], Records: l.Records, Synced: l.Synced})
+	}
+	return out
+}
+
+// Semi-synchronous answers (Config.SemiSync). While a standby that applied
+// its snapshot is streamed to, a loop holds each batch of answers until a
+// standby acknowledged every record made before the batch was flushed, so
+// that no client hears of a grant that a crash failover could lose. With no
+// such standby, answers go out at once, as in the default asynchronous
+// mode.
+
+// heldOutput is a connection's answers waiting for an acknowledgement.
+type heldOutput struct {
+	cs   *conn
+	seq  uint64 // every record up to seq must be acknowledged
+	data []byte
+}
+
+// noteSeq records that records up to seq exist. It runs under a shard lock
+// after each batch that made records.
+func (cl *cluster) noteSeq(seq uint64) {
+	for {
+		cur := cl.lastSeq.Load()
+		if seq <= cur || cl.lastSeq.CompareAndSwap(cur, seq) {
+			return
+		}
+	}
+}
+
+// ackedAny records a standby's acknowledgement and lets loops write the
+// answers it covers.
+func (n *Node) ackedAny(seq uint64) {
+	cl := n.cl
+	for {
+		cur := cl.acked.Load()
+		if seq <= cur || cl.acked.CompareAndSwap(cur, seq) {
+			break
+		}
+	}
+	if n.cfg.SemiSync {
+		n.releaseHeld()
+	}
+}
+
+// releaseHeld has every loop holding answers look at them again.
+func (n *Node) releaseHeld() {
+	for _, lp := range *n.loops.Load() {
+		if lp.hasHeld.Load() && lp.heldQueued.CompareAndSwap(false, true) {
+			if err := lp.el.Execute(context.Background(), lp.heldTask); err != nil {
+				lp.heldQueued.Store(false)
+			}
+		}
+	}
+}
+
+// holding reports whether a flush must hold its answers for seq.
+func (lp *loop) holding() (uint64, bool) {
+	cl := lp.n.cl
+	if cl == nil || !lp.n.cfg.SemiSync || cl.syncedSubs.Load() == 0 {
+		return 0, false
+	}
+	seq := cl.lastSeq.Load()
+	return seq, cl.acked.Load() < seq || len(lp.held) > 0
+}
+
+// writeHeld writes the held answers that are acknowledged now (all of them
+// when no standby is left to wait for). It runs on lp.
+func (lp *loop) writeHeld() {
+	cl := lp.n.cl
+	acked := cl.acked.Load()
+	all := cl.syncedSubs.Load() == 0
+	i := 0
+	for ; i < len(lp.held); i++ {
+		h := &lp.held[i]
+		if !all && h.seq > acked {
+			break
+		}
+		if !h.cs.closed {
+			_, _ = h.cs.c.Write(h.data)
+		}
+		lp.heldBytes -= len(h.data)
+		*h = heldOutput{}
+	}
+	lp.held = append(lp.held[:0], lp.held[i:]...)
+	lp.hasHeld.Store(len(lp.held) > 0)
+}
+
+func (lp *loop) runHeld(context.Context) error {
+	lp.heldQueued.Store(false)
+	lp.writeHeld()
+	return nil
+}
+
+// Holding is a held key's grant as a node sees it.
+type Holding struct {
+	Token     uint64
+	Remaining time.Duration // lease left
+}
+
+// Holders returns every held key with its grant: on a standby, its copy of
+// the active's state.
+func (n *Node) Holders() map[string]Holding {
+	out := make(map[string]Holding)
+	for i := range n.shards {
+		b := &n.shards[i]
+		b.mu.Lock()
+		now := n.now()
+		b.sh.Each(func(key string, token uint64, deadline int64) {
+			out[key] = Holding{Token: token, Remaining: time.Duration(deadline - now)}
+		})
+		b.mu.Unlock()
+	}
+	return out
+}

@@ -1,0 +1,308 @@
+package server_test
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/kunci/kunci/server"
+)
+
+// Cluster timing for tests: fast, but with room for a loaded machine.
+const (
+	testHeartbeat = 20 * time.Millisecond
+	testFailover  = 300 * time.Millisecond
+)
+
+// freeAddrs returns n loopback addresses with ports free a moment ago.
+func freeAddrs(t testing.TB, n int) []string {
+	t.Helper()
+	var ls []net.Listener
+	var out []string
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return out
+}
+
+// testCluster is a cluster of in-process nodes, each with its own data dir.
+type testCluster struct {
+	t     testing.TB
+	addrs []string
+	dirs  []string
+	nodes []*server.Node
+	conf  func(*server.Config)
+}
+
+func newCluster(t testing.TB, size int, conf func(*server.Config)) *testCluster {
+	tc := &testCluster{t: t, addrs: freeAddrs(t, size), conf: conf}
+	for i := 0; i < size; i++ {
+		tc.dirs = append(tc.dirs, t.TempDir())
+	}
+	tc.nodes = make([]*server.Node, size)
+	t.Cleanup(func() {
+		for _, n := range tc.nodes {
+			if n != nil {
+				n.Crash()
+			}
+		}
+	})
+	return tc
+}
+
+// start starts node i (again).
+func (tc *testCluster) start(i int) *server.Node {
+	tc.t.Helper()
+	cfg := server.Config{
+		Listen:          tc.addrs[i],
+		Peers:           tc.addrs,
+		DataDir:         tc.dirs[i],
+		Heartbeat:       testHeartbeat,
+		FailoverTimeout: testFailover,
+		Logger:          zerolog.New(zerolog.NewTestWriter(tc.t)).Level(zerolog.InfoLevel).With().Int("node", i).Logger(),
+	}
+	if tc.conf != nil {
+		tc.conf(&cfg)
+	}
+	n, err := server.New(cfg)
+	if err != nil {
+		tc.t.Fatalf("node %d: %v", i, err)
+	}
+	if err := n.Start(); err != nil {
+		tc.t.Fatalf("node %d: %v", i, err)
+	}
+	tc.nodes[i] = n
+	return n
+}
+
+func (tc *testCluster) startAll() {
+	for i := range tc.addrs {
+		tc.start(i)
+	}
+}
+
+// stop stops node i gracefully (handing over if it is the active).
+func (tc *testCluster) stop(i int) {
+	stopNode(tc.t, tc.nodes[i])
+	tc.nodes[i] = nil
+}
+
+// crash stops node i without a handoff.
+func (tc *testCluster) crash(i int) {
+	tc.nodes[i].Crash()
+	tc.nodes[i] = nil
+}
+
+// waitActive waits until node a is active and every other running node is
+// a standby that follows it and holds a copy of its state.
+func (tc *testCluster) waitActive(a int) {
+	tc.t.Helper()
+	waitFor(tc.t, fmt.Sprintf("node %d active, the others following it", a), func() bool {
+		for i, n := range tc.nodes {
+			if n == nil {
+				continue
+			}
+			if i == a {
+				if n.Role() != "active" {
+					return false
+				}
+				continue
+			}
+			if n.Role() != "standby" || n.Active() != tc.addrs[a] {
+				return false
+			}
+		}
+		synced := 0
+		for _, l := range tc.nodes[a].Replication() {
+			if l.Synced {
+				synced++
+			}
+		}
+		running := 0
+		for _, n := range tc.nodes {
+			if n != nil {
+				running++
+			}
+		}
+		return synced == running-1
+	})
+}
+
+// waitSame waits until standby s holds the same grants as active a.
+func (tc *testCluster) waitSame(a, s int) {
+	tc.t.Helper()
+	var diff string
+	ok := waitUntil(5*time.Second, func() bool {
+		diff = sameHolders(tc.nodes[a].Holders(), tc.nodes[s].Holders())
+		return diff == ""
+	})
+	if !ok {
+		tc.t.Fatalf("standby %d differs from active %d: %s", s, a, diff)
+	}
+}
+
+// sameHolders compares two nodes' grants: same keys and tokens, and a
+// standby's lease never shorter than the active's nor much longer.
+func sameHolders(active, standby map[string]server.Holding) string {
+	var d []string
+	for k, h := range active {
+		s, ok := standby[k]
+		switch {
+		case !ok:
+			d = append(d, k+" missing")
+		case s.Token != h.Token:
+			d = append(d, fmt.Sprintf("%s token %d, active %d", k, s.Token, h.Token))
+		case s.Remaining < h.Remaining-50*time.Millisecond || s.Remaining > h.Remaining+time.Second:
+			d = append(d, fmt.Sprintf("%s lease %v, active %v", k, s.Remaining, h.Remaining))
+		}
+	}
+	for k := range standby {
+		if _, ok := active[k]; !ok {
+			d = append(d, k+" extra")
+		}
+	}
+	if len(d) > 5 {
+		d = append(d[:5], fmt.Sprintf("and %d more", len(d)-5))
+	}
+	return strings.Join(d, "; ")
+}
+
+func waitUntil(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return true
+}
+
+func TestClusterRolesRedirectAndReplication(t *testing.T) {
+	tc := newCluster(t, 3, nil)
+	tc.startAll()
+	tc.waitActive(0)
+
+	for i, n := range tc.nodes {
+		c := dial(t, n.Addr())
+		c.send("I")
+		role := "standby"
+		if i == 0 {
+			role = "active"
+		}
+		c.expect(fmt.Sprintf("I %s %s %s", role, tc.addrs[i], tc.addrs[0]))
+		if i > 0 {
+			// A standby redirects and closes; what follows is not run.
+			c.send("A k 30 0", "A j 30 0")
+			c.expect("M " + tc.addrs[0])
+			c.expectClosed()
+		}
+		c.close()
+	}
+
+	c := dial(t, tc.addrs[0])
+	defer c.close()
+	for i := 0; i < 100; i++ {
+		c.send(fmt.Sprintf("A key%d 30 0", i))
+	}
+	tokens := map[string]uint64{}
+	for i := 0; i < 100; i++ {
+		k := fmt.Sprintf("key%d", i)
+		tokens[k] = c.expectGrant(k)
+	}
+	for i := 0; i < 50; i++ {
+		k := fmt.Sprintf("key%d", i)
+		c.send(fmt.Sprintf("R %s %d", k, tokens[k]))
+		c.expect("R " + k + " OK")
+	}
+	c.send(fmt.Sprintf("X key60 %d 100", tokens["key60"]))
+	c.expect("X key60 OK")
+	c.send("A short 0.2 0")
+	c.expectGrant("short")
+	tc.waitSame(0, 1)
+	tc.waitSame(0, 2)
+	// The short lease runs out on the active; the standbys follow.
+	waitFor(t, "the short lease to end everywhere", func() bool {
+		for _, n := range tc.nodes {
+			if _, ok := n.Holders()["short"]; ok {
+				return false
+			}
+		}
+		return true
+	})
+	if h := tc.nodes[1].Holders()["key60"]; h.Remaining < 90*time.Second {
+		t.Fatalf("standby's key60 lease %v after an extend to 100 s", h.Remaining)
+	}
+}
+
+func TestClusterCrashFailoverKeepsGrants(t *testing.T) {
+	tc := newCluster(t, 3, nil)
+	tc.startAll()
+	tc.waitActive(0)
+	c := dial(t, tc.addrs[0])
+	c.send("A held 30 0", "A other 30 0")
+	held := c.expectGrant("held")
+	other := c.expectGrant("other")
+	tc.waitSame(0, 1)
+	tc.waitSame(0, 2)
+	c.close()
+
+	tc.crash(0)
+	tc.waitActive(1)
+	n1 := dial(t, tc.addrs[1])
+	defer n1.close()
+	// The holders keep their grants on the new active, and can end them.
+	n1.send(fmt.Sprintf("X held %d 30", held), fmt.Sprintf("R other %d", other), "A held 30 0.1")
+	n1.expect("X held OK", "R other OK", "T held")
+	n1.send("A fresh 30 0")
+	if tok := n1.expectGrant("fresh"); tok <= other || tok <= held {
+		t.Fatalf("token %d after failover is not above %d and %d", tok, held, other)
+	}
+	tc.waitSame(1, 2)
+}
+
+func TestClusterGracefulHandoffLosesNothing(t *testing.T) {
+	tc := newCluster(t, 2, nil)
+	tc.startAll()
+	tc.waitActive(0)
+	c := dial(t, tc.addrs[0])
+	c.send("A h 30 0")
+	tok := c.expectGrant("h")
+	w := dial(t, tc.addrs[0])
+	w.send("A h 30 0")
+	waitQueued(t, tc.nodes[0], 1)
+
+	start := time.Now()
+	stopped := make(chan struct{})
+	n0 := tc.nodes[0]
+	tc.nodes[0] = nil
+	go func() {
+		defer close(stopped)
+		stopNode(t, n0)
+	}()
+	w.expect("M " + tc.addrs[1])
+	t.Logf("handoff: redirect %v after stop began", time.Since(start))
+	<-stopped
+	if r := tc.nodes[1].Role(); r != "active" {
+		t.Fatalf("successor is %s after the handoff", r)
+	}
+	n1 := dial(t, tc.addrs[1])
+	defer n1.close()
+	n1.send(fmt.Sprintf("R h %d", tok), "A next 30 0")
+	n1.expect("R h OK")
+	if next := n1.expectGrant("next"); next <= tok {
+		t.Fatalf("token %d after handoff is not above %d", next, tok)
+	}
+}

@@ -1,0 +1,373 @@
+package server
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/failover"
+	"github.com/kunci/kunci/replica"
+)
+
+// peerConn is a connection with a peer node, owned by its event loop. A
+// link this node dialled (out) carries its heartbeats and requests to the
+// peer, and brings back the peer's stream when this node follows it; a
+// connection a peer dialled (in) is the other end of that peer's link.
+type peerConn struct {
+	n   *Node
+	idx int // the peer's index, -1 until its first heartbeat (in)
+	out bool
+	c   gnet.Conn
+
+	closed bool
+
+	// in: the stream this peer asked for.
+	sub       *replica.Sub
+	flushTask gnet.Runnable
+
+	// out: the stream from the peer this node follows.
+	streaming atomic.Bool // asked for it; frames are applied
+	synced    atomic.Bool // its snapshot is applied
+	inSnap    bool
+	seq       uint64 // last record applied
+	rout      engine.Output
+}
+
+// adoptPeer turns an accepted connection whose first line is a peer's
+// heartbeat into a peer connection. It runs on cs's loop.
+func (n *Node) adoptPeer(cs *conn, c gnet.Conn) *peerConn {
+	n.conns.remove(cs)
+	cs.closed = true
+	pc := &peerConn{n: n, idx: -1, c: c}
+	c.SetContext(pc)
+	return pc
+}
+
+// onPeerOpen registers a link this node dialled, and greets the peer with a
+// heartbeat so that it knows the connection for a peer's.
+func (n *Node) onPeerOpen(pc *peerConn, c gnet.Conn) []byte {
+	cl := n.cl
+	pc.c = c
+	cl.mu.Lock()
+	cl.links[pc.idx] = pc
+	cl.dialing[pc.idx] = false
+	cl.mu.Unlock()
+	role := n.role.Load()
+	return replica.AppendHeartbeat(nil, n.self, roleByte(role), n.activeOf(), cl.inc, cl.hb.Add(1),
+		cl.ceiling.Load(), role == roleActive || cl.haveCopy.Load())
+}
+
+func (n *Node) onPeerClose(pc *peerConn) {
+	cl := n.cl
+	pc.closed = true
+	if pc.sub != nil {
+		n.unsubscribe(pc)
+	}
+	if pc.out {
+		cl.mu.Lock()
+		if cl.links[pc.idx] == pc {
+			cl.links[pc.idx] = nil
+		}
+		cl.mu.Unlock()
+		pc.streaming.Store(false)
+	}
+}
+
+// onPeerTraffic reads the frames that arrived on pc.
+func (n *Node) onPeerTraffic(pc *peerConn) gnet.Action {
+	c := pc.c
+	buf, _ := c.Peek(-1)
+	off := 0
+	acked := pc.seq
+	needAck := false
+	var f replica.Frame
+	for off < len(buf) {
+		m, err := replica.Parse(buf[off:], &f)
+		if err != nil {
+			n.log.Warn().Err(err).Int("peer", pc.idx).Bool("out", pc.out).Msg("bad frame from a peer: closing the link")
+			return gnet.Close
+		}
+		if m == 0 {
+			break
+		}
+		off += m
+		var act gnet.Action
+		if f.Peer {
+			act = n.peerFrame(pc, &f)
+		} else {
+			var ack bool
+			ack, act = n.streamFrame(pc, &f)
+			needAck = needAck || ack
+		}
+		if act != gnet.None {
+			return act
+		}
+	}
+	_, _ = c.Discard(off)
+	if needAck || pc.seq != acked && pc.synced.Load() {
+		_, _ = c.Write(replica.AppendAck(nil, pc.seq))
+	}
+	return gnet.None
+}
+
+// peerFrame handles a P frame: from a peer over its link to this node.
+func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
+	cl := n.cl
+	if pc.out {
+		n.log.Warn().Int("peer", pc.idx).Msg("peer frame on a link this node dialled: closing")
+		return gnet.Close
+	}
+	if pc.idx < 0 && f.Kind != replica.Heartbeat {
+		return gnet.Close
+	}
+	switch f.Kind {
+	case replica.Heartbeat:
+		cl.mu.Lock()
+		i := cl.el.Index(string(f.From))
+		if i < 0 || i == cl.self || pc.idx >= 0 && i != pc.idx {
+			cl.mu.Unlock()
+			n.log.Warn().Str("from", string(f.From)).Msg("heartbeat from a node not in the peer list (or from this node's own address): closing")
+			return gnet.Close
+		}
+		pc.idx = i
+		cl.el.Heard(i, heartbeatOf(f), n.now())
+		cl.mu.Unlock()
+	case replica.Sync:
+		if pc.sub != nil {
+			n.unsubscribe(pc)
+		}
+		if n.role.Load() != roleActive {
+			// It will look again once it hears who is active.
+			return gnet.Close
+		}
+		n.subscribe(pc)
+	case replica.Ack:
+		if pc.sub != nil {
+			if !pc.sub.Synced() {
+				cl.syncedSubs.Add(1)
+			}
+			pc.sub.Ack(f.Seq)
+			n.ackedAny(f.Seq)
+		}
+	case replica.Takeover:
+		peer := pc.idx
+		select {
+		case cl.events <- func() { cl.takeover(peer) }:
+		default:
+		}
+	case replica.Promoted:
+		select {
+		case cl.promoted <- pc.idx:
+		default:
+		}
+	}
+	return gnet.None
+}
+
+func heartbeatOf(f *replica.Frame) failover.Heartbeat {
+	h := failover.Heartbeat{Inc: f.Inc, HB: f.HB, Ceiling: f.Ceiling, Synced: f.Synced, Active: string(f.Active)}
+	switch f.Role {
+	case replica.RoleActive:
+		h.Role = failover.Active
+	case replica.RoleLeaving:
+		h.Role = failover.Leaving
+	}
+	return h
+}
+
+// unsubscribe ends pc's stream; answers held for its acknowledgement go
+// out if no other standby is left to wait for.
+func (n *Node) unsubscribe(pc *peerConn) {
+	cl := n.cl
+	cl.hub.Remove(pc.sub)
+	if pc.sub.Synced() {
+		cl.syncedSubs.Add(-1)
+	}
+	pc.sub = nil
+	if n.cfg.SemiSync {
+		n.releaseHeld()
+	}
+}
+
+// subscribe starts pc's peer's stream with a snapshot of every shard.
+func (n *Node) subscribe(pc *peerConn) {
+	cl := n.cl
+	pc.flushTask = gnet.RunnableFunc(func(context.Context) error {
+		n.flushStream(pc)
+		return nil
+	})
+	c := pc.c
+	sub := replica.NewSub(pc.idx,
+		func() { _ = c.EventLoop().Execute(context.Background(), pc.flushTask) },
+		func() { _ = c.Close() })
+	pc.sub = sub
+	for i := range n.shards {
+		n.shards[i].mu.Lock()
+	}
+	now := n.now()
+	cl.hub.Subscribe(sub, n.tokens.Ceiling(), func(dst []byte) []byte {
+		for i := range n.shards {
+			n.shards[i].sh.Each(func(key string, token uint64, deadline int64) {
+				dst = replica.AppendHolder(dst, key, token, deadline-now)
+			})
+		}
+		return dst
+	})
+	for i := range n.shards {
+		n.shards[i].mu.Unlock()
+	}
+	n.log.Info().Str("standby", cl.addrs[pc.idx]).Msg("streaming to a standby")
+}
+
+// flushStream writes what the hub queued for pc's standby. It runs on pc's
+// loop.
+func (n *Node) flushStream(pc *peerConn) {
+	if pc.closed || pc.sub == nil {
+		return
+	}
+	b := n.cl.hub.Take(pc.sub)
+	if len(b) == 0 {
+		return
+	}
+	_, _ = pc.c.Write(b)
+	if !pc.closed && pc.c.OutboundBuffered() > maxPeerBacklog {
+		n.log.Warn().Str("standby", n.cl.addrs[pc.idx]).Msg("standby does not keep up: dropped")
+		_ = pc.c.Close()
+	}
+}
+
+// streamFrame applies a frame of the stream from the active this node
+// follows. It reports whether the frame wants an acknowledgement.
+func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
+	cl := n.cl
+	if !pc.out {
+		return false, gnet.Close
+	}
+	if !pc.streaming.Load() {
+		return false, gnet.None // a stream this node no longer follows
+	}
+	if f.Kind != replica.Begin && f.Kind != replica.Holder && f.Kind != replica.End && !pc.synced.Load() && !pc.inSnap {
+		return false, gnet.Close
+	}
+	switch f.Kind {
+	case replica.Begin:
+		cl.haveCopy.Store(false)
+		pc.synced.Store(false)
+		n.resetShards()
+		pc.inSnap, pc.seq = true, f.Seq
+		n.learnCeiling(f.Ceiling)
+		return false, gnet.None
+	case replica.Holder:
+		if !pc.inSnap {
+			return false, gnet.Close
+		}
+		n.install(f.Key, f.Token, f.Remaining)
+		return false, gnet.None
+	case replica.End:
+		if !pc.inSnap {
+			return false, gnet.Close
+		}
+		pc.inSnap = false
+		pc.synced.Store(true)
+		cl.haveCopy.Store(true)
+		keys, _ := n.Stats()
+		n.log.Info().Str("active", cl.addrs[pc.idx]).Int("keys", keys).Uint64("seq", pc.seq).Msg("copied the active's state")
+		return true, gnet.None
+	case replica.Handoff:
+		if f.Seq != pc.seq {
+			n.log.Error().Uint64("want", f.Seq).Uint64("have", pc.seq).Msg("handoff before the stream caught up: refusing it")
+			return false, gnet.Close
+		}
+		inc, hb := f.Inc, f.HB
+		select {
+		case cl.events <- func() { cl.onHandoff(pc, inc, hb) }:
+		default:
+		}
+		return false, gnet.None
+	}
+	if pc.inSnap || f.Seq != pc.seq+1 {
+		n.log.Error().Uint64("seq", f.Seq).Uint64("expected", pc.seq+1).Msg("gap in the replication stream: starting again from a snapshot")
+		return false, gnet.Close
+	}
+	pc.seq = f.Seq
+	switch f.Kind {
+	case replica.Grant, replica.Extend:
+		n.install(f.Key, f.Token, f.Remaining)
+	case replica.Release, replica.Expire:
+		b := &n.shards[engine.ShardOf(f.Key, len(n.shards))]
+		b.mu.Lock()
+		b.sh.Drop(n.now(), f.Key, f.Token, &pc.rout)
+		pc.rout.Reset()
+		n.noteTimers(b)
+		b.mu.Unlock()
+	case replica.Ceiling:
+		n.learnCeiling(f.Ceiling)
+	}
+	return true, gnet.None
+}
+
+// install makes token the holder of key on this standby.
+func (n *Node) install(key []byte, token uint64, remaining int64) {
+	b := &n.shards[engine.ShardOf(key, len(n.shards))]
+	b.mu.Lock()
+	now := n.now()
+	if err := b.sh.Install(now, key, token, now+remaining); err != nil {
+		n.log.Error().Err(err).Msg("cannot hold a replicated grant")
+	}
+	n.noteTimers(b)
+	b.mu.Unlock()
+}
+
+// learnCeiling makes a ceiling the active replicated durable here before
+// this standby acknowledges it.
+func (n *Node) learnCeiling(c uint64) {
+	cl := n.cl
+	if c <= cl.ceiling.Load() {
+		return
+	}
+	if err := n.data.setCeiling(c); err != nil {
+		n.log.Error().Err(err).Msg("cannot persist the replicated token ceiling")
+	}
+	cl.ceiling.Store(c)
+	n.tokens.Raise(c)
+}
+
+// classify tells, on a cluster node, a peer's connection from a client's by
+// its first bytes: a peer's starts with "P ". It returns the peer
+// connection cs became, or nil (cs is then a client, or it is too early to
+// tell).
+func (n *Node) classify(cs *conn, c gnet.Conn) (gnet.Action, *peerConn) {
+	b, _ := c.Peek(2)
+	switch {
+	case len(b) == 0:
+		return gnet.None, nil
+	case b[0] != 'P':
+		cs.client = true
+		return gnet.None, nil
+	case len(b) < 2:
+		return gnet.None, nil // one byte so far
+	case b[1] != ' ':
+		cs.client = true
+		return gnet.None, nil
+	}
+	return gnet.None, n.adoptPeer(cs, c)
+}
+
+// leaveCluster hands the active role over before the node stops, if it is
+// active and a standby can take it, and stops the cluster goroutine.
+func (n *Node) leaveCluster() {
+	reply := make(chan string, 1)
+	select {
+	case n.cl.leave <- reply:
+		<-reply
+	case <-n.cl.done:
+	}
+	select {
+	case <-n.cl.done:
+	default:
+		close(n.cl.stop)
+		<-n.cl.done
+	}
+}
