@@ -37,11 +37,11 @@ type cluster struct {
 	acked      atomic.Uint64 // highest record number a standby acknowledged
 	syncedSubs atomic.Int32  // standbys streamed to that applied their snapshot
 
-	mu        sync.Mutex
-	el        *failover.Elector
-	links     []*peerConn // this node's link to each peer, nil while down
-	dialing   []bool
-	following int // the active this standby streams from, -1 for none
+	mu         sync.Mutex
+	el         *failover.Elector
+	links      []*peerConn // this node's link to each peer, nil while down
+	dialing    []bool
+	following  int // the active this standby streams from, -1 for none
 	takeoverAt time.Time
 
 	events   chan func()      // work from the loops for run

@@ -75,4 +75,3 @@ func (n *Node) Metrics() Metrics {
 	}
 	return m
 }
-
