@@ -65,13 +65,14 @@ type Elector struct {
 	addrs   []string
 	self    int
 	timeout int64
+	started int64
 	peers   []peer
 }
 
 // New returns an elector for the node at index self of addrs, started at
 // now, that counts a peer dead after timeout without a heartbeat.
 func New(addrs []string, self int, timeout, now int64) *Elector {
-	e := &Elector{addrs: addrs, self: self, timeout: timeout, peers: make([]peer, len(addrs))}
+	e := &Elector{addrs: addrs, self: self, timeout: timeout, started: now, peers: make([]peer, len(addrs))}
 	for i := range e.peers {
 		e.peers[i].heard = now
 	}
@@ -185,6 +186,10 @@ func (e *Elector) Decide(now int64, role Role, synced bool) Decision {
 	}
 	if a >= 0 {
 		return Decision{Follow, a}
+	}
+	if now-e.started < e.timeout {
+		// Just started: an active may exist that has not been heard yet.
+		return Decision{Stay, -1}
 	}
 	if e.candidate(now, synced) == e.self {
 		return Decision{Promote, -1}

@@ -37,6 +37,8 @@ type cluster struct {
 	acked      atomic.Uint64 // highest record number a standby acknowledged
 	syncedSubs atomic.Int32  // standbys streamed to that applied their snapshot
 
+	isolated atomic.Bool // tests: a network partition around this node
+
 	mu         sync.Mutex
 	el         *failover.Elector
 	links      []*peerConn // this node's link to each peer, nil while down
@@ -44,11 +46,13 @@ type cluster struct {
 	following  int // the active this standby streams from, -1 for none
 	takeoverAt time.Time
 
-	events   chan func()      // work from the loops for run
-	promoted chan int         // peers that confirmed a handoff (P D)
-	leave    chan chan string // Stop asks run to hand over
-	stop     chan struct{}
-	done     chan struct{}
+	loopsUp   chan struct{} // closed once gnet's loops run
+	loopsOnce sync.Once
+	events    chan func()      // work from the loops for run
+	promoted  chan int         // peers that confirmed a handoff (P D)
+	leave     chan chan string // Stop asks run to hand over
+	stop      chan struct{}
+	done      chan struct{}
 }
 
 // Cluster defaults.
@@ -87,12 +91,15 @@ func newCluster(n *Node) (*cluster, error) {
 		dialing:   make([]bool, len(cfg.Peers)),
 		following: -1,
 		events:    make(chan func(), 64),
+		loopsUp:   make(chan struct{}),
 		promoted:  make(chan int, 4),
 		leave:     make(chan chan string),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
-	cl.ceiling.Store(n.tokens.Ceiling())
+	// What was issued before this process: its own reservation on top is
+	// not advertised, so that a restarted standby does not push tokens up.
+	cl.ceiling.Store(n.tokens.Last())
 	return cl, nil
 }
 
@@ -147,9 +154,14 @@ func (cl *cluster) tick() {
 		cl.ceiling.Load(), role == roleActive || cl.haveCopy.Load())
 
 	cl.mu.Lock()
+	isolated := cl.isolated.Load()
 	for i, pc := range cl.links {
 		switch {
 		case i == cl.self:
+		case isolated:
+			if pc != nil {
+				_ = pc.c.Close()
+			}
 		case pc != nil:
 			_ = pc.c.AsyncWrite(line, nil)
 		case !cl.dialing[i]:
@@ -162,20 +174,7 @@ func (cl *cluster) tick() {
 	cl.mu.Unlock()
 
 	if role == roleActive && peerCeiling > n.tokens.Ceiling() {
-		// A peer may have issued tokens up to there (a healed partition,
-		// a restarted cluster): ours continue above. The new range is
-		// durable and replicated before tokens jump into it, so that no
-		// grant waits for it (a loop waiting there could not read the
-		// standbys' acknowledgements).
-		next := peerCeiling + tokenBlock
-		if err := n.data.setCeiling(next); err != nil {
-			n.log.Error().Err(err).Msg("cannot persist the token ceiling")
-		} else {
-			cl.reserveCeiling(next)
-			n.tokens.SetCeiling(next, next-tokenBlock/2)
-			n.tokens.Raise(peerCeiling)
-			n.log.Info().Uint64("token_floor", peerCeiling).Msg("a peer knows a higher token ceiling: tokens continue above it")
-		}
+		cl.raiseCeiling(peerCeiling)
 	}
 	switch d.Action {
 	case failover.Promote:
@@ -185,6 +184,26 @@ func (cl *cluster) tick() {
 	case failover.Follow:
 		cl.follow(d.Peer)
 	}
+}
+
+// raiseCeiling moves an active's tokens above peerCeiling, up to which a
+// peer may have issued tokens (a healed partition, a restarted cluster).
+// The new range is durable and replicated before the ceiling lets tokens
+// into it.
+func (cl *cluster) raiseCeiling(peerCeiling uint64) {
+	n := cl.n
+	if n.role.Load() != roleActive || peerCeiling <= n.tokens.Ceiling() {
+		return
+	}
+	n.tokens.Raise(peerCeiling)
+	next := peerCeiling + tokenBlock
+	if err := n.data.setCeiling(next); err != nil {
+		n.log.Error().Err(err).Msg("cannot persist the token ceiling; grants stall at it")
+		return
+	}
+	cl.reserveCeiling(next)
+	n.tokens.SetCeiling(next, next-tokenBlock/2)
+	n.log.Info().Uint64("token_floor", peerCeiling).Msg("a peer knows a higher token ceiling: tokens continue above it")
 }
 
 func roleByte(r int32) byte {

@@ -306,3 +306,125 @@ func TestClusterGracefulHandoffLosesNothing(t *testing.T) {
 		t.Fatalf("token %d after handoff is not above %d", next, tok)
 	}
 }
+
+func TestClusterHigherPriorityNodeReturnsThroughHandoff(t *testing.T) {
+	tc := newCluster(t, 3, nil)
+	tc.start(1)
+	tc.start(2)
+	tc.waitActive(1)
+	c := dial(t, tc.addrs[1])
+	defer c.close()
+	c.send("A a 30 0", "A b 30 0")
+	a := c.expectGrant("a")
+	b := c.expectGrant("b")
+
+	// Node 0 outranks the active: it joins as a standby, copies the state,
+	// and then takes over without losing a grant.
+	tc.start(0)
+	c.expect("M " + tc.addrs[0])
+	c.expectClosed()
+	tc.waitActive(0)
+	n0 := dial(t, tc.addrs[0])
+	defer n0.close()
+	n0.send(fmt.Sprintf("R a %d", a), fmt.Sprintf("X b %d 30", b), "A c 30 0")
+	n0.expect("R a OK", "X b OK")
+	if tok := n0.expectGrant("c"); tok <= b {
+		t.Fatalf("token %d on the returned node is not above %d", tok, b)
+	}
+	tc.waitSame(0, 1)
+	tc.waitSame(0, 2)
+}
+
+func TestClusterDemotionAfterPartition(t *testing.T) {
+	tc := newCluster(t, 2, nil)
+	tc.startAll()
+	tc.waitActive(0)
+
+	// A partition: each side sees the other silent, so node 1 promotes
+	// itself too. Both grant the same key to different clients.
+	tc.nodes[0].Isolate(true)
+	tc.nodes[1].Isolate(true)
+	waitFor(t, "both nodes active", func() bool {
+		return tc.nodes[0].Role() == "active" && tc.nodes[1].Role() == "active"
+	})
+	c0 := dial(t, tc.addrs[0])
+	defer c0.close()
+	c1 := dial(t, tc.addrs[1])
+	defer c1.close()
+	c0.send("A k 30 0")
+	t0 := c0.expectGrant("k")
+	var t1 uint64
+	for i := 0; i < 5; i++ {
+		c1.send(fmt.Sprintf("A k%d 30 0", i))
+		t1 = c1.expectGrant(fmt.Sprintf("k%d", i))
+	}
+
+	// The partition heals: the lower-priority active steps down, sends its
+	// clients to the winner and copies the winner's state.
+	tc.nodes[0].Isolate(false)
+	tc.nodes[1].Isolate(false)
+	c1.expect("M " + tc.addrs[0])
+	c1.expectClosed()
+	tc.waitActive(0)
+	tc.waitSame(0, 1)
+	if _, ok := tc.nodes[1].Holders()["k0"]; ok {
+		t.Fatal("the demoted node kept its own grants")
+	}
+	c0.send("A after 30 0")
+	if tok := c0.expectGrant("after"); tok <= t1 || tok <= t0 {
+		t.Fatalf("winner's token %d after the partition is not above both sides' (%d, %d)", tok, t0, t1)
+	}
+}
+
+func TestClusterTokensAboveAllAfterEveryNodeRestarts(t *testing.T) {
+	tc := newCluster(t, 3, nil)
+	tc.startAll()
+	tc.waitActive(0)
+	c := dial(t, tc.addrs[0])
+	var last uint64
+	for i := 0; i < 20; i++ {
+		c.send(fmt.Sprintf("A k%d 30 0", i))
+		last = c.expectGrant(fmt.Sprintf("k%d", i))
+	}
+	c.close()
+	tc.crash(0)
+	tc.waitActive(1)
+	c = dial(t, tc.addrs[1])
+	c.send("A on1 30 0")
+	last = max(last, c.expectGrant("on1"))
+	c.close()
+	for i := range tc.nodes {
+		if tc.nodes[i] != nil {
+			tc.crash(i)
+		}
+	}
+	tc.startAll()
+	tc.waitActive(0)
+	c = dial(t, tc.addrs[0])
+	defer c.close()
+	c.send("A first 30 0")
+	if tok := c.expectGrant("first"); tok <= last {
+		t.Fatalf("first token %d after every node restarted is not above %d", tok, last)
+	}
+}
+
+func TestClusterSemiSync(t *testing.T) {
+	tc := newCluster(t, 2, func(c *server.Config) { c.SemiSync = true })
+	tc.startAll()
+	tc.waitActive(0)
+	c := dial(t, tc.addrs[0])
+	// With semi-sync, a grant the client saw is on the standby already.
+	for i := 0; i < 50; i++ {
+		k := fmt.Sprintf("s%d", i)
+		c.send("A " + k + " 30 0")
+		tok := c.expectGrant(k)
+		if h, ok := tc.nodes[1].Holders()[k]; !ok || h.Token != tok {
+			t.Fatalf("grant %s %d answered before the standby had it (%v %v)", k, tok, h, ok)
+		}
+	}
+	// Without a standby the active answers at once.
+	tc.crash(1)
+	c.send("A alone 30 0")
+	c.expectGrant("alone")
+	c.close()
+}

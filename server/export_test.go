@@ -15,3 +15,7 @@ func (n *Node) Crash() {
 	}
 	_ = n.Stop(context.Background())
 }
+
+// Isolate cuts n off from its peers (true) or lets it reach them again: a
+// network partition around n. Clients still reach it.
+func (n *Node) Isolate(on bool) { n.cl.isolated.Store(on) }

@@ -150,6 +150,7 @@ func (n *Node) Start() error {
 		n.runErr = gnet.Run(n, "tcp://"+n.cfg.Listen,
 			gnet.WithNumEventLoop(n.cfg.Loops),
 			gnet.WithLoadBalancing(gnet.LeastConnections),
+			gnet.WithTicker(len(n.cfg.Peers) > 0),
 			gnet.WithReuseAddr(true),
 			gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 			gnet.WithLogger(gnetLogger{n.log}),
@@ -172,6 +173,14 @@ func (n *Node) Start() error {
 	n.ticking = true
 	go n.ticker()
 	if n.cl != nil {
+		// Peer links are adopted into the loops, which gnet starts after
+		// OnBoot: its ticker's first call says they run.
+		select {
+		case <-n.cl.loopsUp:
+		case <-n.runDone:
+			n.closeTokens()
+			return ErrStopped
+		}
 		go n.cl.run()
 	}
 	if n.cfg.Admin != "" {
@@ -277,6 +286,14 @@ func (n *Node) OnBoot(eng gnet.Engine) gnet.Action {
 		return gnet.Shutdown
 	}
 	return gnet.None
+}
+
+// OnTick implements gnet.EventHandler. gnet ticks only for a cluster node,
+// whose first tick tells Start that the loops run; the node's own ticker
+// does the rest.
+func (n *Node) OnTick() (time.Duration, gnet.Action) {
+	n.cl.loopsOnce.Do(func() { close(n.cl.loopsUp) })
+	return time.Hour, gnet.None
 }
 
 // OnOpen implements gnet.EventHandler: it admits the connection or refuses

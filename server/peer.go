@@ -77,6 +77,9 @@ func (n *Node) onPeerClose(pc *peerConn) {
 
 // onPeerTraffic reads the frames that arrived on pc.
 func (n *Node) onPeerTraffic(pc *peerConn) gnet.Action {
+	if n.cl.isolated.Load() {
+		return gnet.Close
+	}
 	c := pc.c
 	buf, _ := c.Peek(-1)
 	off := 0
@@ -134,6 +137,16 @@ func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
 		pc.idx = i
 		cl.el.Heard(i, heartbeatOf(f), n.now())
 		cl.mu.Unlock()
+		if c := f.Ceiling; c > n.tokens.Ceiling() && n.role.Load() == roleActive {
+			// The peer may have issued tokens up to c: no token of ours
+			// goes below it from now on, and the range above is reserved
+			// at once (a grant meanwhile waits for it).
+			n.tokens.Raise(c)
+			select {
+			case cl.events <- func() { cl.raiseCeiling(c) }:
+			default:
+			}
+		}
 	case replica.Sync:
 		if pc.sub != nil {
 			n.unsubscribe(pc)

@@ -1,0 +1,98 @@
+package replica
+
+import (
+	"testing"
+
+	"github.com/kunci/kunci/engine"
+)
+
+func TestFramesRoundTrip(t *testing.T) {
+	var b []byte
+	b = AppendHeartbeat(b, "10.0.0.1:7070", RoleActive, "", 7, 8, 9, true)
+	b = AppendPeer(b, Sync)
+	b = AppendAck(b, 42)
+	b = AppendBegin(b, 5, 1<<20)
+	b = AppendHolder(b, "k/1", 3, 1500) // 1.5 µs rounds up to 2
+	b = AppendEnd(b)
+	b = AppendRecord(b, Grant, 6, []byte("k/2"), 4, 30e9)
+	b = AppendRecord(b, Release, 7, []byte("k/2"), 4, 0)
+	b = AppendCeiling(b, 8, 2<<20)
+	b = AppendHandoff(b, 8, 7, 9)
+	var got []Frame
+	for len(b) > 0 {
+		var f Frame
+		n, err := Parse(b, &f)
+		if err != nil || n == 0 {
+			t.Fatalf("Parse(%q): %d %v", b, n, err)
+		}
+		f.Key, f.From, f.Active = append([]byte(nil), f.Key...), append([]byte(nil), f.From...), append([]byte(nil), f.Active...)
+		got = append(got, f)
+		b = b[n:]
+	}
+	if h := got[0]; !h.Peer || h.Kind != Heartbeat || string(h.From) != "10.0.0.1:7070" || h.Role != RoleActive || len(h.Active) != 0 || h.Inc != 7 || h.HB != 8 || h.Ceiling != 9 || !h.Synced {
+		t.Fatalf("heartbeat %+v", h)
+	}
+	if got[1].Kind != Sync || got[2].Seq != 42 || got[3].Seq != 5 || got[3].Ceiling != 1<<20 {
+		t.Fatalf("%+v %+v %+v", got[1], got[2], got[3])
+	}
+	if h := got[4]; string(h.Key) != "k/1" || h.Token != 3 || h.Remaining != 2000 {
+		t.Fatalf("holder %+v", h)
+	}
+	if g := got[6]; g.Kind != Grant || g.Seq != 6 || string(g.Key) != "k/2" || g.Token != 4 || g.Remaining != 30e9 {
+		t.Fatalf("grant %+v", g)
+	}
+	if r := got[7]; r.Kind != Release || r.Token != 4 || got[8].Ceiling != 2<<20 || got[9].Inc != 7 || got[9].HB != 9 {
+		t.Fatalf("%+v %+v %+v", r, got[8], got[9])
+	}
+}
+
+func TestParseRefusesBadFrames(t *testing.T) {
+	for _, line := range []string{
+		"Q 1\n", "G 1 k\n", "G x k 1 1\n", "P H a b\n", "P H a x - 1 1 1 1\n", "R 1 k 0\n",
+		"P A\n", "Z extra\n", "G 1 k  1 1\n", "P Q\n",
+	} {
+		var f Frame
+		if _, err := Parse([]byte(line), &f); err == nil {
+			t.Errorf("Parse(%q) accepted: %+v", line, f)
+		}
+	}
+	var f Frame
+	long := make([]byte, MaxLine+1)
+	if _, err := Parse(long, &f); err != ErrLineTooLong {
+		t.Fatalf("long line: %v", err)
+	}
+}
+
+func TestHubSequencesAndSnapshots(t *testing.T) {
+	var h Hub
+	var out engine.Output
+	out.WantRecords = true
+	var tokens engine.Tokens
+	sh := engine.NewShard(engine.Config{}, &tokens, 0)
+	sh.Acquire(0, 1, []byte("before"), 10e9, 0, &out)
+	if seq := h.Records(0, &out); seq != 1 {
+		t.Fatalf("seq %d", seq)
+	}
+	out.Reset()
+	woken, killed := 0, 0
+	s := NewSub(1, func() { woken++ }, func() { killed++ })
+	h.Subscribe(s, 99, func(dst []byte) []byte { return AppendHolder(dst, "before", 1, 10e9) })
+	sh.Acquire(0, 1, []byte("after"), 10e9, 0, &out)
+	h.Records(0, &out)
+	got := string(h.Take(s))
+	want := "B 1 99\nH before 1 10000000\nZ\nG 2 after 2 10000000\n"
+	if got != want || woken != 1 {
+		t.Fatalf("stream %q (woken %d), want %q", got, woken, want)
+	}
+	if b := h.Behind(2); len(b) != 1 {
+		t.Fatalf("behind before the ack: %d", len(b))
+	}
+	s.Ack(2)
+	if b := h.Behind(2); len(b) != 0 || !s.Synced() {
+		t.Fatalf("behind after the ack: %d", len(b))
+	}
+	h.Drop(s)
+	if killed != 1 || h.Len() != 0 {
+		t.Fatalf("drop: killed %d, subs %d", killed, h.Len())
+	}
+}
