@@ -122,6 +122,9 @@ func (e *Elector) Ignore(i int, inc, hb uint64) {
 	}
 }
 
+// HeardAt returns when peer i was last heard (the elector's start if never).
+func (e *Elector) HeardAt(i int) int64 { return e.peers[i].heard }
+
 // Live reports whether peer i was heard within the timeout.
 func (e *Elector) Live(i int, now int64) bool {
 	if i == e.self {

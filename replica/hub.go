@@ -256,6 +256,24 @@ func (h *Hub) Lags() []Lag {
 	return out
 }
 
+// MinAcked returns the lowest acknowledged sequence number among the
+// standbys that applied their snapshot, and false when there is none.
+func (h *Hub) MinAcked() (uint64, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var m uint64
+	found := false
+	for _, s := range h.subs {
+		if s.dead || !s.synced.Load() {
+			continue
+		}
+		if a := s.acked.Load(); !found || a < m {
+			m, found = a, true
+		}
+	}
+	return m, found
+}
+
 // Subs returns the standbys streamed to.
 func (h *Hub) Subs() []*Sub {
 	h.mu.Lock()

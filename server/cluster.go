@@ -39,6 +39,10 @@ type cluster struct {
 
 	isolated atomic.Bool // tests: a network partition around this node
 
+	semiMark   uint64       // records that existed at the last slow-standby check
+	semiCheck  time.Time    // when that was
+	streamLost atomic.Int64 // when a synced stream link closed (node clock); 0: none since
+
 	mu         sync.Mutex
 	el         *failover.Elector
 	links      []*peerConn // this node's link to each peer, nil while down
@@ -169,12 +173,24 @@ func (cl *cluster) tick() {
 			go cl.dial(i)
 		}
 	}
+	if lost := cl.streamLost.Load(); lost != 0 && cl.following >= 0 && cl.haveCopy.Load() &&
+		cl.el.HeardAt(cl.following) > lost+int64(cl.interval) {
+		// The stream broke but its active lives on: the copy misses
+		// what came meanwhile, so this node is no heir until it syncs
+		// again. (When the active crashed, it is never heard again and
+		// the copy stays the best there is.)
+		cl.haveCopy.Store(false)
+	}
 	d := cl.el.Decide(now, failover.Role(role), cl.haveCopy.Load())
 	peerCeiling := cl.el.Ceiling()
 	cl.mu.Unlock()
 
 	if role == roleActive && peerCeiling > n.tokens.Ceiling() {
 		cl.raiseCeiling(peerCeiling)
+	}
+	if n.cfg.SemiSync && role == roleActive && time.Since(cl.semiCheck) >= cl.timeout {
+		cl.semiCheck = time.Now()
+		cl.dropSlowStandbys()
 	}
 	switch d.Action {
 	case failover.Promote:
@@ -592,18 +608,40 @@ func (cl *cluster) noteSeq(seq uint64) {
 	}
 }
 
-// ackedAny records a standby's acknowledgement and lets loops write the
-// answers it covers.
-func (n *Node) ackedAny(seq uint64) {
+// ackedAny records a standby's acknowledgement. In semi-synchronous mode,
+// answers are released once every standby that holds a copy acknowledged
+// them, so that whichever of them is promoted has every grant a client
+// was told of.
+func (n *Node) ackedAny(uint64) {
+	if !n.cfg.SemiSync {
+		return
+	}
 	cl := n.cl
+	m, ok := cl.hub.MinAcked()
+	if !ok {
+		m = cl.lastSeq.Load()
+	}
 	for {
 		cur := cl.acked.Load()
-		if seq <= cur || cl.acked.CompareAndSwap(cur, seq) {
+		if m <= cur || cl.acked.CompareAndSwap(cur, m) {
 			break
 		}
 	}
-	if n.cfg.SemiSync {
-		n.releaseHeld()
+	n.releaseHeld()
+}
+
+// dropSlowStandbys ends the stream of every standby that has not
+// acknowledged, within a failover timeout, the records that existed at the
+// previous check: in semi-synchronous mode answers wait for it. It runs on
+// the cluster goroutine once per failover timeout.
+func (cl *cluster) dropSlowStandbys() {
+	mark := cl.semiMark
+	cl.semiMark = cl.lastSeq.Load()
+	for _, s := range cl.hub.Behind(mark + 1) {
+		if s.Synced() {
+			cl.n.log.Warn().Str("standby", cl.addrs[s.Peer]).Msg("standby did not acknowledge in time: dropped (semi-sync answers do not wait for it)")
+			cl.hub.Drop(s)
+		}
 	}
 }
 

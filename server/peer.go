@@ -71,6 +71,9 @@ func (n *Node) onPeerClose(pc *peerConn) {
 			cl.links[pc.idx] = nil
 		}
 		cl.mu.Unlock()
+		if pc.streaming.Load() && pc.synced.Load() {
+			cl.streamLost.Store(n.now())
+		}
 		pc.streaming.Store(false)
 	}
 }
@@ -285,6 +288,7 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 		pc.inSnap = false
 		pc.synced.Store(true)
 		cl.haveCopy.Store(true)
+		cl.streamLost.Store(0)
 		keys, _ := n.Stats()
 		n.log.Info().Str("active", cl.addrs[pc.idx]).Int("keys", keys).Uint64("seq", pc.seq).Msg("copied the active's state")
 		return true, gnet.None
