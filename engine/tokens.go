@@ -17,6 +17,7 @@ import (
 type Tokens struct {
 	last    atomic.Uint64
 	ceiling atomic.Uint64 // 0: none
+	base    atomic.Uint64 // tokens up to base were skipped by SetRange
 	low     atomic.Uint64 // Next calls onLow at or above this
 	onLow   func()
 
@@ -27,27 +28,51 @@ type Tokens struct {
 // Next returns a new token. With a ceiling set, a token above it is not
 // returned until SetCeiling covers it.
 func (t *Tokens) Next() uint64 {
-	v := t.last.Add(1)
-	if c := t.ceiling.Load(); c != 0 {
+	for {
+		v := t.last.Add(1)
+		c := t.ceiling.Load()
+		if c == 0 {
+			return v
+		}
 		if v >= t.low.Load() && t.onLow != nil {
 			t.onLow()
 		}
-		if v > c {
-			t.waitCeiling(v)
+		if v > c && !t.waitCeiling(v) {
+			continue // v fell in a range SetRange skipped
 		}
+		return v
 	}
-	return v
 }
 
-func (t *Tokens) waitCeiling(v uint64) {
+// waitCeiling waits until v may be issued, and reports false when it never
+// may: SetRange moved past it.
+func (t *Tokens) waitCeiling(v uint64) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.raised.L == nil {
 		t.raised.L = &t.mu
 	}
-	for t.ceiling.Load() < v {
+	for t.ceiling.Load() < v && t.base.Load() < v {
 		t.raised.Wait()
 	}
+	return t.base.Load() < v
+}
+
+// SetRange lets Next issue the tokens in (lo, hi] once it has issued those
+// up to the current ceiling; the tokens between are skipped. The caller has
+// made hi durable; onLow is called again from low on. Ranges only move up.
+func (t *Tokens) SetRange(lo, hi, low uint64) {
+	t.mu.Lock()
+	if hi > t.ceiling.Load() {
+		t.Raise(lo)
+		t.base.Store(max(t.base.Load(), lo))
+		t.low.Store(low)
+		t.ceiling.Store(hi)
+	}
+	if t.raised.L != nil {
+		t.raised.Broadcast()
+	}
+	t.mu.Unlock()
 }
 
 // Last returns the most recently issued token, or the floor set by Raise.

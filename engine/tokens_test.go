@@ -67,3 +67,48 @@ func TestTokensConcurrentUnderCeiling(t *testing.T) {
 		}
 	}
 }
+
+// A node of a cluster issues tokens only from the ranges it was given:
+// the tokens between two ranges belong to other nodes and are skipped, even
+// by callers already waiting at the old ceiling.
+func TestTokensSetRangeSkipsTheGap(t *testing.T) {
+	var tk Tokens
+	tk.SetRange(0, 100, 50)
+	low := make(chan struct{}, 1)
+	tk.SetOnLow(func() {
+		select {
+		case low <- struct{}{}:
+		default:
+		}
+	})
+	var mu sync.Mutex
+	seen := map[uint64]bool{}
+	var wg sync.WaitGroup
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 40; i++ {
+				v := tk.Next()
+				mu.Lock()
+				if seen[v] {
+					t.Errorf("token %d twice", v)
+				}
+				seen[v] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	<-low
+	// Callers may already wait above 100 when the next range comes.
+	tk.SetRange(300, 600, 550)
+	wg.Wait()
+	for v := range seen {
+		if v == 0 || v > 100 && v <= 300 || v > 600 {
+			t.Errorf("token %d outside the ranges (0,100] and (300,600]", v)
+		}
+	}
+	if len(seen) != 320 {
+		t.Fatalf("%d tokens", len(seen))
+	}
+}

@@ -211,14 +211,10 @@ func (cl *cluster) raiseCeiling(peerCeiling uint64) {
 	if n.role.Load() != roleActive || peerCeiling <= n.tokens.Ceiling() {
 		return
 	}
-	n.tokens.Raise(peerCeiling)
-	next := peerCeiling + tokenBlock
-	if err := n.data.setCeiling(next); err != nil {
+	if err := n.takeRange(n.tokenRange(peerCeiling)); err != nil {
 		n.log.Error().Err(err).Msg("cannot persist the token ceiling; grants stall at it")
 		return
 	}
-	cl.reserveCeiling(next)
-	n.tokens.SetCeiling(next, next-tokenBlock/2)
 	n.log.Info().Uint64("token_floor", peerCeiling).Msg("a peer knows a higher token ceiling: tokens continue above it")
 }
 
@@ -305,14 +301,10 @@ func (cl *cluster) promote(why string) bool {
 		cl.following = -1
 	}
 	cl.mu.Unlock()
-	next := floor + tokenBlock
-	if err := n.data.setCeiling(next); err != nil {
+	if err := n.takeRange(n.tokenRange(floor)); err != nil {
 		n.log.Error().Err(err).Msg("cannot persist the token ceiling: not promoting")
 		return false
 	}
-	n.tokens.Raise(floor)
-	n.tokens.SetCeiling(next, next-tokenBlock/2)
-	cl.ceiling.Store(max(cl.ceiling.Load(), next))
 	keys, _ := n.Stats()
 	n.setRole(roleActive, n.self)
 	n.log.Warn().Str("why", why).Int("keys", keys).Uint64("token_floor", floor).Msg("promoted to active")

@@ -56,6 +56,7 @@ type Node struct {
 	reserveDone chan struct{}
 
 	cl         *cluster     // nil without Config.Peers
+	peerIndex  int          // this node's place in Config.Peers (0 without)
 	role       atomic.Int32 // roleActive, roleStandby or roleLeaving
 	activeAddr atomic.Pointer[string]
 	frozen     atomic.Bool // handing over or stepping down: decide nothing
@@ -110,7 +111,8 @@ func New(cfg Config) (*Node, error) {
 		if self == "" {
 			self = cfg.Listen
 		}
-		if !slices.Contains(cfg.Peers, self) {
+		n.peerIndex = slices.Index(cfg.Peers, self)
+		if n.peerIndex < 0 {
 			return nil, fmt.Errorf("server: this node (%s) is not in its peer list %s: give its entry with --advertise", self, strings.Join(cfg.Peers, ","))
 		}
 		if cfg.DataDir == "" {

@@ -144,7 +144,8 @@ func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
 			// The peer may have issued tokens up to c: no token of ours
 			// goes below it from now on, and the range above is reserved
 			// at once (a grant meanwhile waits for it).
-			n.tokens.Raise(c)
+			lo, _ := n.tokenRange(c)
+			n.tokens.Raise(lo)
 			select {
 			case cl.events <- func() { cl.raiseCeiling(c) }:
 			default:

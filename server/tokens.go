@@ -11,6 +11,36 @@ import (
 // a block.
 const tokenBlock = 1 << 20
 
+// tokenRange returns the block of tokens (lo, hi] this node may issue next,
+// the first one above floor. Blocks are dealt round-robin over the peer
+// list: block k belongs to the peer at index k mod len(peers). So two nodes
+// that are active at once (a partition, a failover racing a slow node) can
+// never issue the same token, while each node's tokens still increase and
+// a new active starts above every ceiling it knows.
+func (n *Node) tokenRange(floor uint64) (lo, hi uint64) {
+	peers := uint64(max(1, len(n.cfg.Peers)))
+	k := (floor + tokenBlock - 1) / tokenBlock
+	for k%peers != uint64(n.peerIndex) {
+		k++
+	}
+	return k * tokenBlock, (k + 1) * tokenBlock
+}
+
+// takeRange makes (lo, hi] the tokens this node issues from now on: hi is
+// durable (and, on an active with standbys, replicated) before any of them
+// is issued.
+func (n *Node) takeRange(lo, hi uint64) error {
+	if err := n.data.setCeiling(hi); err != nil {
+		return err
+	}
+	if n.cl != nil {
+		n.cl.reserveCeiling(hi)
+	}
+	// The tokens between the current ceiling and lo belong to other nodes.
+	n.tokens.SetRange(lo, hi, hi-tokenBlock/2)
+	return nil
+}
+
 // openTokens locks the data directory, starts tokens above the persisted
 // ceiling and persists the first reservation before any token is issued.
 func (n *Node) openTokens() error {
@@ -22,15 +52,16 @@ func (n *Node) openTokens() error {
 	if err == nil && floor > math.MaxUint64/2 {
 		err = fmt.Errorf("server: token ceiling %d in %s is past any sane value: the file is damaged", floor, n.cfg.DataDir)
 	}
+	lo, hi := n.tokenRange(floor)
 	if err == nil {
-		err = d.setCeiling(floor + tokenBlock)
+		err = d.setCeiling(hi)
 	}
 	if err != nil {
 		d.close()
 		return err
 	}
 	n.data = d
-	n.tokens.Raise(floor)
+	n.tokens.Raise(lo)
 	n.reserve = make(chan struct{}, 1)
 	n.reserveStop = make(chan struct{})
 	n.reserveDone = make(chan struct{})
@@ -40,7 +71,7 @@ func (n *Node) openTokens() error {
 		default:
 		}
 	})
-	n.tokens.SetCeiling(floor+tokenBlock, floor+tokenBlock/2)
+	n.tokens.SetCeiling(hi, hi-tokenBlock/2)
 	go n.reserver()
 	return nil
 }
@@ -60,8 +91,8 @@ func (n *Node) reserver() {
 			if last+tokenBlock/2 < c {
 				break
 			}
-			next := max(c, last) + tokenBlock
-			if err := n.data.setCeiling(next); err != nil {
+			lo, hi := n.tokenRange(max(c, last))
+			if err := n.takeRange(lo, hi); err != nil {
 				// Grants wait at the ceiling meanwhile: loud, not unsafe.
 				n.log.Error().Err(err).Msg("cannot persist the token ceiling; grants stall at it")
 				select {
@@ -71,10 +102,6 @@ func (n *Node) reserver() {
 				}
 				continue
 			}
-			if n.cl != nil {
-				n.cl.reserveCeiling(next)
-			}
-			n.tokens.SetCeiling(next, next-tokenBlock/2)
 		}
 	}
 }
