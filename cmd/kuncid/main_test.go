@@ -38,7 +38,7 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 	if code := run([]string{"--help"}, &stdout, &stderr); code != 0 {
 		t.Fatalf("--help exited %d", code)
 	}
-	for _, f := range []string{"listen", "loops", "shards", "max-lease", "max-wait", "max-conns",
+	for _, f := range []string{"listen", "advertise", "peers", "heartbeat", "failover-timeout", "semi-sync", "loops", "shards", "max-lease", "max-wait", "max-conns",
 		"max-waiters", "max-keys", "max-queued", "log-level", "log-format", "version", "KUNCI_"} {
 		if !strings.Contains(stderr.String(), f) {
 			t.Errorf("--help does not mention %s", f)
@@ -82,9 +82,14 @@ func TestEnvironmentSetsFlagsAndCommandLineWins(t *testing.T) {
 	if cfg.MaxKeys != 123 || cfg.Shards != 5 {
 		t.Fatalf("max-keys %d (want 123 from env), shards %d (want 5 from flag)", cfg.MaxKeys, cfg.Shards)
 	}
-	t.Setenv("KUNCI_PEERS", "a:1,b:2")
-	if _, _, err := parseFlags(nil, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "KUNCI_PEERS") {
-		t.Fatalf("unknown KUNCI_PEERS accepted: %v", err)
+	t.Setenv("KUNCI_PEER", "a:1,b:2") // a typo of KUNCI_PEERS
+	if _, _, err := parseFlags(nil, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "KUNCI_PEER") {
+		t.Fatalf("unknown KUNCI_PEER accepted: %v", err)
+	}
+	os.Unsetenv("KUNCI_PEER")
+	t.Setenv("KUNCI_PEERS", "127.0.0.1:1,127.0.0.1:2")
+	if cfg, _, err := parseFlags(nil, &bytes.Buffer{}); err != nil || len(cfg.Peers) != 2 {
+		t.Fatalf("KUNCI_PEERS: %v %v", cfg.Peers, err)
 	}
 	os.Unsetenv("KUNCI_PEERS")
 	t.Setenv("KUNCI_ADDRS", "127.0.0.1:7070") // the kunci command's, not ours
