@@ -85,6 +85,9 @@ var (
 	descConns      = desc("connections", "Client connections open now.")
 	descTokens     = desc("tokens_issued", "The latest fencing token issued (tokens only increase).")
 	descRole       = desc("role", "1 for this node's role.", "role")
+	descLag        = desc("replication_lag_records", "On the active: records sent to a standby and not yet acknowledged by it.", "standby")
+	descSynced     = desc("replication_synced", "On the active: 1 when a standby has applied its snapshot and follows the stream.", "standby")
+	descPromotions = desc("promotions_total", "Times this node became the active (failover, handoff or cluster start).")
 	descWait       = desc("wait_seconds", "Time from an acquire's arrival to its grant (0 for a free key).")
 	descHold       = desc("hold_seconds", "Time from a grant to its release or expiry.")
 )
@@ -92,7 +95,7 @@ var (
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descGrants, descReleases, descExtends, descExpiries,
 		descTimeouts, descCancels, descWithdrawn, descErrors, descSlowClosed, descKeys,
-		descQueued, descConns, descTokens, descRole, descWait, descHold} {
+		descQueued, descConns, descTokens, descRole, descLag, descSynced, descPromotions, descWait, descHold} {
 		ch <- d
 	}
 }
@@ -127,6 +130,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descConns, float64(m.Conns))
 	gauge(descTokens, float64(m.LastToken))
 	gauge(descRole, 1, m.Role)
+	for _, l := range c.n.Replication() {
+		gauge(descLag, float64(l.Records), l.Standby)
+		synced := 0.0
+		if l.Synced {
+			synced = 1
+		}
+		gauge(descSynced, synced, l.Standby)
+	}
+	counter(descPromotions, c.n.promotions.Load())
 	ch <- histogram(descWait, &e.WaitTime)
 	ch <- histogram(descHold, &e.HoldTime)
 }

@@ -100,3 +100,44 @@ func TestAdminEndpoint(t *testing.T) {
 		t.Errorf("kunci_tokens_issued %v", got)
 	}
 }
+
+func TestAdminInACluster(t *testing.T) {
+	tc := newCluster(t, 2, func(c *server.Config) { c.Admin = "127.0.0.1:0" })
+	tc.startAll()
+	tc.waitActive(0)
+	active, standby := "http://"+tc.nodes[0].AdminAddr(), "http://"+tc.nodes[1].AdminAddr()
+	if code, _ := get(t, active+"/readyz"); code != 200 {
+		t.Fatalf("/readyz on the active: %d", code)
+	}
+	if code, body := get(t, standby+"/readyz"); code != 503 || !strings.Contains(body, "standby") {
+		t.Fatalf("/readyz on a standby: %d %q", code, body)
+	}
+	c := dial(t, tc.addrs[0])
+	defer c.close()
+	for i := 0; i < 20; i++ {
+		c.send("A m" + strconv.Itoa(i) + " 30 0")
+		c.expectGrant("m" + strconv.Itoa(i))
+	}
+	tc.waitSame(0, 1)
+	_, body := get(t, active+"/metrics")
+	lag := `kunci_replication_lag_records{standby="` + tc.addrs[1] + `"}`
+	synced := `kunci_replication_synced{standby="` + tc.addrs[1] + `"}`
+	if v := metric(t, body, synced); v != 1 {
+		t.Fatalf("%s = %v", synced, v)
+	}
+	// Acks come with every batch the standby applies: the lag drains.
+	waitFor(t, "replication lag 0", func() bool {
+		_, body := get(t, active+"/metrics")
+		return metric(t, body, lag) == 0
+	})
+	if v := metric(t, body, `kunci_role{role="active"}`); v != 1 {
+		t.Fatalf("role metric %v", v)
+	}
+	_, body = get(t, standby+"/metrics")
+	if v := metric(t, body, `kunci_role{role="standby"}`); v != 1 {
+		t.Fatalf("standby's role metric %v", v)
+	}
+	if v := metric(t, body, "kunci_keys_held"); v != 20 {
+		t.Fatalf("standby holds %v keys, want 20", v)
+	}
+}

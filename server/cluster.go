@@ -306,6 +306,7 @@ func (cl *cluster) promote(why string) bool {
 		return false
 	}
 	keys, _ := n.Stats()
+	n.promotions.Add(1)
 	n.setRole(roleActive, n.self)
 	n.log.Warn().Str("why", why).Int("keys", keys).Uint64("token_floor", floor).Msg("promoted to active")
 	return true

@@ -60,6 +60,7 @@ type Node struct {
 	role       atomic.Int32 // roleActive, roleStandby or roleLeaving
 	activeAddr atomic.Pointer[string]
 	frozen     atomic.Bool // handing over or stepping down: decide nothing
+	promotions atomic.Uint64
 
 	refused    refusals      // counted off the loops
 	slowClosed atomic.Uint64 // connections closed for not reading
@@ -279,6 +280,7 @@ func (n *Node) OnBoot(eng gnet.Engine) gnet.Action {
 		}
 	}
 	if len(n.cfg.Peers) == 0 {
+		n.promotions.Add(1)
 		n.setRole(roleActive, n.self)
 		return gnet.None
 	}
