@@ -142,10 +142,8 @@ func Parse(buf []byte, f *Frame) (n int, err error) {
 	args := fs[1:]
 	ok := true
 	num := func(b []byte) uint64 {
-		v, err := strconv.ParseUint(string(b), 10, 64)
-		if err != nil {
-			ok = false
-		}
+		v, good := parseUint(b)
+		ok = ok && good
 		return v
 	}
 	want := func(k int) bool {
@@ -220,6 +218,25 @@ func Parse(buf []byte, f *Frame) (n int, err error) {
 		return n, ErrBadFrame
 	}
 	return n, nil
+}
+
+// parseUint parses a decimal u64 without allocating.
+func parseUint(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		d := uint64(c - '0')
+		if v > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+	}
+	return v, true
 }
 
 // maxRemaining caps a lease's time left at what fits an int64 of ns.

@@ -386,7 +386,7 @@ func (cl *cluster) handOver(s *replica.Sub) string {
 		n.setRole(roleActive, n.self)
 		n.thaw()
 		n.wakeClients()
-		n.log.Error().Str("successor", to).Msg("handoff not confirmed: staying active")
+		n.log.Error().Str("successor", to).Msg("the successor did not confirm the handoff: this node stays active")
 		return ""
 	}
 	n.setRole(roleStandby, to)

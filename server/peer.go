@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 
 	"github.com/panjf2000/gnet/v2"
@@ -26,6 +27,8 @@ type peerConn struct {
 	// in: the stream this peer asked for.
 	sub       *replica.Sub
 	flushTask gnet.Runnable
+	lp        *loop       // the loop owning the connection
+	pending   atomic.Bool // the hub has bytes for it; see loop.flushStreams
 
 	// out: the stream from the peer this node follows.
 	streaming atomic.Bool // asked for it; frames are applied
@@ -33,6 +36,8 @@ type peerConn struct {
 	inSnap    bool
 	seq       uint64 // last record applied
 	rout      engine.Output
+	locked    *shardBox // the shard a read's frames are being applied to
+	now       int64     // the clock for that shard
 }
 
 // adoptPeer turns an accepted connection whose first line is a peer's
@@ -40,7 +45,7 @@ type peerConn struct {
 func (n *Node) adoptPeer(cs *conn, c gnet.Conn) *peerConn {
 	n.conns.remove(cs)
 	cs.closed = true
-	pc := &peerConn{n: n, idx: -1, c: c}
+	pc := &peerConn{n: n, idx: -1, c: c, lp: cs.lp}
 	c.SetContext(pc)
 	return pc
 }
@@ -89,6 +94,7 @@ func (n *Node) onPeerTraffic(pc *peerConn) gnet.Action {
 	acked := pc.seq
 	needAck := false
 	var f replica.Frame
+	defer pc.unlockShard()
 	for off < len(buf) {
 		m, err := replica.Parse(buf[off:], &f)
 		if err != nil {
@@ -203,6 +209,9 @@ func (n *Node) unsubscribe(pc *peerConn) {
 		cl.syncedSubs.Add(-1)
 	}
 	pc.sub = nil
+	if i := slices.Index(pc.lp.streams, pc); i >= 0 {
+		pc.lp.streams = slices.Delete(pc.lp.streams, i, i+1)
+	}
 	if n.cfg.SemiSync {
 		n.releaseHeld()
 	}
@@ -212,14 +221,24 @@ func (n *Node) unsubscribe(pc *peerConn) {
 func (n *Node) subscribe(pc *peerConn) {
 	cl := n.cl
 	pc.flushTask = gnet.RunnableFunc(func(context.Context) error {
+		pc.pending.Store(false)
 		n.flushStream(pc)
 		return nil
 	})
-	c := pc.c
-	sub := replica.NewSub(pc.idx,
-		func() { _ = c.EventLoop().Execute(context.Background(), pc.flushTask) },
-		func() { _ = c.Close() })
+	c, lp := pc.c, pc.lp
+	wake := func() {
+		// A busy loop writes the stream when it flushes its batch: no
+		// task, no wake-up syscall per batch. It clears busy before it
+		// looks at pending a last time, and this sets pending before it
+		// looks at busy, so one of the two sees the other.
+		pc.pending.Store(true)
+		if !lp.busy.Load() {
+			_ = c.EventLoop().Execute(context.Background(), pc.flushTask)
+		}
+	}
+	sub := replica.NewSub(pc.idx, wake, func() { _ = c.Close() })
 	pc.sub = sub
+	lp.streams = append(lp.streams, pc)
 	for i := range n.shards {
 		n.shards[i].mu.Lock()
 	}
@@ -236,6 +255,22 @@ func (n *Node) subscribe(pc *peerConn) {
 		n.shards[i].mu.Unlock()
 	}
 	n.log.Info().Str("standby", cl.addrs[pc.idx]).Msg("streaming to a standby")
+}
+
+// flushStreams writes the streams of this loop that have bytes queued, and
+// ends the loop's busy spell. It runs on lp at the end of every flush.
+func (lp *loop) flushStreams() {
+	for _, pc := range lp.streams {
+		if pc.pending.Swap(false) {
+			lp.n.flushStream(pc)
+		}
+	}
+	lp.busy.Store(false)
+	for _, pc := range lp.streams {
+		if pc.pending.Swap(false) {
+			lp.n.flushStream(pc)
+		}
+	}
 }
 
 // flushStream writes what the hub queued for pc's standby. It runs on pc's
@@ -272,6 +307,7 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 	case replica.Begin:
 		cl.haveCopy.Store(false)
 		pc.synced.Store(false)
+		pc.unlockShard()
 		n.resetShards()
 		pc.inSnap, pc.seq = true, f.Seq
 		n.learnCeiling(f.Ceiling)
@@ -280,12 +316,13 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 		if !pc.inSnap {
 			return false, gnet.Close
 		}
-		n.install(f.Key, f.Token, f.Remaining)
+		pc.install(f.Key, f.Token, f.Remaining)
 		return false, gnet.None
 	case replica.End:
 		if !pc.inSnap {
 			return false, gnet.Close
 		}
+		pc.unlockShard()
 		pc.inSnap = false
 		pc.synced.Store(true)
 		cl.haveCopy.Store(true)
@@ -312,30 +349,45 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 	pc.seq = f.Seq
 	switch f.Kind {
 	case replica.Grant, replica.Extend:
-		n.install(f.Key, f.Token, f.Remaining)
+		pc.install(f.Key, f.Token, f.Remaining)
 	case replica.Release, replica.Expire:
-		b := &n.shards[engine.ShardOf(f.Key, len(n.shards))]
-		b.mu.Lock()
-		b.sh.Drop(n.now(), f.Key, f.Token, &pc.rout)
+		b := pc.lockShard(f.Key)
+		b.sh.Drop(pc.now, f.Key, f.Token, &pc.rout)
 		pc.rout.Reset()
-		n.noteTimers(b)
-		b.mu.Unlock()
 	case replica.Ceiling:
+		pc.unlockShard()
 		n.learnCeiling(f.Ceiling)
 	}
 	return true, gnet.None
 }
 
 // install makes token the holder of key on this standby.
-func (n *Node) install(key []byte, token uint64, remaining int64) {
-	b := &n.shards[engine.ShardOf(key, len(n.shards))]
-	b.mu.Lock()
-	now := n.now()
-	if err := b.sh.Install(now, key, token, now+remaining); err != nil {
-		n.log.Error().Err(err).Msg("cannot hold a replicated grant")
+func (pc *peerConn) install(key []byte, token uint64, remaining int64) {
+	b := pc.lockShard(key)
+	if err := b.sh.Install(pc.now, key, token, pc.now+remaining); err != nil {
+		pc.n.log.Error().Err(err).Msg("cannot hold a replicated grant")
 	}
-	n.noteTimers(b)
-	b.mu.Unlock()
+}
+
+// lockShard returns key's shard, locked: the frames of one read are
+// applied to a shard under one lock and one clock reading.
+func (pc *peerConn) lockShard(key []byte) *shardBox {
+	n := pc.n
+	b := &n.shards[engine.ShardOf(key, len(n.shards))]
+	if pc.locked != b {
+		pc.unlockShard()
+		b.mu.Lock()
+		pc.locked, pc.now = b, n.now()
+	}
+	return b
+}
+
+func (pc *peerConn) unlockShard() {
+	if b := pc.locked; b != nil {
+		pc.n.noteTimers(b)
+		pc.locked = nil
+		b.mu.Unlock()
+	}
 }
 
 // learnCeiling makes a ceiling the active replicated durable here before
