@@ -39,12 +39,6 @@ type loop struct {
 	tickQueued atomic.Bool
 	hasPaused  atomic.Bool // paused is not empty, for the ticker
 
-	// Replication: the streams to standbys whose connections this loop
-	// owns, and whether the loop is in a batch (it then writes them at
-	// its flush; see flushStreams).
-	streams []*peerConn
-	busy    atomic.Bool
-
 	// Semi-synchronous mode: answers waiting for a standby's ack.
 	held       []heldOutput
 	heldBytes  int
@@ -380,18 +374,12 @@ func (lp *loop) flush() {
 		}
 	}
 	lp.dirty = lp.dirty[:0]
-	if lp.busy.Load() || len(lp.streams) > 0 {
-		lp.flushStreams()
-	}
 }
 
 // runTick advances this loop's share of the shards and resumes connections
 // whose output has drained. It runs on the loop.
 func (lp *loop) runTick(context.Context) error {
 	lp.tickQueued.Store(false)
-	if lp.n.cl != nil {
-		lp.busy.Store(true)
-	}
 	n := lp.n
 	loops := *n.loops.Load()
 	pos, m := 0, len(loops)

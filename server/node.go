@@ -371,9 +371,6 @@ func (n *Node) OnTraffic(c gnet.Conn) gnet.Action {
 		}
 		return gnet.None
 	}
-	if n.cl != nil {
-		lp.busy.Store(true) // see loop.flushStreams
-	}
 	act := n.serve(lp, cs)
 	lp.flush()
 	if act != gnet.None {

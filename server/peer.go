@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"slices"
 	"sync/atomic"
 
 	"github.com/panjf2000/gnet/v2"
@@ -27,8 +26,7 @@ type peerConn struct {
 	// in: the stream this peer asked for.
 	sub       *replica.Sub
 	flushTask gnet.Runnable
-	lp        *loop       // the loop owning the connection
-	pending   atomic.Bool // the hub has bytes for it; see loop.flushStreams
+	lp        *loop // the loop owning the connection
 
 	// out: the stream from the peer this node follows.
 	streaming atomic.Bool // asked for it; frames are applied
@@ -209,9 +207,6 @@ func (n *Node) unsubscribe(pc *peerConn) {
 		cl.syncedSubs.Add(-1)
 	}
 	pc.sub = nil
-	if i := slices.Index(pc.lp.streams, pc); i >= 0 {
-		pc.lp.streams = slices.Delete(pc.lp.streams, i, i+1)
-	}
 	if n.cfg.SemiSync {
 		n.releaseHeld()
 	}
@@ -221,24 +216,18 @@ func (n *Node) unsubscribe(pc *peerConn) {
 func (n *Node) subscribe(pc *peerConn) {
 	cl := n.cl
 	pc.flushTask = gnet.RunnableFunc(func(context.Context) error {
-		pc.pending.Store(false)
 		n.flushStream(pc)
 		return nil
 	})
-	c, lp := pc.c, pc.lp
+	c := pc.c
 	wake := func() {
-		// A busy loop writes the stream when it flushes its batch: no
-		// task, no wake-up syscall per batch. It clears busy before it
-		// looks at pending a last time, and this sets pending before it
-		// looks at busy, so one of the two sees the other.
-		pc.pending.Store(true)
-		if !lp.busy.Load() {
-			_ = c.EventLoop().Execute(context.Background(), pc.flushTask)
-		}
+		// A task, not a write from the batch's own flush: the loop runs
+		// it after the connections that were ready this round, so one
+		// write to the standby carries the records of all their batches.
+		_ = c.EventLoop().Execute(context.Background(), pc.flushTask)
 	}
 	sub := replica.NewSub(pc.idx, wake, func() { _ = c.Close() })
 	pc.sub = sub
-	lp.streams = append(lp.streams, pc)
 	for i := range n.shards {
 		n.shards[i].mu.Lock()
 	}
@@ -255,22 +244,6 @@ func (n *Node) subscribe(pc *peerConn) {
 		n.shards[i].mu.Unlock()
 	}
 	n.log.Info().Str("standby", cl.addrs[pc.idx]).Msg("streaming to a standby")
-}
-
-// flushStreams writes the streams of this loop that have bytes queued, and
-// ends the loop's busy spell. It runs on lp at the end of every flush.
-func (lp *loop) flushStreams() {
-	for _, pc := range lp.streams {
-		if pc.pending.Swap(false) {
-			lp.n.flushStream(pc)
-		}
-	}
-	lp.busy.Store(false)
-	for _, pc := range lp.streams {
-		if pc.pending.Swap(false) {
-			lp.n.flushStream(pc)
-		}
-	}
 }
 
 // flushStream writes what the hub queued for pc's standby. It runs on pc's
