@@ -166,8 +166,13 @@ func (cl *cluster) tick() {
 			if pc != nil {
 				_ = pc.c.Close()
 			}
+		case pc != nil && !cl.el.Live(i, now) && now-pc.opened > int64(cl.timeout):
+			// Silent for a failover timeout: the link may be half-open
+			// (the peer's machine died). Dial afresh, so that a peer that
+			// comes back hears this node again.
+			_ = pc.c.Close()
 		case pc != nil:
-			_ = pc.c.AsyncWrite(line, nil)
+			_ = pc.c.AsyncWrite(line, checkBacklog)
 		case !cl.dialing[i]:
 			cl.dialing[i] = true
 			go cl.dial(i)
@@ -226,6 +231,15 @@ func roleByte(r int32) byte {
 		return replica.RoleLeaving
 	}
 	return replica.RoleStandby
+}
+
+// checkBacklog closes a peer link whose unsent heartbeats pile up: the
+// peer is not reading (stopped, or gone without a FIN).
+func checkBacklog(c gnet.Conn, err error) error {
+	if err == nil && c.OutboundBuffered() > 1<<20 {
+		_ = c.Close()
+	}
+	return nil
 }
 
 // dial connects to peer i and adopts the connection into a loop.

@@ -22,6 +22,7 @@ type peerConn struct {
 	c   gnet.Conn
 
 	closed bool
+	opened int64 // node clock
 
 	// in: the stream this peer asked for.
 	sub       *replica.Sub
@@ -52,7 +53,7 @@ func (n *Node) adoptPeer(cs *conn, c gnet.Conn) *peerConn {
 // heartbeat so that it knows the connection for a peer's.
 func (n *Node) onPeerOpen(pc *peerConn, c gnet.Conn) []byte {
 	cl := n.cl
-	pc.c = c
+	pc.c, pc.opened = c, n.now()
 	cl.mu.Lock()
 	cl.links[pc.idx] = pc
 	cl.dialing[pc.idx] = false
