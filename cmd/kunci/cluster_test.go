@@ -1,0 +1,63 @@
+package main
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kunci/kunci/server"
+)
+
+// TestStatusOfACluster runs kunci status and kunci acquire against a real
+// two-node cluster: status shows the roles and that both nodes name the
+// active; a client given the standby's address first is redirected.
+func TestStatusOfACluster(t *testing.T) {
+	var addrs []string
+	for i := 0; i < 2; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, l.Addr().String())
+		l.Close()
+	}
+	var nodes []*server.Node
+	for i := range addrs {
+		n, err := server.New(server.Config{Listen: addrs[i], Peers: addrs, DataDir: t.TempDir(),
+			Heartbeat: 20 * time.Millisecond, FailoverTimeout: 300 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Start(); err != nil {
+			t.Fatal(err)
+		}
+		nodes = append(nodes, n)
+		t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for nodes[0].Role() != "active" || nodes[1].Active() != addrs[0] {
+		if time.Now().After(deadline) {
+			t.Fatal("no active")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	code, out, errs := kunci(t, nil, "status", "--addrs", addrs[0]+","+addrs[1])
+	if code != 0 {
+		t.Fatalf("status: exit %d, stderr %q", code, errs)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for i, want := range [][]string{{addrs[0], "yes", "active", addrs[0]}, {addrs[1], "yes", "standby", addrs[0]}} {
+		if f := strings.Fields(lines[i+1]); len(f) < 4 || strings.Join(f[:4], " ") != strings.Join(want, " ") {
+			t.Errorf("status line %q, want %q", lines[i+1], want)
+		}
+	}
+	code, out, errs = kunci(t, []string{"KUNCI_ADDRS=" + addrs[1] + "," + addrs[0]}, "acquire", "job")
+	if code != 0 || strings.TrimSpace(out) == "" {
+		t.Fatalf("acquire through the standby's address: exit %d, %q %q", code, out, errs)
+	}
+	if _, ok := nodes[0].Holders()["job"]; !ok {
+		t.Fatal("the active does not hold the key kunci acquired")
+	}
+}
