@@ -6,7 +6,7 @@ LISTEN   ?= 127.0.0.1:7070
 ADMIN    ?= 127.0.0.1:7071
 FUZZTIME ?= 30s
 
-.PHONY: build run test vet bench bench-load bench-compare fuzz clean
+.PHONY: build run test vet bench bench-load bench-compare bench-handoff fuzz clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
@@ -35,6 +35,12 @@ bench-load:
 bench-compare:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
 	KUNCID=bin/kuncid GO=$(GO) bench/compare.sh
+
+# The pause clients see when the active of a two-node cluster is stopped.
+bench-handoff:
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
+	$(GO) run ./bench/handoff --kuncid bin/kuncid
+	$(GO) run ./bench/handoff --kuncid bin/kuncid --semi-sync
 
 fuzz:
 	$(GO) test -run=NONE -fuzz=FuzzParseRequest -fuzztime=$(FUZZTIME) ./wire/
