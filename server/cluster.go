@@ -28,10 +28,11 @@ type cluster struct {
 	timeout  time.Duration // failover
 	inc      uint64        // this process's incarnation, in heartbeats
 
-	hb       atomic.Uint64 // heartbeats sent
-	ceiling  atomic.Uint64 // highest token ceiling this node knows
-	haveCopy atomic.Bool   // a standby holding a full copy of the state
-	hub      replica.Hub
+	hb        atomic.Uint64 // heartbeats sent
+	wantFloor atomic.Uint64 // a peer's ceiling the active's tokens must get above
+	ceiling   atomic.Uint64 // highest token ceiling this node knows
+	haveCopy  atomic.Bool   // a standby holding a full copy of the state
+	hub       replica.Hub
 
 	lastSeq    atomic.Uint64 // highest record number made (semi-sync)
 	acked      atomic.Uint64 // highest record number a standby acknowledged
@@ -103,7 +104,7 @@ func newCluster(n *Node) (*cluster, error) {
 	}
 	// What was issued before this process: its own reservation on top is
 	// not advertised, so that a restarted standby does not push tokens up.
-	cl.ceiling.Store(n.tokens.Last())
+	cl.ceiling.Store(n.savedCeiling)
 	return cl, nil
 }
 
@@ -151,12 +152,9 @@ func (cl *cluster) run() {
 // decision.
 func (cl *cluster) tick() {
 	n := cl.n
+	cl.heartbeat()
 	now := n.now()
 	role := n.role.Load()
-	hb := cl.hb.Add(1)
-	line := replica.AppendHeartbeat(nil, n.self, roleByte(role), n.activeOf(), cl.inc, hb,
-		cl.ceiling.Load(), role == roleActive || cl.haveCopy.Load())
-
 	cl.mu.Lock()
 	isolated := cl.isolated.Load()
 	for i, pc := range cl.links {
@@ -171,20 +169,10 @@ func (cl *cluster) tick() {
 			// (the peer's machine died). Dial afresh, so that a peer that
 			// comes back hears this node again.
 			_ = pc.c.Close()
-		case pc != nil:
-			_ = pc.c.AsyncWrite(line, checkBacklog)
-		case !cl.dialing[i]:
+		case pc == nil && !cl.dialing[i]:
 			cl.dialing[i] = true
 			go cl.dial(i)
 		}
-	}
-	if lost := cl.streamLost.Load(); lost != 0 && cl.following >= 0 && cl.haveCopy.Load() &&
-		cl.el.HeardAt(cl.following) > lost+int64(cl.interval) {
-		// The stream broke but its active lives on: the copy misses
-		// what came meanwhile, so this node is no heir until it syncs
-		// again. (When the active crashed, it is never heard again and
-		// the copy stays the best there is.)
-		cl.haveCopy.Store(false)
 	}
 	d := cl.el.Decide(now, failover.Role(role), cl.haveCopy.Load())
 	peerCeiling := cl.el.Ceiling()
@@ -199,7 +187,7 @@ func (cl *cluster) tick() {
 	}
 	switch d.Action {
 	case failover.Promote:
-		cl.promote("no active peer is alive")
+		cl.promote("no active peer is alive", -1)
 	case failover.Demote:
 		cl.demote(d.Peer)
 	case failover.Follow:
@@ -207,20 +195,54 @@ func (cl *cluster) tick() {
 	}
 }
 
-// raiseCeiling moves an active's tokens above peerCeiling, up to which a
+// raiseCeiling has an active's tokens move above peerCeiling, up to which a
 // peer may have issued tokens (a healed partition, a restarted cluster).
-// The new range is durable and replicated before the ceiling lets tokens
-// into it.
+// The reserver makes the new range durable and replicated first; tokens
+// jump into it only then (Tokens.SetRange). Neither this goroutine nor a
+// loop waits for it.
 func (cl *cluster) raiseCeiling(peerCeiling uint64) {
 	n := cl.n
 	if n.role.Load() != roleActive || peerCeiling <= n.tokens.Ceiling() {
 		return
 	}
-	if err := n.takeRange(n.tokenRange(peerCeiling)); err != nil {
-		n.log.Error().Err(err).Msg("cannot persist the token ceiling; grants stall at it")
+	for {
+		cur := cl.wantFloor.Load()
+		if peerCeiling <= cur {
+			return
+		}
+		if cl.wantFloor.CompareAndSwap(cur, peerCeiling) {
+			break
+		}
+	}
+	n.kickReserve()
+	n.log.Info().Uint64("token_floor", peerCeiling).Msg("a peer knows a higher token ceiling: tokens continue above it")
+}
+
+// heartbeat sends this node's heartbeat on every link.
+func (cl *cluster) heartbeat() {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.isolated.Load() {
 		return
 	}
-	n.log.Info().Uint64("token_floor", peerCeiling).Msg("a peer knows a higher token ceiling: tokens continue above it")
+	line := cl.heartbeatLine()
+	for i, pc := range cl.links {
+		if i != cl.self && pc != nil {
+			_ = pc.c.AsyncWrite(line, checkBacklog)
+		}
+	}
+}
+
+// heartbeatLine encodes a heartbeat. The number is taken before the role
+// is read: a node handing its role over marks the first number that says
+// so (see handOver), so a heartbeat numbered from the mark on never says
+// "active".
+func (cl *cluster) heartbeatLine() []byte {
+	n := cl.n
+	hb := cl.hb.Add(1)
+	role := n.role.Load()
+	return replica.AppendHeartbeat(nil, n.self, roleByte(role), n.activeOf(), cl.inc, hb,
+		cl.ceiling.Load(), role == roleActive || cl.haveCopy.Load())
 }
 
 func roleByte(r int32) byte {
@@ -263,10 +285,17 @@ func (cl *cluster) dial(i int) {
 		fail()
 		return
 	}
-	if res := <-ch; res.Err != nil {
+	select {
+	case res := <-ch:
+		if res.Err == nil && pc.registered.Load() {
+			return // OnOpen put the link in cl.links and cleared dialing
+		}
+	case <-time.After(dialTimeout):
+		// The loop did not take it (stopping, say).
+	}
+	if !pc.registered.Load() {
 		fail()
 	}
-	// OnOpen has put the link in cl.links and cleared dialing.
 }
 
 // follow makes this standby stream from peer a.
@@ -303,8 +332,13 @@ func (cl *cluster) follow(a int) {
 }
 
 // promote makes this node the active. Its tokens start above every ceiling
-// it knows, and the new ceiling is durable before any token is issued.
-func (cl *cluster) promote(why string) bool {
+// it knows, in a range that is durable here and, before any token of it is
+// issued, copied by every live standby: until then the node is active but
+// frozen (requests wait unread), so that no loop blocks on the tokens while
+// it must carry the standbys' acknowledgements. except is a peer not to
+// wait for (the one handing its role over). It reports false if the range
+// could not be made durable; the node then stays a standby.
+func (cl *cluster) promote(why string, except int) bool {
 	n := cl.n
 	cl.mu.Lock()
 	floor := max(n.tokens.Last(), cl.ceiling.Load(), cl.el.Ceiling(), n.tokens.Ceiling())
@@ -315,15 +349,63 @@ func (cl *cluster) promote(why string) bool {
 		cl.following = -1
 	}
 	cl.mu.Unlock()
-	if err := n.takeRange(n.tokenRange(floor)); err != nil {
+	start := time.Now()
+	lo, hi := n.tokenRange(floor)
+	if err := n.data.setCeiling(hi); err != nil {
 		n.log.Error().Err(err).Msg("cannot persist the token ceiling: not promoting")
 		return false
 	}
-	keys, _ := n.Stats()
+	cl.ceiling.Store(max(cl.ceiling.Load(), hi))
+	n.freeze()
 	n.promotions.Add(1)
 	n.setRole(roleActive, n.self)
-	n.log.Warn().Str("why", why).Int("keys", keys).Uint64("token_floor", floor).Msg("promoted to active")
+	cl.heartbeat() // the standbys learn of the new active now, not a tick later
+	waited := cl.awaitStandbys(except)
+	n.tokens.SetRange(lo, hi, hi-tokenBlock/2)
+	n.thaw()
+	n.wakeClients()
+	keys, _ := n.Stats()
+	n.log.Warn().Str("why", why).Int("keys", keys).Uint64("token_floor", lo).
+		Int("standbys", waited).Dur("took", time.Since(start)).Msg("promoted to active")
 	return true
+}
+
+// awaitStandbys waits, for at most half a failover timeout, until every
+// live standby (but except) applied a snapshot of this new active, which
+// carries its token ceiling. It returns how many did.
+func (cl *cluster) awaitStandbys(except int) int {
+	n := cl.n
+	deadline := time.Now().Add(cl.timeout / 2)
+	lastBeat := time.Now()
+	for {
+		now := n.now()
+		synced := map[int]bool{}
+		for _, s := range cl.hub.Subs() {
+			if s.Synced() {
+				synced[s.Peer] = true
+			}
+		}
+		missing := 0
+		cl.mu.Lock()
+		for i := range cl.addrs {
+			if i == cl.self || i == except || !cl.el.Live(i, now) || synced[i] {
+				continue
+			}
+			if h, ok := cl.el.Heartbeat(i); ok && h.Role == failover.Leaving {
+				continue
+			}
+			missing++
+		}
+		cl.mu.Unlock()
+		if missing == 0 || time.Now().After(deadline) {
+			return len(synced)
+		}
+		if time.Since(lastBeat) >= cl.interval {
+			lastBeat = time.Now()
+			cl.heartbeat()
+		}
+		time.Sleep(500 * time.Microsecond)
+	}
 }
 
 // demote steps down in favour of the higher-priority active w: clients are
@@ -397,9 +479,11 @@ func (cl *cluster) handOver(s *replica.Sub) string {
 		}
 	}
 	if !ok {
+		// Batches read during the freeze were dropped unanswered: the
+		// clients re-send them after a redirect to this node.
 		n.setRole(roleActive, n.self)
+		n.redirectAll(n.self)
 		n.thaw()
-		n.wakeClients()
 		n.log.Error().Str("successor", to).Msg("the successor did not confirm the handoff: this node stays active")
 		return ""
 	}
@@ -452,7 +536,7 @@ func (cl *cluster) onHandoff(pc *peerConn, inc, hb uint64) {
 	cl.mu.Lock()
 	cl.el.Ignore(pc.idx, inc, hb)
 	cl.mu.Unlock()
-	if cl.promote("handoff from " + cl.addrs[pc.idx]) {
+	if cl.promote("handoff from "+cl.addrs[pc.idx], pc.idx) {
 		_ = pc.c.AsyncWrite(replica.AppendPeer(nil, replica.Promoted), nil)
 	}
 }
@@ -466,7 +550,7 @@ func (cl *cluster) reserveCeiling(next uint64) {
 		return
 	}
 	seq := cl.hub.Ceiling(next)
-	deadline := time.Now().Add(cl.timeout)
+	deadline := time.Now().Add(cl.timeout / 2)
 	for {
 		behind := cl.hub.Behind(seq)
 		if len(behind) == 0 {
@@ -512,6 +596,12 @@ func (n *Node) resetShards() {
 // and returns once every loop has done so.
 func (n *Node) redirectAll(addr string) {
 	n.onEachLoop(func(lp *loop) {
+		// Answers held for a standby's acknowledgement go first (after a
+		// handoff the successor has every record; after a demotion the
+		// state is given up anyway), and the redirect is never held.
+		lp.writeHeldAll()
+		lp.noHold = true
+		defer func() { lp.noHold = false }()
 		var closing []*conn
 		n.conns.each(func(cs *conn) {
 			if cs.lp == lp && !cs.closed {
@@ -644,7 +734,10 @@ func (n *Node) ackedAny(uint64) {
 func (cl *cluster) dropSlowStandbys() {
 	mark := cl.semiMark
 	cl.semiMark = cl.lastSeq.Load()
-	for _, s := range cl.hub.Behind(mark + 1) {
+	if mark == 0 {
+		return
+	}
+	for _, s := range cl.hub.Behind(mark) {
 		if s.Synced() {
 			cl.n.log.Warn().Str("standby", cl.addrs[s.Peer]).Msg("standby did not acknowledge in time: dropped (semi-sync answers do not wait for it)")
 			cl.hub.Drop(s)
@@ -666,19 +759,24 @@ func (n *Node) releaseHeld() {
 // holding reports whether a flush must hold its answers for seq.
 func (lp *loop) holding() (uint64, bool) {
 	cl := lp.n.cl
-	if cl == nil || !lp.n.cfg.SemiSync || cl.syncedSubs.Load() == 0 {
+	if cl == nil || !lp.n.cfg.SemiSync || cl.syncedSubs.Load() == 0 || lp.noHold {
 		return 0, false
 	}
 	seq := cl.lastSeq.Load()
 	return seq, cl.acked.Load() < seq || len(lp.held) > 0
 }
 
+// writeHeldAll writes every held answer now.
+func (lp *loop) writeHeldAll() { lp.writeHeldUpTo(true) }
+
 // writeHeld writes the held answers that are acknowledged now (all of them
 // when no standby is left to wait for). It runs on lp.
-func (lp *loop) writeHeld() {
+func (lp *loop) writeHeld() { lp.writeHeldUpTo(false) }
+
+func (lp *loop) writeHeldUpTo(all bool) {
 	cl := lp.n.cl
 	acked := cl.acked.Load()
-	all := cl.syncedSubs.Load() == 0
+	all = all || cl.syncedSubs.Load() == 0
 	i := 0
 	for ; i < len(lp.held); i++ {
 		h := &lp.held[i]
@@ -688,6 +786,7 @@ func (lp *loop) writeHeld() {
 		if !h.cs.closed {
 			_, _ = h.cs.c.Write(h.data)
 		}
+		h.cs.held -= len(h.data)
 		lp.heldBytes -= len(h.data)
 		*h = heldOutput{}
 	}

@@ -27,6 +27,7 @@ type conn struct {
 	closed   bool
 	acquired bool // sent an acquire, so it may have queued acquires
 	client   bool // known not to be a peer (cluster nodes tell by the first bytes)
+	held     int  // answers held for a standby's acknowledgement (semi-sync), bytes
 }
 
 // connTable maps ConnIDs to connections for any goroutine: an ID is a slot

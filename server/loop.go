@@ -42,6 +42,7 @@ type loop struct {
 	// Semi-synchronous mode: answers waiting for a standby's ack.
 	held       []heldOutput
 	heldBytes  int
+	noHold     bool // a redirect is being written
 	hasHeld    atomic.Bool
 	heldQueued atomic.Bool
 	heldTask   gnet.Runnable
@@ -357,6 +358,7 @@ func (lp *loop) flush() {
 		if hold {
 			lp.held = append(lp.held, heldOutput{cs: cs, seq: seq, data: append([]byte(nil), cs.out...)})
 			lp.heldBytes += len(cs.out)
+			cs.held += len(cs.out)
 			lp.hasHeld.Store(true)
 			cs.out = cs.out[:0]
 			continue
@@ -367,7 +369,7 @@ func (lp *loop) flush() {
 		} else {
 			cs.out = cs.out[:0]
 		}
-		if !cs.closed && cs.c.OutboundBuffered() > limit {
+		if !cs.closed && cs.c.OutboundBuffered()+cs.held > limit {
 			// Output keeps growing while the client reads nothing.
 			lp.n.slowClosed.Add(1)
 			_ = cs.c.Close()
@@ -430,7 +432,7 @@ func (lp *loop) resume() {
 	for _, cs := range lp.paused {
 		switch {
 		case cs.closed:
-		case cs.c.OutboundBuffered() <= lp.n.cfg.OutputLimit/2:
+		case cs.c.OutboundBuffered()+cs.held <= lp.n.cfg.OutputLimit/2:
 			cs.paused = false
 			_ = cs.c.Wake(nil)
 		case now-cs.pausedAt > int64(pauseTimeout):

@@ -55,12 +55,13 @@ type Node struct {
 	reserveStop chan struct{}
 	reserveDone chan struct{}
 
-	cl         *cluster     // nil without Config.Peers
-	peerIndex  int          // this node's place in Config.Peers (0 without)
-	role       atomic.Int32 // roleActive, roleStandby or roleLeaving
-	activeAddr atomic.Pointer[string]
-	frozen     atomic.Bool // handing over or stepping down: decide nothing
-	promotions atomic.Uint64
+	cl           *cluster     // nil without Config.Peers
+	peerIndex    int          // this node's place in Config.Peers (0 without)
+	savedCeiling uint64       // the token ceiling the data dir held at start
+	role         atomic.Int32 // roleActive, roleStandby or roleLeaving
+	activeAddr   atomic.Pointer[string]
+	frozen       atomic.Bool // handing over or stepping down: decide nothing
+	promotions   atomic.Uint64
 
 	refused    refusals      // counted off the loops
 	slowClosed atomic.Uint64 // connections closed for not reading
@@ -377,7 +378,7 @@ func (n *Node) OnTraffic(c gnet.Conn) gnet.Action {
 		return act
 	}
 	switch {
-	case c.OutboundBuffered() > n.cfg.OutputLimit:
+	case c.OutboundBuffered()+cs.held > n.cfg.OutputLimit:
 		cs.paused, cs.pausedAt = true, n.now()
 		lp.paused = append(lp.paused, cs)
 		lp.hasPaused.Store(true)

@@ -21,8 +21,9 @@ type peerConn struct {
 	out bool
 	c   gnet.Conn
 
-	closed bool
-	opened int64 // node clock
+	closed     bool
+	opened     int64       // node clock
+	registered atomic.Bool // OnOpen ran (out)
 
 	// in: the stream this peer asked for.
 	sub       *replica.Sub
@@ -54,13 +55,12 @@ func (n *Node) adoptPeer(cs *conn, c gnet.Conn) *peerConn {
 func (n *Node) onPeerOpen(pc *peerConn, c gnet.Conn) []byte {
 	cl := n.cl
 	pc.c, pc.opened = c, n.now()
+	pc.registered.Store(true)
 	cl.mu.Lock()
 	cl.links[pc.idx] = pc
 	cl.dialing[pc.idx] = false
 	cl.mu.Unlock()
-	role := n.role.Load()
-	return replica.AppendHeartbeat(nil, n.self, roleByte(role), n.activeOf(), cl.inc, cl.hb.Add(1),
-		cl.ceiling.Load(), role == roleActive || cl.haveCopy.Load())
+	return cl.heartbeatLine()
 }
 
 func (n *Node) onPeerClose(pc *peerConn) {
@@ -146,11 +146,7 @@ func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
 		cl.el.Heard(i, heartbeatOf(f), n.now())
 		cl.mu.Unlock()
 		if c := f.Ceiling; c > n.tokens.Ceiling() && n.role.Load() == roleActive {
-			// The peer may have issued tokens up to c: no token of ours
-			// goes below it from now on, and the range above is reserved
-			// at once (a grant meanwhile waits for it).
-			lo, _ := n.tokenRange(c)
-			n.tokens.Raise(lo)
+			// The peer may have issued tokens up to c: ours move above.
 			select {
 			case cl.events <- func() { cl.raiseCeiling(c) }:
 			default:
@@ -233,7 +229,7 @@ func (n *Node) subscribe(pc *peerConn) {
 		n.shards[i].mu.Lock()
 	}
 	now := n.now()
-	cl.hub.Subscribe(sub, n.tokens.Ceiling(), func(dst []byte) []byte {
+	cl.hub.Subscribe(sub, max(cl.ceiling.Load(), n.tokens.Ceiling()), func(dst []byte) []byte {
 		for i := range n.shards {
 			n.shards[i].sh.Each(func(key string, token uint64, deadline int64) {
 				dst = replica.AppendHolder(dst, key, token, deadline-now)
@@ -284,7 +280,9 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 		pc.unlockShard()
 		n.resetShards()
 		pc.inSnap, pc.seq = true, f.Seq
-		n.learnCeiling(f.Ceiling)
+		if err := n.learnCeiling(f.Ceiling); err != nil {
+			return false, gnet.Close
+		}
 		return false, gnet.None
 	case replica.Holder:
 		if !pc.inSnap {
@@ -330,7 +328,9 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 		pc.rout.Reset()
 	case replica.Ceiling:
 		pc.unlockShard()
-		n.learnCeiling(f.Ceiling)
+		if err := n.learnCeiling(f.Ceiling); err != nil {
+			return false, gnet.Close
+		}
 	}
 	return true, gnet.None
 }
@@ -365,17 +365,19 @@ func (pc *peerConn) unlockShard() {
 }
 
 // learnCeiling makes a ceiling the active replicated durable here before
-// this standby acknowledges it.
-func (n *Node) learnCeiling(c uint64) {
+// this standby acknowledges it; if it cannot, the link is closed instead.
+func (n *Node) learnCeiling(c uint64) error {
 	cl := n.cl
 	if c <= cl.ceiling.Load() {
-		return
+		return nil
 	}
 	if err := n.data.setCeiling(c); err != nil {
-		n.log.Error().Err(err).Msg("cannot persist the replicated token ceiling")
+		n.log.Error().Err(err).Msg("cannot persist the replicated token ceiling: leaving the stream")
+		return err
 	}
 	cl.ceiling.Store(c)
 	n.tokens.Raise(c)
+	return nil
 }
 
 // classify tells, on a cluster node, a peer's connection from a client's by

@@ -61,6 +61,7 @@ func (n *Node) openTokens() error {
 		return err
 	}
 	n.data = d
+	n.savedCeiling = floor
 	n.tokens.Raise(lo)
 	n.reserve = make(chan struct{}, 1)
 	n.reserveStop = make(chan struct{})
@@ -88,10 +89,14 @@ func (n *Node) reserver() {
 		}
 		for {
 			c, last := n.tokens.Ceiling(), n.tokens.Last()
-			if last+tokenBlock/2 < c {
+			var want uint64 // a floor a peer reported, above ours
+			if n.cl != nil {
+				want = n.cl.wantFloor.Load()
+			}
+			if last+tokenBlock/2 < c && want <= c {
 				break
 			}
-			lo, hi := n.tokenRange(max(c, last))
+			lo, hi := n.tokenRange(max(c, last, want))
 			if err := n.takeRange(lo, hi); err != nil {
 				// Grants wait at the ceiling meanwhile: loud, not unsafe.
 				n.log.Error().Err(err).Msg("cannot persist the token ceiling; grants stall at it")
