@@ -3,7 +3,9 @@ package server_test
 import (
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -427,4 +429,156 @@ func TestClusterSemiSync(t *testing.T) {
 	c.send("A alone 30 0")
 	c.expectGrant("alone")
 	c.close()
+}
+
+// logBuf collects a node's logs for a test to search.
+type logBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) count(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), s)
+}
+
+// logTo sends every node's logs to buf as well as to the test.
+func logTo(t *testing.T, buf *logBuf) func(*server.Config) {
+	return func(c *server.Config) {
+		c.Logger = zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), buf)).
+			Level(zerolog.InfoLevel).With().Str("node", c.Listen).Logger()
+	}
+}
+
+func TestClusterSemiSyncKeepsAnIdleStandby(t *testing.T) {
+	var logs logBuf
+	tc := newCluster(t, 2, func(c *server.Config) {
+		c.SemiSync = true
+		logTo(t, &logs)(c)
+	})
+	tc.startAll()
+	tc.waitActive(0)
+	c := dial(t, tc.addrs[0])
+	defer c.close()
+	c.send("A k 30 0")
+	c.expectGrant("k")
+	time.Sleep(5 * testFailover)
+	if n := logs.count("did not acknowledge"); n > 0 {
+		t.Fatalf("a caught-up, idle standby was dropped %d times", n)
+	}
+}
+
+// A peer reporting a higher token ceiling moves the active's tokens above
+// it without stalling grants (the raise must not block the loop that
+// carries the standbys' acknowledgements).
+func TestClusterHigherPeerCeilingRaisesTokensWithoutStalling(t *testing.T) {
+	var logs logBuf
+	tc := newCluster(t, 3, func(c *server.Config) {
+		c.FailoverTimeout = time.Second
+		logTo(t, &logs)(c)
+	})
+	tc.start(0)
+	tc.start(1)
+	tc.waitActive(0)
+	c := dial(t, tc.addrs[0])
+	defer c.close()
+	c.send("A a 30 0")
+	tok := c.expectGrant("a")
+	peer, err := net.Dial("tcp", tc.addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	high := tok + 10<<20
+	start := time.Now()
+	fmt.Fprintf(peer, "P H %s s - 1 1 %d 0\n", tc.addrs[2], high)
+	waitFor(t, "tokens above the peer's ceiling", func() bool {
+		c.send("R a " + strconv.FormatUint(tok, 10))
+		c.expect("R a OK")
+		c.send("A a 30 0")
+		tok = c.expectGrant("a")
+		return tok > high
+	})
+	if d := time.Since(start); d > 500*time.Millisecond {
+		t.Errorf("tokens rose above the peer's ceiling only after %v", d)
+	}
+	if n := logs.count("did not acknowledge"); n > 0 {
+		t.Errorf("the standby was dropped %d times", n)
+	}
+}
+
+// Restarting a standby under load does not stall the active, nor make the
+// other standby promote itself.
+func TestClusterStandbyRestartDoesNotStallTheActive(t *testing.T) {
+	var logs logBuf
+	tc := newCluster(t, 3, func(c *server.Config) {
+		c.FailoverTimeout = time.Second
+		logTo(t, &logs)(c)
+	})
+	tc.startAll()
+	tc.waitActive(0)
+	c := dial(t, tc.addrs[0])
+	defer c.close()
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	var worst time.Duration
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			s := time.Now()
+			k := fmt.Sprintf("k%d", i)
+			if err := c.write([]byte("A " + k + " 30 0\n")); err != nil {
+				done <- err
+				return
+			}
+			line, err := c.readLine(answerTimeout)
+			if err != nil {
+				done <- err
+				return
+			}
+			tok, err := parseGrant(line, k)
+			if err != nil {
+				done <- err
+				return
+			}
+			if err := c.write([]byte(fmt.Sprintf("R %s %d\n", k, tok))); err != nil {
+				done <- err
+				return
+			}
+			if line, err := c.readLine(answerTimeout); err != nil || line != "R "+k+" OK" {
+				done <- fmt.Errorf("release: %q %v", line, err)
+				return
+			}
+			worst = max(worst, time.Since(s))
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	tc.crash(2)
+	time.Sleep(200 * time.Millisecond)
+	tc.start(2)
+	tc.waitActive(0)
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("worst acquire+release round trip %v", worst)
+	if worst > 500*time.Millisecond {
+		t.Errorf("the active stalled %v while a standby restarted", worst)
+	}
+	if n := logs.count("promoted to active"); n != 1 {
+		t.Errorf("%d promotions, want only node 0's", n)
+	}
 }
