@@ -72,6 +72,7 @@ type Client struct {
 	rr     atomic.Uint32
 	done   chan struct{}
 	closed atomic.Bool
+	epoch  time.Time // answers are stamped with the time since
 	wg     sync.WaitGroup
 	dialer net.Dialer
 }
@@ -83,7 +84,7 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, log: cfg.Logger, done: make(chan struct{})}
+	c := &Client{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), epoch: time.Now()}
 	c.dialer = net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 15 * time.Second}
 	addrs := cfg.Addrs
 	if len(addrs) == 1 {
@@ -94,9 +95,8 @@ func New(cfg Config) (*Client, error) {
 		cn := newConn(c, a)
 		c.conns = append(c.conns, cn)
 		firsts[i] = make(chan struct{})
-		c.wg.Add(2)
+		c.wg.Add(1)
 		go cn.run(firsts[i])
-		go cn.write()
 	}
 	for _, f := range firsts {
 		<-f
@@ -117,6 +117,7 @@ func (c *Client) Close() error {
 		if cn.nc != nil {
 			_ = cn.nc.Close()
 		}
+		cn.stopWatches()
 		cn.mu.Unlock()
 	}
 	c.wg.Wait()
@@ -237,12 +238,13 @@ func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Durat
 		}
 		switch r.kind {
 		case 'A':
-			// The grant was made at most one network delay ago.
-			return &Lock{c: c, key: key, token: r.token, lease: lease, ends: time.Now().Add(lease)}, nil
+			// The grant was made at most one network delay before its
+			// answer was read.
+			return &Lock{c: c, key: key, token: r.token, lease: lease, ends: c.epoch.Add(r.at + lease)}, nil
 		case 'T':
 			return nil, ErrTimeout
 		case 'E':
-			return nil, &RefusedError{Op: "A", Key: key, Reason: r.reason}
+			return nil, r.err
 		case kindRedirect:
 			if redirects++; redirects > maxRedirects {
 				return nil, noConnection(errors.New("too many redirects"))
@@ -320,12 +322,17 @@ func (cn *conn) acquire(ctx context.Context, key string, leaseMs int64, deadline
 		waitMs = ceilMs(left)
 	}
 	c := getCall('A', key)
-	err := cn.send(c, gen, func(b []byte) []byte { return appendAcquire(b, key, leaseMs, waitMs) })
+	err := cn.send(ctx, c, gen, func(b []byte) []byte { return appendAcquire(b, key, leaseMs, waitMs) })
 	cn.mu.Unlock()
-	r, ok, _ := c.wait(ctx, err)
+	if err != nil {
+		putCall(c)
+		return result{kind: kindBroken, err: err}, nil
+	}
+	r, ok := cn.await(c)
 	if !ok {
 		return cn.cancel(ctx, c, gen)
 	}
+	putCall(c)
 	return r, nil
 }
 
@@ -369,31 +376,35 @@ func (cn *conn) waitGate(ctx context.Context, key string, ch chan struct{}, dead
 	return err
 }
 
-// cancel withdraws the outstanding acquire c after ctx ended: it sends
-// C key and waits for the acquire's answer. A grant that won the race is
-// released. It returns ctx's error.
+// cancel withdraws the outstanding acquire c after ctx ended (await left it
+// stopped): it sends C key and waits for the acquire's answer. A grant that
+// won the race is released. It returns ctx's error.
 func (cn *conn) cancel(ctx context.Context, c *call, gen uint64) (result, error) {
 	key := c.key
-	cc := getCall('C', key)
 	cn.mu.Lock()
-	// Send C only while c is still outstanding: once answered, the gate
-	// may have let the next acquirer of key send, and a C now would
-	// withdraw that one's acquire instead.
-	err := errNotUp
-	if q, ok := cn.pend[0][key]; ok && q.head == c {
-		err = cn.send(cc, gen, func(b []byte) []byte { return appendCancel(b, key) })
-	}
-	cn.mu.Unlock()
-	// Either way the acquire's own answer comes: T (withdrawn), A (the grant
-	// won), or a broken connection, whose queued acquires the node drops.
-	r := <-c.done
-	putCall(c)
-	if err == nil {
-		<-cc.done
-		putCall(cc)
+	var r result
+	if c.state == callLate {
+		// Answered meanwhile: the gate may have let the next acquirer
+		// of key send, and a C now would withdraw that one's acquire.
+		r = c.late
+		cn.mu.Unlock()
 	} else {
+		// Still outstanding. Either way its own answer comes: T
+		// (withdrawn), A (the grant won), or a broken connection, whose
+		// queued acquires the node drops. c waits for it again before
+		// C is sent: send may release cn.mu meanwhile.
+		c.state = callWaiting
+		cc := getCall('C', key)
+		err := cn.send(context.Background(), cc, gen, func(b []byte) []byte { return appendCancel(b, key) })
+		cn.mu.Unlock()
+		<-c.done
+		r = c.r
+		if err == nil {
+			<-cc.done
+		}
 		putCall(cc)
 	}
+	putCall(c)
 	if r.kind == 'A' {
 		l := &Lock{c: cn.cl, key: key, token: r.token}
 		go func() { _ = l.Release(context.Background()) }()
@@ -428,7 +439,7 @@ func (l *Lock) Release(ctx context.Context) error {
 				}
 				return ErrStale
 			case 'E':
-				return &RefusedError{Op: "R", Key: l.key, Reason: r.reason}
+				return r.err
 			case kindRedirect:
 				if redirects++; redirects <= maxRedirects {
 					cn.waitUp(ctx, c.cfg.DialTimeout)
@@ -492,7 +503,7 @@ func (l *Lock) Extend(ctx context.Context, lease time.Duration) error {
 			l.mu.Unlock()
 			return nil
 		case 'E':
-			return &RefusedError{Op: "X", Key: l.key, Reason: r.reason}
+			return r.err
 		case kindRedirect:
 			if redirects++; redirects > maxRedirects {
 				return noConnection(errors.New("too many redirects"))

@@ -4,71 +4,12 @@ import (
 	"context"
 	"errors"
 	"net"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/kunci/kunci/wire"
 )
-
-// Outcome kinds of a call, besides the answer letters 'A', 'T', 'R', 'X',
-// 'C', 'I' and 'E'.
-const (
-	kindBroken   = 0   // the connection broke before the answer came
-	kindRedirect = 'M' // the node redirected the connection
-)
-
-// result is what a call gets back.
-type result struct {
-	kind   byte
-	ok     bool   // R X C: OK, not STALE/NONE
-	token  uint64 // A
-	op     string // E
-	reason string // E
-	err    error  // broken: why
-}
-
-// call is one request waiting for its answer. The goroutine that made it
-// owns it again once it has received from done; calls whose caller gave up
-// are left to the garbage collector.
-type call struct {
-	done chan result
-	next *call
-	key  string
-	op   byte
-}
-
-var callPool = sync.Pool{New: func() any { return &call{done: make(chan result, 1)} }}
-
-func getCall(op byte, key string) *call {
-	c := callPool.Get().(*call)
-	c.op, c.key, c.next = op, key, nil
-	return c
-}
-
-func putCall(c *call) {
-	c.key, c.next = "", nil
-	callPool.Put(c)
-}
-
-// queue is the FIFO of calls outstanding with one op and key.
-type queue struct{ head, tail *call }
-
-// opIndex maps a request op to its slot in conn.pend.
-func opIndex(op byte) int {
-	switch op {
-	case 'A':
-		return 0
-	case 'R':
-		return 1
-	case 'X':
-		return 2
-	case 'C':
-		return 3
-	}
-	return 4 // I
-}
 
 // gate queues acquirers of a key on a connection while an acquire of it is
 // outstanding there: the protocol allows one at a time. It exists only
@@ -79,42 +20,58 @@ type gate struct {
 }
 
 // conn is one managed connection. A goroutine (run) dials, reads and
-// re-dials it; requests are written by the goroutines that send them.
+// re-dials it; requests are written by the goroutines that send them (see
+// flush). Its fields below mu are kept under mu.
 type conn struct {
 	cl   *Client
 	home string // the configured address
 
 	usable atomic.Bool
 
-	mu          sync.Mutex
-	nc          net.Conn // nil while down
-	addr        string   // the address nc goes to
-	gen         uint64   // counts connections made
-	upCh        chan struct{}
-	pend        [5]map[string]queue
+	mu   sync.Mutex
+	nc   net.Conn // nil while down
+	addr string   // the address nc goes to
+	gen  uint64   // counts connections made
+	upCh chan struct{}
+	// Outstanding calls. An acquire is found by its key: a connection
+	// has at most one outstanding per key (see gate). The others are
+	// answered at once by the node, nearly always in the order they were
+	// sent: they are kept in send order in sent[sentHead:], answered ones
+	// nil, and an answer is matched to the first of them with its op and
+	// key, which is nearly always the first one.
+	acq         map[string]*call
+	sent        []*call
+	sentHead    int
 	gates       map[string]*gate
-	wbuf        []byte
-	spare       []byte
-	wake        chan struct{}
-	writing     bool         // a goroutine is writing wbuf out
-	outstanding int          // requests sent and not answered
-	queued      atomic.Int64 // requests ever buffered, for the writer's batching
-	probes      int          // I probes outstanding
+	outstanding int // requests sent and not answered
+	probes      int // I probes outstanding
 	// redirecting: the connection went down to follow a redirect.
 	redirecting bool
-	ready       []ready // answered calls, told after cn.mu is released
-	// The writer's: when it last moved the write deadline, and on which
-	// connection.
+	ready       []*call       // answered calls, told after cn.mu is released (the run goroutine's)
+	readAt      time.Duration // when the answers being dispatched were read, since the client's epoch
+	watches     []*watch
+	lastDone    <-chan struct{} // the context of the last call (see watch)
+
+	// The write side; see flush.
+	wbuf      []byte // requests not yet written
+	spare     []byte
+	writing   bool // a goroutine is writing
+	again     bool // more was buffered meanwhile, to be written next
+	combining bool // a goroutine yields before it writes (see flush)
+	// Whoever writes: when it last moved the write deadline, and on
+	// which connection.
 	wdeadlineSet time.Time
 	wdeadlineNC  net.Conn
 }
 
 func newConn(cl *Client, addr string) *conn {
-	cn := &conn{cl: cl, home: addr, upCh: make(chan struct{}), gates: make(map[string]*gate), wake: make(chan struct{}, 1)}
-	for i := range cn.pend {
-		cn.pend[i] = make(map[string]queue)
+	return &conn{
+		cl:    cl,
+		home:  addr,
+		upCh:  make(chan struct{}),
+		acq:   make(map[string]*call),
+		gates: make(map[string]*gate),
 	}
-	return cn
 }
 
 // run keeps the connection up until the client closes. first is closed
@@ -189,6 +146,7 @@ func (cn *conn) attach(nc net.Conn, addr string) bool {
 	cn.nc, cn.addr = nc, addr
 	cn.gen++
 	cn.wbuf = cn.wbuf[:0]
+	cn.again = false
 	close(cn.upCh)
 	cn.usable.Store(true)
 	cn.mu.Unlock()
@@ -208,16 +166,17 @@ func (cn *conn) detach(nc net.Conn, redirect string, cause error) {
 	cn.nc = nil
 	cn.redirecting = redirect != ""
 	cn.upCh = make(chan struct{})
-	for i := range cn.pend {
-		for k, q := range cn.pend[i] {
-			for c := q.head; c != nil; {
-				next := c.next
-				c.done <- r
-				c = next
-			}
-			delete(cn.pend[i], k)
+	for k, c := range cn.acq {
+		delete(cn.acq, k)
+		cn.finish(c, r)
+	}
+	for _, c := range cn.sent[cn.sentHead:] {
+		if c != nil {
+			cn.finish(c, r)
 		}
 	}
+	clear(cn.sent)
+	cn.sent, cn.sentHead = cn.sent[:0], 0
 	for k, g := range cn.gates {
 		for _, ch := range g.waiters {
 			close(ch)
@@ -226,7 +185,10 @@ func (cn *conn) detach(nc net.Conn, redirect string, cause error) {
 	}
 	cn.probes = 0
 	cn.outstanding = 0
+	rs := cn.ready
+	cn.ready = nil
 	cn.mu.Unlock()
+	deliver(rs)
 }
 
 var errHalfOpen = errors.New("clientlib: node stopped answering")
@@ -238,22 +200,13 @@ func (cn *conn) read(nc net.Conn) (redirect string, err error) {
 	buf := make([]byte, 32<<10)
 	end := 0
 	probing := false
-	var deadlineSet time.Time
 	var a wire.Answer
-	var spare []ready
+	var spare []*call
+	deadlineSet := time.Now()
+	_ = nc.SetReadDeadline(deadlineSet.Add(cfg.ProbeInterval))
 	for {
-		// Setting a deadline costs a timer update, so it is moved only
-		// when half of it is used up: a probe goes out after between half
-		// and all of ProbeInterval without a byte read.
-		if now := time.Now(); probing || now.Sub(deadlineSet) > cfg.ProbeInterval/2 {
-			wait := cfg.ProbeInterval
-			if probing {
-				wait = cfg.ProbeTimeout
-			}
-			_ = nc.SetReadDeadline(now.Add(wait))
-			deadlineSet = now
-		}
 		n, err := nc.Read(buf[end:])
+		now := time.Now()
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && n == 0 {
@@ -264,14 +217,25 @@ func (cn *conn) read(nc net.Conn) (redirect string, err error) {
 				if err := cn.probe(); err != nil {
 					return "", err
 				}
+				_ = nc.SetReadDeadline(now.Add(cfg.ProbeTimeout))
+				deadlineSet = now
 				continue
 			}
 			return "", err
+		}
+		// Setting a deadline costs a timer update, so it is moved only
+		// when half of it is used up: a probe goes out after between half
+		// and all of ProbeInterval without a byte read.
+		if probing || now.Sub(deadlineSet) > cfg.ProbeInterval/2 {
+			_ = nc.SetReadDeadline(now.Add(cfg.ProbeInterval))
+			deadlineSet = now
 		}
 		probing = false
 		end += n
 		start := 0
 		cn.mu.Lock()
+		cn.readAt = now.Sub(cn.cl.epoch)
+		cn.ready = spare
 		for start < end {
 			m, perr := wire.ParseAnswer(buf[start:end], &a)
 			if m == 0 && perr == nil {
@@ -281,7 +245,7 @@ func (cn *conn) read(nc net.Conn) (redirect string, err error) {
 				rs := cn.ready
 				cn.ready = nil
 				cn.mu.Unlock()
-				cn.deliver(rs)
+				deliver(rs)
 				return "", perr
 			}
 			start += m
@@ -289,7 +253,7 @@ func (cn *conn) read(nc net.Conn) (redirect string, err error) {
 				rs := cn.ready
 				cn.ready = nil
 				cn.mu.Unlock()
-				cn.deliver(rs)
+				deliver(rs)
 				if len(a.Text) == 0 {
 					return "", errors.New("clientlib: redirected to no active node")
 				}
@@ -300,12 +264,7 @@ func (cn *conn) read(nc net.Conn) (redirect string, err error) {
 		rs := cn.ready
 		cn.ready = nil
 		cn.mu.Unlock()
-		spare = cn.deliver(rs)
-		cn.mu.Lock()
-		if cn.ready == nil {
-			cn.ready = spare
-		}
-		cn.mu.Unlock()
+		spare = deliver(rs)
 		end = copy(buf, buf[start:end])
 	}
 }
@@ -326,47 +285,67 @@ func (cn *conn) dispatch(a *wire.Answer) {
 			return
 		}
 		op = a.Op[0]
+	}
+	var c *call
+	switch op {
+	case 'A':
+		if c = cn.acq[string(a.Key)]; c != nil {
+			delete(cn.acq, c.key)
+		}
 	case 'I':
 		if cn.probes > 0 {
 			cn.probes--
 			return
 		}
+	default:
+		c = cn.takeSent(op, a.Key)
 	}
-	m := cn.pend[opIndex(op)]
-	q, ok := m[string(a.Key)]
-	if !ok {
+	if c == nil {
 		cn.cl.log.Debug().Str("kind", string(a.Kind)).Bytes("key", a.Key).Msg("kunci: answer with no request")
 		return
 	}
-	c := q.head
-	if q.head = c.next; q.head == nil {
-		delete(m, c.key)
-	} else {
-		m[c.key] = q
-	}
-	r := result{kind: a.Kind, ok: a.OK, token: a.Token}
+	r := result{kind: a.Kind, ok: a.OK, token: a.Token, at: cn.readAt}
 	if a.Kind == 'E' {
-		r.op, r.reason = string(a.Op), string(a.Text)
+		r.err = &RefusedError{Op: string(a.Op), Key: c.key, Reason: string(a.Text)}
 	}
 	if op == 'A' && len(cn.gates) > 0 {
 		cn.passGate(c.key)
 	}
-	cn.ready = append(cn.ready, ready{c, r})
+	cn.finish(c, r)
 }
 
-// ready is an answered call whose goroutine is yet to be told.
-type ready struct {
-	c *call
-	r result
+// takeSent removes and returns the oldest call in sent with op and key, or
+// nil. cn.mu is held.
+func (cn *conn) takeSent(op byte, key []byte) *call {
+	for i := cn.sentHead; i < len(cn.sent); i++ {
+		c := cn.sent[i]
+		if c == nil || c.op != op || c.key != string(key) {
+			continue
+		}
+		cn.sent[i] = nil
+		for cn.sentHead < len(cn.sent) && cn.sent[cn.sentHead] == nil {
+			cn.sentHead++
+		}
+		switch {
+		case cn.sentHead == len(cn.sent):
+			cn.sent, cn.sentHead = cn.sent[:0], 0
+		case cn.sentHead >= 64 && cn.sentHead >= len(cn.sent)/2:
+			n := copy(cn.sent, cn.sent[cn.sentHead:])
+			clear(cn.sent[n:])
+			cn.sent, cn.sentHead = cn.sent[:n], 0
+		}
+		return c
+	}
+	return nil
 }
 
-// deliver tells the goroutines of the calls dispatch answered. It runs
-// without cn.mu, so that they can send their next requests at once instead
-// of queueing on the mutex. Only the reader calls it.
-func (cn *conn) deliver(rs []ready) []ready {
-	for i := range rs {
-		rs[i].c.done <- rs[i].r
-		rs[i] = ready{}
+// deliver tells the goroutines of answered calls. It runs without cn.mu,
+// so that they can send their next requests at once instead of queueing on
+// the mutex.
+func deliver(rs []*call) []*call {
+	for i, c := range rs {
+		c.done <- struct{}{}
+		rs[i] = nil
 	}
 	return rs[:0]
 }
@@ -379,7 +358,7 @@ func (cn *conn) keyBusy(key string) bool {
 			return true
 		}
 	}
-	_, ok := cn.pend[0][key]
+	_, ok := cn.acq[key]
 	return ok
 }
 
@@ -409,147 +388,57 @@ func (cn *conn) probe() error {
 	cn.probes++
 	cn.outstanding++
 	cn.wbuf = wire.AppendInfoRequest(cn.wbuf)
-	return cn.flushLocked()
+	cn.write()
+	return nil
 }
 
 // errNotUp means the connection was not usable when a request was made.
 var errNotUp = errors.New("clientlib: connection not up")
 
-// send registers c as outstanding and writes line. It returns errNotUp when
-// the connection is down or is no longer generation gen (0: any).
-// cn.mu is held.
-func (cn *conn) send(c *call, gen uint64, line func([]byte) []byte) error {
+// send registers c as outstanding, with ctx the context its caller waits
+// with, and gets line written (see flush). It returns errNotUp when the
+// connection is down or is no longer generation gen (0: any); c is then
+// not registered. cn.mu is held, and may be released meanwhile.
+func (cn *conn) send(ctx context.Context, c *call, gen uint64, line func([]byte) []byte) error {
 	if cn.nc == nil || (gen != 0 && gen != cn.gen) {
 		return errNotUp
 	}
-	m := cn.pend[opIndex(c.op)]
-	if q, ok := m[c.key]; ok {
-		q.tail.next = c
-		q.tail = c
-		m[c.key] = q
+	c.ctxDone = ctx.Done()
+	if w := cn.watchFor(ctx, c.ctxDone); w != nil {
+		c.watch, c.watched = w, true
+		w.waiting++
+	}
+	if c.op == 'A' {
+		cn.acq[c.key] = c
 	} else {
-		m[c.key] = queue{c, c}
+		cn.sent = append(cn.sent, c)
 	}
 	cn.wbuf = line(cn.wbuf)
-	cn.queued.Add(1)
 	cn.outstanding++
-	return cn.flushLocked()
-}
-
-// flushLocked gets what is buffered written: by the caller itself on an
-// idle connection, else by the connection's writer, which batches. cn.mu is
-// held (and released meanwhile when the caller writes).
-func (cn *conn) flushLocked() error {
-	if cn.outstanding == 1 && !cn.writing {
-		// An idle connection: nothing to batch with, so write at once
-		// rather than through the writer goroutine.
-		cn.writeOut()
-		return nil
-	}
-	select {
-	case cn.wake <- struct{}{}:
-	default: // already signalled
-	}
+	cn.flush()
 	return nil
 }
 
-// maxYields bounds how often the writer yields to let a wave of callers
-// add their requests before it writes.
-const maxYields = 4
-
-// write is the connection's writer: it sends buffered requests, all that
-// piled up since its last write in one write, so that many goroutines'
-// requests share a system call.
-func (cn *conn) write() {
-	defer cn.cl.wg.Done()
-	for {
-		select {
-		case <-cn.wake:
-		case <-cn.cl.done:
-			return
-		}
-		// Let the goroutines just woken by answers add their next
-		// requests first: it turns one write per request into one per
-		// batch under load, and costs little when idle.
-		for i, last := 0, int64(-1); i < maxYields; i++ {
-			runtime.Gosched()
-			n := cn.queued.Load()
-			if n == last {
-				break
-			}
-			last = n
-		}
-		cn.mu.Lock()
-		cn.writeOut()
-		cn.mu.Unlock()
-	}
-}
-
-// writeOut writes the buffered requests until none are left, unless another
-// goroutine is already at it. cn.mu is held, and released during writes;
-// the write deadline fields belong to whoever holds cn.writing.
-func (cn *conn) writeOut() {
-	if cn.writing {
-		return
-	}
-	cn.writing = true
-	for len(cn.wbuf) > 0 && cn.nc != nil {
-		nc, buf := cn.nc, cn.wbuf
-		cn.wbuf = cn.spare[:0]
-		cn.mu.Unlock()
-		if now := time.Now(); nc != cn.wdeadlineNC || now.Sub(cn.wdeadlineSet) > cn.cl.cfg.WriteTimeout/2 {
-			// Moved only when half used: a write may block for
-			// between half and all of WriteTimeout.
-			_ = nc.SetWriteDeadline(now.Add(cn.cl.cfg.WriteTimeout))
-			cn.wdeadlineNC, cn.wdeadlineSet = nc, now
-		}
-		_, err := nc.Write(buf)
-		cn.mu.Lock()
-		cn.spare = buf[:0]
-		if err != nil {
-			// The reader sees the closed connection and fails the calls.
-			_ = nc.Close()
-			break
-		}
-	}
-	cn.writing = false
-}
-
 // do sends one request and waits for its answer or ctx. A call abandoned
-// to ctx stays outstanding and its answer is dropped.
+// to ctx stays outstanding and its answer is dropped (returned, if it came
+// while the call was being given up).
 func (cn *conn) do(ctx context.Context, op byte, key string, line func([]byte) []byte) (result, error) {
 	c := getCall(op, key)
 	cn.mu.Lock()
-	err := cn.send(c, 0, line)
+	err := cn.send(ctx, c, 0, line)
 	cn.mu.Unlock()
-	r, ok, err := c.wait(ctx, err)
-	if !ok && err == nil {
-		err = ctx.Err() // abandoned: its answer is dropped
-	}
-	return r, err
-}
-
-// wait waits for c's answer after send returned sendErr. ok is false when
-// ctx ended first; c then stays outstanding and the caller decides what to
-// do about it. A call that could not be sent comes back as broken.
-func (c *call) wait(ctx context.Context, sendErr error) (r result, ok bool, err error) {
-	if sendErr == errNotUp {
+	if err != nil {
 		putCall(c)
-		return result{kind: kindBroken, err: sendErr}, true, nil
+		return result{kind: kindBroken, err: err}, nil
 	}
-	done := ctx.Done()
-	if done == nil {
-		r = <-c.done
-		putCall(c)
-		return r, true, nil
+	r, ok := cn.await(c)
+	if !ok {
+		if r, ok = cn.drop(c); !ok {
+			return result{}, ctx.Err()
+		}
 	}
-	select {
-	case r = <-c.done:
-		putCall(c)
-		return r, true, nil
-	case <-done:
-		return result{}, false, nil
-	}
+	putCall(c)
+	return r, nil
 }
 
 // waitUp waits until the connection is up again, at most d.

@@ -3,8 +3,11 @@ package clientlib_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/kunci/kunci/clientlib"
 )
 
 // TestCancelWaitingAcquire cancels the context of an acquire waiting on a
@@ -75,6 +78,55 @@ func TestAcquireContextDeadline(t *testing.T) {
 		t.Fatalf("acquire with an ended context: %v", err)
 	}
 	release(t, held)
+	waitKeys(t, n, 0)
+}
+
+// TestCancelSharedContext cancels one context that many waiting acquires
+// share, as a server's request context is shared by the work it starts.
+// The client then watches the context instead of having each caller select
+// on it; every acquire must still return ctx.Err() at once and be withdrawn
+// on the node, and a release made with the context meanwhile must still get
+// its answer.
+func TestCancelSharedContext(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, "", nil)
+	c := newClient(t, nil, n.Addr())
+	holder := newClient(t, nil, n.Addr())
+	const waiters = 16
+	var held []*clientlib.Lock
+	for i := range waiters {
+		held = append(held, acquire(t, holder, "k"+strconv.Itoa(i)))
+	}
+
+	ctx, cancel := context.WithCancel(ctxT(t))
+	var waiting []<-chan result
+	for i := range waiters {
+		waiting = append(waiting, goAcquire(ctx, c, "k"+strconv.Itoa(i), long, 0))
+	}
+	waitQueued(t, n, waiters)
+	if clientlib.ContextWatches(c) == 0 {
+		t.Fatal("no context watched with 16 acquires waiting with one context")
+	}
+	// A release with the shared context, answered while the others wait.
+	free, err := c.Acquire(ctx, "free", long, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := free.Release(ctx); err != nil {
+		t.Fatalf("release with the shared context: %v", err)
+	}
+
+	cancel()
+	for i, ch := range waiting {
+		if r := await(t, ch); !errors.Is(r.err, context.Canceled) || r.lock != nil {
+			t.Fatalf("acquire %d: %v, %v; want context.Canceled", i, r.lock, r.err)
+		}
+	}
+	waitQueued(t, n, 0)
+	waitFor(t, "the watch of the ended context gone", func() bool { return clientlib.ContextWatches(c) == 0 })
+	for _, l := range held {
+		release(t, l)
+	}
 	waitKeys(t, n, 0)
 }
 

@@ -15,3 +15,15 @@ func GatedAcquirers(c *Client, key string) int {
 	}
 	return n
 }
+
+// ContextWatches returns how many contexts c's connections watch (see
+// watch), for tests that must know a shared context is watched.
+func ContextWatches(c *Client) int {
+	n := 0
+	for _, cn := range c.conns {
+		cn.mu.Lock()
+		n += len(cn.watches)
+		cn.mu.Unlock()
+	}
+	return n
+}

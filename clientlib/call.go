@@ -1,0 +1,246 @@
+package clientlib
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Outcome kinds of a call, besides the answer letters 'A', 'T', 'R', 'X',
+// 'C', 'I' and 'E'.
+const (
+	kindBroken   = 0   // the connection broke before the answer came
+	kindStopped  = 1   // the caller's context ended first (see call)
+	kindRedirect = 'M' // the node redirected the connection
+)
+
+// result is what a call gets back.
+type result struct {
+	kind  byte
+	ok    bool          // R X C: OK, not STALE/NONE
+	token uint64        // A
+	at    time.Duration // when the answer was read, since the client's epoch
+	err   error         // E: the *RefusedError; broken: why
+}
+
+// callState is where a call is in its life. It is read and written with
+// conn.mu held.
+type callState uint8
+
+const (
+	// callWaiting: sent; its caller waits on done for the answer.
+	callWaiting callState = iota
+	// callAnswered: the answer is in r and done was signalled.
+	callAnswered
+	// callStopped: the caller's context ended before the answer came, and
+	// the caller knows it. The answer, when it comes, goes to late and
+	// done is not signalled: the caller decides under conn.mu what it
+	// does next (wait again, or give the call up).
+	callStopped
+	// callLate: stopped, and the answer has since come, in late.
+	callLate
+	// callDropped: the caller gave the call up. Its answer is dropped, and
+	// the call goes back to the pool then.
+	callDropped
+)
+
+// call is one request waiting for its answer. It stays outstanding on its
+// connection until the node answers it (or the connection breaks), even
+// when its caller gives up: answers are matched in send order.
+//
+// done is signalled once per wait, after r is set: with the answer, or with
+// kindStopped when a context watch saw the caller's context end. r is
+// written only before done is signalled, so the caller reads it without
+// conn.mu after receiving; state and late are kept under conn.mu.
+type call struct {
+	done  chan struct{}
+	r     result
+	late  result
+	key   string
+	op    byte
+	state callState
+	// ctxDone is the caller's ctx.Done(), set by send.
+	ctxDone <-chan struct{}
+	watch   *watch // the watch of the caller's context, nil when none
+	// watched: a watch signals the caller when its context ends. Set by
+	// send and read by await, both in the caller's goroutine, which
+	// ctxEnded may not wait for to clear watch.
+	watched bool
+}
+
+var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+
+func getCall(op byte, key string) *call {
+	c := callPool.Get().(*call)
+	c.op, c.key, c.state = op, key, callWaiting
+	return c
+}
+
+// putCall returns c to the pool. Its done must be empty and no connection
+// may still hold it.
+func putCall(c *call) {
+	c.r, c.late, c.key, c.ctxDone, c.watch, c.watched = result{}, result{}, "", nil, nil, false
+	callPool.Put(c)
+}
+
+// finish gives c its answer (or its failure), as its state asks. cn.mu is
+// held, and c is no longer outstanding.
+func (cn *conn) finish(c *call, r result) {
+	if w := c.watch; w != nil && c.state == callWaiting {
+		w.waiting--
+	}
+	switch c.state {
+	case callWaiting:
+		c.r = r
+		c.state = callAnswered
+		cn.ready = append(cn.ready, c)
+	case callStopped:
+		c.late = r
+		c.state = callLate
+	case callDropped:
+		putCall(c)
+	}
+}
+
+// await waits for c's answer or for the caller's context (given to send)
+// to end. ok is false when the context ended first: c is then callStopped
+// (or callLate, if the answer came since), and the caller settles it with
+// cn.mu held (drop, or cancel for an acquire).
+func (cn *conn) await(c *call) (r result, ok bool) {
+	done := c.ctxDone
+	if done == nil || c.watched {
+		// Nothing to watch, or a watch signals c when ctx ends: one
+		// channel to wait on instead of a select that also locks the
+		// context's channel, which every caller sharing ctx contends for.
+		<-c.done
+		if c.r.kind == kindStopped {
+			return result{}, false
+		}
+		return c.r, true
+	}
+	select {
+	case <-c.done:
+		return c.r, true
+	case <-done:
+	}
+	cn.mu.Lock()
+	if c.state == callAnswered {
+		cn.mu.Unlock()
+		<-c.done // signalled already
+		return c.r, true
+	}
+	c.state = callStopped
+	cn.mu.Unlock()
+	return result{}, false
+}
+
+// drop gives up a call that await left stopped. It returns the answer if it
+// came meanwhile (ok), and then c is the caller's again.
+func (cn *conn) drop(c *call) (r result, ok bool) {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if c.state == callLate {
+		return c.late, true
+	}
+	c.state = callDropped
+	return result{}, false
+}
+
+// maxWatches bounds the context watches of a connection.
+const maxWatches = 4
+
+// watch signals the calls of a connection whose callers wait with one
+// context, when that context ends, so that they wait on their call's
+// channel alone. A connection watches a context once it sees two calls
+// with it in a row while requests are outstanding: a context that many
+// goroutines share. Calls each with a context of its own select on it
+// instead, so that no watch is set up and torn down per call. Its fields
+// are kept under conn.mu.
+type watch struct {
+	done    <-chan struct{}
+	stop    func() bool
+	waiting int // calls that wait with this watch
+}
+
+// watchFor returns the watch to use for a call with ctx, whose Done is done,
+// making one when ctx looks shared; nil means the call selects on done
+// itself. cn.mu is held.
+func (cn *conn) watchFor(ctx context.Context, done <-chan struct{}) *watch {
+	if done == nil {
+		return nil
+	}
+	for _, w := range cn.watches {
+		if w.done == done {
+			return w
+		}
+	}
+	shared := done == cn.lastDone && cn.outstanding > 0
+	cn.lastDone = done
+	if !shared || cn.cl.closing() || ctx.Err() != nil {
+		// Close stops the watches under cn.mu, after closing; an ended
+		// context is seen at once by select.
+		return nil
+	}
+	if len(cn.watches) == maxWatches {
+		i := 0
+		for i < len(cn.watches) && cn.watches[i].waiting > 0 {
+			i++
+		}
+		if i == len(cn.watches) {
+			return nil // all busy: select
+		}
+		cn.watches[i].stop()
+		cn.unwatch(i)
+	}
+	w := &watch{done: done}
+	w.stop = context.AfterFunc(ctx, func() { cn.ctxEnded(w) })
+	cn.watches = append(cn.watches, w)
+	return w
+}
+
+func (cn *conn) unwatch(i int) {
+	n := len(cn.watches) - 1
+	cn.watches[i] = cn.watches[n]
+	cn.watches[n] = nil
+	cn.watches = cn.watches[:n]
+}
+
+// ctxEnded tells the callers waiting with w that their context ended. It
+// runs in a goroutine of its own (context.AfterFunc).
+func (cn *conn) ctxEnded(w *watch) {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	for i, x := range cn.watches {
+		if x == w {
+			cn.unwatch(i)
+			break
+		}
+	}
+	if w.waiting == 0 {
+		return
+	}
+	stop := func(c *call) {
+		if c != nil && c.watch == w && c.state == callWaiting {
+			c.r = result{kind: kindStopped}
+			c.state = callStopped
+			c.watch = nil
+			w.waiting--
+			c.done <- struct{}{}
+		}
+	}
+	for _, c := range cn.acq {
+		stop(c)
+	}
+	for _, c := range cn.sent[cn.sentHead:] {
+		stop(c)
+	}
+}
+
+// stopWatches ends every watch of the connection; at Close.
+func (cn *conn) stopWatches() {
+	for _, w := range cn.watches {
+		w.stop()
+	}
+	clear(cn.watches)
+	cn.watches = cn.watches[:0]
+}
