@@ -89,12 +89,6 @@ func (e *Elector) Index(addr string) int {
 	return -1
 }
 
-// Addr returns peer i's address.
-func (e *Elector) Addr(i int) string { return e.addrs[i] }
-
-// Self returns this node's index.
-func (e *Elector) Self() int { return e.self }
-
 // Heard records peer i's heartbeat, received at now. A heartbeat older than
 // the last Ignore mark of the same incarnation is dropped; it returns
 // whether h was taken.

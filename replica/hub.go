@@ -73,13 +73,6 @@ func (h *Hub) Seq() uint64 {
 	return h.seq
 }
 
-// Len returns the number of standbys streamed to.
-func (h *Hub) Len() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.subs)
-}
-
 // Records numbers out.Records and queues them for every standby; now is
 // the clock their deadlines are in. Call it under the lock of the shard that
 // made the records, so that records of one key keep their order.

@@ -174,6 +174,14 @@ func (cl *cluster) tick() {
 			go cl.dial(i)
 		}
 	}
+	if lost := cl.streamLost.Load(); lost != 0 && cl.following >= 0 && cl.haveCopy.Load() &&
+		cl.el.HeardAt(cl.following) > lost+int64(cl.interval) {
+		// The stream broke but its active lives on: the copy misses
+		// what came meanwhile, so this node is no heir until it syncs
+		// again. (When the active crashed, it is never heard again and
+		// the copy stays the best there is.)
+		cl.haveCopy.Store(false)
+	}
 	d := cl.el.Decide(now, failover.Role(role), cl.haveCopy.Load())
 	peerCeiling := cl.el.Ceiling()
 	cl.mu.Unlock()
@@ -205,14 +213,8 @@ func (cl *cluster) raiseCeiling(peerCeiling uint64) {
 	if n.role.Load() != roleActive || peerCeiling <= n.tokens.Ceiling() {
 		return
 	}
-	for {
-		cur := cl.wantFloor.Load()
-		if peerCeiling <= cur {
-			return
-		}
-		if cl.wantFloor.CompareAndSwap(cur, peerCeiling) {
-			break
-		}
+	if !raiseTo(&cl.wantFloor, peerCeiling) {
+		return
 	}
 	n.kickReserve()
 	n.log.Info().Uint64("token_floor", peerCeiling).Msg("a peer knows a higher token ceiling: tokens continue above it")
@@ -413,6 +415,7 @@ func (cl *cluster) awaitStandbys(except int) int {
 func (cl *cluster) demote(w int) {
 	n := cl.n
 	n.freeze()
+	cl.awaitCeiling(w)
 	n.setRole(roleStandby, cl.addrs[w])
 	cl.dropSubs()
 	n.redirectAll(cl.addrs[w])
@@ -421,6 +424,29 @@ func (cl *cluster) demote(w int) {
 	n.thaw()
 	n.log.Warn().Str("active", cl.addrs[w]).Msg("another active outranks this node: demoted to standby")
 	cl.follow(w)
+}
+
+// awaitCeiling waits, for at most a failover timeout, until peer w
+// reports a token ceiling at or above this node's: its tokens are then
+// above every token this node issued, and this node's clients, redirected
+// there, get larger tokens than the ones they held here.
+func (cl *cluster) awaitCeiling(w int) {
+	deadline := time.Now().Add(cl.timeout)
+	lastBeat := time.Time{}
+	for time.Now().Before(deadline) {
+		cl.mu.Lock()
+		h, ok := cl.el.Heartbeat(w)
+		cl.mu.Unlock()
+		if ok && h.Ceiling >= cl.ceiling.Load() {
+			return
+		}
+		if time.Since(lastBeat) >= cl.interval {
+			lastBeat = time.Now()
+			cl.heartbeat() // w learns this node's ceiling from it
+		}
+		time.Sleep(500 * time.Microsecond)
+	}
+	cl.n.log.Warn().Str("active", cl.addrs[w]).Msg("the winning active did not report a ceiling above this node's in time")
 }
 
 func (cl *cluster) dropSubs() {
@@ -545,7 +571,6 @@ func (cl *cluster) onHandoff(pc *peerConn, inc, hb uint64) {
 // here; it goes to the standbys, and the node issues tokens up to it once
 // every standby streamed to has it too, or was dropped for not answering.
 func (cl *cluster) reserveCeiling(next uint64) {
-	cl.ceiling.Store(max(cl.ceiling.Load(), next))
 	if cl.n.role.Load() != roleActive {
 		return
 	}
@@ -687,20 +712,27 @@ func (n *Node) Replication() []ReplicationLag {
 // such standby, answers go out at once, as in the default asynchronous
 // mode.
 
-// heldOutput is a connection's answers waiting for an acknowledgement.
+// heldOutput is a connection's answers waiting for an acknowledgement:
+// the bytes of loop.heldBuf up to end, after the previous entry's.
 type heldOutput struct {
-	cs   *conn
-	seq  uint64 // every record up to seq must be acknowledged
-	data []byte
+	cs  *conn
+	seq uint64 // every record up to seq must be acknowledged
+	end int
 }
 
 // noteSeq records that records up to seq exist. It runs under a shard lock
 // after each batch that made records.
-func (cl *cluster) noteSeq(seq uint64) {
+func (cl *cluster) noteSeq(seq uint64) { raiseTo(&cl.lastSeq, seq) }
+
+// raiseTo makes a at least v, and reports whether it raised it.
+func raiseTo(a *atomic.Uint64, v uint64) bool {
 	for {
-		cur := cl.lastSeq.Load()
-		if seq <= cur || cl.lastSeq.CompareAndSwap(cur, seq) {
-			return
+		cur := a.Load()
+		if v <= cur {
+			return false
+		}
+		if a.CompareAndSwap(cur, v) {
+			return true
 		}
 	}
 }
@@ -718,12 +750,7 @@ func (n *Node) ackedAny(uint64) {
 	if !ok {
 		m = cl.lastSeq.Load()
 	}
-	for {
-		cur := cl.acked.Load()
-		if m <= cur || cl.acked.CompareAndSwap(cur, m) {
-			break
-		}
-	}
+	raiseTo(&cl.acked, m)
 	n.releaseHeld()
 }
 
@@ -777,20 +804,29 @@ func (lp *loop) writeHeldUpTo(all bool) {
 	cl := lp.n.cl
 	acked := cl.acked.Load()
 	all = all || cl.syncedSubs.Load() == 0
-	i := 0
+	i, start := 0, 0
 	for ; i < len(lp.held); i++ {
 		h := &lp.held[i]
 		if !all && h.seq > acked {
 			break
 		}
 		if !h.cs.closed {
-			_, _ = h.cs.c.Write(h.data)
+			_, _ = h.cs.c.Write(lp.heldBuf[start:h.end])
 		}
-		h.cs.held -= len(h.data)
-		lp.heldBytes -= len(h.data)
+		h.cs.held -= h.end - start
+		start = h.end
 		*h = heldOutput{}
 	}
+	// Keep what still waits at the front of the buffer.
+	n := copy(lp.heldBuf, lp.heldBuf[start:])
+	lp.heldBuf = lp.heldBuf[:n]
 	lp.held = append(lp.held[:0], lp.held[i:]...)
+	for j := range lp.held {
+		lp.held[j].end -= start
+	}
+	if len(lp.held) == 0 && cap(lp.heldBuf) > maxKeptOutput {
+		lp.heldBuf = nil
+	}
 	lp.hasHeld.Store(len(lp.held) > 0)
 }
 

@@ -41,8 +41,8 @@ type loop struct {
 
 	// Semi-synchronous mode: answers waiting for a standby's ack.
 	held       []heldOutput
-	heldBytes  int
-	noHold     bool // a redirect is being written
+	heldBuf    []byte // the held answers' bytes, in order
+	noHold     bool   // a redirect is being written
 	hasHeld    atomic.Bool
 	heldQueued atomic.Bool
 	heldTask   gnet.Runnable
@@ -356,8 +356,8 @@ func (lp *loop) flush() {
 			continue
 		}
 		if hold {
-			lp.held = append(lp.held, heldOutput{cs: cs, seq: seq, data: append([]byte(nil), cs.out...)})
-			lp.heldBytes += len(cs.out)
+			lp.heldBuf = append(lp.heldBuf, cs.out...)
+			lp.held = append(lp.held, heldOutput{cs: cs, seq: seq, end: len(lp.heldBuf)})
 			cs.held += len(cs.out)
 			lp.hasHeld.Store(true)
 			cs.out = cs.out[:0]

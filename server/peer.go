@@ -28,7 +28,6 @@ type peerConn struct {
 	// in: the stream this peer asked for.
 	sub       *replica.Sub
 	flushTask gnet.Runnable
-	lp        *loop // the loop owning the connection
 
 	// out: the stream from the peer this node follows.
 	streaming atomic.Bool // asked for it; frames are applied
@@ -45,7 +44,7 @@ type peerConn struct {
 func (n *Node) adoptPeer(cs *conn, c gnet.Conn) *peerConn {
 	n.conns.remove(cs)
 	cs.closed = true
-	pc := &peerConn{n: n, idx: -1, c: c, lp: cs.lp}
+	pc := &peerConn{n: n, idx: -1, c: c}
 	c.SetContext(pc)
 	return pc
 }

@@ -38,6 +38,11 @@ func (n *Node) takeRange(lo, hi uint64) error {
 	}
 	// The tokens between the current ceiling and lo belong to other nodes.
 	n.tokens.SetRange(lo, hi, hi-tokenBlock/2)
+	if n.cl != nil {
+		// Advertised once tokens are in the range: a demoted peer waits
+		// for it before it sends its clients here (see demote).
+		raiseTo(&n.cl.ceiling, hi)
+	}
 	return nil
 }
 
