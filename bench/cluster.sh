@@ -23,7 +23,7 @@ run() {
 	esac
 	sleep 2 # node A active, B copied its state
 	"$BENCH" --target "kunci://$A" --conns 8 --depth 16 --duration 4s --warmup 1s 2>/dev/null |
-		grep -E 'cycles  ' | tr -s ' ' | sed "s/^/$mode /"
+		grep -E 'cycles  |latency' | tr -s ' ' | sed "s/^/$mode /"
 	# The standby first, so that the active does not try to hand over to it.
 	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
 		kill "${pids[i]}" 2>/dev/null || true
