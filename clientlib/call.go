@@ -112,7 +112,7 @@ func (cn *conn) await(c *call) (r result, ok bool) {
 		// Nothing to watch, or a watch signals c when ctx ends: one
 		// channel to wait on instead of a select that also locks the
 		// context's channel, which every caller sharing ctx contends for.
-		<-c.done
+		cn.cl.receive(c)
 		if c.r.kind == kindStopped {
 			return result{}, false
 		}
@@ -120,13 +120,14 @@ func (cn *conn) await(c *call) (r result, ok bool) {
 	}
 	select {
 	case <-c.done:
+		cn.cl.received()
 		return c.r, true
 	case <-done:
 	}
 	cn.mu.Lock()
 	if c.state == callAnswered {
 		cn.mu.Unlock()
-		<-c.done // signalled already
+		cn.cl.receive(c) // signalled already
 		return c.r, true
 	}
 	c.state = callStopped
@@ -225,7 +226,7 @@ func (cn *conn) ctxEnded(w *watch) {
 			c.state = callStopped
 			c.watch = nil
 			w.waiting--
-			c.done <- struct{}{}
+			cn.cl.tell(c)
 		}
 	}
 	for _, c := range cn.acq {

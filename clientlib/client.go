@@ -75,6 +75,7 @@ type Client struct {
 	epoch  time.Time // answers are stamped with the time since
 	wg     sync.WaitGroup
 	dialer net.Dialer
+	fl     flusher
 }
 
 // New returns a client for cfg.Addrs. It makes a first attempt to connect
@@ -90,6 +91,9 @@ func New(cfg Config) (*Client, error) {
 	if len(addrs) == 1 {
 		addrs = []string{addrs[0], addrs[0]}
 	}
+	c.fl.kick = make(chan struct{}, 1)
+	c.wg.Add(1)
+	go c.flushLoop()
 	firsts := make([]chan struct{}, len(addrs))
 	for i, a := range addrs {
 		cn := newConn(c, a)
@@ -397,10 +401,10 @@ func (cn *conn) cancel(ctx context.Context, c *call, gen uint64) (result, error)
 		cc := getCall('C', key)
 		err := cn.send(context.Background(), cc, gen, func(b []byte) []byte { return appendCancel(b, key) })
 		cn.mu.Unlock()
-		<-c.done
+		cn.cl.receive(c)
 		r = c.r
 		if err == nil {
-			<-cc.done
+			cn.cl.receive(cc)
 		}
 		putCall(cc)
 	}

@@ -56,8 +56,7 @@ type conn struct {
 	wbuf      []byte // requests not yet written
 	spare     []byte
 	writing   bool // a goroutine is writing
-	again     bool // more was buffered meanwhile, to be written next
-	combining bool // a goroutine yields before it writes (see flush)
+	queued    bool // on the client's flusher list
 	// Whoever writes: when it last moved the write deadline, and on
 	// which connection.
 	wdeadlineSet time.Time
@@ -146,7 +145,6 @@ func (cn *conn) attach(nc net.Conn, addr string) bool {
 	cn.nc, cn.addr = nc, addr
 	cn.gen++
 	cn.wbuf = cn.wbuf[:0]
-	cn.again = false
 	close(cn.upCh)
 	cn.usable.Store(true)
 	cn.mu.Unlock()
@@ -188,7 +186,7 @@ func (cn *conn) detach(nc net.Conn, redirect string, cause error) {
 	rs := cn.ready
 	cn.ready = nil
 	cn.mu.Unlock()
-	deliver(rs)
+	cn.cl.tellAll(rs)
 }
 
 var errHalfOpen = errors.New("clientlib: node stopped answering")
@@ -245,7 +243,7 @@ func (cn *conn) read(nc net.Conn) (redirect string, err error) {
 				rs := cn.ready
 				cn.ready = nil
 				cn.mu.Unlock()
-				deliver(rs)
+				cn.cl.tellAll(rs)
 				return "", perr
 			}
 			start += m
@@ -253,7 +251,7 @@ func (cn *conn) read(nc net.Conn) (redirect string, err error) {
 				rs := cn.ready
 				cn.ready = nil
 				cn.mu.Unlock()
-				deliver(rs)
+				cn.cl.tellAll(rs)
 				if len(a.Text) == 0 {
 					return "", errors.New("clientlib: redirected to no active node")
 				}
@@ -264,7 +262,7 @@ func (cn *conn) read(nc net.Conn) (redirect string, err error) {
 		rs := cn.ready
 		cn.ready = nil
 		cn.mu.Unlock()
-		spare = deliver(rs)
+		spare = cn.cl.tellAll(rs)
 		end = copy(buf, buf[start:end])
 	}
 }
@@ -339,17 +337,6 @@ func (cn *conn) takeSent(op byte, key []byte) *call {
 	return nil
 }
 
-// deliver tells the goroutines of answered calls. It runs without cn.mu,
-// so that they can send their next requests at once instead of queueing on
-// the mutex.
-func deliver(rs []*call) []*call {
-	for i, c := range rs {
-		c.done <- struct{}{}
-		rs[i] = nil
-	}
-	return rs[:0]
-}
-
 // keyBusy reports whether an acquire of key must wait its turn on this
 // connection. cn.mu is held.
 func (cn *conn) keyBusy(key string) bool {
@@ -388,7 +375,7 @@ func (cn *conn) probe() error {
 	cn.probes++
 	cn.outstanding++
 	cn.wbuf = wire.AppendInfoRequest(cn.wbuf)
-	cn.write()
+	cn.flush()
 	return nil
 }
 

@@ -2,75 +2,165 @@ package clientlib
 
 import (
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// flush gets the request just buffered written, in one write with those
-// that other goroutines buffer about the same time: a write costs a system
-// call here and a wake-up of the node, much the same for one request as for
-// many. There is no writer goroutine. The first caller to find no write
-// under way combines: it yields once, so that the goroutines ready to run
-// (typically those just told their answers) add their requests first, and
-// then writes all that is buffered. Callers meanwhile only buffer theirs,
-// and a write already under way is followed by another with what was
-// buffered during it. A request alone on its connection is written at
-// once: no answer is coming that would make a caller ready to add its own,
-// and a yield costs the wake-up of an idle processor.
+// Requests are written in batches: a write costs a system call here and a
+// wake-up of the node, much the same for one request as for many, and the
+// node answers a batch in one write too.
 //
-// The caller goes on to wait for its answer, so the yield costs it nothing
-// it would not wait anyway. cn.mu is held, and is released meanwhile when
-// this goroutine yields or writes.
-func (cn *conn) flush() {
-	switch {
-	case cn.writing:
-		cn.again = true
-	case cn.outstanding == 1:
-		cn.write() // nothing else in flight: no answer is about to wake a caller
-	case !cn.combining:
-		cn.combining = true
-		cn.mu.Unlock()
-		runtime.Gosched()
-		cn.mu.Lock()
-		cn.combining = false
-		cn.write()
-	}
-	// else: the goroutine combining writes this request too.
+// Callers only buffer their requests. The client's flusher goroutine
+// writes every connection that has requests buffered, one write each, at
+// the moment more are unlikely to come soon: when every caller told its
+// answer has run on to its next request (or left the client). Answers come
+// in batches, one read waking many callers, and most of them send another
+// request at once; writing after the last of them has run puts all of
+// those into one write per connection instead of a write each. The flusher
+// is started by whichever comes last: the first request buffered while no
+// caller is still to run, or the last such caller running. A request alone
+// on its connection is written by its caller at once: no answer is coming
+// there that would make another caller ready to join it.
+
+// flusher is the client's write side.
+type flusher struct {
+	// woken counts the callers signalled their answer that have not yet
+	// received it.
+	woken atomic.Int64
+	// ndirty is len(dirty), read without mu.
+	ndirty atomic.Int32
+	kick   chan struct{} // starts the flusher; capacity 1
+
+	mu    sync.Mutex
+	dirty []*conn // connections with requests buffered, to be written
+	spare []*conn
 }
 
-// write writes what is buffered, unless another goroutine is writing (it
-// then writes this too, next). cn.mu is held, and is released meanwhile.
-func (cn *conn) write() {
-	if cn.writing {
-		cn.again = true
-		return
+// tell signals c's caller its answer (or why there is none).
+func (cl *Client) tell(c *call) {
+	cl.fl.woken.Add(1)
+	c.done <- struct{}{}
+}
+
+// tellAll signals the callers of rs and returns rs emptied. It runs
+// without cn.mu, so that they can send their next requests at once instead
+// of queueing on the mutex.
+func (cl *Client) tellAll(rs []*call) []*call {
+	if len(rs) == 0 {
+		return rs
 	}
-	if len(cn.wbuf) == 0 || cn.nc == nil {
+	cl.fl.woken.Add(int64(len(rs)))
+	for i, c := range rs {
+		c.done <- struct{}{}
+		rs[i] = nil
+	}
+	return rs[:0]
+}
+
+// receive waits for c's signal (see tell).
+func (cl *Client) receive(c *call) {
+	<-c.done
+	cl.received()
+}
+
+// received notes that a caller received its signal; the last one to run
+// starts the flusher if requests wait.
+func (cl *Client) received() {
+	if cl.fl.woken.Add(-1) == 0 && cl.fl.ndirty.Load() > 0 {
+		cl.fl.start()
+	}
+}
+
+func (f *flusher) start() {
+	select {
+	case f.kick <- struct{}{}:
+	default: // started already
+	}
+}
+
+// queue puts cn on the list to write. cn.mu is held.
+func (f *flusher) queue(cn *conn) {
+	cn.queued = true
+	f.mu.Lock()
+	f.dirty = append(f.dirty, cn)
+	f.ndirty.Store(int32(len(f.dirty)))
+	first := len(f.dirty) == 1
+	f.mu.Unlock()
+	if first && f.woken.Load() == 0 {
+		f.start()
+	}
+}
+
+// flushLoop is the flusher goroutine.
+func (cl *Client) flushLoop() {
+	defer cl.wg.Done()
+	f := &cl.fl
+	for {
+		select {
+		case <-f.kick:
+		case <-cl.done:
+			return
+		}
+		// Callers just woken on the other processor may be about to
+		// buffer theirs.
+		runtime.Gosched()
+		f.mu.Lock()
+		list := f.dirty
+		f.dirty = f.spare[:0]
+		f.ndirty.Store(0)
+		f.mu.Unlock()
+		for i, cn := range list {
+			cn.mu.Lock()
+			cn.queued = false
+			cn.write()
+			cn.mu.Unlock()
+			list[i] = nil
+		}
+		f.spare = list[:0]
+	}
+}
+
+// flush gets the request just buffered written (see above). cn.mu is held,
+// and may be released meanwhile.
+func (cn *conn) flush() {
+	switch {
+	case cn.writing || cn.queued:
+		// Written after the write under way, or by the flusher.
+	case cn.outstanding == 1:
+		cn.write()
+	default:
+		cn.cl.fl.queue(cn)
+	}
+}
+
+// write writes what is buffered, in one write. What is buffered meanwhile
+// goes to the flusher. cn.mu is held, and is released meanwhile.
+func (cn *conn) write() {
+	if cn.writing || len(cn.wbuf) == 0 || cn.nc == nil {
 		return
 	}
 	cn.writing = true
-	for {
-		nc, buf := cn.nc, cn.wbuf
-		cn.wbuf = cn.spare[:0]
-		cn.spare = nil
-		cn.again = false
-		cn.mu.Unlock()
-		if now := time.Now(); nc != cn.wdeadlineNC || now.Sub(cn.wdeadlineSet) > cn.cl.cfg.WriteTimeout/2 {
-			// Moved only when half used: a write may block for
-			// between half and all of WriteTimeout.
-			_ = nc.SetWriteDeadline(now.Add(cn.cl.cfg.WriteTimeout))
-			cn.wdeadlineNC, cn.wdeadlineSet = nc, now
-		}
-		_, err := nc.Write(buf)
-		cn.mu.Lock()
-		cn.spare = buf[:0]
-		if err != nil {
-			// The reader sees the closed connection and fails the calls.
-			_ = nc.Close()
-			break
-		}
-		if !cn.again || len(cn.wbuf) == 0 || cn.nc == nil {
-			break
-		}
+	nc, buf := cn.nc, cn.wbuf
+	cn.wbuf = cn.spare[:0]
+	cn.spare = nil
+	cn.mu.Unlock()
+	if now := time.Now(); nc != cn.wdeadlineNC || now.Sub(cn.wdeadlineSet) > cn.cl.cfg.WriteTimeout/2 {
+		// Moved only when half used: a write may block for between half
+		// and all of WriteTimeout.
+		_ = nc.SetWriteDeadline(now.Add(cn.cl.cfg.WriteTimeout))
+		cn.wdeadlineNC, cn.wdeadlineSet = nc, now
 	}
+	_, err := nc.Write(buf)
+	cn.mu.Lock()
+	cn.spare = buf[:0]
 	cn.writing = false
+	if err != nil {
+		// The reader sees the closed connection and fails the calls.
+		_ = nc.Close()
+		return
+	}
+	if len(cn.wbuf) > 0 && !cn.queued && cn.nc != nil {
+		cn.cl.fl.queue(cn)
+	}
 }
