@@ -53,10 +53,10 @@ type conn struct {
 	lastDone    <-chan struct{} // the context of the last call (see watch)
 
 	// The write side; see flush.
-	wbuf      []byte // requests not yet written
-	spare     []byte
-	writing   bool // a goroutine is writing
-	queued    bool // on the client's flusher list
+	wbuf    []byte // requests not yet written
+	spare   []byte
+	writing bool // a goroutine is writing
+	queued  bool // on the client's flusher list
 	// Whoever writes: when it last moved the write deadline, and on
 	// which connection.
 	wdeadlineSet time.Time
