@@ -101,11 +101,15 @@ type lockerDriver struct {
 	cancel context.CancelFunc
 	timer  *time.Timer
 	cnts   []*counters // per goroutine: slots, then (expiry) their waiters
+	names  *keyNames
 }
 
 func newLockerDriver(r *runner, l locker) *lockerDriver {
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &lockerDriver{r: r, l: l, ctx: ctx, cancel: cancel}
+	if r.exp == nil {
+		d.names = newKeyNames(r.cfg.Prefix, r.cfg.Keys)
+	}
 	n := r.cfg.slots()
 	if r.exp != nil {
 		n *= 2
@@ -152,11 +156,12 @@ func (d *lockerDriver) run() {
 func (d *lockerDriver) cycles(s int, cnt *counters, sh *shard) {
 	r, ctx := d.r, d.ctx
 	pick := newPicker(r.cfg, s)
+	names := d.names
 	var grants int64
 	defer func() { r.slotGrants[s] = grants }()
 	for !r.stopping() && r.tickets.take(1) == 1 {
 		i := pick.next()
-		key := r.cfg.Prefix + strconv.Itoa(i)
+		key := names.name(i)
 		sent := r.clk.now()
 		g, err := d.l.acquire(ctx, s, key, r.cfg.Lease, r.cfg.Wait)
 		now := r.clk.now()
@@ -175,7 +180,9 @@ func (d *lockerDriver) cycles(s int, cnt *counters, sh *shard) {
 			sh.record(histHandoff, gap)
 		}
 		sh.mu.Unlock()
-		r.handoffs.released(i, r.clk.now())
+		if r.handoffs != nil {
+			r.handoffs.released(i, r.clk.now())
+		}
 		if err := d.l.release(ctx, s, g); err != nil {
 			if !d.failed(err, cnt) {
 				return
@@ -184,6 +191,35 @@ func (d *lockerDriver) cycles(s int, cnt *counters, sh *shard) {
 		}
 		cnt.cycles.Add(1)
 	}
+}
+
+// keyNames holds the key names of a run's key space, made once, so that a
+// cycle does not allocate one: the load generator should cost as little as
+// it can next to what it measures. A key space larger than maxNamed is
+// named on the fly.
+type keyNames struct {
+	prefix string
+	names  []string
+}
+
+const maxNamed = 1 << 20
+
+func newKeyNames(prefix string, keys int) *keyNames {
+	k := &keyNames{prefix: prefix}
+	if keys <= maxNamed {
+		k.names = make([]string, keys)
+		for i := range k.names {
+			k.names[i] = prefix + strconv.Itoa(i)
+		}
+	}
+	return k
+}
+
+func (k *keyNames) name(i int) string {
+	if i < len(k.names) {
+		return k.names[i]
+	}
+	return k.prefix + strconv.Itoa(i)
 }
 
 // failed counts err and reports whether the slot may go on.
