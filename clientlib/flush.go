@@ -1,7 +1,6 @@
 package clientlib
 
 import (
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,8 +19,8 @@ import (
 // those into one write per connection instead of a write each. The flusher
 // is started by whichever comes last: the first request buffered while no
 // caller is still to run, or the last such caller running. A request alone
-// on its connection is written by its caller at once: no answer is coming
-// there that would make another caller ready to join it.
+// on its connection, while no caller is still to run, is written by its
+// caller at once: nothing is about to join it.
 
 // flusher is the client's write side.
 type flusher struct {
@@ -102,9 +101,6 @@ func (cl *Client) flushLoop() {
 		case <-cl.done:
 			return
 		}
-		// Callers just woken on the other processor may be about to
-		// buffer theirs.
-		runtime.Gosched()
 		f.mu.Lock()
 		list := f.dirty
 		f.dirty = f.spare[:0]
@@ -127,7 +123,7 @@ func (cn *conn) flush() {
 	switch {
 	case cn.writing || cn.queued:
 		// Written after the write under way, or by the flusher.
-	case cn.outstanding == 1:
+	case cn.outstanding == 1 && cn.cl.fl.woken.Load() == 0:
 		cn.write()
 	default:
 		cn.cl.fl.queue(cn)
