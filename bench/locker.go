@@ -108,7 +108,7 @@ func newLockerDriver(r *runner, l locker) *lockerDriver {
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &lockerDriver{r: r, l: l, ctx: ctx, cancel: cancel}
 	if r.exp == nil {
-		d.names = newKeyNames(r.cfg.Prefix, r.cfg.Keys)
+		d.names = newKeyNames(r.cfg.Prefix, 0, 1, r.cfg.Keys)
 	}
 	n := r.cfg.slots()
 	if r.exp != nil {
@@ -157,6 +157,10 @@ func (d *lockerDriver) cycles(s int, cnt *counters, sh *shard) {
 	r, ctx := d.r, d.ctx
 	pick := newPicker(r.cfg, s)
 	names := d.names
+	if r.cfg.Workload == workUncontended {
+		// The slot walks its own keys in order (see picker).
+		names = newKeyNames(r.cfg.Prefix, s, pick.slots, pick.perSlot)
+	}
 	var grants int64
 	defer func() { r.slotGrants[s] = grants }()
 	for !r.stopping() && r.tickets.take(1) == 1 {
@@ -193,31 +197,44 @@ func (d *lockerDriver) cycles(s int, cnt *counters, sh *shard) {
 	}
 }
 
-// keyNames holds the key names of a run's key space, made once, so that a
-// cycle does not allocate one: the load generator should cost as little as
-// it can next to what it measures. A key space larger than maxNamed is
-// named on the fly.
+// keyNames holds the names of the keys base, base+stride, base+2·stride,
+// …, made once and laid out one after another in one block of memory, so
+// that a cycle neither allocates a name nor, walking its keys in that order,
+// misses the cache on one: the load generator should cost as little as it
+// can next to what it measures. Other keys are named on the fly.
 type keyNames struct {
-	prefix string
-	names  []string
+	prefix       string
+	base, stride int
+	names        []string
 }
 
+// maxNamed bounds the names kept by one keyNames.
 const maxNamed = 1 << 20
 
-func newKeyNames(prefix string, keys int) *keyNames {
-	k := &keyNames{prefix: prefix}
-	if keys <= maxNamed {
-		k.names = make([]string, keys)
-		for i := range k.names {
-			k.names[i] = prefix + strconv.Itoa(i)
-		}
+func newKeyNames(prefix string, base, stride, n int) *keyNames {
+	k := &keyNames{prefix: prefix, base: base, stride: stride}
+	if n > maxNamed {
+		return k
+	}
+	var block []byte
+	ends := make([]int, n)
+	for j := range n {
+		block = keyName(block, prefix, base+j*stride)
+		ends[j] = len(block)
+	}
+	all := string(block)
+	k.names = make([]string, n)
+	start := 0
+	for j, end := range ends {
+		k.names[j] = all[start:end]
+		start = end
 	}
 	return k
 }
 
 func (k *keyNames) name(i int) string {
-	if i < len(k.names) {
-		return k.names[i]
+	if j := (i - k.base) / k.stride; i >= k.base && (i-k.base)%k.stride == 0 && j < len(k.names) {
+		return k.names[j]
 	}
 	return k.prefix + strconv.Itoa(i)
 }
