@@ -162,7 +162,11 @@ func (d *lockerDriver) cycles(s int, cnt *counters, sh *shard) {
 		names = newKeyNames(r.cfg.Prefix, s, pick.slots, pick.perSlot)
 	}
 	var grants int64
-	defer func() { r.slotGrants[s] = grants }()
+	b := &sampleBatch{sh: sh, cnt: cnt}
+	defer func() {
+		b.flush()
+		r.slotGrants[s] = grants
+	}()
 	for !r.stopping() && r.tickets.take(1) == 1 {
 		i := pick.next()
 		key := names.name(i)
@@ -176,14 +180,7 @@ func (d *lockerDriver) cycles(s int, cnt *counters, sh *shard) {
 			continue
 		}
 		grants++
-		cnt.grants.Add(1)
-		gap := r.handoffs.handoff(i, sent, now)
-		sh.mu.Lock()
-		sh.record(histLatency, now-sent)
-		if gap >= 0 {
-			sh.record(histHandoff, gap)
-		}
-		sh.mu.Unlock()
+		b.granted(now-sent, r.handoffs.handoff(i, sent, now))
 		if r.handoffs != nil {
 			r.handoffs.released(i, r.clk.now())
 		}
@@ -193,8 +190,55 @@ func (d *lockerDriver) cycles(s int, cnt *counters, sh *shard) {
 			}
 			continue
 		}
-		cnt.cycles.Add(1)
+		b.cycled()
 	}
+}
+
+// sampleBatch gathers a slot's latencies and counts and hands them to its
+// shard and counters a batch at a time, as the raw driver does a read's:
+// one lock of the shard a batch, not a cycle. Samples go in before the
+// counts that include them.
+type sampleBatch struct {
+	sh             *shard
+	cnt            *counters
+	lat, gap       [batchSamples]int64
+	n, ngap        int
+	grants, cycles int64
+}
+
+const batchSamples = 16
+
+func (b *sampleBatch) granted(lat, gap int64) {
+	b.lat[b.n] = lat
+	b.n++
+	if gap >= 0 {
+		b.gap[b.ngap] = gap
+		b.ngap++
+	}
+	b.grants++
+}
+
+func (b *sampleBatch) cycled() {
+	b.cycles++
+	if b.n == batchSamples {
+		b.flush()
+	}
+}
+
+func (b *sampleBatch) flush() {
+	if b.n > 0 {
+		b.sh.mu.Lock()
+		for _, v := range b.lat[:b.n] {
+			b.sh.record(histLatency, v)
+		}
+		for _, v := range b.gap[:b.ngap] {
+			b.sh.record(histHandoff, v)
+		}
+		b.sh.mu.Unlock()
+	}
+	b.cnt.grants.Add(b.grants)
+	b.cnt.cycles.Add(b.cycles)
+	b.n, b.ngap, b.grants, b.cycles = 0, 0, 0, 0
 }
 
 // keyNames holds the names of the keys base, base+stride, base+2·stride,
