@@ -69,7 +69,7 @@ type Client struct {
 	cfg    Config
 	log    zerolog.Logger
 	conns  []*conn
-	rr     atomic.Uint32
+	cur    atomic.Uint32 // the index of the current connection (see next)
 	done   chan struct{}
 	closed atomic.Bool
 	epoch  time.Time // answers are stamped with the time since
@@ -94,10 +94,11 @@ func New(cfg Config) (*Client, error) {
 	c.fl.kick = make(chan struct{}, 1)
 	c.wg.Add(1)
 	go c.flushLoop()
-	firsts := make([]chan struct{}, len(addrs))
 	for i, a := range addrs {
-		cn := newConn(c, a)
-		c.conns = append(c.conns, cn)
+		c.conns = append(c.conns, newConn(c, a, uint32(i)))
+	}
+	firsts := make([]chan struct{}, len(addrs))
+	for i, cn := range c.conns {
 		firsts[i] = make(chan struct{})
 		c.wg.Add(1)
 		go cn.run(firsts[i])
@@ -155,16 +156,33 @@ func (c *Client) sleep(d time.Duration) bool {
 	}
 }
 
-// next returns the next usable connection in round-robin order, or nil.
-func (c *Client) next() *conn {
+// next returns the usable connection a request goes to, or nil. after,
+// when not nil, is a connection that just failed the request: the search
+// starts at the one after it.
+//
+// Requests go round the connections a write at a time: the requests made
+// about the same moment share the current connection, and writing them
+// makes the next connection current (see rotate). A client whose requests
+// come one at a time thus sends each on the next connection, and a busy
+// one sends each batch on the next connection, in one write instead of a
+// write on every connection.
+func (c *Client) next(after *conn) *conn {
 	n := uint32(len(c.conns))
-	start := c.rr.Add(1)
+	start := c.cur.Load()
+	if after != nil {
+		start = after.idx + 1
+	}
 	for i := range n {
 		if cn := c.conns[(start+i)%n]; cn.usable.Load() {
 			return cn
 		}
 	}
 	return nil
+}
+
+// rotate makes the connection after cn current; cn is being written.
+func (c *Client) rotate(cn *conn) {
+	c.cur.Store((cn.idx + 1) % uint32(len(c.conns)))
 }
 
 // maxRedirects bounds how often one request follows redirects, so that two
@@ -223,13 +241,13 @@ func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Durat
 	leaseMs := ceilMs(lease)
 	attempts, redirects := 0, 0
 	var lastErr error
-	var cn *conn
+	var cn, failed *conn
 	for {
 		if c.closing() {
 			return nil, ErrClosed
 		}
 		if cn == nil {
-			if cn = c.next(); cn == nil {
+			if cn = c.next(failed); cn == nil {
 				return nil, noConnection(lastErr)
 			}
 		}
@@ -255,14 +273,14 @@ func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Durat
 			}
 			// Send it again where the connection went.
 			if !cn.waitUp(ctx, c.cfg.DialTimeout) {
-				cn = nil
+				cn, failed = nil, cn
 			}
 		default:
 			lastErr = r.err
 			if attempts++; attempts >= len(c.conns) {
 				return nil, noConnection(lastErr)
 			}
-			cn = nil
+			cn, failed = nil, cn
 		}
 	}
 }
@@ -427,11 +445,12 @@ func (l *Lock) Release(ctx context.Context) error {
 	var until time.Time // set at the first failure
 	redirects := 0
 	var lastErr error
+	var failed *conn
 	for {
 		if c.closing() {
 			return ErrClosed
 		}
-		if cn := c.next(); cn != nil {
+		if cn := c.next(failed); cn != nil {
 			r, err := cn.do(ctx, 'R', l.key, func(b []byte) []byte { return appendRelease(b, l.key, l.token) })
 			if err != nil {
 				return err
@@ -446,11 +465,14 @@ func (l *Lock) Release(ctx context.Context) error {
 				return r.err
 			case kindRedirect:
 				if redirects++; redirects <= maxRedirects {
-					cn.waitUp(ctx, c.cfg.DialTimeout)
+					if !cn.waitUp(ctx, c.cfg.DialTimeout) {
+						failed = cn
+					}
 					continue
 				}
 			}
 			lastErr = r.err
+			failed = cn
 		}
 		if until.IsZero() {
 			until = time.Now().Add(c.cfg.ReleaseRetry)
@@ -480,13 +502,13 @@ func (l *Lock) Extend(ctx context.Context, lease time.Duration) error {
 	ms := ceilMs(lease)
 	attempts, redirects := 0, 0
 	var lastErr error
-	var cn *conn
+	var cn, failed *conn
 	for {
 		if c.closing() {
 			return ErrClosed
 		}
 		if cn == nil {
-			if cn = c.next(); cn == nil {
+			if cn = c.next(failed); cn == nil {
 				return noConnection(lastErr)
 			}
 		}
@@ -513,14 +535,14 @@ func (l *Lock) Extend(ctx context.Context, lease time.Duration) error {
 				return noConnection(errors.New("too many redirects"))
 			}
 			if !cn.waitUp(ctx, c.cfg.DialTimeout) {
-				cn = nil
+				cn, failed = nil, cn
 			}
 		default:
 			lastErr = r.err
 			if attempts++; attempts >= len(c.conns) {
 				return noConnection(lastErr)
 			}
-			cn = nil
+			cn, failed = nil, cn
 		}
 	}
 }

@@ -25,6 +25,7 @@ type gate struct {
 type conn struct {
 	cl   *Client
 	home string // the configured address
+	idx  uint32 // its place in cl.conns
 
 	usable atomic.Bool
 
@@ -63,10 +64,11 @@ type conn struct {
 	wdeadlineNC  net.Conn
 }
 
-func newConn(cl *Client, addr string) *conn {
+func newConn(cl *Client, addr string, idx uint32) *conn {
 	return &conn{
 		cl:    cl,
 		home:  addr,
+		idx:   idx,
 		upCh:  make(chan struct{}),
 		acq:   make(map[string]*call),
 		gates: make(map[string]*gate),

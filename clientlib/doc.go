@@ -3,10 +3,10 @@
 // A Client keeps one persistent connection per node address (two when it is
 // given a single address, so that service goes on while one reconnects),
 // managed in the background. Requests go out round-robin over the usable
-// connections and are pipelined: many goroutines' requests share a
-// connection, those made about the same time go out in one write, and each
-// answer is matched to the oldest outstanding request with the same op and
-// key. A dropped connection is left out and re-dialled every three seconds;
+// connections, a write at a time, and are pipelined: the requests that many
+// goroutines make about the same time share the current connection and go
+// out in one write, the next ones on the next connection, and each answer
+// is matched to the oldest outstanding request with the same op and key. A dropped connection is left out and re-dialled every three seconds;
 // an acquire caught on a connection that breaks is sent again on the next
 // one with the wait it has left; a node that is not the active answers with
 // a redirect, and the connection moves to the active.

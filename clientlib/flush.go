@@ -137,6 +137,7 @@ func (cn *conn) write() {
 		return
 	}
 	cn.writing = true
+	cn.cl.rotate(cn)
 	nc, buf := cn.nc, cn.wbuf
 	cn.wbuf = cn.spare[:0]
 	cn.spare = nil
