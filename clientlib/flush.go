@@ -21,12 +21,20 @@ import (
 // caller is still to run, or the last such caller running. A request alone
 // on its connection, while no caller is still to run, is written by its
 // caller at once: nothing is about to join it.
+//
+// Writing only once the last of them has run would make the client and the
+// node take turns, each idle while the other works on the one batch. So a
+// batch that wakes many callers goes out in two halves: the first when
+// half of them have run, and the node works on it while the rest run.
 
 // flusher is the client's write side.
 type flusher struct {
 	// woken counts the callers signalled their answer that have not yet
 	// received it.
 	woken atomic.Int64
+	// half is where woken stood halfway through the last large batch of
+	// callers signalled.
+	half atomic.Int64
 	// ndirty is len(dirty), read without mu.
 	ndirty atomic.Int32
 	kick   chan struct{} // starts the flusher; capacity 1
@@ -49,7 +57,9 @@ func (cl *Client) tellAll(rs []*call) []*call {
 	if len(rs) == 0 {
 		return rs
 	}
-	cl.fl.woken.Add(int64(len(rs)))
+	if w := cl.fl.woken.Add(int64(len(rs))); w >= splitBatch {
+		cl.fl.half.Store(w / 2)
+	}
 	for i, c := range rs {
 		c.done <- struct{}{}
 		rs[i] = nil
@@ -63,13 +73,18 @@ func (cl *Client) receive(c *call) {
 	cl.received()
 }
 
-// received notes that a caller received its signal; the last one to run
-// starts the flusher if requests wait.
+// received notes that a caller received its signal; the last one to run,
+// and the one halfway through a large batch, start the flusher if requests
+// wait.
 func (cl *Client) received() {
-	if cl.fl.woken.Add(-1) == 0 && cl.fl.ndirty.Load() > 0 {
+	if w := cl.fl.woken.Add(-1); (w == 0 || w == cl.fl.half.Load()) && cl.fl.ndirty.Load() > 0 {
 		cl.fl.start()
 	}
 }
+
+// splitBatch is the least number of callers to run that is written in two
+// halves.
+const splitBatch = 16
 
 func (f *flusher) start() {
 	select {
