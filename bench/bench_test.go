@@ -254,6 +254,7 @@ func TestJSONAndTable(t *testing.T) {
 		{"--workload", "uncontended", "--ops", "500"},
 		{"--workload", "contended", "--conns", "4", "--depth", "1", "--ops", "200"},
 		{"--workload", "expiry", "--keys", "40", "--lease", "100ms"},
+		{"--workload", "uncontended", "--mode", "client", "--depth", "4", "--ops", "500"},
 	} {
 		f := filepath.Join(dir, strconv.Itoa(i)+".json")
 		files = append(files, f)
@@ -276,7 +277,8 @@ func TestJSONAndTable(t *testing.T) {
 		t.Fatalf("table: exit %d: %s", code, errs.String())
 	}
 	t.Log("\n" + out.String())
-	for _, want := range []string{"| case 0 | 1+0 |", "| case 1 |", "| case 2 |", "grants per client", "lateness"} {
+	for _, want := range []string{"| case 0 | 1+0 |", "| case 1 |", "| case 2 |", "| case 3 |", "grants per client", "lateness",
+		"kunci through clientlib (case 3) against the raw protocol (case 0): "} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q", want)
 		}

@@ -87,9 +87,9 @@ log "$RUNS interleaved runs per case, window $DURATION after $WARMUP warm-up; re
 # Cases: label | flags (both sides get the same flags).
 cases=(
 	"uncontended raw 8×16|--mode raw --conns 8 --depth 16 --workload uncontended"
+	"uncontended client 8 conns × 256 goroutines|--mode client --conns 8 --depth 32 --workload uncontended"
 	"uncontended raw 50×16|--mode raw --conns 50 --depth 16 --workload uncontended"
 	"uncontended raw 1×1|--mode raw --conns 1 --depth 1 --workload uncontended"
-	"uncontended client 8 conns × 256 goroutines|--mode client --conns 8 --depth 32 --workload uncontended"
 	"contended 50 clients on 1 key|--mode raw --conns 50 --depth 1 --workload contended --keys 1"
 	"expiry $EXPIRY_KEYS leases of 1s|--mode raw --conns 8 --depth 16 --workload expiry --keys $EXPIRY_KEYS --lease 1s"
 )

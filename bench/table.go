@@ -185,9 +185,44 @@ func writeTable(w io.Writer, all []*Summary) {
 				c.label, expiryNote(c.kunci), expiryNote(c.redis)))
 		}
 	}
+	if n := clientNote(cases); n != "" {
+		notes = append(notes, n)
+	}
 	if len(notes) > 0 {
 		p("\n%s\n", strings.Join(notes, "\n"))
 	}
+}
+
+// clientNote compares kunci through clientlib with kunci over the raw
+// protocol on as many connections: what a Go service gets of what the node
+// can do. It is empty when the runs hold no such pair.
+func clientNote(cases []*caseRuns) string {
+	find := func(mode string, conns int, depth int) *caseRuns {
+		for _, c := range cases {
+			if len(c.kunci) == 0 || c.workload != workUncontended {
+				continue
+			}
+			s := c.kunci[0]
+			if s.Mode == mode && s.Conns == conns && (depth == 0 || s.Depth == depth) {
+				return c
+			}
+		}
+		return nil
+	}
+	cl := find(modeClient, 8, 0)
+	if cl == nil {
+		return ""
+	}
+	raw := find(modeRaw, cl.kunci[0].Conns, 16)
+	if raw == nil {
+		return ""
+	}
+	c, r := statOf(cl.kunci, rate), statOf(raw.kunci, rate)
+	if r.med == 0 {
+		return ""
+	}
+	return fmt.Sprintf("- kunci through clientlib (%s) against the raw protocol (%s): %.0f %% of its cycles/s (medians; the client runs span %.0f–%.0f %% of the raw median).",
+		cl.label, raw.label, 100*c.med/r.med, 100*c.lo/r.med, 100*c.hi/r.med)
 }
 
 // median returns the run with the median cycles/s.
