@@ -91,17 +91,15 @@ func New(cfg Config) (*Client, error) {
 	if len(addrs) == 1 {
 		addrs = []string{addrs[0], addrs[0]}
 	}
-	c.fl.kick = make(chan struct{}, 1)
-	c.wg.Add(1)
-	go c.flushLoop()
 	for i, a := range addrs {
 		c.conns = append(c.conns, newConn(c, a, uint32(i)))
 	}
 	firsts := make([]chan struct{}, len(addrs))
 	for i, cn := range c.conns {
 		firsts[i] = make(chan struct{})
-		c.wg.Add(1)
+		c.wg.Add(2)
 		go cn.run(firsts[i])
+		go cn.writeLoop()
 	}
 	for _, f := range firsts {
 		<-f

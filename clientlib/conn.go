@@ -54,7 +54,8 @@ type conn struct {
 	lastDone    <-chan struct{} // the context of the last call (see watch)
 
 	// The write side; see flush.
-	wbuf    []byte // requests not yet written
+	wake    chan struct{} // hands the connection to its writer; capacity 1
+	wbuf    []byte        // requests not yet written
 	spare   []byte
 	writing bool // a goroutine is writing
 	queued  bool // on the client's flusher list
@@ -70,6 +71,7 @@ func newConn(cl *Client, addr string, idx uint32) *conn {
 		home:  addr,
 		idx:   idx,
 		upCh:  make(chan struct{}),
+		wake:  make(chan struct{}, 1),
 		acq:   make(map[string]*call),
 		gates: make(map[string]*gate),
 	}

@@ -10,24 +10,25 @@ import (
 // wake-up of the node, much the same for one request as for many, and the
 // node answers a batch in one write too.
 //
-// Callers only buffer their requests. The client's flusher goroutine
-// writes every connection that has requests buffered, one write each, at
-// the moment more are unlikely to come soon: when every caller told its
+// Callers only buffer their requests. Every connection that has requests
+// buffered is written, one write each by the connection's writer goroutine,
+// at the moment more are unlikely to come soon: when every caller told its
 // answer has run on to its next request (or left the client). Answers come
 // in batches, one read waking many callers, and most of them send another
 // request at once; writing after the last of them has run puts all of
-// those into one write per connection instead of a write each. The flusher
-// is started by whichever comes last: the first request buffered while no
-// caller is still to run, or the last such caller running. A request alone
-// on its connection, while no caller is still to run, is written by its
-// caller at once: nothing is about to join it.
+// those into one write instead of a write each. The writers are started by
+// whichever comes last: the first request buffered while no caller is
+// still to run, or the last such caller running. A request alone on its
+// connection, while no caller is still to run, is written by its caller at
+// once: nothing is about to join it.
 //
 // Writing only once the last of them has run would make the client and the
 // node take turns, each idle while the other works on the one batch. So a
 // batch that wakes many callers goes out in two halves: the first when
 // half of them have run, and the node works on it while the rest run.
 
-// flusher is the client's write side.
+// flusher keeps the connections waiting to be written, and when to start
+// their writers.
 type flusher struct {
 	// woken counts the callers signalled their answer that have not yet
 	// received it.
@@ -37,11 +38,9 @@ type flusher struct {
 	half atomic.Int64
 	// ndirty is len(dirty), read without mu.
 	ndirty atomic.Int32
-	kick   chan struct{} // starts the flusher; capacity 1
 
 	mu    sync.Mutex
 	dirty []*conn // connections with requests buffered, to be written
-	spare []*conn
 }
 
 // tell signals c's caller its answer (or why there is none).
@@ -74,7 +73,7 @@ func (cl *Client) receive(c *call) {
 }
 
 // received notes that a caller received its signal; the last one to run,
-// and the one halfway through a large batch, start the flusher if requests
+// and the one halfway through a large batch, start the writers if requests
 // wait.
 func (cl *Client) received() {
 	if w := cl.fl.woken.Add(-1); (w == 0 || w == cl.fl.half.Load()) && cl.fl.ndirty.Load() > 0 {
@@ -86,11 +85,19 @@ func (cl *Client) received() {
 // halves.
 const splitBatch = 16
 
+// start hands the connections on the list to their writers.
 func (f *flusher) start() {
-	select {
-	case f.kick <- struct{}{}:
-	default: // started already
+	f.mu.Lock()
+	for i, cn := range f.dirty {
+		select {
+		case cn.wake <- struct{}{}:
+		default: // woken already
+		}
+		f.dirty[i] = nil
 	}
+	f.dirty = f.dirty[:0]
+	f.ndirty.Store(0)
+	f.mu.Unlock()
 }
 
 // queue puts cn on the list to write. cn.mu is held.
@@ -106,29 +113,21 @@ func (f *flusher) queue(cn *conn) {
 	}
 }
 
-// flushLoop is the flusher goroutine.
-func (cl *Client) flushLoop() {
-	defer cl.wg.Done()
-	f := &cl.fl
+// writeLoop is the goroutine that writes cn's batches when start hands cn
+// over. Each connection has its own, so that a write blocked on a
+// dead peer holds up that connection alone.
+func (cn *conn) writeLoop() {
+	defer cn.cl.wg.Done()
 	for {
 		select {
-		case <-f.kick:
-		case <-cl.done:
+		case <-cn.wake:
+		case <-cn.cl.done:
 			return
 		}
-		f.mu.Lock()
-		list := f.dirty
-		f.dirty = f.spare[:0]
-		f.ndirty.Store(0)
-		f.mu.Unlock()
-		for i, cn := range list {
-			cn.mu.Lock()
-			cn.queued = false
-			cn.write()
-			cn.mu.Unlock()
-			list[i] = nil
-		}
-		f.spare = list[:0]
+		cn.mu.Lock()
+		cn.queued = false
+		cn.write()
+		cn.mu.Unlock()
 	}
 }
 
@@ -137,7 +136,7 @@ func (cl *Client) flushLoop() {
 func (cn *conn) flush() {
 	switch {
 	case cn.writing || cn.queued:
-		// Written after the write under way, or by the flusher.
+		// Written after the write under way, or by the writer.
 	case cn.outstanding == 1 && cn.cl.fl.woken.Load() == 0:
 		cn.write()
 	default:
@@ -146,7 +145,7 @@ func (cn *conn) flush() {
 }
 
 // write writes what is buffered, in one write. What is buffered meanwhile
-// goes to the flusher. cn.mu is held, and is released meanwhile.
+// is queued for the writer. cn.mu is held, and is released meanwhile.
 func (cn *conn) write() {
 	if cn.writing || len(cn.wbuf) == 0 || cn.nc == nil {
 		return
