@@ -164,18 +164,31 @@ func (c *Client) sleep(d time.Duration) bool {
 // come one at a time thus sends each on the next connection, and a busy
 // one sends each batch on the next connection, in one write instead of a
 // write on every connection.
+//
+// A connection in the middle of a write is passed over while another is
+// usable: its write may be stuck on a peer that stopped reading, and only
+// writes move the current connection on, so requests would otherwise pile
+// up on it until the write times out.
 func (c *Client) next(after *conn) *conn {
 	n := uint32(len(c.conns))
 	start := c.cur.Load()
 	if after != nil {
 		start = after.idx + 1
 	}
+	var busy *conn
 	for i := range n {
-		if cn := c.conns[(start+i)%n]; cn.usable.Load() {
+		cn := c.conns[(start+i)%n]
+		if !cn.usable.Load() {
+			continue
+		}
+		if !cn.writing.Load() {
 			return cn
 		}
+		if busy == nil {
+			busy = cn
+		}
 	}
-	return nil
+	return busy
 }
 
 // rotate makes the connection after cn current; cn is being written.

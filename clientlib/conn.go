@@ -20,14 +20,18 @@ type gate struct {
 }
 
 // conn is one managed connection. A goroutine (run) dials, reads and
-// re-dials it; requests are written by the goroutines that send them (see
-// flush). Its fields below mu are kept under mu.
+// re-dials it; another (writeLoop) writes the requests its callers buffer,
+// unless a caller writes a request alone at once (see flush). Its fields
+// below mu are kept under mu.
 type conn struct {
 	cl   *Client
 	home string // the configured address
 	idx  uint32 // its place in cl.conns
 
 	usable atomic.Bool
+	// writing: a write is under way. Set and cleared under mu, read
+	// without it by Client.next.
+	writing atomic.Bool
 
 	mu   sync.Mutex
 	nc   net.Conn // nil while down
@@ -54,11 +58,12 @@ type conn struct {
 	lastDone    <-chan struct{} // the context of the last call (see watch)
 
 	// The write side; see flush.
-	wake    chan struct{} // hands the connection to its writer; capacity 1
-	wbuf    []byte        // requests not yet written
-	spare   []byte
-	writing bool // a goroutine is writing
-	queued  bool // on the client's flusher list
+	wake  chan struct{} // hands the connection to its writer; capacity 1
+	wbuf  []byte        // requests not yet written
+	spare []byte
+	// queued: on the flusher's list, or handed to the writer from it
+	// and not yet taken up.
+	queued bool
 	// Whoever writes: when it last moved the write deadline, and on
 	// which connection.
 	wdeadlineSet time.Time

@@ -135,7 +135,7 @@ func (cn *conn) writeLoop() {
 // and may be released meanwhile.
 func (cn *conn) flush() {
 	switch {
-	case cn.writing || cn.queued:
+	case cn.writing.Load() || cn.queued:
 		// Written after the write under way, or by the writer.
 	case cn.outstanding == 1 && cn.cl.fl.woken.Load() == 0:
 		cn.write()
@@ -147,10 +147,10 @@ func (cn *conn) flush() {
 // write writes what is buffered, in one write. What is buffered meanwhile
 // is queued for the writer. cn.mu is held, and is released meanwhile.
 func (cn *conn) write() {
-	if cn.writing || len(cn.wbuf) == 0 || cn.nc == nil {
+	if cn.writing.Load() || len(cn.wbuf) == 0 || cn.nc == nil {
 		return
 	}
-	cn.writing = true
+	cn.writing.Store(true)
 	cn.cl.rotate(cn)
 	nc, buf := cn.nc, cn.wbuf
 	cn.wbuf = cn.spare[:0]
@@ -165,13 +165,15 @@ func (cn *conn) write() {
 	_, err := nc.Write(buf)
 	cn.mu.Lock()
 	cn.spare = buf[:0]
-	cn.writing = false
+	cn.writing.Store(false)
 	if err != nil {
 		// The reader sees the closed connection and fails the calls.
 		_ = nc.Close()
-		return
 	}
-	if len(cn.wbuf) > 0 && !cn.queued && cn.nc != nil {
+	// What was buffered meanwhile is for the writer, unless it was for
+	// the connection that just failed; requests buffered on a connection
+	// attached since are not.
+	if len(cn.wbuf) > 0 && !cn.queued && cn.nc != nil && (err == nil || cn.nc != nc) {
 		cn.cl.fl.queue(cn)
 	}
 }

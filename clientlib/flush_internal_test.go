@@ -70,10 +70,7 @@ func TestBlockedWriteHoldsUpItsConnectionOnly(t *testing.T) {
 	a.mu.Unlock()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		a.mu.Lock()
-		writing := a.writing
-		a.mu.Unlock()
-		if writing {
+		if a.writing.Load() {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -95,10 +92,7 @@ func TestBlockedWriteHoldsUpItsConnectionOnly(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("a write blocked on one connection held up the other's")
 	}
-	a.mu.Lock()
-	stillWriting := a.writing
-	a.mu.Unlock()
-	if !stillWriting {
+	if !a.writing.Load() {
 		t.Fatal("the first connection's write ended: the test did not block it")
 	}
 }
