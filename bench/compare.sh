@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # bench/compare.sh (make bench-compare): kunci beside the Redis fenced-lock
 # recipe, same load, same machine. Starts a kunci node and a redis-server on
-# loopback ports, runs every case RUNS times interleaved (kunci, Redis,
-# kunci, Redis, …), stops both (also on failure or ^C), and prints one
-# table: medians with min–max, and kunci/Redis for cycles/s and p99.
+# loopback ports, runs every case RUNS times interleaved (round by round,
+# every case once a round, kunci then Redis), stops both (also on failure
+# or ^C), and prints one table: medians with min–max, and kunci/Redis for
+# cycles/s and p99.
 #
 # Settings (environment): RUNS (3), DURATION (5s), WARMUP (1s),
 # EXPIRY_KEYS (100000), KUNCI_ADDR (127.0.0.1:7090), REDIS_PORT (6390),
@@ -94,14 +95,18 @@ cases=(
 	"expiry $EXPIRY_KEYS leases of 1s|--mode raw --conns 8 --depth 16 --workload expiry --keys $EXPIRY_KEYS --lease 1s"
 )
 
-n=0
-for c in "${cases[@]}"; do
-	n=$((n + 1))
-	label=${c%%|*}
-	read -r -a flags <<<"${c#*|}"
-	window=(--duration "$DURATION" --warmup "$WARMUP")
-	if [[ " ${flags[*]} " == *" expiry "* ]]; then window=(--duration 60s); fi
-	for run in $(seq "$RUNS"); do
+# Round by round: every case once per round, so that each case's runs are
+# spread over the whole comparison and cases compared with each other (the
+# client library against the raw protocol) meet the machine in the same
+# moods.
+for run in $(seq "$RUNS"); do
+	n=0
+	for c in "${cases[@]}"; do
+		n=$((n + 1))
+		label=${c%%|*}
+		read -r -a flags <<<"${c#*|}"
+		window=(--duration "$DURATION" --warmup "$WARMUP")
+		if [[ " ${flags[*]} " == *" expiry "* ]]; then window=(--duration 60s); fi
 		for side in kunci redis; do
 			if [ "$side" = kunci ]; then
 				target="kunci://$KUNCI_ADDR" pid=$kunci_pid
