@@ -156,7 +156,8 @@ func (d *lockerDriver) run() {
 func (d *lockerDriver) cycles(s int, cnt *counters, sh *shard) {
 	r, ctx := d.r, d.ctx
 	pick := newPicker(r.cfg, s)
-	names := d.names
+	shared := *d.names // the slot's own cursor (last) over the run's names
+	names := &shared
 	if r.cfg.Workload == workUncontended {
 		// The slot walks its own keys in order (see picker).
 		names = newKeyNames(r.cfg.Prefix, s, pick.slots, pick.perSlot)
@@ -250,6 +251,7 @@ type keyNames struct {
 	prefix       string
 	base, stride int
 	names        []string
+	last         int // the index in names of the last key named
 }
 
 // maxNamed bounds the names kept by one keyNames.
@@ -277,7 +279,18 @@ func newKeyNames(prefix string, base, stride, n int) *keyNames {
 }
 
 func (k *keyNames) name(i int) string {
+	// The key after the last one named, as a slot walks its keys, or the
+	// first: found without dividing.
+	if j := k.last + 1; j < len(k.names) && i == k.base+j*k.stride {
+		k.last = j
+		return k.names[j]
+	}
+	if i == k.base && len(k.names) > 0 {
+		k.last = 0
+		return k.names[0]
+	}
 	if j := (i - k.base) / k.stride; i >= k.base && (i-k.base)%k.stride == 0 && j < len(k.names) {
+		k.last = j
 		return k.names[j]
 	}
 	return k.prefix + strconv.Itoa(i)
