@@ -353,3 +353,24 @@ func TestRedis(t *testing.T) {
 		})
 	}
 }
+
+// A slot whose releases fail keeps its grants' samples: the batch does not
+// overflow, and every grant and cycle is counted once.
+func TestSampleBatchWithFailedReleases(t *testing.T) {
+	r := newRecorder(1)
+	cnt := r.addWorker()
+	b := &sampleBatch{sh: r.shardOf(0), cnt: cnt}
+	for i := range 3 * batchSamples {
+		b.granted(int64(i+1), -1)
+		if i%3 == 0 {
+			b.cycled() // the others' releases failed
+		}
+	}
+	b.flush()
+	if g, c := cnt.grants.Load(), cnt.cycles.Load(); g != 3*batchSamples || c != batchSamples {
+		t.Fatalf("grants %d, cycles %d: want %d and %d", g, c, 3*batchSamples, batchSamples)
+	}
+	if n := r.shardOf(0).h[histLatency].TotalCount(); n != 3*batchSamples {
+		t.Fatalf("%d latencies recorded, want %d", n, 3*batchSamples)
+	}
+}

@@ -107,7 +107,7 @@ type lockerDriver struct {
 func newLockerDriver(r *runner, l locker) *lockerDriver {
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &lockerDriver{r: r, l: l, ctx: ctx, cancel: cancel}
-	if r.exp == nil {
+	if r.exp == nil && r.cfg.Workload != workUncontended { // uncontended slots name their own (see cycles)
 		d.names = newKeyNames(r.cfg.Prefix, 0, 1, r.cfg.Keys)
 	}
 	n := r.cfg.slots()
@@ -156,11 +156,13 @@ func (d *lockerDriver) run() {
 func (d *lockerDriver) cycles(s int, cnt *counters, sh *shard) {
 	r, ctx := d.r, d.ctx
 	pick := newPicker(r.cfg, s)
-	shared := *d.names // the slot's own cursor (last) over the run's names
-	names := &shared
+	var names *keyNames
 	if r.cfg.Workload == workUncontended {
 		// The slot walks its own keys in order (see picker).
 		names = newKeyNames(r.cfg.Prefix, s, pick.slots, pick.perSlot)
+	} else {
+		own := *d.names // the slot's own cursor (last) over the run's names
+		names = &own
 	}
 	var grants int64
 	b := &sampleBatch{sh: sh, cnt: cnt}
@@ -210,6 +212,9 @@ type sampleBatch struct {
 const batchSamples = 16
 
 func (b *sampleBatch) granted(lat, gap int64) {
+	if b.n == batchSamples { // full: releases failed since the last flush
+		b.flush()
+	}
 	b.lat[b.n] = lat
 	b.n++
 	if gap >= 0 {
