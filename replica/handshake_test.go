@@ -1,0 +1,211 @@
+package replica
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+var (
+	keyA = []byte("0123456789abcdef0123456789abcdef")
+	keyB = []byte("fedcba9876543210fedcba9876543210")
+	keyC = []byte("a third key, never shared with A")
+)
+
+func ring(t *testing.T, keys ...[]byte) *Keyring {
+	t.Helper()
+	if len(keys) == 0 {
+		return nil
+	}
+	kr, err := NewKeyring(keys[0], keys[1:]...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kr
+}
+
+const (
+	nodeD = "10.0.0.2:7070"
+	nodeA = "10.0.0.1:7070"
+)
+
+func isPeer(addr string) bool { return addr == nodeD }
+
+// shake runs a whole handshake between a dialler holding dk and an acceptor
+// holding ak, and returns the first error either side saw.
+func shake(t *testing.T, dk, ak *Keyring) error {
+	t.Helper()
+	d, hello, err := Dial(dk, nodeD, 5, nodeA, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, challenge, err := Accept(ak, nodeA, 9, line(hello), isPeer, nil)
+	if err != nil {
+		return err
+	}
+	if a.Peer != nodeD || a.Inc != 5 {
+		t.Fatalf("acceptor sees peer %q inc %d", a.Peer, a.Inc)
+	}
+	proof, incA, err := d.Challenge(line(challenge))
+	if err != nil {
+		return err
+	}
+	if incA != 9 {
+		t.Fatalf("dialler sees incarnation %d", incA)
+	}
+	return a.Proof(line(proof))
+}
+
+func line(b []byte) []byte { return bytes.TrimSuffix(b, []byte("\n")) }
+
+func TestHandshakeWithTheSameKey(t *testing.T) {
+	if err := shake(t, ring(t, keyA), ring(t, keyA)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHandshakeWithoutAKeyOnBothSides(t *testing.T) {
+	if err := shake(t, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestHandshakeRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		dk, ak [][]byte
+		want   error
+	}{
+		{"different keys", [][]byte{keyA}, [][]byte{keyB}, ErrNoCommonKey},
+		{"dialler without a key", nil, [][]byte{keyA}, ErrNeedsKey},
+		{"acceptor without a key", [][]byte{keyA}, nil, ErrNoKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := shake(t, ring(t, tc.dk...), ring(t, tc.ak...)); !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+// A rollout: every node gets the new key as current with the old one
+// beside it, then drops the old one. At every step any two nodes agree.
+func TestHandshakeDuringAKeyRotation(t *testing.T) {
+	steps := [][][]byte{
+		{keyA},       // before
+		{keyB, keyA}, // new key current, old accepted
+		{keyB},       // after
+	}
+	for i := range steps {
+		for j := range steps {
+			if d := i - j; d > 1 || d < -1 {
+				continue // nodes are never two steps apart
+			}
+			if err := shake(t, ring(t, steps[i]...), ring(t, steps[j]...)); err != nil {
+				t.Errorf("dialler at step %d, acceptor at step %d: %v", i, j, err)
+			}
+		}
+	}
+}
+
+// An attacker who recorded a whole handshake cannot replay either side's
+// part: the other side's nonce is new each time.
+func TestRecordedHandshakeCannotBeReplayed(t *testing.T) {
+	kr := ring(t, keyA)
+	d, hello, _ := Dial(kr, nodeD, 5, nodeA, nil)
+	_, challenge, err := Accept(kr, nodeA, 9, line(hello), isPeer, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proof, _, err := d.Challenge(line(challenge))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The recorded hello and proof against the acceptor again.
+	a2, _, err := Accept(kr, nodeA, 9, line(hello), isPeer, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a2.Proof(line(proof)); !errors.Is(err, ErrBadProof) {
+		t.Fatalf("replayed proof: %v", err)
+	}
+	// The recorded challenge against a dialler.
+	d2, _, _ := Dial(kr, nodeD, 5, nodeA, nil)
+	if _, _, err := d2.Challenge(line(challenge)); !errors.Is(err, ErrBadProof) {
+		t.Fatalf("replayed challenge: %v", err)
+	}
+}
+
+// A proof made for one pair of addresses or incarnations does not hold for
+// another, and a flipped bit fails.
+func TestProofBindsAddressesAndIncarnations(t *testing.T) {
+	kr := ring(t, keyA)
+	d, hello, _ := Dial(kr, nodeD, 5, nodeA, nil)
+	a, challenge, _ := Accept(kr, nodeA, 9, line(hello), isPeer, nil)
+	proof, _, err := d.Challenge(line(challenge))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.hs.incD++ // the proof was made for incarnation 5
+	if err := a.Proof(line(proof)); !errors.Is(err, ErrBadProof) {
+		t.Fatalf("proof for another incarnation: %v", err)
+	}
+	a.hs.incD--
+	bad := bytes.Clone(proof)
+	bad[5] ^= 1
+	if err := a.Proof(line(bad)); err == nil {
+		t.Fatal("a tampered proof passed")
+	}
+	if err := a.Proof(line(proof)); err != nil {
+		t.Fatal(err)
+	}
+
+	// The challenge names the address dialled.
+	d2, _, _ := Dial(kr, nodeD, 5, "10.0.0.3:7070", nil)
+	if _, _, err := d2.Challenge(line(challenge)); !errors.Is(err, ErrBadHandshake) {
+		t.Fatalf("challenge from another address: %v", err)
+	}
+}
+
+func TestAcceptRefusesStrangersAndJunk(t *testing.T) {
+	kr := ring(t, keyA)
+	_, hello, _ := Dial(kr, "10.9.9.9:7070", 5, nodeA, nil)
+	if _, _, err := Accept(kr, nodeA, 9, line(hello), isPeer, nil); !errors.Is(err, ErrUnknownPeer) {
+		t.Fatalf("hello from a stranger: %v", err)
+	}
+	for _, junk := range []string{
+		"", "N", "N a", "N " + nodeD + " 5 zz 1234abcd",
+		"N " + nodeD + " x " + strings.Repeat("0", 32) + " 1234abcd",
+		"N " + nodeD + " 5 " + strings.Repeat("0", 32) + " 1234abcd,",
+		"N " + nodeD + " 5 " + strings.Repeat("0", 32) + " 1,2,3,4,5",
+		"N " + nodeD + " 5 " + strings.Repeat("0", 32) + " 1234abcd extra",
+		"GET / HTTP/1.1",
+	} {
+		if _, _, err := Accept(kr, nodeA, 9, []byte(junk), isPeer, nil); err == nil {
+			t.Errorf("Accept(%q) passed", junk)
+		}
+	}
+	d, _, _ := Dial(kr, nodeD, 5, nodeA, nil)
+	for _, junk := range []string{"", "HTTP/1.1 400 Bad Request", "N " + nodeA + " 9 00 - -", "+OK"} {
+		if _, _, err := d.Challenge([]byte(junk)); err == nil {
+			t.Errorf("Challenge(%q) passed", junk)
+		}
+	}
+	if _, _, err := d.Challenge([]byte("E N - replica: no cluster key in common")); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("an E answer: %v", err)
+	}
+}
+
+func TestKeyringRefusesShortAndRepeatedKeys(t *testing.T) {
+	if _, err := NewKeyring([]byte("short")); err == nil {
+		t.Error("a 5-byte key was taken")
+	}
+	if _, err := NewKeyring(keyA, keyA); err == nil {
+		t.Error("the same key twice was taken")
+	}
+	if id := ring(t, keyA).KeyID(); len(id) != 8 || strings.Contains(string(keyA), id) {
+		t.Errorf("key ID %q", id)
+	}
+}
