@@ -6,6 +6,9 @@ set -euo pipefail
 KUNCID=${KUNCID:-bin/kuncid}
 BENCH=${BENCH:-bin/bench}
 ROUNDS=${1:-3}
+KEY=$(mktemp)
+trap 'rm -f "$KEY"' EXIT
+head -c 32 /dev/urandom | base64 >"$KEY"
 A=127.0.0.1:7301
 B=127.0.0.1:7302
 
@@ -17,8 +20,8 @@ run() {
 	async | semi)
 		local extra=()
 		[ "$mode" = semi ] && extra=(--semi-sync)
-		"$KUNCID" --listen $A --peers $A,$B --data-dir "$d1" --log-level error "${extra[@]}" & pids+=($!)
-		"$KUNCID" --listen $B --peers $A,$B --data-dir "$d2" --log-level error "${extra[@]}" & pids+=($!)
+		"$KUNCID" --listen $A --peers $A,$B --cluster-key-file "$KEY" --data-dir "$d1" --log-level error "${extra[@]}" & pids+=($!)
+		"$KUNCID" --listen $B --peers $A,$B --cluster-key-file "$KEY" --data-dir "$d2" --log-level error "${extra[@]}" & pids+=($!)
 		;;
 	esac
 	sleep 2 # node A active, B copied its state

@@ -27,6 +27,7 @@ func startCluster(t *testing.T, n int) ([]*server.Node, []string) {
 	for i := range nodes {
 		nodes[i] = startNode(t, addrs[i], func(c *server.Config) {
 			c.Peers, c.DataDir = addrs, t.TempDir()
+			c.ClusterKey = []byte("a test cluster key, 32 bytes lng")
 			c.Heartbeat, c.FailoverTimeout = 20*time.Millisecond, 300*time.Millisecond
 		})
 	}

@@ -71,31 +71,33 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 }
 
 var (
-	descGrants     = desc("grants_total", "Locks granted, at once or by FIFO handoff.")
-	descReleases   = desc("releases_total", "Release requests, by result (ok, stale).", "result")
-	descExtends    = desc("extends_total", "Extend requests, by result (ok, stale).", "result")
-	descExpiries   = desc("expiries_total", "Leases that ran out before a release: a sign of dead or paused holders.")
-	descTimeouts   = desc("wait_timeouts_total", "Queued acquires whose wait ran out (answered T).")
-	descCancels    = desc("cancels_total", "Queued acquires withdrawn by C.")
-	descWithdrawn  = desc("withdrawn_total", "Queued acquires dropped because their connection closed.")
-	descErrors     = desc("errors_total", "Requests refused with E, by reason.", "reason")
-	descSlowClosed = desc("slow_clients_closed_total", "Connections closed for not reading their answers.")
-	descKeys       = desc("keys_held", "Keys held now.")
-	descQueued     = desc("waiters_queued", "Acquires queued now.")
-	descConns      = desc("connections", "Client connections open now.")
-	descTokens     = desc("tokens_issued", "The latest fencing token issued (tokens only increase).")
-	descRole       = desc("role", "1 for this node's role.", "role")
-	descLag        = desc("replication_lag_records", "On the active: records sent to a standby and not yet acknowledged by it.", "standby")
-	descSynced     = desc("replication_synced", "On the active: 1 when a standby has applied its snapshot and follows the stream.", "standby")
-	descPromotions = desc("promotions_total", "Times this node became the active (failover, handoff or cluster start).")
-	descWait       = desc("wait_seconds", "Time from an acquire's arrival to its grant (0 for a free key).")
-	descHold       = desc("hold_seconds", "Time from a grant to its release or expiry.")
+	descGrants      = desc("grants_total", "Locks granted, at once or by FIFO handoff.")
+	descReleases    = desc("releases_total", "Release requests, by result (ok, stale).", "result")
+	descExtends     = desc("extends_total", "Extend requests, by result (ok, stale).", "result")
+	descExpiries    = desc("expiries_total", "Leases that ran out before a release: a sign of dead or paused holders.")
+	descTimeouts    = desc("wait_timeouts_total", "Queued acquires whose wait ran out (answered T).")
+	descCancels     = desc("cancels_total", "Queued acquires withdrawn by C.")
+	descWithdrawn   = desc("withdrawn_total", "Queued acquires dropped because their connection closed.")
+	descErrors      = desc("errors_total", "Requests refused with E, by reason.", "reason")
+	descSlowClosed  = desc("slow_clients_closed_total", "Connections closed for not reading their answers.")
+	descKeys        = desc("keys_held", "Keys held now.")
+	descQueued      = desc("waiters_queued", "Acquires queued now.")
+	descConns       = desc("connections", "Client connections open now.")
+	descTokens      = desc("tokens_issued", "The latest fencing token issued (tokens only increase).")
+	descRole        = desc("role", "1 for this node's role.", "role")
+	descLag         = desc("replication_lag_records", "On the active: records sent to a standby and not yet acknowledged by it.", "standby")
+	descSynced      = desc("replication_synced", "On the active: 1 when a standby has applied its snapshot and follows the stream.", "standby")
+	descPeerRefused = desc("peer_refused_total", "Peer handshakes refused (wrong or missing cluster key, unknown peer) and peer links closed for breaking the peer protocol.")
+	descPeerDropped = desc("peer_frames_dropped_total", "Peer frames dropped unread: heartbeats over the rate a link may send.")
+	descPromotions  = desc("promotions_total", "Times this node became the active (failover, handoff or cluster start).")
+	descWait        = desc("wait_seconds", "Time from an acquire's arrival to its grant (0 for a free key).")
+	descHold        = desc("hold_seconds", "Time from a grant to its release or expiry.")
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descGrants, descReleases, descExtends, descExpiries,
 		descTimeouts, descCancels, descWithdrawn, descErrors, descSlowClosed, descKeys,
-		descQueued, descConns, descTokens, descRole, descLag, descSynced, descPromotions, descWait, descHold} {
+		descQueued, descConns, descTokens, descRole, descLag, descSynced, descPromotions, descWait, descHold, descPeerRefused, descPeerDropped} {
 		ch <- d
 	}
 }
@@ -139,6 +141,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descSynced, synced, l.Standby)
 	}
 	counter(descPromotions, c.n.promotions.Load())
+	counter(descPeerRefused, m.PeerRefused)
+	counter(descPeerDropped, m.PeerFramesDropped)
 	ch <- histogram(descWait, &e.WaitTime)
 	ch <- histogram(descHold, &e.HoldTime)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
+	"github.com/rs/zerolog"
 
 	"github.com/kunci/kunci/failover"
 	"github.com/kunci/kunci/replica"
@@ -47,7 +48,12 @@ type cluster struct {
 	mu         sync.Mutex
 	el         *failover.Elector
 	links      []*peerConn // this node's link to each peer, nil while down
+	inLinks    []*peerConn // each peer's link to this node, nil while down
 	dialing    []bool
+	// A peer whose handshake failed (it answered, but not as a kunci peer
+	// holding the key) is dialled again only after a backoff.
+	dialAfter []int64 // node clock
+	dialFails []int
 	following  int // the active this standby streams from, -1 for none
 	takeoverAt time.Time
 
@@ -93,7 +99,10 @@ func newCluster(n *Node) (*cluster, error) {
 		inc:       uint64(time.Now().UnixNano()),
 		el:        failover.New(cfg.Peers, self, int64(cfg.FailoverTimeout), n.now()),
 		links:     make([]*peerConn, len(cfg.Peers)),
+		inLinks:   make([]*peerConn, len(cfg.Peers)),
 		dialing:   make([]bool, len(cfg.Peers)),
+		dialAfter: make([]int64, len(cfg.Peers)),
+		dialFails: make([]int, len(cfg.Peers)),
 		following: -1,
 		events:    make(chan func(), 64),
 		loopsUp:   make(chan struct{}),
@@ -106,6 +115,16 @@ func newCluster(n *Node) (*cluster, error) {
 	// not advertised, so that a restarted standby does not push tokens up.
 	cl.ceiling.Store(n.savedCeiling)
 	return cl, nil
+}
+
+// index returns addr's place in the peer list, or -1.
+func (cl *cluster) index(addr string) int {
+	for i, a := range cl.addrs {
+		if a == addr {
+			return i
+		}
+	}
+	return -1
 }
 
 // role values of Node.role.
@@ -169,7 +188,7 @@ func (cl *cluster) tick() {
 			// (the peer's machine died). Dial afresh, so that a peer that
 			// comes back hears this node again.
 			_ = pc.c.Close()
-		case pc == nil && !cl.dialing[i]:
+		case pc == nil && !cl.dialing[i] && now >= cl.dialAfter[i]:
 			cl.dialing[i] = true
 			go cl.dial(i)
 		}
@@ -274,11 +293,27 @@ func (cl *cluster) dial(i int) {
 		cl.dialing[i] = false
 		cl.mu.Unlock()
 	}
-	nc, err := net.DialTimeout("tcp", cl.addrs[i], dialTimeout)
+	nc, err := cl.dialPeer(i, dialTimeout)
 	if err != nil {
+		var ne net.Error
+		if !errors.As(err, &ne) {
+			// It answered, but not as a kunci peer holding the key:
+			// named in one log line, and dialled again after a backoff.
+			cl.mu.Lock()
+			cl.dialFails[i]++
+			backoff := min(time.Second<<min(cl.dialFails[i]-1, 5), 30*time.Second)
+			cl.dialAfter[i] = n.now() + int64(backoff)
+			cl.mu.Unlock()
+			n.peerLog.warn(n.log, "dial "+cl.addrs[i]+err.Error(), func(e *zerolog.Event) {
+				e.Str("peer", cl.addrs[i]).Err(err).Stringer("retry_in", backoff)
+			}, "the peer's address does not answer as a kunci peer holding the cluster key")
+		}
 		fail()
 		return
 	}
+	cl.mu.Lock()
+	cl.dialFails[i] = 0
+	cl.mu.Unlock()
 	pc := &peerConn{n: n, idx: i, out: true}
 	ctx := gnet.NewContext(gnet.NewNetConnContext(context.Background(), nc), pc)
 	ch, err := n.eng.Register(ctx)

@@ -14,6 +14,9 @@ import (
 	"github.com/kunci/kunci/server"
 )
 
+// testClusterKey is the test clusters' key.
+var testClusterKey = []byte("a test cluster key, 32 bytes lng")
+
 // Cluster timing for tests: fast, but with room for a loaded machine.
 const (
 	testHeartbeat = 20 * time.Millisecond
@@ -70,6 +73,7 @@ func (tc *testCluster) start(i int) *server.Node {
 	cfg := server.Config{
 		Listen:          tc.addrs[i],
 		Peers:           tc.addrs,
+		ClusterKey:      testClusterKey,
 		DataDir:         tc.dirs[i],
 		Heartbeat:       testHeartbeat,
 		FailoverTimeout: testFailover,
@@ -491,14 +495,10 @@ func TestClusterHigherPeerCeilingRaisesTokensWithoutStalling(t *testing.T) {
 	defer c.close()
 	c.send("A a 30 0")
 	tok := c.expectGrant("a")
-	peer, err := net.Dial("tcp", tc.addrs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Close()
-	high := tok + 10<<20
+	peer := dialAsPeer(t, tc.addrs[0], tc.addrs[2], testClusterKey)
+	high := (tok>>20 + 10) << 20 // a block boundary, as real ceilings are
 	start := time.Now()
-	fmt.Fprintf(peer, "P H %s s - 1 1 %d 0\n", tc.addrs[2], high)
+	peer.send(peer.heartbeat('s', 1, high))
 	waitFor(t, "tokens above the peer's ceiling", func() bool {
 		c.send("R a " + strconv.FormatUint(tok, 10))
 		c.expect("R a OK")

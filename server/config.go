@@ -50,7 +50,15 @@ type Config struct {
 	// only once a standby has acknowledged the changes made so far, so
 	// that a crash failover loses no grant a client was told of.
 	SemiSync bool
-	Logger   zerolog.Logger
+	// ClusterKey is the secret every peer link proves knowledge of before
+	// any peer frame on it is acted on (replica's handshake); at least
+	// replica.MinKeyLen bytes. ClusterKeyOld, during a key rotation, is an
+	// older key still accepted beside it. A cluster node refuses to start
+	// without a key unless InsecurePeers says so explicitly.
+	ClusterKey    []byte
+	ClusterKeyOld []byte
+	InsecurePeers bool
+	Logger        zerolog.Logger
 }
 
 // Defaults.

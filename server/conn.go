@@ -10,6 +10,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 
 	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/replica"
 )
 
 // conn is a client connection's state. Every field but id and lp is owned by
@@ -26,8 +27,11 @@ type conn struct {
 	pausedAt int64  // when it was paused (node clock)
 	closed   bool
 	acquired bool // sent an acquire, so it may have queued acquires
-	client   bool // known not to be a peer (cluster nodes tell by the first bytes)
-	held     int  // answers held for a standby's acknowledgement (semi-sync), bytes
+	client   bool // known not to be a peer: its first line was not a peer's hello
+	// hs is the peer handshake in progress: the connection sent a peer's
+	// hello and was challenged; its next line must be the proof.
+	hs   *replica.Accepting
+	held int // answers held for a standby's acknowledgement (semi-sync), bytes
 }
 
 // connTable maps ConnIDs to connections for any goroutine: an ID is a slot

@@ -30,8 +30,11 @@ type loop struct {
 
 	// standby is set for a serve on a node that is not the active: its
 	// A, R, X and C are answered with a redirect.
-	standby    bool
-	redirected bool // serve wrote the redirect: stop and close
+	standby bool
+	// closing is set when serve wrote an answer after which the connection
+	// ends (a redirect, a refused peer frame): lines behind it are not
+	// executed.
+	closing    bool
 	refused    refusals
 	inbox      inbox
 	drainTask  gnet.Runnable
@@ -90,7 +93,7 @@ func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 	off := 0
 	lp.batch = lp.batch[:0]
 	lp.standby = n.role.Load() != roleActive
-	lp.redirected = false
+	lp.closing = false
 	if len(cs.carry) > 0 {
 		i := bytes.IndexByte(buf, '\n')
 		if i < 0 {
@@ -108,7 +111,7 @@ func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 		off = i + 1
 	}
 	tooLong := false
-	for off < len(buf) && off < serveBudget && !lp.redirected {
+	for off < len(buf) && off < serveBudget && !lp.closing {
 		m, err := lp.parse(cs, buf[off:])
 		if err == wire.ErrLineTooLong {
 			tooLong = true
@@ -122,7 +125,7 @@ func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 	if len(lp.batch) > 0 {
 		lp.execute(cs)
 	}
-	if lp.redirected {
+	if lp.closing {
 		// Lines behind the redirect are not executed.
 		lp.flush()
 		return gnet.Close
@@ -152,6 +155,12 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 	if m == 0 || err == wire.ErrLineTooLong {
 		return m, err
 	}
+	if err == wire.ErrUnknownOp && len(req.EchoOp) == 1 && req.EchoOp[0] == 'P' {
+		// A peer frame on a connection that has not proved the cluster
+		// key: refused, and the connection ends.
+		err = errPeerUnauthorized
+		lp.closing = true
+	}
 	if err != nil {
 		lp.refused.count(err)
 	}
@@ -168,7 +177,7 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 	case lp.standby:
 		cs.out = wire.AppendRedirect(cs.out, lp.n.activeOf())
 		lp.markDirty(cs)
-		lp.redirected = true
+		lp.closing = true
 	default:
 		if req.Op == wire.OpAcquire {
 			cs.acquired = true

@@ -14,7 +14,7 @@ var refusalReasons = [...]error{
 	wire.ErrLineTooLong, wire.ErrEmpty, wire.ErrUnknownOp, wire.ErrBadKey,
 	wire.ErrMissingField, wire.ErrTooManyFields, wire.ErrBadLease,
 	wire.ErrLeaseTooLong, wire.ErrBadWait, wire.ErrWaitTooLong, wire.ErrBadToken,
-	errTooManyConns,
+	errTooManyConns, errPeerUnauthorized,
 }
 
 var errTooManyConns = errors.New("server: too many connections")
@@ -44,6 +44,10 @@ type Metrics struct {
 	// SlowClosed counts connections closed because they did not read
 	// their answers.
 	SlowClosed uint64
+	// PeerRefused counts peer handshakes refused and peer links closed for
+	// breaking the peer protocol; PeerFramesDropped, peer frames dropped
+	// unread (heartbeats over the rate).
+	PeerRefused, PeerFramesDropped uint64
 }
 
 // Metrics takes a snapshot, locking each shard in turn for a moment.
@@ -54,6 +58,9 @@ func (n *Node) Metrics() Metrics {
 		LastToken:  n.tokens.Last(),
 		Role:       n.Role(),
 		SlowClosed: n.slowClosed.Load(),
+
+		PeerRefused:       n.peerRefused.Load(),
+		PeerFramesDropped: n.peerFramesDropped.Load(),
 	}
 	for i := range n.shards {
 		b := &n.shards[i]

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/replica"
 	"github.com/kunci/kunci/wire"
 )
 
@@ -66,6 +67,11 @@ type Node struct {
 	refused    refusals      // counted off the loops
 	slowClosed atomic.Uint64 // connections closed for not reading
 
+	keys              *replica.Keyring // cluster keys; nil for an insecure cluster
+	peerRefused       atomic.Uint64    // handshakes refused and peer links closed for breaking the protocol
+	peerFramesDropped atomic.Uint64    // peer frames dropped unread (heartbeats over the rate)
+	peerLog           logLimiter       // warnings about peer links, rate-limited
+
 	booted    chan struct{}
 	bootErr   error
 	runDone   chan struct{}
@@ -107,6 +113,7 @@ func New(cfg Config) (*Node, error) {
 			MaxLease: cfg.MaxLease.Milliseconds(),
 			MaxWait:  cfg.MaxWait.Milliseconds(),
 		},
+		peerLog: logLimiter{interval: 10 * time.Second},
 	}
 	if len(cfg.Peers) > 0 {
 		self := cfg.Advertise
@@ -119,6 +126,22 @@ func New(cfg Config) (*Node, error) {
 		}
 		if cfg.DataDir == "" {
 			return nil, errors.New("server: a cluster node needs a data directory (--data-dir) for its token ceiling")
+		}
+		switch {
+		case len(cfg.ClusterKey) > 0:
+			var old [][]byte
+			if len(cfg.ClusterKeyOld) > 0 {
+				old = append(old, cfg.ClusterKeyOld)
+			}
+			kr, err := replica.NewKeyring(cfg.ClusterKey, old...)
+			if err != nil {
+				return nil, fmt.Errorf("server: %w", err)
+			}
+			n.keys = kr
+		case len(cfg.ClusterKeyOld) > 0:
+			return nil, errors.New("server: an old cluster key is given without a current one")
+		case !cfg.InsecurePeers:
+			return nil, errors.New("server: a cluster node needs the cluster key (--cluster-key-file), or --insecure-peers to run peer links without authentication")
 		}
 	}
 	n.cfg.MaxConns = fitConnsToFDs(cfg.MaxConns, n.log)
@@ -192,6 +215,9 @@ func (n *Node) Start() error {
 			_ = n.Stop(context.Background())
 			return err
 		}
+	}
+	if n.cl != nil && n.keys == nil {
+		n.log.Warn().Msg("peer links are NOT authenticated (--insecure-peers): anyone who reaches this node's port can pose as a peer, take its locks and stop the cluster")
 	}
 	n.log.Info().Str("addr", n.addr).Str("advertise", n.self).
 		Int("loops", n.cfg.Loops).Int("shards", n.cfg.Shards).Str("version", Version).
@@ -349,12 +375,14 @@ func (n *Node) OnTraffic(c gnet.Conn) gnet.Action {
 		return n.onPeerTraffic(c.Context().(*peerConn))
 	}
 	lp := cs.lp
-	if n.cl != nil && !cs.client {
-		if act, peer := n.classify(cs, c); peer != nil || act != gnet.None {
-			if act != gnet.None {
-				return act
-			}
+	if !cs.client {
+		// The first line tells a peer's hello from a client's request.
+		act, peer := n.peerHandshake(cs, c)
+		switch {
+		case peer != nil:
 			return n.onPeerTraffic(peer)
+		case act != gnet.None || !cs.client:
+			return act
 		}
 	}
 	if n.frozen.Load() {

@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/panjf2000/gnet/v2"
+	"github.com/rs/zerolog"
 
 	"github.com/kunci/kunci/engine"
 	"github.com/kunci/kunci/failover"
@@ -16,14 +18,20 @@ import (
 // peer, and brings back the peer's stream when this node follows it; a
 // connection a peer dialled (in) is the other end of that peer's link.
 type peerConn struct {
-	n   *Node
-	idx int // the peer's index, -1 until its first heartbeat (in)
-	out bool
-	c   gnet.Conn
+	n       *Node
+	idx     int    // the peer's index in the peer list
+	peerInc uint64 // the peer's incarnation, as its handshake proved (in)
+	out     bool
+	c       gnet.Conn
 
 	closed     bool
 	opened     int64       // node clock
 	registered atomic.Bool // OnOpen ran (out)
+
+	// in: heartbeats are taken at a bounded rate (see takeHeartbeat).
+	hbBudget int   // heartbeats that may be taken now
+	hbAt     int64 // when hbBudget was last topped up (node clock)
+	syncAt   int64 // when the peer last asked for a snapshot (node clock)
 
 	// in: the stream this peer asked for.
 	sub       *replica.Sub
@@ -39,13 +47,26 @@ type peerConn struct {
 	now       int64     // the clock for that shard
 }
 
-// adoptPeer turns an accepted connection whose first line is a peer's
-// heartbeat into a peer connection. It runs on cs's loop.
+// adoptPeer turns an accepted connection whose dialling node has just
+// proved the cluster key into that peer's inbound link. The link leaves the
+// client connections (and their limit); a newer link from the same peer
+// replaces an older one. It runs on cs's loop.
 func (n *Node) adoptPeer(cs *conn, c gnet.Conn) *peerConn {
+	cl := n.cl
+	hs := cs.hs
 	n.conns.remove(cs)
-	cs.closed = true
-	pc := &peerConn{n: n, idx: -1, c: c}
+	cs.closed, cs.hs = true, nil
+	pc := &peerConn{n: n, idx: cl.index(hs.Peer), peerInc: hs.Inc, c: c, opened: n.now()}
+	pc.hbBudget, pc.hbAt = heartbeatBurst, pc.opened
 	c.SetContext(pc)
+	cl.mu.Lock()
+	old := cl.inLinks[pc.idx]
+	cl.inLinks[pc.idx] = pc
+	cl.mu.Unlock()
+	if old != nil {
+		_ = old.c.Close()
+	}
+	n.log.Debug().Str("peer", hs.Peer).Str("remote", c.RemoteAddr().String()).Msg("peer link authenticated")
 	return pc
 }
 
@@ -67,6 +88,13 @@ func (n *Node) onPeerClose(pc *peerConn) {
 	pc.closed = true
 	if pc.sub != nil {
 		n.unsubscribe(pc)
+	}
+	if !pc.out {
+		cl.mu.Lock()
+		if cl.inLinks[pc.idx] == pc {
+			cl.inLinks[pc.idx] = nil
+		}
+		cl.mu.Unlock()
 	}
 	if pc.out {
 		cl.mu.Lock()
@@ -96,8 +124,7 @@ func (n *Node) onPeerTraffic(pc *peerConn) gnet.Action {
 	for off < len(buf) {
 		m, err := replica.Parse(buf[off:], &f)
 		if err != nil {
-			n.log.Warn().Err(err).Int("peer", pc.idx).Bool("out", pc.out).Msg("bad frame from a peer: closing the link")
-			return gnet.Close
+			return n.dropPeer(pc, "a malformed frame: "+err.Error())
 		}
 		if m == 0 {
 			break
@@ -122,27 +149,28 @@ func (n *Node) onPeerTraffic(pc *peerConn) gnet.Action {
 	return gnet.None
 }
 
-// peerFrame handles a P frame: from a peer over its link to this node.
+// peerFrame handles a P frame: from a peer over its link to this node,
+// which the peer dialled and proved the cluster key on. Even so, what it
+// says is checked: a frame that breaks the protocol closes the link.
 func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
 	cl := n.cl
 	if pc.out {
-		n.log.Warn().Int("peer", pc.idx).Msg("peer frame on a link this node dialled: closing")
-		return gnet.Close
-	}
-	if pc.idx < 0 && f.Kind != replica.Heartbeat {
-		return gnet.Close
+		return n.dropPeer(pc, "a peer frame on a link this node dialled")
 	}
 	switch f.Kind {
 	case replica.Heartbeat:
-		cl.mu.Lock()
-		i := cl.el.Index(string(f.From))
-		if i < 0 || i == cl.self || pc.idx >= 0 && i != pc.idx {
-			cl.mu.Unlock()
-			n.log.Warn().Str("from", string(f.From)).Msg("heartbeat from a node not in the peer list (or from this node's own address): closing")
-			return gnet.Close
+		if string(f.From) != cl.addrs[pc.idx] || f.Inc != pc.peerInc {
+			return n.dropPeer(pc, "a heartbeat naming another node or incarnation than the link proved")
 		}
-		pc.idx = i
-		cl.el.Heard(i, heartbeatOf(f), n.now())
+		if err := cl.checkCeiling(f.Ceiling); err != nil {
+			return n.dropPeer(pc, err.Error())
+		}
+		if !pc.takeHeartbeat(n.now(), cl.interval) {
+			n.peerFramesDropped.Add(1)
+			return gnet.None
+		}
+		cl.mu.Lock()
+		cl.el.Heard(pc.idx, heartbeatOf(f), n.now())
 		cl.mu.Unlock()
 		if c := f.Ceiling; c > n.tokens.Ceiling() && n.role.Load() == roleActive {
 			// The peer may have issued tokens up to c: ours move above.
@@ -152,6 +180,11 @@ func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
 			}
 		}
 	case replica.Sync:
+		now := n.now()
+		if pc.syncAt != 0 && now-pc.syncAt < int64(cl.interval) {
+			return n.dropPeer(pc, "snapshots asked for faster than one a heartbeat")
+		}
+		pc.syncAt = now
 		if pc.sub != nil {
 			n.unsubscribe(pc)
 		}
@@ -162,6 +195,9 @@ func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
 		n.subscribe(pc)
 	case replica.Ack:
 		if pc.sub != nil {
+			if f.Seq > cl.hub.Seq() {
+				return n.dropPeer(pc, "an acknowledgement of records never sent")
+			}
 			if !pc.sub.Synced() {
 				cl.syncedSubs.Add(1)
 			}
@@ -181,6 +217,41 @@ func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
 		}
 	}
 	return gnet.None
+}
+
+// heartbeatBurst is how many heartbeats a link may send at once; beyond
+// it, a link is taken at heartbeatRate per heartbeat interval and the rest
+// are dropped unread. A node sends one per interval, and a few at once when
+// its role changes.
+const (
+	heartbeatBurst = 16
+	heartbeatRate  = 4
+)
+
+// takeHeartbeat reports whether a heartbeat arriving at now may be acted
+// on: a token bucket, so that a flood from a peer costs the node a bounded
+// amount of work.
+func (pc *peerConn) takeHeartbeat(now int64, interval time.Duration) bool {
+	per := max(int64(interval)/heartbeatRate, 1)
+	if add := (now - pc.hbAt) / per; add > 0 {
+		pc.hbBudget = int(min(int64(pc.hbBudget)+add, heartbeatBurst))
+		pc.hbAt += add * per
+	}
+	if pc.hbBudget == 0 {
+		return false
+	}
+	pc.hbBudget--
+	return true
+}
+
+// dropPeer logs why a peer link is closed (at most once a few seconds per
+// reason) and closes it.
+func (n *Node) dropPeer(pc *peerConn, why string) gnet.Action {
+	n.peerRefused.Add(1)
+	n.peerLog.warn(n.log, why, func(e *zerolog.Event) {
+		e.Str("peer", n.cl.addrs[pc.idx]).Bool("dialled", pc.out).Str("why", why)
+	}, "closing a peer link that broke the peer protocol")
+	return gnet.Close
 }
 
 func heartbeatOf(f *replica.Frame) failover.Heartbeat {
@@ -370,6 +441,10 @@ func (n *Node) learnCeiling(c uint64) error {
 	if c <= cl.ceiling.Load() {
 		return nil
 	}
+	if err := cl.checkCeiling(c); err != nil {
+		n.log.Error().Err(err).Msg("the active replicated a token ceiling this node refuses: leaving the stream")
+		return err
+	}
 	if err := n.data.setCeiling(c); err != nil {
 		n.log.Error().Err(err).Msg("cannot persist the replicated token ceiling: leaving the stream")
 		return err
@@ -377,27 +452,6 @@ func (n *Node) learnCeiling(c uint64) error {
 	cl.ceiling.Store(c)
 	n.tokens.Raise(c)
 	return nil
-}
-
-// classify tells, on a cluster node, a peer's connection from a client's by
-// its first bytes: a peer's starts with "P ". It returns the peer
-// connection cs became, or nil (cs is then a client, or it is too early to
-// tell).
-func (n *Node) classify(cs *conn, c gnet.Conn) (gnet.Action, *peerConn) {
-	b, _ := c.Peek(2)
-	switch {
-	case len(b) == 0:
-		return gnet.None, nil
-	case b[0] != 'P':
-		cs.client = true
-		return gnet.None, nil
-	case len(b) < 2:
-		return gnet.None, nil // one byte so far
-	case b[1] != ' ':
-		cs.client = true
-		return gnet.None, nil
-	}
-	return gnet.None, n.adoptPeer(cs, c)
 }
 
 // leaveCluster hands the active role over before the node stops, if it is

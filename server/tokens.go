@@ -1,8 +1,8 @@
 package server
 
 import (
+	"errors"
 	"fmt"
-	"math"
 	"time"
 )
 
@@ -24,6 +24,45 @@ func (n *Node) tokenRange(floor uint64) (lo, hi uint64) {
 		k++
 	}
 	return k * tokenBlock, (k + 1) * tokenBlock
+}
+
+// Token ceilings other nodes report are checked before anything is done
+// with them, authenticated peer or not: a ceiling is a block boundary, stays
+// where every token fits an int64 (the SQL recipe stores tokens as BIGINT),
+// and rises at most maxCeilingStep above what this node knows, so that no
+// one message can use up the token space.
+const (
+	maxToken = 1<<63 - 1
+	// maxCeilingStep is 2^48 tokens: nine years of a million grants a
+	// second. A node whose peers issued more than that while it was away
+	// (or that joins with an empty data directory such a cluster) must be
+	// given a ceiling file by hand.
+	maxCeilingStep = 1 << 48
+)
+
+// maxCeiling returns the highest ceiling a cluster of peers nodes accepts:
+// above it, there is no room for a block for every node below maxToken.
+func maxCeiling(peers int) uint64 {
+	return (maxToken/tokenBlock - uint64(max(peers, 1)) - 1) * tokenBlock
+}
+
+var errBadCeiling = errors.New("server: bad token ceiling")
+
+// checkCeiling checks a token ceiling a peer reported.
+func (cl *cluster) checkCeiling(c uint64) error {
+	n := cl.n
+	known := max(cl.ceiling.Load(), n.tokens.Ceiling(), n.tokens.Last())
+	switch {
+	case c == 0:
+		return nil
+	case c%tokenBlock != 0:
+		return fmt.Errorf("%w: %d is not a multiple of the token block %d", errBadCeiling, c, tokenBlock)
+	case c > maxCeiling(len(cl.addrs)):
+		return fmt.Errorf("%w: %d is past the token space (at most %d)", errBadCeiling, c, maxCeiling(len(cl.addrs)))
+	case c > known && c-known > maxCeilingStep:
+		return fmt.Errorf("%w: %d is more than 2^48 above this node's %d", errBadCeiling, c, known)
+	}
+	return nil
 }
 
 // takeRange makes (lo, hi] the tokens this node issues from now on: hi is
@@ -54,7 +93,7 @@ func (n *Node) openTokens() error {
 		return err
 	}
 	floor, err := d.ceiling()
-	if err == nil && floor > math.MaxUint64/2 {
+	if err == nil && floor > maxCeiling(len(n.cfg.Peers)) {
 		err = fmt.Errorf("server: token ceiling %d in %s is past any sane value: the file is damaged", floor, n.cfg.DataDir)
 	}
 	lo, hi := n.tokenRange(floor)

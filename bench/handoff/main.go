@@ -9,11 +9,14 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"flag"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,13 +58,24 @@ func run(kuncid string, semi bool, goroutines int) error {
 			_ = c.Wait()
 		}
 	}()
+	keyDir, err := os.MkdirTemp("", "kunci-handoff-key")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(keyDir)
+	keyFile := filepath.Join(keyDir, "cluster.key")
+	key := make([]byte, 32)
+	_, _ = rand.Read(key)
+	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(key)), 0o600); err != nil {
+		return err
+	}
 	for i := range addrs {
 		dir, err := os.MkdirTemp("", "kunci-handoff")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		args := []string{"--listen", addrs[i], "--peers", strings.Join(addrs, ","), "--data-dir", dir, "--log-level", "error"}
+		args := []string{"--listen", addrs[i], "--peers", strings.Join(addrs, ","), "--cluster-key-file", keyFile, "--data-dir", dir, "--log-level", "error"}
 		if semi {
 			args = append(args, "--semi-sync")
 		}

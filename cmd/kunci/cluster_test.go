@@ -25,7 +25,7 @@ func TestStatusOfACluster(t *testing.T) {
 	}
 	var nodes []*server.Node
 	for i := range addrs {
-		n, err := server.New(server.Config{Listen: addrs[i], Peers: addrs, DataDir: t.TempDir(),
+		n, err := server.New(server.Config{Listen: addrs[i], Peers: addrs, DataDir: t.TempDir(), ClusterKey: []byte("a test cluster key, 32 bytes lng"),
 			Heartbeat: 20 * time.Millisecond, FailoverTimeout: 300 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)

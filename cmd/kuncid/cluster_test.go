@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,12 +26,22 @@ func TestNodeNotInItsPeerListRefusesToStart(t *testing.T) {
 func startPeer(t *testing.T, addrs []string, i int, dir string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(kuncid, "--listen", addrs[i], "--advertise", addrs[i], "--peers", strings.Join(addrs, ","),
-		"--data-dir", dir, "--heartbeat", "50ms", "--failover-timeout", "500ms", "--log-format", "json")
+		"--cluster-key-file", keyFile(t), "--data-dir", dir, "--heartbeat", "50ms", "--failover-timeout", "500ms", "--log-format", "json")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	return cmd
+}
+
+// keyFile writes the test clusters' key to a new file.
+func keyFile(t *testing.T) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "cluster.key")
+	if err := os.WriteFile(f, []byte("a test cluster key, 32 bytes lng\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // waitInfo waits until the node at addr answers I with want.

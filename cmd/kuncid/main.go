@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kunci/kunci/replica"
 	"github.com/kunci/kunci/server"
 )
 
@@ -91,6 +93,8 @@ type options struct {
 	version   bool
 	logLevel  string
 	logFormat string
+	keyFile   string
+	oldKey    string
 }
 
 func parseFlags(args []string, stderr io.Writer) (server.Config, options, error) {
@@ -103,6 +107,9 @@ func parseFlags(args []string, stderr io.Writer) (server.Config, options, error)
 	fs.Var(peerList{&cfg.Peers}, "peers", "cluster members' `addresses`, comma-separated, in priority order (first = highest), this node's --advertise among them; empty: a single active node")
 	fs.DurationVar(&cfg.Heartbeat, "heartbeat", server.DefaultHeartbeat, "how often a cluster node tells its peers it is alive")
 	fs.DurationVar(&cfg.FailoverTimeout, "failover-timeout", server.DefaultFailoverTimeout, "how long every higher-priority peer must be silent before a standby promotes itself")
+	fs.StringVar(&o.keyFile, "cluster-key-file", "", "`file` holding the cluster key, which every peer link proves it knows before anything it says is acted on (at least 16 bytes, e.g. from 'openssl rand -base64 32'; not readable by others); required with --peers")
+	fs.StringVar(&o.oldKey, "cluster-key-file-old", "", "`file` holding an older cluster key still accepted beside --cluster-key-file, for rotating the key without an outage")
+	fs.BoolVar(&cfg.InsecurePeers, "insecure-peers", false, "run a cluster without a cluster key: anyone who reaches a node's port can pose as a peer (logged as a warning at every start)")
 	fs.BoolVar(&cfg.SemiSync, "semi-sync", false, "answer a request only after a connected standby acknowledged the changes before it (no granted lock is lost in a crash failover; costs a round trip to the standby)")
 	fs.IntVar(&cfg.Loops, "loops", 1, "event loops that read and write connections; more loops use more cores")
 	fs.IntVar(&cfg.Shards, "shards", 1, "lock engine shards (each with its own mutex); the key space is split by hash")
@@ -152,6 +159,17 @@ Flags:
 	if fs.NArg() > 0 {
 		return cfg, o, fmt.Errorf("unexpected argument %q (see --help)", fs.Arg(0))
 	}
+	var err error
+	if o.keyFile != "" {
+		if cfg.ClusterKey, err = readKeyFile(o.keyFile); err != nil {
+			return cfg, o, err
+		}
+	}
+	if o.oldKey != "" {
+		if cfg.ClusterKeyOld, err = readKeyFile(o.oldKey); err != nil {
+			return cfg, o, err
+		}
+	}
 	return cfg, o, nil
 }
 
@@ -188,4 +206,26 @@ func checkEnv(fs *flag.FlagSet) error {
 		}
 	}
 	return nil
+}
+
+// readKeyFile reads a cluster key: the file's content without surrounding
+// white space. A key that others may read or anyone but its owner may
+// change is refused, as ssh refuses such private keys.
+func readKeyFile(path string) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("cluster key: %w", err)
+	}
+	if m := st.Mode().Perm(); m&0o027 != 0 {
+		return nil, fmt.Errorf("cluster key %s has mode %#o: others may read it or someone else change it (chmod 600 %s)", path, m, path)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cluster key: %w", err)
+	}
+	key := bytes.TrimSpace(b)
+	if len(key) < replica.MinKeyLen {
+		return nil, fmt.Errorf("cluster key %s holds %d bytes: at least %d are needed (e.g. openssl rand -base64 32 > %s)", path, len(key), replica.MinKeyLen, path)
+	}
+	return key, nil
 }

@@ -1,0 +1,173 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/kunci/kunci/replica"
+	"github.com/kunci/kunci/wire"
+)
+
+// Peer links are authenticated (replica's handshake) before anything a peer
+// says is acted on. An accepted connection is a client until its first line
+// is a peer's hello and its second a proof that passes; until then it
+// counts against Config.MaxConns like any client, and a peer frame ("P …")
+// on it is refused and closes it (see loop.parse).
+
+var (
+	errNotCluster       = errors.New("server: this node is not in a cluster")
+	errPeerUnauthorized = errors.New("server: peer link not authenticated")
+)
+
+// peerHandshake drives the handshake of an accepted connection cs whose
+// first line may be a peer's hello. It returns the peer link cs became once
+// the dialling node proved the key, or nil: cs is then a client
+// (cs.client), still in its handshake (cs.hs), or refused (the action says
+// Close). It runs on cs's loop.
+func (n *Node) peerHandshake(cs *conn, c gnet.Conn) (gnet.Action, *peerConn) {
+	for {
+		buf, _ := c.Peek(-1)
+		i := bytes.IndexByte(buf, '\n')
+		if cs.hs == nil && len(buf) > 0 && (buf[0] != 'N' || len(buf) > 1 && buf[1] != ' ' && buf[1] != '\n' && buf[1] != '\r') {
+			cs.client = true
+			return gnet.None, nil
+		}
+		if i < 0 {
+			if len(buf) >= replica.MaxLine {
+				return n.lineTooLong(cs), nil
+			}
+			return gnet.None, nil
+		}
+		if i+1 > replica.MaxLine {
+			return n.lineTooLong(cs), nil
+		}
+		line := bytes.TrimSuffix(buf[:i], []byte("\r"))
+		if cs.hs == nil {
+			hs, challenge, err := n.acceptHello(line)
+			_, _ = c.Discard(i + 1)
+			if err != nil {
+				return n.refusePeer(cs, c, 'N', err), nil
+			}
+			cs.hs = hs
+			_, _ = c.Write(challenge)
+			continue
+		}
+		err := cs.hs.Proof(line)
+		_, _ = c.Discard(i + 1)
+		if err != nil {
+			return n.refusePeer(cs, c, 'V', err), nil
+		}
+		return gnet.None, n.adoptPeer(cs, c)
+	}
+}
+
+func (n *Node) acceptHello(line []byte) (*replica.Accepting, []byte, error) {
+	cl := n.cl
+	if cl == nil {
+		return nil, nil, errNotCluster
+	}
+	isPeer := func(addr string) bool {
+		i := cl.index(addr)
+		return i >= 0 && i != cl.self
+	}
+	return replica.Accept(n.keys, n.self, cl.inc, line, isPeer, nil)
+}
+
+// refusePeer answers a failed handshake step with an E line, logs it (at
+// most once a few seconds per reason), and closes the connection.
+func (n *Node) refusePeer(cs *conn, c gnet.Conn, op byte, err error) gnet.Action {
+	n.peerRefused.Add(1)
+	cs.out = wire.AppendError(cs.out, []byte{op}, nil, wire.Reason(err))
+	cs.lp.markDirty(cs)
+	cs.lp.flush()
+	n.peerLog.warn(n.log, "refused "+wire.Reason(err), func(e *zerolog.Event) {
+		e.Str("remote", c.RemoteAddr().String()).Err(err)
+	}, "refused a peer handshake")
+	return gnet.Close
+}
+
+// dialPeer connects to peer i and runs the handshake as the dialling side,
+// within timeout. It returns the connection, ready to be adopted into a
+// loop, with the proof written and nothing of the peer's unread.
+func (cl *cluster) dialPeer(i int, timeout time.Duration) (net.Conn, error) {
+	n := cl.n
+	addr := cl.addrs[i]
+	nc, err := net.DialTimeout("tcp", addr, timeout)
+	if err != nil {
+		return nil, err
+	}
+	_ = nc.SetDeadline(time.Now().Add(timeout))
+	d, hello, err := replica.Dial(n.keys, n.self, cl.inc, addr, nil)
+	if err == nil {
+		_, err = nc.Write(hello)
+	}
+	var proof []byte
+	if err == nil {
+		r := bufio.NewReaderSize(nc, replica.MaxLine)
+		var line []byte
+		line, err = r.ReadSlice('\n')
+		switch {
+		case err == bufio.ErrBufferFull:
+			err = fmt.Errorf("%w: a %d-byte first line is not a kunci peer's answer", replica.ErrBadHandshake, len(line))
+		case err != nil && len(line) > 0:
+			err = fmt.Errorf("%w: %q is not a kunci peer's answer", replica.ErrBadHandshake, bytes.TrimSpace(line))
+		case err == nil && r.Buffered() > 0:
+			err = fmt.Errorf("%w: the peer said more than its challenge", replica.ErrBadHandshake)
+		case err == nil:
+			proof, _, err = d.Challenge(bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r")))
+		}
+	}
+	if err == nil {
+		_, err = nc.Write(proof)
+	}
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return nc, nil
+}
+
+// logLimiter logs a warning at most once per interval for each of a bounded
+// set of keys, and says how many were left out meanwhile. Safe for
+// concurrent use.
+type logLimiter struct {
+	mu       sync.Mutex
+	interval time.Duration
+	last     map[string]time.Time
+	skipped  map[string]int
+}
+
+func (l *logLimiter) warn(log zerolog.Logger, key string, fields func(*zerolog.Event), msg string) {
+	l.mu.Lock()
+	if l.last == nil {
+		l.last, l.skipped = map[string]time.Time{}, map[string]int{}
+	}
+	now := time.Now()
+	if t, ok := l.last[key]; ok && now.Sub(t) < l.interval {
+		l.skipped[key]++
+		l.mu.Unlock()
+		return
+	}
+	if len(l.last) >= 64 {
+		clear(l.last) // bounded: a flood of distinct keys forgets the old ones
+		clear(l.skipped)
+	}
+	skipped := l.skipped[key]
+	l.last[key], l.skipped[key] = now, 0
+	l.mu.Unlock()
+	e := log.Warn()
+	fields(e)
+	if skipped > 0 {
+		e.Int("like_it_since_last", skipped)
+	}
+	e.Msg(msg)
+}

@@ -1,0 +1,414 @@
+package server_test
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kunci/kunci/replica"
+	"github.com/kunci/kunci/server"
+)
+
+// Attacks on the peer protocol, made as an outsider would: from a raw
+// socket to a node's client port, which any client can reach.
+
+// fakePeer is a test's end of a peer link it dialled, after the handshake.
+type fakePeer struct {
+	t    testing.TB
+	from string
+	inc  uint64
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+// dialAsPeer connects to addr as peer from, proving key, and fails the test
+// if the handshake does not pass.
+func dialAsPeer(t testing.TB, addr, from string, key []byte) *fakePeer {
+	t.Helper()
+	p, err := tryDialAsPeer(t, addr, from, key)
+	if err != nil {
+		t.Fatalf("handshake with %s as %s: %v", addr, from, err)
+	}
+	return p
+}
+
+func tryDialAsPeer(t testing.TB, addr, from string, key []byte) (*fakePeer, error) {
+	var kr *replica.Keyring
+	if key != nil {
+		var err error
+		if kr, err = replica.NewKeyring(key); err != nil {
+			return nil, err
+		}
+	}
+	nc, err := net.DialTimeout("tcp", addr, answerTimeout)
+	if err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { nc.Close() })
+	p := &fakePeer{t: t, from: from, inc: uint64(time.Now().UnixNano()), conn: nc, r: bufio.NewReader(nc)}
+	d, hello, err := replica.Dial(kr, from, p.inc, addr, nil)
+	if err != nil {
+		return nil, err
+	}
+	_ = nc.SetDeadline(time.Now().Add(answerTimeout))
+	if _, err := nc.Write(hello); err != nil {
+		return nil, err
+	}
+	line, err := p.r.ReadString('\n')
+	if err != nil {
+		return nil, err
+	}
+	proof, _, err := d.Challenge([]byte(strings.TrimSuffix(line, "\n")))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := nc.Write(proof); err != nil {
+		return nil, err
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return p, nil
+}
+
+func (p *fakePeer) send(lines ...string) {
+	p.t.Helper()
+	_ = p.conn.SetWriteDeadline(time.Now().Add(answerTimeout))
+	if _, err := p.conn.Write([]byte(strings.Join(lines, "\n") + "\n")); err != nil {
+		p.t.Fatalf("peer %s: write: %v", p.from, err)
+	}
+}
+
+func (p *fakePeer) heartbeat(role byte, hb, ceiling uint64) string {
+	return string(replica.AppendHeartbeat(nil, p.from, role, "", p.inc, hb, ceiling, false)[:])
+}
+
+// closedWithin reports whether the node closes the link within d, and the
+// lines it sent before.
+func (p *fakePeer) closedWithin(d time.Duration) (bool, []string) {
+	return readUntilClosed(p.conn, p.r, d)
+}
+
+// readUntilClosed reads lines from c until it is closed (true) or d passes
+// (false).
+func readUntilClosed(c net.Conn, r *bufio.Reader, d time.Duration) (bool, []string) {
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	var lines []string
+	for {
+		line, err := r.ReadString('\n')
+		if line != "" {
+			lines = append(lines, strings.TrimSuffix(line, "\n"))
+		}
+		if err != nil {
+			return err == io.EOF || errors.Is(err, syscall.ECONNRESET), lines
+		}
+	}
+}
+
+// ceilings returns the token ceiling files of the cluster's running nodes.
+func (tc *testCluster) ceilings() []string {
+	var out []string
+	for i, d := range tc.dirs {
+		if tc.nodes[i] == nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(d, "token-ceiling"))
+		if err != nil {
+			tc.t.Fatal(err)
+		}
+		out = append(out, strings.TrimSpace(string(b)))
+	}
+	return out
+}
+
+// roles polls I on every running node and returns how many say active.
+func (tc *testCluster) actives() int {
+	n := 0
+	for _, nd := range tc.nodes {
+		if nd != nil && nd.Role() == "active" {
+			n++
+		}
+	}
+	return n
+}
+
+// Attack 1 of issue 11: one heartbeat line with a ceiling past 2^63 made
+// both nodes persist it, and neither could start again.
+func TestOutsiderCannotRaiseTheTokenCeiling(t *testing.T) {
+	tc := newCluster(t, 2, nil)
+	tc.startAll()
+	tc.waitActive(0)
+	before := tc.ceilings()
+	for _, ceiling := range []string{"9223372036854775808", "18446744073709551615"} {
+		for i := range tc.addrs {
+			c := dial(t, tc.addrs[i])
+			c.send(fmt.Sprintf("P H %s s - 1 1 %s 0", tc.addrs[1-i], ceiling))
+			c.expect("E P H peer link not authenticated")
+			c.expectClosed()
+		}
+	}
+	time.Sleep(3 * testHeartbeat)
+	if after := tc.ceilings(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("ceiling files changed from %v to %v", before, after)
+	}
+	for i := range tc.nodes {
+		tc.crash(i)
+	}
+	tc.startAll()
+	tc.waitActive(0)
+}
+
+// Attack 2: a flood of heartbeats "from" the active made a standby promote
+// itself: two actives on a healthy network.
+func TestHeartbeatFloodFromAnOutsiderMakesNoSecondActive(t *testing.T) {
+	tc := newCluster(t, 2, nil)
+	tc.startAll()
+	tc.waitActive(0)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for hb := 1; hb < 200 && !stop.Load(); hb++ {
+				nc, err := net.DialTimeout("tcp", tc.addrs[1], time.Second)
+				if err != nil {
+					continue
+				}
+				var b []byte
+				for j := 0; j < 50; j++ {
+					b = replica.AppendHeartbeat(b, tc.addrs[0], replica.RoleStandby, "", uint64(1e18)+uint64(hb), uint64(j), 0, false)
+				}
+				_ = nc.SetDeadline(time.Now().Add(time.Second))
+				_, _ = nc.Write(b)
+				_, _ = io.Copy(io.Discard, nc)
+				nc.Close()
+			}
+		}()
+	}
+	deadline := time.Now().Add(3 * testFailover)
+	for time.Now().Before(deadline) {
+		if n := tc.actives(); n != 1 {
+			stop.Store(true)
+			wg.Wait()
+			t.Fatalf("%d actives during the flood", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop.Store(true)
+	wg.Wait()
+	tc.waitActive(0)
+}
+
+// Attack 3: a role-a heartbeat naming a higher-priority peer that is down
+// made the active demote, drop its state and redirect every client; the
+// handoff frames did the same.
+func TestOutsiderCannotDemoteTheActiveOrAskForItsRole(t *testing.T) {
+	tc := newCluster(t, 3, nil)
+	tc.start(1)
+	tc.start(2)
+	tc.waitActive(1)
+	c := dial(t, tc.addrs[1])
+	c.send("A held 30 0")
+	tok := c.expectGrant("held")
+	for _, line := range []string{
+		fmt.Sprintf("P H %s a - 1 1 0 1", tc.addrs[0]),
+		fmt.Sprintf("P H %s s - 1 1 0 1", tc.addrs[0]),
+		"P T", "P D", "P S", "P A 1000", "P",
+	} {
+		o := dial(t, tc.addrs[1])
+		o.send(line)
+		op, key, _ := strings.Cut(line, " ")
+		key, _, _ = strings.Cut(key, " ")
+		if key == "" {
+			key = "-"
+		}
+		o.expect(fmt.Sprintf("E %s %s peer link not authenticated", op, key))
+		o.expectClosed()
+	}
+	expectNothingAll(3*testFailover, c)
+	if r := tc.nodes[1].Role(); r != "active" {
+		t.Fatalf("node 1 is %s", r)
+	}
+	c.send(fmt.Sprintf("X held %d 30", tok))
+	c.expect("X held OK")
+}
+
+// Attack 4: "P H <standby> …" then "P S" streamed the whole lock state,
+// every key and token, to the outsider.
+func TestOutsiderGetsNoSnapshot(t *testing.T) {
+	tc := newCluster(t, 2, nil)
+	tc.startAll()
+	tc.waitActive(0)
+	c := dial(t, tc.addrs[0])
+	c.send("A secret/1 30 0")
+	c.expectGrant("secret/1")
+	nc, err := net.Dial("tcp", tc.addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	fmt.Fprintf(nc, "P H %s s - 1 1 0 0\nP S\n", tc.addrs[1])
+	closed, lines := readUntilClosed(nc, bufio.NewReader(nc), answerTimeout)
+	if !closed || len(lines) != 1 || lines[0] != "E P H peer link not authenticated" {
+		t.Fatalf("closed %v after %q", closed, lines)
+	}
+}
+
+// Attack 7: with --semi-sync, a fake standby that acknowledged once and went
+// quiet held every answer for seconds. Without the key it is no standby:
+// answers never wait for it.
+func TestQuietFakeStandbyCannotStallSemiSync(t *testing.T) {
+	tc := newCluster(t, 2, func(c *server.Config) { c.SemiSync = true })
+	tc.start(0)
+	tc.waitActive(0)
+	nc, err := net.Dial("tcp", tc.addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	fmt.Fprintf(nc, "P H %s s - 1 1 0 0\nP S\nP A 0\n", tc.addrs[1])
+	closed, lines := readUntilClosed(nc, bufio.NewReader(nc), answerTimeout)
+	if !closed || len(lines) != 1 || lines[0] != "E P H peer link not authenticated" {
+		t.Fatalf("closed %v after %q", closed, lines)
+	}
+	c := dial(t, tc.addrs[0])
+	for i := 0; i < 20; i++ {
+		k := fmt.Sprintf("k%d", i)
+		c.send("A " + k + " 30 0")
+		c.expectGrant(k)
+		if r := tc.nodes[0].Replication(); len(r) > 0 {
+			t.Fatalf("the outsider is streamed to as a standby: %+v", r)
+		}
+	}
+}
+
+func TestPeerHandshakeRefusals(t *testing.T) {
+	tc := newCluster(t, 2, nil)
+	tc.start(0)
+	tc.waitActive(0)
+	stranger := "127.0.0.1:1"
+	for _, tt := range []struct {
+		name, from string
+		key        []byte
+		want       string
+	}{
+		{"another key", tc.addrs[1], []byte("not the cluster key, but 32 long"), "peer refused the handshake: N - no cluster key in common"},
+		{"no key", tc.addrs[1], nil, "peer refused the handshake: N - this cluster needs the cluster key"},
+		{"not a peer", stranger, testClusterKey, "peer refused the handshake: N - not a peer of this cluster"},
+		{"the node itself", tc.addrs[0], testClusterKey, "peer refused the handshake: N - not a peer of this cluster"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := tryDialAsPeer(t, tc.addrs[0], tt.from, tt.key)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("got %v, want %q", err, tt.want)
+			}
+		})
+	}
+
+	// The right key ID (it is in every hello) but no key: the proof fails.
+	kr, _ := replica.NewKeyring(testClusterKey)
+	_, hello, _ := replica.Dial(kr, tc.addrs[1], 1, tc.addrs[0], nil)
+	c := dial(t, tc.addrs[0])
+	c.sendRaw(hello)
+	line, err := c.r.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "N "+tc.addrs[0]+" ") {
+		t.Fatalf("challenge %q %v", line, err)
+	}
+	c.send("V " + strings.Repeat("ab", 32))
+	c.expect("E V - bad peer proof")
+	c.expectClosed()
+
+	// A node without peers refuses any hello.
+	single := startNode(t, nil)
+	if _, err := tryDialAsPeer(t, single.Addr(), tc.addrs[1], testClusterKey); err == nil || !strings.Contains(err.Error(), "this node is not in a cluster") {
+		t.Fatalf("hello to a single node: %v", err)
+	}
+}
+
+// Defence in depth: what an authenticated peer says is checked too.
+func TestAuthenticatedPeerInputIsChecked(t *testing.T) {
+	tc := newCluster(t, 3, nil)
+	tc.start(0)
+	tc.waitActive(0)
+	before := tc.ceilings()[0]
+	for _, tt := range []struct {
+		name  string
+		frame func(p *fakePeer) string
+	}{
+		{"ceiling past 2^63", func(p *fakePeer) string { return p.heartbeat('s', 1, 1<<63) }},
+		{"ceiling past the token space", func(p *fakePeer) string { return p.heartbeat('s', 1, (1<<63-1)>>20<<20) }},
+		{"ceiling 2^50 above", func(p *fakePeer) string { return p.heartbeat('s', 1, 1<<50) }},
+		{"ceiling off a block", func(p *fakePeer) string { return p.heartbeat('s', 1, 3<<20+1) }},
+		{"another sender", func(p *fakePeer) string {
+			return string(replica.AppendHeartbeat(nil, tc.addrs[2], 's', "", p.inc, 1, 0, false))
+		}},
+		{"another incarnation", func(p *fakePeer) string {
+			return string(replica.AppendHeartbeat(nil, p.from, 's', "", p.inc+1, 1, 0, false))
+		}},
+		{"an ack of records never sent", func(p *fakePeer) string { return "P S\nP A 999999" }},
+		{"a stream frame", func(p *fakePeer) string { return "G 1 k 5 1000" }},
+		{"junk", func(p *fakePeer) string { return "P H x" }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			p := dialAsPeer(t, tc.addrs[0], tc.addrs[1], testClusterKey)
+			p.send(tt.frame(p))
+			if closed, _ := p.closedWithin(answerTimeout); !closed {
+				t.Fatal("the link stayed open")
+			}
+		})
+	}
+	if after := tc.ceilings()[0]; after != before {
+		t.Fatalf("ceiling file changed from %s to %s", before, after)
+	}
+	if r := tc.nodes[0].Role(); r != "active" {
+		t.Fatalf("node 0 is %s", r)
+	}
+}
+
+// At most one link per peer: a newer one replaces the older, so links
+// (and the memory behind them) are bounded by the peer list.
+func TestNewerPeerLinkReplacesTheOlder(t *testing.T) {
+	tc := newCluster(t, 2, nil)
+	tc.start(0)
+	tc.waitActive(0)
+	old := dialAsPeer(t, tc.addrs[0], tc.addrs[1], testClusterKey)
+	old.send(old.heartbeat('s', 1, 0))
+	for i := 0; i < 5; i++ {
+		newer := dialAsPeer(t, tc.addrs[0], tc.addrs[1], testClusterKey)
+		if closed, _ := old.closedWithin(answerTimeout); !closed {
+			t.Fatalf("link %d stayed open beside a newer one", i)
+		}
+		old = newer
+	}
+	if closed, _ := old.closedWithin(quiet); closed {
+		t.Fatal("the newest link was closed")
+	}
+}
+
+// A flood of heartbeats on an authenticated link is taken at a bounded
+// rate; the rest are dropped unread and counted.
+func TestHeartbeatFloodOnAPeerLinkIsRateLimited(t *testing.T) {
+	tc := newCluster(t, 2, nil)
+	tc.start(0)
+	tc.waitActive(0)
+	p := dialAsPeer(t, tc.addrs[0], tc.addrs[1], testClusterKey)
+	var b bytes.Buffer
+	for hb := uint64(1); hb <= 5000; hb++ {
+		b.WriteString(p.heartbeat('s', hb, 0))
+	}
+	p.send(strings.TrimSuffix(b.String(), "\n"))
+	waitFor(t, "dropped heartbeats counted", func() bool { return tc.nodes[0].Metrics().PeerFramesDropped > 4000 })
+	if closed, _ := p.closedWithin(quiet); closed {
+		t.Fatal("the link was closed for heartbeats over the rate")
+	}
+}
