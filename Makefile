@@ -45,6 +45,8 @@ bench-handoff:
 fuzz:
 	$(GO) test -run=NONE -fuzz=FuzzParseRequest -fuzztime=$(FUZZTIME) ./wire/
 	$(GO) test -run=NONE -fuzz=FuzzParseAnswer -fuzztime=$(FUZZTIME) ./wire/
+	$(GO) test -run=NONE -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./replica/
+	$(GO) test -run=NONE -fuzz=FuzzHandshake -fuzztime=$(FUZZTIME) ./replica/
 
 clean:
 	rm -rf bin

@@ -1,0 +1,174 @@
+package replica
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// frameSeeds are real frames of both directions, refusals and framing edge
+// cases.
+var frameSeeds = []string{
+	"P H 10.0.0.1:7070 a - 1733200000000000000 42 3145728 1\n",
+	"P H 10.0.0.2:7070 s 10.0.0.1:7070 1733200000000000001 7 0 0\n",
+	"P H 10.0.0.2:7070 l 10.0.0.1:7070 1 2 1048576 1\r\n",
+	"P S\n", "P A 1234\n", "P T\n", "P D\n",
+	"B 17 3145728\n", "H orders/42 3145729 29999706\n", "Z\n",
+	"G 18 orders/42 3145730 30000000\n", "R 19 orders/42 3145730\n",
+	"E 20 orders/42 3145730\n", "X 21 k 5 60000000\n", "K 22 4194304\n",
+	"O 22 1733200000000000000 43\n",
+	"P H a x - 1 1 1 1\n", "P H 10.0.0.1:7070 a - 1 1 18446744073709551616 1\n",
+	"G 1 k 0 1\n", "G 1 " + strings.Repeat("k", 251) + " 1 1\n", "P\n", "P  S\n", "\n",
+	"B 1 2\nH k 1 1\nZ\nG 2 k 2 5\nR 3 k 2\n",
+	strings.Repeat("x", 600) + "\nZ\n",
+	"G 1 k 1 1",
+}
+
+func FuzzParse(f *testing.F) {
+	for i, s := range frameSeeds {
+		f.Add([]byte(s), []byte{1})
+		f.Add([]byte(s), []byte{byte(i + 2), 1, 3})
+	}
+	f.Fuzz(func(t *testing.T, data, cuts []byte) {
+		whole := parseAll(data, nil)
+		split := parseAll(data, cuts)
+		if len(whole) != len(split) {
+			t.Fatalf("whole %d frames, split %d", len(whole), len(split))
+		}
+		for i := range whole {
+			if whole[i] != split[i] {
+				t.Fatalf("frame %d: whole %s, split %s", i, whole[i], split[i])
+			}
+		}
+		var f Frame
+		for len(data) > 0 {
+			n, err := Parse(data, &f)
+			if n == 0 {
+				return
+			}
+			if n > MaxLine {
+				t.Fatalf("took a %d-byte line", n)
+			}
+			if err == nil {
+				checkFrame(t, &f)
+				// Encoded again, it parses to the same frame.
+				enc := appendFrame(nil, &f)
+				var again Frame
+				if m, err := Parse(enc, &again); m != len(enc) || err != nil || show(&again) != show(&f) {
+					t.Fatalf("%s → %q → %d %v %s", show(&f), enc, m, err, show(&again))
+				}
+			}
+			data = data[n:]
+		}
+	})
+}
+
+// parseAll parses every frame of data, fed in pieces cut at cuts the way a
+// reader sees them (each piece appended to what is still unparsed), and
+// describes each result.
+func parseAll(data, cuts []byte) []string {
+	var out []string
+	var buf []byte
+	feed := func(b []byte) bool {
+		buf = append(buf, b...)
+		for {
+			var f Frame
+			n, err := Parse(buf, &f)
+			if err == ErrLineTooLong && n == 0 {
+				out = append(out, "too long")
+				return false
+			}
+			if n == 0 {
+				return true
+			}
+			if err != nil {
+				out = append(out, "error "+err.Error())
+			} else {
+				out = append(out, show(&f))
+			}
+			buf = buf[n:]
+		}
+	}
+	for _, c := range cuts {
+		if len(data) == 0 {
+			break
+		}
+		k := min(int(c)+1, len(data))
+		if !feed(data[:k]) {
+			return out
+		}
+		data = data[k:]
+	}
+	feed(data)
+	return out
+}
+
+func show(f *Frame) string {
+	g := *f
+	return strings.NewReplacer("\n", `\n`).Replace(
+		string(appendFrame(nil, &g)) + "|" + string(g.Key) + "|" + string(g.From) + "|" + string(g.Active))
+}
+
+func checkFrame(t *testing.T, f *Frame) {
+	t.Helper()
+	if f.Key != nil && (len(f.Key) == 0 || len(f.Key) > 250 || f.Token == 0) {
+		t.Fatalf("a keyed frame with key %q token %d", f.Key, f.Token)
+	}
+	if bytes.ContainsAny(f.Key, " \n") || bytes.ContainsAny(f.From, " \n") || bytes.ContainsAny(f.Active, " \n") {
+		t.Fatalf("a field holds a separator: %+v", f)
+	}
+	if f.Remaining < 0 {
+		t.Fatalf("negative remaining %d", f.Remaining)
+	}
+}
+
+// appendFrame encodes f with the package's encoders.
+func appendFrame(dst []byte, f *Frame) []byte {
+	if f.Peer {
+		switch f.Kind {
+		case Heartbeat:
+			return AppendHeartbeat(dst, string(f.From), f.Role, string(f.Active), f.Inc, f.HB, f.Ceiling, f.Synced)
+		case Ack:
+			return AppendAck(dst, f.Seq)
+		}
+		return AppendPeer(dst, f.Kind)
+	}
+	switch f.Kind {
+	case Begin:
+		return AppendBegin(dst, f.Seq, f.Ceiling)
+	case Holder:
+		return AppendHolder(dst, string(f.Key), f.Token, f.Remaining)
+	case End:
+		return AppendEnd(dst)
+	case Ceiling:
+		return AppendCeiling(dst, f.Seq, f.Ceiling)
+	case Handoff:
+		return AppendHandoff(dst, f.Seq, f.Inc, f.HB)
+	}
+	return AppendRecord(dst, f.Kind, f.Seq, f.Key, f.Token, f.Remaining)
+}
+
+// FuzzHandshake feeds arbitrary lines to both sides of the handshake: no
+// line passes as a proof without the key.
+func FuzzHandshake(f *testing.F) {
+	kr, _ := NewKeyring(keyA)
+	d, hello, _ := Dial(kr, nodeD, 5, nodeA, nil)
+	_, challenge, _ := Accept(kr, nodeA, 9, line(hello), isPeer, nil)
+	proof, _, _ := d.Challenge(line(challenge))
+	for _, s := range [][]byte{hello, challenge, proof, []byte("N - - - -\n"), []byte("V -\n"), []byte("E N - no\n")} {
+		f.Add(line(s), line(s))
+	}
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		d, _, _ := Dial(kr, nodeD, 5, nodeA, nil)
+		if _, _, err := d.Challenge(a); err == nil {
+			t.Fatalf("challenge %q passed without the key", a)
+		}
+		acc, _, err := Accept(kr, nodeA, 9, a, isPeer, nil)
+		if err != nil {
+			return
+		}
+		if err := acc.Proof(b); err == nil {
+			t.Fatalf("proof %q passed without the key", b)
+		}
+	})
+}
