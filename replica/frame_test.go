@@ -76,11 +76,19 @@ func TestHubSequencesAndSnapshots(t *testing.T) {
 	out.Reset()
 	woken, killed := 0, 0
 	s := NewSub(1, func() { woken++ }, func() { killed++ })
-	h.Subscribe(s, 99, func(dst []byte) []byte { return AppendHolder(dst, "before", 1, 10e9) })
+	begin := h.Subscribe(s, 99)
+	if string(begin) != "B 1 99\n" {
+		t.Fatalf("begin %q", begin)
+	}
+	// A record made while the snapshot is being sent waits for it.
 	sh.Acquire(0, 1, []byte("after"), 10e9, 0, &out)
 	h.Records(0, &out)
+	if woken != 0 {
+		t.Fatal("woken during the snapshot")
+	}
+	h.SnapshotDone(s)
 	got := string(h.Take(s))
-	want := "B 1 99\nH before 1 10000000\nZ\nG 2 after 2 10000000\n"
+	want := "G 2 after 2 10000000\n"
 	if got != want || woken != 1 {
 		t.Fatalf("stream %q (woken %d), want %q", got, woken, want)
 	}

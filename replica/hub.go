@@ -7,10 +7,12 @@ import (
 	"github.com/kunci/kunci/engine"
 )
 
-// MaxBacklog is how many bytes of stream a standby may fall behind, beyond
-// its snapshot, before the active drops it (it then reconnects and starts
-// from a fresh snapshot). It bounds the active's memory for a slow standby.
-const MaxBacklog = 64 << 20
+// MaxBacklog is how many bytes of records may wait for a standby, while its
+// snapshot is still being sent or because it reads slower than the active
+// makes them, before the active drops it (it then reconnects and starts
+// from a fresh snapshot). With the bound on what waits in its connection's
+// output (the server's), it bounds the active's memory for a standby.
+const MaxBacklog = 32 << 20
 
 // Hub numbers an active node's change records and queues them, encoded,
 // for each standby that asked for the stream. Every record gets the next
@@ -34,7 +36,7 @@ type Sub struct {
 	spare   []byte
 	woken   bool
 	dead    bool
-	limit   int
+	snap    bool   // its snapshot is being sent: records wait
 	start   uint64 // its snapshot's sequence number
 	acked   atomic.Uint64
 	synced  atomic.Bool // it acknowledged its snapshot
@@ -145,35 +147,50 @@ func (h *Hub) queueOne(s *Sub, b []byte) {
 	if s.dead {
 		return
 	}
-	if len(s.pending)+len(b) > s.limit {
+	if len(s.pending)+len(b) > MaxBacklog {
 		s.dead = true
 		s.pending, s.spare = nil, nil
 		s.kill()
 		return
 	}
 	s.pending = append(s.pending, b...)
-	if !s.woken {
+	if !s.woken && !s.snap {
 		s.woken = true
 		s.wake()
 	}
 }
 
-// Subscribe starts s's stream with a snapshot: fill appends the snapshot's
-// held keys (AppendHolder lines) to dst. The caller must hold every shard's
-// lock, so that no record is made meanwhile; the records that follow are
-// numbered from the snapshot's sequence number on.
-func (h *Hub) Subscribe(s *Sub, ceiling uint64, fill func(dst []byte) []byte) {
+// Subscribe starts s's stream and returns the snapshot's first line, for
+// the caller to send. The caller then sends the held keys (AppendHolder
+// lines, a few at a time, under each shard's lock) and the snapshot's last
+// line, and calls SnapshotDone; records made meanwhile wait in the stream.
+//
+// The snapshot need not be one instant's state: a key's lines may be read
+// at any time after Subscribe, because every record from the snapshot's
+// sequence number on follows it, and a standby that applies the snapshot
+// and then those records in order ends with the active's state (each
+// record gives its key's whole grant, or ends a grant by its token).
+func (h *Hub) Subscribe(s *Sub, ceiling uint64) []byte {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	b := AppendBegin(nil, h.seq, ceiling)
-	b = fill(b)
-	b = AppendEnd(b)
 	s.start = h.seq
 	s.acked.Store(h.seq)
 	s.synced.Store(false)
-	s.limit = len(b) + MaxBacklog
+	s.snap = true
 	h.subs = append(h.subs, s)
-	h.queueOne(s, b)
+	return AppendBegin(nil, h.seq, ceiling)
+}
+
+// SnapshotDone tells the hub that s's snapshot has been sent: the records
+// that waited follow.
+func (h *Hub) SnapshotDone(s *Sub) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s.snap = false
+	if !s.dead && len(s.pending) > 0 && !s.woken {
+		s.woken = true
+		s.wake()
+	}
 }
 
 // Remove stops s's stream.

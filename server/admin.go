@@ -89,6 +89,7 @@ var (
 	descSynced      = desc("replication_synced", "On the active: 1 when a standby has applied its snapshot and follows the stream.", "standby")
 	descPeerRefused = desc("peer_refused_total", "Peer handshakes refused (wrong or missing cluster key, unknown peer) and peer links closed for breaking the peer protocol.")
 	descPeerDropped = desc("peer_frames_dropped_total", "Peer frames dropped unread: heartbeats over the rate a link may send.")
+	descDropped     = desc("standbys_dropped_total", "On the active: standbys dropped for falling more than a bound behind (backlog) or not reading their snapshot (stalled); each starts again from a snapshot.", "reason")
 	descPromotions  = desc("promotions_total", "Times this node became the active (failover, handoff or cluster start).")
 	descWait        = desc("wait_seconds", "Time from an acquire's arrival to its grant (0 for a free key).")
 	descHold        = desc("hold_seconds", "Time from a grant to its release or expiry.")
@@ -97,7 +98,7 @@ var (
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descGrants, descReleases, descExtends, descExpiries,
 		descTimeouts, descCancels, descWithdrawn, descErrors, descSlowClosed, descKeys,
-		descQueued, descConns, descTokens, descRole, descLag, descSynced, descPromotions, descWait, descHold, descPeerRefused, descPeerDropped} {
+		descQueued, descConns, descTokens, descRole, descLag, descSynced, descPromotions, descWait, descHold, descPeerRefused, descPeerDropped, descDropped} {
 		ch <- d
 	}
 }
@@ -143,6 +144,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descPromotions, c.n.promotions.Load())
 	counter(descPeerRefused, m.PeerRefused)
 	counter(descPeerDropped, m.PeerFramesDropped)
+	for reason, v := range m.StandbysDropped {
+		counter(descDropped, v, reason)
+	}
 	ch <- histogram(descWait, &e.WaitTime)
 	ch <- histogram(descHold, &e.HoldTime)
 }

@@ -45,15 +45,15 @@ type cluster struct {
 	semiCheck  time.Time    // when that was
 	streamLost atomic.Int64 // when a synced stream link closed (node clock); 0: none since
 
-	mu         sync.Mutex
-	el         *failover.Elector
-	links      []*peerConn // this node's link to each peer, nil while down
-	inLinks    []*peerConn // each peer's link to this node, nil while down
-	dialing    []bool
+	mu      sync.Mutex
+	el      *failover.Elector
+	links   []*peerConn // this node's link to each peer, nil while down
+	inLinks []*peerConn // each peer's link to this node, nil while down
+	dialing []bool
 	// A peer whose handshake failed (it answered, but not as a kunci peer
 	// holding the key) is dialled again only after a backoff.
-	dialAfter []int64 // node clock
-	dialFails []int
+	dialAfter  []int64 // node clock
+	dialFails  []int
 	following  int // the active this standby streams from, -1 for none
 	takeoverAt time.Time
 
@@ -71,9 +71,6 @@ const (
 	DefaultHeartbeat       = 100 * time.Millisecond
 	DefaultFailoverTimeout = time.Second
 	dialTimeout            = time.Second
-	// maxPeerBacklog is how much unsent output a peer link may hold before
-	// it is dropped (the standby then starts again from a snapshot).
-	maxPeerBacklog = 2 * replica.MaxBacklog
 )
 
 func newCluster(n *Node) (*cluster, error) {

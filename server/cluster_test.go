@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -581,4 +582,101 @@ func TestClusterStandbyRestartDoesNotStallTheActive(t *testing.T) {
 	if n := logs.count("promoted to active"); n != 1 {
 		t.Errorf("%d promotions, want only node 0's", n)
 	}
+}
+
+// A standby that joins a busy active copies a snapshot sent a chunk at a
+// time from every shard while the keys keep changing, and ends with the
+// active's state.
+func TestClusterSnapshotOfManyKeysWhileTheyChange(t *testing.T) {
+	defer server.SetSnapshotChunks(4, 64)()
+	tc := newCluster(t, 2, func(c *server.Config) { c.Shards, c.Loops = 4, 2 })
+	tc.start(0)
+	tc.waitActive(0)
+	c := dial(t, tc.addrs[0])
+	defer c.close()
+	const keys = 5000
+	tokens := make([]uint64, keys)
+	for lo := 0; lo < keys; lo += 500 {
+		var lines []string
+		for i := lo; i < lo+500; i++ {
+			lines = append(lines, fmt.Sprintf("A k%d 60 0", i))
+		}
+		c.send(lines...)
+		for k, tok := range c.expectGrants(keysOf(lo, lo+500)...) {
+			i, _ := strconv.Atoi(k[1:])
+			tokens[i] = tok
+		}
+	}
+	// Churn while node 1 starts and copies the state: releases and
+	// re-grants (some keys leave before the cursor reaches them, some come
+	// back after it passed), extends.
+	done := make(chan struct{})
+	churned := make(chan error, 1)
+	go func() {
+		w, err := net.Dial("tcp", tc.addrs[0])
+		if err != nil {
+			churned <- err
+			return
+		}
+		defer w.Close()
+		r := newReader(w)
+		for round := 0; ; round++ {
+			select {
+			case <-done:
+				churned <- nil
+				return
+			default:
+			}
+			// 50 keys at a time, each released, taken again and extended.
+			var b strings.Builder
+			var idx []int
+			for j := 0; j < 50; j++ {
+				i := (round*50 + j) % keys // in the order the cursor walks
+				idx = append(idx, i)
+				fmt.Fprintf(&b, "R k%d %d\nA k%d 60 0\n", i, tokens[i], i)
+			}
+			if _, err := io.WriteString(w, b.String()); err != nil {
+				churned <- err
+				return
+			}
+			// Answers about different keys may come in any order.
+			for range 2 * len(idx) {
+				line, err := r.ReadString('\n')
+				if err != nil {
+					churned <- err
+					return
+				}
+				line = strings.TrimSpace(line)
+				if strings.HasPrefix(line, "R ") {
+					if !strings.HasSuffix(line, " OK") {
+						churned <- fmt.Errorf("churn: %q", line)
+						return
+					}
+					continue
+				}
+				k, tok, err := splitGrant(line)
+				if err != nil {
+					churned <- err
+					return
+				}
+				i, _ := strconv.Atoi(k[1:])
+				tokens[i] = tok
+			}
+		}
+	}()
+	tc.start(1)
+	tc.waitActive(0)
+	close(done)
+	if err := <-churned; err != nil {
+		t.Fatal(err)
+	}
+	tc.waitSame(0, 1)
+}
+
+func keysOf(lo, hi int) []string {
+	var out []string
+	for i := lo; i < hi; i++ {
+		out = append(out, fmt.Sprintf("k%d", i))
+	}
+	return out
 }

@@ -16,6 +16,15 @@ func (n *Node) Crash() {
 	_ = n.Stop(context.Background())
 }
 
+// SetSnapshotChunks makes snapshots go out in small pieces, so that a test
+// sees them interleaved with other work; it returns the old setting's
+// restorer.
+func SetSnapshotChunks(keys, bytes int) (restore func()) {
+	k, b := snapshotChunk, snapshotStep
+	snapshotChunk, snapshotStep = keys, bytes
+	return func() { snapshotChunk, snapshotStep = k, b }
+}
+
 // Isolate cuts n off from its peers (true) or lets it reach them again: a
 // network partition around n. Clients still reach it.
 func (n *Node) Isolate(on bool) { n.cl.isolated.Store(on) }

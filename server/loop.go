@@ -42,6 +42,11 @@ type loop struct {
 	tickQueued atomic.Bool
 	hasPaused  atomic.Bool // paused is not empty, for the ticker
 
+	// snapshots are standbys' links whose snapshot waits for them to read
+	// (snapshot.go).
+	snapshots    []*peerConn
+	hasSnapshots atomic.Bool
+
 	// Semi-synchronous mode: answers waiting for a standby's ack.
 	held       []heldOutput
 	heldBuf    []byte // the held answers' bytes, in order
@@ -422,6 +427,7 @@ func (lp *loop) runTick(context.Context) error {
 	}
 	lp.flush()
 	lp.resume()
+	lp.resumeSnapshots()
 	return nil
 }
 

@@ -48,6 +48,9 @@ type Metrics struct {
 	// breaking the peer protocol; PeerFramesDropped, peer frames dropped
 	// unread (heartbeats over the rate).
 	PeerRefused, PeerFramesDropped uint64
+	// StandbysDropped counts, on an active, standbys dropped for falling
+	// behind ("backlog") or not reading their snapshot ("stalled").
+	StandbysDropped map[string]uint64
 }
 
 // Metrics takes a snapshot, locking each shard in turn for a moment.
@@ -61,6 +64,10 @@ func (n *Node) Metrics() Metrics {
 
 		PeerRefused:       n.peerRefused.Load(),
 		PeerFramesDropped: n.peerFramesDropped.Load(),
+		StandbysDropped:   make(map[string]uint64, dropReasons),
+	}
+	for i, name := range dropReasonNames {
+		m.StandbysDropped[name] = n.standbysDropped[i].Load()
 	}
 	for i := range n.shards {
 		b := &n.shards[i]

@@ -71,6 +71,7 @@ type Node struct {
 	peerRefused       atomic.Uint64    // handshakes refused and peer links closed for breaking the protocol
 	peerFramesDropped atomic.Uint64    // peer frames dropped unread (heartbeats over the rate)
 	peerLog           logLimiter       // warnings about peer links, rate-limited
+	standbysDropped   dropCounts       // standbys dropped for falling behind, by reason
 
 	booted    chan struct{}
 	bootErr   error
@@ -502,7 +503,7 @@ func (n *Node) quiet() bool {
 		}
 	}
 	for _, lp := range *n.loops.Load() {
-		if lp.hasPaused.Load() {
+		if lp.hasPaused.Load() || lp.hasSnapshots.Load() {
 			return false
 		}
 	}

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"context"
 	"sync/atomic"
 	"time"
 
@@ -33,9 +32,11 @@ type peerConn struct {
 	hbAt     int64 // when hbBudget was last topped up (node clock)
 	syncAt   int64 // when the peer last asked for a snapshot (node clock)
 
-	// in: the stream this peer asked for.
+	// in: the stream this peer asked for (snapshot.go).
+	lp        *loop
 	sub       *replica.Sub
 	flushTask gnet.Runnable
+	snap      *snapshot // the snapshot being sent, nil once sent
 
 	// out: the stream from the peer this node follows.
 	streaming atomic.Bool // asked for it; frames are applied
@@ -56,7 +57,7 @@ func (n *Node) adoptPeer(cs *conn, c gnet.Conn) *peerConn {
 	hs := cs.hs
 	n.conns.remove(cs)
 	cs.closed, cs.hs = true, nil
-	pc := &peerConn{n: n, idx: cl.index(hs.Peer), peerInc: hs.Inc, c: c, opened: n.now()}
+	pc := &peerConn{n: n, lp: cs.lp, idx: cl.index(hs.Peer), peerInc: hs.Inc, c: c, opened: n.now()}
 	pc.hbBudget, pc.hbAt = heartbeatBurst, pc.opened
 	c.SetContext(pc)
 	cl.mu.Lock()
@@ -269,6 +270,7 @@ func heartbeatOf(f *replica.Frame) failover.Heartbeat {
 // out if no other standby is left to wait for.
 func (n *Node) unsubscribe(pc *peerConn) {
 	cl := n.cl
+	n.endSnapshot(pc)
 	cl.hub.Remove(pc.sub)
 	if pc.sub.Synced() {
 		cl.syncedSubs.Add(-1)
@@ -276,57 +278,6 @@ func (n *Node) unsubscribe(pc *peerConn) {
 	pc.sub = nil
 	if n.cfg.SemiSync {
 		n.releaseHeld()
-	}
-}
-
-// subscribe starts pc's peer's stream with a snapshot of every shard.
-func (n *Node) subscribe(pc *peerConn) {
-	cl := n.cl
-	pc.flushTask = gnet.RunnableFunc(func(context.Context) error {
-		n.flushStream(pc)
-		return nil
-	})
-	c := pc.c
-	wake := func() {
-		// A task, not a write from the batch's own flush: the loop runs
-		// it after the connections that were ready this round, so one
-		// write to the standby carries the records of all their batches.
-		_ = c.EventLoop().Execute(context.Background(), pc.flushTask)
-	}
-	sub := replica.NewSub(pc.idx, wake, func() { _ = c.Close() })
-	pc.sub = sub
-	for i := range n.shards {
-		n.shards[i].mu.Lock()
-	}
-	now := n.now()
-	cl.hub.Subscribe(sub, max(cl.ceiling.Load(), n.tokens.Ceiling()), func(dst []byte) []byte {
-		for i := range n.shards {
-			n.shards[i].sh.Each(func(key string, token uint64, deadline int64) {
-				dst = replica.AppendHolder(dst, key, token, deadline-now)
-			})
-		}
-		return dst
-	})
-	for i := range n.shards {
-		n.shards[i].mu.Unlock()
-	}
-	n.log.Info().Str("standby", cl.addrs[pc.idx]).Msg("streaming to a standby")
-}
-
-// flushStream writes what the hub queued for pc's standby. It runs on pc's
-// loop.
-func (n *Node) flushStream(pc *peerConn) {
-	if pc.closed || pc.sub == nil {
-		return
-	}
-	b := n.cl.hub.Take(pc.sub)
-	if len(b) == 0 {
-		return
-	}
-	_, _ = pc.c.Write(b)
-	if !pc.closed && pc.c.OutboundBuffered() > maxPeerBacklog {
-		n.log.Warn().Str("standby", n.cl.addrs[pc.idx]).Msg("standby does not keep up: dropped")
-		_ = pc.c.Close()
 	}
 }
 

@@ -1,0 +1,126 @@
+package engine
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// TestCursorWalksWhileTheShardChanges opens a cursor, then interleaves
+// small Scans with grants, releases, FIFO handoffs and lease expiries, and
+// checks Cursor's promise: every key held from Open until the cursor
+// reaches it is visited once; nothing else is visited; a key freed before
+// it is reached, even if taken again, is not. KUNCI_CURSOR_SEED replays a run.
+func TestCursorWalksWhileTheShardChanges(t *testing.T) {
+	seed := rand.Uint64()
+	if s := os.Getenv("KUNCI_CURSOR_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
+	for run := 0; run < 200; run++ {
+		cursorRun(t, rng)
+	}
+}
+
+func cursorRun(t *testing.T, rng *rand.Rand) {
+	sh := NewShard(Config{}, new(Tokens), 0)
+	var out Output
+	now := int64(0)
+	held := map[string]uint64{} // key → token
+	settle := func() { // what the records say happened
+		for _, r := range out.Records {
+			switch r.Kind {
+			case RecordGrant:
+				held[string(out.RecordKey(&r))] = r.Token
+			case RecordRelease, RecordExpire:
+				if held[string(out.RecordKey(&r))] == r.Token {
+					delete(held, string(out.RecordKey(&r)))
+				}
+			}
+		}
+		out.Reset()
+	}
+	take := func(k string, conn ConnID) {
+		sh.Acquire(now, conn, []byte(k), int64(1+rng.IntN(50))*ms, 0, &out)
+		settle()
+	}
+	out.WantRecords = true
+	for i := range 1 + rng.IntN(40) {
+		take("k"+strconv.Itoa(i), 1)
+	}
+	var c Cursor
+	sh.Open(&c)
+	atOpen := map[string]bool{}
+	for k := range held {
+		atOpen[k] = true
+	}
+	lost := map[string]bool{} // held at Open, freed since
+	visited := map[string]int{}
+	next := 1000
+	for done := false; !done; {
+		done = sh.Scan(&c, 1+rng.IntN(4), func(key string, token uint64, _ int64) {
+			key = strings.Clone(key) // it aliases the lock's memory
+			visited[key]++
+			if !atOpen[key] || lost[key] {
+				t.Fatalf("visited %s %d: held at open %v, freed since %v", key, token, atOpen[key], lost[key])
+			}
+			if held[key] != token {
+				t.Fatalf("visited %s with token %d, its grant is %d", key, token, held[key])
+			}
+		})
+		for range rng.IntN(4) {
+			before := map[string]bool{}
+			for k := range held {
+				before[k] = true
+			}
+			switch rng.IntN(4) {
+			case 0: // a new key
+				take(fmt.Sprint("k", next), 1)
+				next++
+			case 1: // a key taken again, or queued for
+				take(fmt.Sprint("k", rng.IntN(next)), ConnID(2+rng.IntN(3)))
+			case 2: // a release
+				for k, tok := range held {
+					sh.Release(now, 1, []byte(k), tok, &out)
+					break
+				}
+			case 3: // time passes: leases run out
+				now += int64(rng.IntN(20)) * ms
+				sh.Advance(now, &out)
+			}
+			settle()
+			for k := range before {
+				if _, ok := held[k]; !ok && atOpen[k] && visited[k] == 0 {
+					lost[k] = true
+				}
+			}
+		}
+	}
+	for k := range atOpen {
+		if !lost[k] && visited[k] != 1 {
+			t.Fatalf("%s held throughout, visited %d times", k, visited[k])
+		}
+	}
+	// A Reset ends an open cursor.
+	sh.Open(&c)
+	sh.Reset(now)
+	if !sh.Scan(&c, 10, func(string, uint64, int64) { t.Fatal("visited after Reset") }) {
+		t.Fatal("a cursor outlived Reset")
+	}
+}
+
+func TestCursorOnAnEmptyShardIsDone(t *testing.T) {
+	sh := NewShard(Config{}, new(Tokens), 0)
+	var c Cursor
+	sh.Open(&c)
+	if !sh.Scan(&c, 10, func(string, uint64, int64) { t.Fatal("visited") }) {
+		t.Fatal("not done")
+	}
+	sh.Open(&c) // closed by the Scan that was done
+	sh.Close(&c)
+	sh.Close(&c)
+}
