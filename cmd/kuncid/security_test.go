@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kunci/kunci/replica"
+)
+
+// Attacks on a kuncid process, made from raw sockets as an outsider (or, for
+// defence in depth, a peer holding the key) would.
+
+// freeAddrs returns n loopback addresses with ports free a moment ago.
+func freeAddrs(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	var ls []net.Listener
+	for i := 0; i < n; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	for _, l := range ls {
+		l.Close()
+	}
+	return out
+}
+
+// startClusterNode starts node 0 of addrs alone (its peers are down), and
+// waits until it is active.
+func startClusterNode(t *testing.T, shell string, addrs []string, key string) *process {
+	t.Helper()
+	p := start(t, shell, "--listen", addrs[0], "--advertise", addrs[0], "--peers", strings.Join(addrs, ","),
+		"--cluster-key-file", key, "--heartbeat", "50ms", "--failover-timeout", "500ms")
+	waitInfo(t, addrs[0], fmt.Sprintf("I active %s %s\n", addrs[0], addrs[0]))
+	return p
+}
+
+func alive(p *process) bool { return p.cmd.Process.Signal(syscall.Signal(0)) == nil }
+
+// Attack 5 of issue 11: connections that sent only "P " were taken for
+// peers, escaped --max-conns, and exhausted the file descriptors until gnet
+// stopped and the node exited without a handoff.
+func TestPeerPrefixFloodDoesNotStopTheNode(t *testing.T) {
+	addrs := freeAddrs(t, 2)
+	p := startClusterNode(t, "ulimit -n 1024", addrs, keyFile(t))
+	held, err := net.Dial("tcp", addrs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	heldR := bufio.NewReader(held)
+	var flood []net.Conn
+	defer func() {
+		for _, c := range flood {
+			c.Close()
+		}
+	}()
+	for i := 0; i < 1100; i++ {
+		c, err := net.DialTimeout("tcp", addrs[0], 2*time.Second)
+		if err != nil {
+			break // the backlog is full: the node refuses, which is fine
+		}
+		flood = append(flood, c)
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = c.Write([]byte("P "))
+	}
+	time.Sleep(200 * time.Millisecond) // let the node take them all in
+	if !alive(p) {
+		t.Fatal("the node exited under the flood")
+	}
+	_ = held.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(held, "I\n")
+	if line, err := heldR.ReadString('\n'); err != nil || !strings.HasPrefix(line, "I active ") {
+		t.Fatalf("a client connected before the flood: %q %v", line, err)
+	}
+	for _, c := range flood {
+		c.Close()
+	}
+	flood = nil
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := roundTrip(t, addrs[0], "A k 30 0\n")
+		if strings.HasPrefix(got, "A k ") {
+			break
+		}
+		if time.Now().After(deadline) || !alive(p) {
+			t.Fatalf("node not serving after the flood: %q", got)
+		}
+		time.Sleep(50 * time.Millisecond) // closed connections are still being reaped
+	}
+}
+
+// rss returns a process's resident memory in bytes.
+func rss(t *testing.T, pid int) int64 {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kib int64
+			fmt.Sscanf(v, "%d", &kib)
+			return kib << 10
+		}
+	}
+	t.Skip("no VmRSS")
+	return 0
+}
+
+// peerKey is the key keyFile writes.
+var peerKey = []byte("a test cluster key, 32 bytes lng")
+
+// dialAsPeer connects to addr as peer from, holding the cluster key.
+func dialAsPeer(t *testing.T, addr, from string) (net.Conn, uint64) {
+	t.Helper()
+	kr, err := replica.NewKeyring(peerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inc := uint64(time.Now().UnixNano())
+	d, hello, _ := replica.Dial(kr, from, inc, addr, nil)
+	_ = nc.SetDeadline(time.Now().Add(5 * time.Second))
+	_, _ = nc.Write(hello)
+	line, err := bufio.NewReader(nc).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	proof, _, err := d.Challenge([]byte(strings.TrimSpace(line)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = nc.Write(proof)
+	_ = nc.SetDeadline(time.Time{})
+	return nc, inc
+}
+
+// Attack 6: 30 fake standbys that never read, on a node holding 200k keys,
+// took its RSS from 117 MB to 3.7 GB. Without the key they are not
+// standbys at all; with it (a compromised peer), links are one per peer and
+// snapshots are streamed with bounded memory: the node's RSS grows by less
+// than the bound stated here, (peers-1) × 64 MiB of stream plus a 1 MiB
+// snapshot window each, however many links come and however little they read.
+func TestFakeStandbysCannotBloatTheActive(t *testing.T) {
+	if testing.Short() {
+		t.Skip("holds 200,000 keys")
+	}
+	addrs := freeAddrs(t, 3)
+	p := startClusterNode(t, "", addrs, keyFile(t))
+	const keys = 200_000
+	if err := holdKeys(addrs[0], 0, keys); err != nil {
+		t.Fatal(err)
+	}
+	before := rss(t, p.cmd.Process.Pid)
+	const bound = 2*(64<<20+1<<20) + 16<<20 // plus slack for the runtime
+	var links []net.Conn
+	defer func() {
+		for _, c := range links {
+			c.Close()
+		}
+	}()
+	worst := before
+	for i := 0; i < 30; i++ {
+		from := addrs[1+i%2]
+		c, inc := dialAsPeer(t, addrs[0], from)
+		links = append(links, c)
+		fmt.Fprintf(c, "%sP S\n", replica.AppendHeartbeat(nil, from, replica.RoleStandby, "", inc, 1, 0, false))
+		worst = max(worst, rss(t, p.cmd.Process.Pid))
+	}
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		worst = max(worst, rss(t, p.cmd.Process.Pid))
+	}
+	t.Logf("RSS with %d keys %.1f MiB; worst with 30 fake standbys %.1f MiB (bound %.0f MiB above)",
+		keys, float64(before)/(1<<20), float64(worst)/(1<<20), float64(bound)/(1<<20))
+	if worst-before > bound {
+		t.Fatalf("RSS grew by %.1f MiB", float64(worst-before)/(1<<20))
+	}
+	if got := roundTrip(t, addrs[0], "I\n"); !strings.HasPrefix(got, "I active ") {
+		t.Fatalf("I: %q", got)
+	}
+}
