@@ -28,6 +28,12 @@ type conn struct {
 	closed   bool
 	acquired bool // sent an acquire, so it may have queued acquires
 	client   bool // known not to be a peer: its first line was not a peer's hello
+	// probation is set on a connection taken in while every client slot
+	// was full, into a slot kept for peers: it must prove itself a peer
+	// within handshakeTimeout (its first line a hello), or it is closed.
+	probation bool
+	source    string // the remote host, on probation only
+	openedAt  int64  // node clock
 	// hs is the peer handshake in progress: the connection sent a peer's
 	// hello and was challenged; its next line must be the proof.
 	hs   *replica.Accepting
@@ -36,36 +42,70 @@ type conn struct {
 
 // connTable maps ConnIDs to connections for any goroutine: an ID is a slot
 // index and a generation, so a stale ID never finds a newer connection.
+//
+// It holds max client connections, and reserve more slots that only a
+// connection taken in while the clients' slots are full may use, on
+// probation: those are for peers, so that clients, however many, never
+// keep a peer out. At most reservePerSource of them come from one address.
 type connTable struct {
-	open  atomic.Int64
+	open  atomic.Int64 // connections in the table, probation included
 	slots []atomic.Pointer[conn]
 	mu    sync.Mutex
 	free  []uint32
 	gens  []uint32
+
+	max, reserve, reservePerSource int            // fixed by init
+	probation                      int            // under mu
+	bySource                       map[string]int // probation connections by remote address, under mu
 }
 
-func (t *connTable) init(max int) {
-	t.slots = make([]atomic.Pointer[conn], max)
-	t.gens = make([]uint32, max)
-	t.free = make([]uint32, max)
+func (t *connTable) init(max, reserve, reservePerSource int) {
+	size := max + reserve
+	t.max, t.reserve, t.reservePerSource = max, reserve, reservePerSource
+	t.bySource = make(map[string]int)
+	t.slots = make([]atomic.Pointer[conn], size)
+	t.gens = make([]uint32, size)
+	t.free = make([]uint32, size)
 	for i := range t.free {
-		t.free[i] = uint32(max - 1 - i)
+		t.free[i] = uint32(size - 1 - i)
 	}
 }
 
-// add registers c, or returns nil when the table is full.
+// add registers c as a client, or returns nil when the clients' slots are
+// full.
 func (t *connTable) add(c gnet.Conn) *conn {
+	return t.take(c, "")
+}
+
+// addProbation registers c, from the remote host source, into the reserve,
+// or returns nil when that is full too or holds reservePerSource from
+// source already.
+func (t *connTable) addProbation(c gnet.Conn, source string) *conn {
+	return t.take(c, source)
+}
+
+func (t *connTable) take(c gnet.Conn, source string) *conn {
 	t.mu.Lock()
-	if len(t.free) == 0 {
-		t.mu.Unlock()
+	defer t.mu.Unlock()
+	probation := source != ""
+	if clients := len(t.slots) - len(t.free) - t.probation; !probation && clients >= t.max {
 		return nil
+	}
+	if probation {
+		if t.probation >= t.reserve || t.bySource[source] >= t.reservePerSource {
+			return nil
+		}
+		t.probation++
+		t.bySource[source]++
 	}
 	slot := t.free[len(t.free)-1]
 	t.free = t.free[:len(t.free)-1]
 	t.gens[slot]++
-	cs := &conn{id: engine.ConnID(uint64(t.gens[slot])<<32 | uint64(slot+1)), c: c}
+	cs := &conn{id: engine.ConnID(uint64(t.gens[slot])<<32 | uint64(slot+1)), c: c, probation: probation}
+	if probation {
+		cs.source = source
+	}
 	t.slots[slot].Store(cs)
-	t.mu.Unlock()
 	t.open.Add(1)
 	return cs
 }
@@ -75,6 +115,12 @@ func (t *connTable) remove(cs *conn) {
 	t.mu.Lock()
 	t.slots[slot].Store(nil)
 	t.free = append(t.free, slot)
+	if cs.probation {
+		t.probation--
+		if t.bySource[cs.source]--; t.bySource[cs.source] <= 0 {
+			delete(t.bySource, cs.source)
+		}
+	}
 	t.mu.Unlock()
 	t.open.Add(-1)
 }

@@ -47,6 +47,11 @@ type loop struct {
 	snapshots    []*peerConn
 	hasSnapshots atomic.Bool
 
+	// probation lists connections in the peers' reserve of slots
+	// (peerauth.go).
+	probation    []*conn
+	hasProbation atomic.Bool
+
 	// Semi-synchronous mode: answers waiting for a standby's ack.
 	held       []heldOutput
 	heldBuf    []byte // the held answers' bytes, in order
@@ -428,6 +433,7 @@ func (lp *loop) runTick(context.Context) error {
 	lp.flush()
 	lp.resume()
 	lp.resumeSnapshots()
+	lp.expireProbation()
 	return nil
 }
 

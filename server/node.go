@@ -145,8 +145,12 @@ func New(cfg Config) (*Node, error) {
 			return nil, errors.New("server: a cluster node needs the cluster key (--cluster-key-file), or --insecure-peers to run peer links without authentication")
 		}
 	}
-	n.cfg.MaxConns = fitConnsToFDs(cfg.MaxConns, n.log)
-	n.conns.init(n.cfg.MaxConns)
+	// A cluster node keeps, beyond its clients' slots, two links per peer
+	// and a reserve of slots for peers that dial in while the clients'
+	// slots are full (connTable).
+	others := max(len(cfg.Peers)-1, 0)
+	n.cfg.MaxConns = fitConnsToFDs(cfg.MaxConns, 4*others, n.log)
+	n.conns.init(n.cfg.MaxConns, 2*others, others)
 	per := func(total int) int { return (total + cfg.Shards - 1) / cfg.Shards }
 	ecfg := engine.Config{
 		MaxKeys:    per(cfg.MaxKeys),
@@ -335,13 +339,32 @@ func (n *Node) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 		return n.onPeerOpen(pc, c), gnet.None
 	}
 	cs := n.conns.add(c)
+	if cs == nil && n.cl != nil {
+		// Every client slot is taken: a peer may still come in.
+		cs = n.conns.addProbation(c, hostOf(c.RemoteAddr()))
+	}
 	if cs == nil {
 		n.refused.count(errTooManyConns)
 		return []byte("E - - too many connections\n"), gnet.Close
 	}
 	cs.lp = n.loopOf(c.EventLoop())
+	cs.openedAt = n.now()
 	c.SetContext(cs)
+	if cs.probation {
+		cs.lp.watchProbation(cs)
+	}
 	return nil, gnet.None
+}
+
+// hostOf returns the host of a remote address.
+func hostOf(a net.Addr) string {
+	if ta, ok := a.(*net.TCPAddr); ok {
+		return ta.IP.String()
+	}
+	if a == nil {
+		return "?"
+	}
+	return a.String()
 }
 
 // OnClose implements gnet.EventHandler: the connection's queued acquires
@@ -503,7 +526,7 @@ func (n *Node) quiet() bool {
 		}
 	}
 	for _, lp := range *n.loops.Load() {
-		if lp.hasPaused.Load() || lp.hasSnapshots.Load() {
+		if lp.hasPaused.Load() || lp.hasSnapshots.Load() || lp.hasProbation.Load() {
 			return false
 		}
 	}
@@ -553,7 +576,7 @@ func boundAddr(eng gnet.Engine) (string, error) {
 // lowers max so that accepted connections, the listen backlog and the
 // node's own files fit under it: gnet stops its engine when accept fails
 // with EMFILE.
-func fitConnsToFDs(max int, log zerolog.Logger) int {
+func fitConnsToFDs(max, extra int, log zerolog.Logger) int {
 	var rl unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
 		return max
@@ -565,7 +588,7 @@ func fitConnsToFDs(max int, log zerolog.Logger) int {
 		}
 	}
 	limit := int(min(rl.Cur, 1<<30))
-	fit := limit - listenBacklog() - 64
+	fit := limit - listenBacklog() - 64 - extra
 	if fit < limit/2 {
 		fit = limit / 2
 	}

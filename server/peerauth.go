@@ -37,6 +37,12 @@ func (n *Node) peerHandshake(cs *conn, c gnet.Conn) (gnet.Action, *peerConn) {
 		buf, _ := c.Peek(-1)
 		i := bytes.IndexByte(buf, '\n')
 		if cs.hs == nil && len(buf) > 0 && (buf[0] != 'N' || len(buf) > 1 && buf[1] != ' ' && buf[1] != '\n' && buf[1] != '\r') {
+			if cs.probation {
+				// A client in a slot kept for peers.
+				n.refused.count(errTooManyConns)
+				_, _ = c.Write([]byte("E - - too many connections\n"))
+				return gnet.Close, nil
+			}
 			cs.client = true
 			return gnet.None, nil
 		}
@@ -92,6 +98,42 @@ func (n *Node) refusePeer(cs *conn, c gnet.Conn, op byte, err error) gnet.Action
 		e.Str("remote", c.RemoteAddr().String()).Err(err)
 	}, "refused a peer handshake")
 	return gnet.Close
+}
+
+// probationTimeout is how long a connection taken into the peers' reserve
+// of slots (connTable) may take to prove itself a peer.
+const probationTimeout = 2 * time.Second
+
+// watchProbation keeps cs, on probation, for the ticker to close if it has
+// not proved itself a peer in time.
+func (lp *loop) watchProbation(cs *conn) {
+	lp.probation = append(lp.probation, cs)
+	lp.hasProbation.Store(true)
+	if lp.n.tickIdle.Load() {
+		lp.n.wakeTicker()
+	}
+}
+
+// expireProbation closes the connections on probation that did not prove
+// themselves peers within probationTimeout. It runs on lp from the ticker.
+func (lp *loop) expireProbation() {
+	if len(lp.probation) == 0 {
+		return
+	}
+	now := lp.n.now()
+	kept := lp.probation[:0]
+	for _, cs := range lp.probation {
+		switch {
+		case cs.closed:
+		case now-cs.openedAt > int64(probationTimeout):
+			_ = lp.el.Close(cs.c)
+		default:
+			kept = append(kept, cs)
+		}
+	}
+	clear(lp.probation[len(kept):])
+	lp.probation = kept
+	lp.hasProbation.Store(len(kept) > 0)
 }
 
 // dialPeer connects to peer i and runs the handshake as the dialling side,

@@ -412,3 +412,28 @@ func TestHeartbeatFloodOnAPeerLinkIsRateLimited(t *testing.T) {
 		t.Fatal("the link was closed for heartbeats over the rate")
 	}
 }
+
+// Attack 8 (its peer half): clients holding every slot kept a restarting
+// peer out. Beyond the clients' slots a node keeps a few for peers: a
+// connection that comes while the clients' slots are full may only prove
+// itself a peer, quickly.
+func TestPeersAreNotStarvedByClientsHoldingEverySlot(t *testing.T) {
+	tc := newCluster(t, 2, func(c *server.Config) { c.MaxConns = 10 })
+	tc.startAll()
+	tc.waitActive(0)
+	for i := 0; i < 10; i++ {
+		dial(t, tc.addrs[0]) // idle: they send nothing
+	}
+	waitConns(t, tc.nodes[0], 10)
+	// A client past the limit is refused, whether it speaks or waits.
+	c := dial(t, tc.addrs[0])
+	c.send("I")
+	c.expect("E - - too many connections")
+	c.expectClosed()
+	idle := dial(t, tc.addrs[0])
+	idle.expectClosed()
+
+	tc.crash(1)
+	tc.start(1)
+	tc.waitActive(0)
+}
