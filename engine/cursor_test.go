@@ -31,7 +31,7 @@ func cursorRun(t *testing.T, rng *rand.Rand) {
 	var out Output
 	now := int64(0)
 	held := map[string]uint64{} // key → token
-	settle := func() { // what the records say happened
+	settle := func() {          // what the records say happened
 		for _, r := range out.Records {
 			switch r.Kind {
 			case RecordGrant:
