@@ -221,9 +221,6 @@ func (n *Node) Start() error {
 			return err
 		}
 	}
-	if n.cl != nil && n.keys == nil {
-		n.log.Warn().Msg("peer links are NOT authenticated (--insecure-peers): anyone who reaches this node's port can pose as a peer, take its locks and stop the cluster")
-	}
 	n.log.Info().Str("addr", n.addr).Str("advertise", n.self).
 		Int("loops", n.cfg.Loops).Int("shards", n.cfg.Shards).Str("version", Version).
 		Stringer("max_lease", n.cfg.MaxLease).Stringer("max_wait", n.cfg.MaxWait).
@@ -232,6 +229,9 @@ func (n *Node) Start() error {
 		Str("data_dir", n.cfg.DataDir).Uint64("token_floor", n.tokens.Last()).
 		Strs("peers", n.cfg.Peers).Str("role", n.Role()).
 		Msg("kunci node started")
+	if n.cl != nil && n.keys == nil {
+		n.log.Warn().Msg("peer links are NOT authenticated (--insecure-peers): anyone who reaches this node's port can pose as a peer, take its locks and stop the cluster")
+	}
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -436,4 +437,47 @@ func TestPeersAreNotStarvedByClientsHoldingEverySlot(t *testing.T) {
 	tc.crash(1)
 	tc.start(1)
 	tc.waitActive(0)
+}
+
+// Rotating the cluster key without an outage: each node in turn restarts
+// with the new key current and the old one accepted, then each drops the
+// old one. The cluster stays one cluster at every step.
+func TestClusterKeyRotationWithoutAnOutage(t *testing.T) {
+	oldKey, newKey := testClusterKey, []byte("the new cluster key, 32 bytes ln")
+	keys := [][2][]byte{{oldKey, nil}, {oldKey, nil}}
+	tc := newCluster(t, 2, nil)
+	tc.conf = func(c *server.Config) {
+		i := slices.Index(tc.addrs, c.Listen)
+		c.ClusterKey, c.ClusterKeyOld = keys[i][0], keys[i][1]
+	}
+	tc.startAll()
+	tc.waitActive(0)
+	c := dial(t, tc.addrs[0])
+	c.send("A k 60 0")
+	tok := c.expectGrant("k")
+	step := func(i int, current, old []byte) {
+		keys[i] = [2][]byte{current, old}
+		if i == 0 {
+			// The active hands over to node 1 and takes the role back
+			// once it returns with the state.
+			tc.stop(0)
+			tc.waitActive(1)
+		} else {
+			tc.crash(1)
+		}
+		tc.start(i)
+		tc.waitActive(0)
+		tc.waitSame(0, 1)
+	}
+	step(1, newKey, oldKey)
+	step(0, newKey, oldKey)
+	step(1, newKey, nil)
+	step(0, newKey, nil)
+	n := dial(t, tc.addrs[0])
+	n.send(fmt.Sprintf("R k %d", tok))
+	n.expect("R k OK")
+	// A node still on the old key alone is refused now.
+	if _, err := tryDialAsPeer(t, tc.addrs[0], tc.addrs[1], oldKey); err == nil || !strings.Contains(err.Error(), "no cluster key in common") {
+		t.Fatalf("the old key after the rotation: %v", err)
+	}
 }

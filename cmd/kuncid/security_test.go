@@ -193,3 +193,47 @@ func TestFakeStandbysCannotBloatTheActive(t *testing.T) {
 		t.Fatalf("I: %q", got)
 	}
 }
+
+func TestClusterNodeNeedsItsKey(t *testing.T) {
+	addrs := freeAddrs(t, 2)
+	peers := []string{"--listen", addrs[0], "--peers", strings.Join(addrs, ","), "--data-dir", t.TempDir()}
+	dir := t.TempDir()
+	write := func(name, content string, mode os.FileMode) string {
+		f := dir + "/" + name
+		if err := os.WriteFile(f, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(f, mode); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	for _, tt := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no key", nil, "needs the cluster key (--cluster-key-file), or --insecure-peers"},
+		{"a key others may read", []string{"--cluster-key-file", write("open.key", string(peerKey), 0o644)}, "others may read it"},
+		{"a short key", []string{"--cluster-key-file", write("short.key", "abc\n", 0o600)}, "at least 16 are needed"},
+		{"no such file", []string{"--cluster-key-file", dir + "/none"}, "no such file"},
+		{"an old key alone", []string{"--cluster-key-file-old", write("old.key", string(peerKey), 0o600)}, "without a current one"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr strings.Builder
+			if code := run(append(append([]string{}, peers...), tt.args...), &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), tt.want) {
+				t.Fatalf("exit %d, stderr %q, want %q", code, stderr.String(), tt.want)
+			}
+		})
+	}
+	// --insecure-peers starts, and says loudly what it gives up, at every start.
+	p := start(t, "", "--listen", addrs[0], "--advertise", addrs[0], "--peers", strings.Join(addrs, ","), "--insecure-peers")
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	warned := false
+	for p.logs.Scan() {
+		warned = warned || strings.Contains(p.logs.Text(), "NOT authenticated")
+	}
+	if !warned {
+		t.Fatal("--insecure-peers started without the warning")
+	}
+}
