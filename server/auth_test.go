@@ -396,3 +396,31 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// TestAuthTimeout: a connection that has not authenticated within
+// AuthTimeout is answered "E - - auth timeout" and closed, however it
+// trickles bytes; one that authenticated stays, with no idle timeout set.
+func TestAuthTimeout(t *testing.T) {
+	t.Parallel()
+	const limit = 300 * time.Millisecond
+	n, _ := startAuthNode(t, func(cfg *server.Config) { cfg.AuthTimeout = limit })
+	opened := time.Now()
+	silent, trickle := dial(t, n.Addr()), dial(t, n.Addr())
+	ok := login(t, n, "app", appSecret)
+	for _, b := range []byte("U app " + appSecret) {
+		if time.Since(opened) > limit {
+			break
+		}
+		trickle.sendRaw([]byte{b})
+		time.Sleep(limit / 20)
+	}
+	for _, c := range []*client{silent, trickle} {
+		c.expect("E - - auth timeout")
+		if waited := time.Since(opened); waited < limit {
+			t.Fatalf("closed %v after it opened, before the %v auth timeout", waited, limit)
+		}
+		c.expectClosed()
+	}
+	ok.expectNothing(limit)
+	ok.roundTrip()
+}

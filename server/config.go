@@ -46,6 +46,9 @@ type Config struct {
 	// AuthFailureDelay is how long a failed authentication waits before
 	// its answer, after which the connection is closed.
 	AuthFailureDelay time.Duration
+	// AuthTimeout is how long a connection may stay open without
+	// authenticating, with AuthFile set.
+	AuthTimeout time.Duration
 	// IdleTimeout closes a client connection that has sent nothing for this
 	// long while it holds no grant and no queued acquire. Zero: never
 	// (kuncid's default is DefaultIdleTimeout).
@@ -99,6 +102,7 @@ const (
 	// DefaultIdleTimeout is kuncid's --idle-timeout (Config's zero is off).
 	DefaultIdleTimeout      = 5 * time.Minute
 	DefaultAuthFailureDelay = time.Second
+	DefaultAuthTimeout      = 10 * time.Second
 )
 
 func (c *Config) setDefaults() error {
@@ -128,6 +132,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.AuthFailureDelay == 0 {
 		c.AuthFailureDelay = DefaultAuthFailureDelay
+	}
+	if c.AuthTimeout == 0 {
+		c.AuthTimeout = DefaultAuthTimeout
 	}
 	if c.MaxWaiters == 0 {
 		c.MaxWaiters = DefaultMaxWaiters
@@ -166,6 +173,8 @@ func (c *Config) setDefaults() error {
 		return errors.New("server: idle timeout must not be negative (0: none)")
 	case c.AuthFailureDelay < 0 || c.AuthFailureDelay > time.Minute:
 		return errors.New("server: auth failure delay out of range 0..1m")
+	case c.AuthTimeout < 0:
+		return errors.New("server: auth timeout must not be negative")
 	case c.Tick < 100*time.Microsecond || c.Tick > 10*time.Millisecond:
 		return errors.New("server: tick out of range 100µs..10ms")
 	case c.OutputLimit < 64<<10 || c.InputLimit < 4<<10:

@@ -15,7 +15,7 @@ var refusalReasons = [...]error{
 	wire.ErrMissingField, wire.ErrTooManyFields, wire.ErrBadLease,
 	wire.ErrLeaseTooLong, wire.ErrBadWait, wire.ErrWaitTooLong, wire.ErrBadToken,
 	wire.ErrBadName, wire.ErrBadSecret,
-	errTooManyConns, errPeerUnauthorized, errTooManyFromSource, errIdle,
+	errTooManyConns, errPeerUnauthorized, errTooManyFromSource, errIdle, errAuthTimeout,
 	errAuthRequired, errBadCredentials, errAuthThrottled, errKeyForbidden, errRevoked, errAuthenticated,
 }
 

@@ -391,7 +391,7 @@ func (n *Node) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	if cs.probation {
 		cs.lp.watchProbation(cs)
 	}
-	if n.cfg.IdleTimeout > 0 && n.tickIdle.Load() {
+	if n.scanning() && n.tickIdle.Load() {
 		n.wakeTicker() // to scan for idle connections from now on
 	}
 	return nil, gnet.None
