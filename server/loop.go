@@ -143,7 +143,8 @@ func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 		lp.execute(cs)
 	}
 	if lp.closing {
-		// Lines behind the redirect are not executed.
+		// Lines behind the last answer (a redirect, a refusal before
+		// authentication) are not executed.
 		lp.flush()
 		return gnet.Close
 	}
