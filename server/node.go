@@ -596,7 +596,8 @@ func (n *Node) queueTicks(scan bool) {
 }
 
 // quiet reports whether no shard has a running timer and no loop has a
-// paused connection or one waiting out a failed authentication.
+// paused connection, a snapshot to send, a connection on probation, or one
+// waiting out a failed authentication.
 // maxTick is the slowest the ticker goes while timers run but none is due:
 // with the wheel's 1 ms slots it keeps expiries within the protocol's
 // "normally within 20 ms".
