@@ -13,7 +13,7 @@ build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kunci ./cmd/kunci
 
 run: build
-	./bin/kuncid --listen $(LISTEN) --admin $(ADMIN)
+	./bin/kuncid --listen $(LISTEN) --admin $(ADMIN) --admin-pprof
 
 vet:
 	$(GO) vet ./...

@@ -374,3 +374,39 @@ func TestSampleBatchWithFailedReleases(t *testing.T) {
 		t.Fatalf("%d latencies recorded, want %d", n, 3*batchSamples)
 	}
 }
+
+// TestCredentials runs against a node that asks for credentials: both
+// drivers authenticate with --credentials; without them the run fails
+// clearly.
+func TestCredentials(t *testing.T) {
+	dir := t.TempDir()
+	const secret = "bench-secret-0123456789"
+	authFile, credsFile := filepath.Join(dir, "auth"), filepath.Join(dir, "creds")
+	for _, f := range []string{authFile, credsFile} {
+		if err := os.WriteFile(f, []byte("bench "+secret+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: zerolog.Nop(), AuthFile: authFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	for _, mode := range []string{modeRaw, modeClient} {
+		t.Run(mode, func(t *testing.T) {
+			s := run(t, Config{Target: n.Addr(), Mode: mode, Conns: 2, Depth: 4, Ops: 200, Credentials: credsFile})
+			checkCycles(t, s)
+			noErrors(t, s)
+			cfg := Config{Target: n.Addr(), Mode: mode, Conns: 2, Depth: 4, Ops: 200}
+			if err := cfg.normalize(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Run(context.Background(), cfg, nil); err == nil || !strings.Contains(err.Error(), "auth required") {
+				t.Fatalf("without credentials: %v", err)
+			}
+		})
+	}
+}

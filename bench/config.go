@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kunci/kunci/clientlib"
 	"github.com/kunci/kunci/wire"
 )
 
@@ -59,9 +60,13 @@ type Config struct {
 	Label      string        // free text carried into the summary (the comparison's case name)
 	JSON       string        // write the summary here too
 	CPUProfile string        // write the client's CPU profile here
+	// Credentials is a file holding "name secret", for a kunci node that
+	// asks for credentials; "" uses KUNCI_CREDENTIALS_FILE if set.
+	Credentials string
 
-	kind string // targetKunci or targetRedis
-	addr string // host:port
+	kind  string // targetKunci or targetRedis
+	addr  string // host:port
+	creds *clientlib.Credentials
 }
 
 // normalize fills defaults and checks c.
@@ -162,6 +167,16 @@ func (c *Config) normalize() error {
 	}
 	if c.BackoffMax < c.Backoff {
 		c.BackoffMax = c.Backoff
+	}
+	if c.Credentials == "" {
+		c.Credentials = os.Getenv("KUNCI_CREDENTIALS_FILE")
+	}
+	if c.Credentials != "" && c.kind == targetKunci {
+		creds, err := clientlib.LoadCredentials(c.Credentials)
+		if err != nil {
+			return err
+		}
+		c.creds = creds
 	}
 	return nil
 }

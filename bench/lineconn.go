@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/kunci/kunci/clientlib"
 	"github.com/kunci/kunci/wire"
 )
 
@@ -24,12 +25,42 @@ type lineConn struct {
 
 const lineConnBuf = 64 << 10
 
-func dialLine(addr string) (*lineConn, error) {
+// dialLine connects to the node at addr, and authenticates with creds when
+// they are given.
+func dialLine(addr string, creds *clientlib.Credentials) (*lineConn, error) {
 	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	return &lineConn{nc: nc, in: make([]byte, lineConnBuf), out: make([]byte, 0, lineConnBuf)}, nil
+	l := &lineConn{nc: nc, in: make([]byte, lineConnBuf), out: make([]byte, 0, lineConnBuf)}
+	if creds != nil {
+		if err := l.authenticate(creds); err != nil {
+			_ = nc.Close()
+			return nil, fmt.Errorf("kunci at %s: %w", addr, err)
+		}
+	}
+	return l, nil
+}
+
+// authenticate sends "U name secret" and waits for U OK.
+func (l *lineConn) authenticate(creds *clientlib.Credentials) error {
+	_ = l.nc.SetDeadline(time.Now().Add(10 * time.Second))
+	defer l.nc.SetDeadline(time.Time{})
+	if _, err := l.nc.Write(wire.AppendAuth(nil, []byte(creds.Name), []byte(creds.Secret))); err != nil {
+		return err
+	}
+	for done := false; !done; {
+		if _, err := l.read(clock{time.Now()}, func(a *wire.Answer, _ int64) error {
+			if a.Kind != 'U' {
+				return fmt.Errorf("credentials refused: %s", a.Text)
+			}
+			done = true
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // probe sends an I request and checks its answer, so that a run fails
@@ -43,6 +74,9 @@ func (l *lineConn) probe() error {
 	var got *wire.Answer
 	for got == nil {
 		if _, err := l.read(clock{time.Now()}, func(a *wire.Answer, _ int64) error {
+			if a.Kind == 'E' {
+				return fmt.Errorf("the node refused I: %s (a node started with --auth-file needs --credentials)", a.Text)
+			}
 			if a.Kind != 'I' {
 				return fmt.Errorf("answer to I: kind %q", a.Kind)
 			}

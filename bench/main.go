@@ -106,6 +106,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.Label, "label", "", "name of this run in the --json summary (bench table groups by it)")
 	fs.StringVar(&c.JSON, "json", "", "also write the summary to `FILE` as JSON")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write the load client's CPU profile to `FILE`")
+	fs.StringVar(&c.Credentials, "credentials", "", "`FILE` holding \"name secret\" (mode 600) for a kunci node started with --auth-file (default $KUNCI_CREDENTIALS_FILE)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

@@ -37,6 +37,12 @@ type Config struct {
 	// ReleaseRetry is how long Release keeps trying through connection
 	// errors (default 5 s), every ReleaseInterval (default 200 ms).
 	ReleaseRetry, ReleaseInterval time.Duration
+	// Credentials, when set, are sent as the first line of every
+	// connection the client opens (redirects and reconnects included), for
+	// nodes that ask for them (kuncid --auth-file). A refusal is an
+	// *AuthError (errors.Is(err, ErrAuth)); a connection refused so is
+	// tried again every ReconnectInterval.
+	Credentials *Credentials
 }
 
 func (c *Config) setDefaults() error {
@@ -46,6 +52,11 @@ func (c *Config) setDefaults() error {
 	for _, a := range c.Addrs {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			return fmt.Errorf("clientlib: bad address %q: %w", a, err)
+		}
+	}
+	if c.Credentials != nil {
+		if err := c.Credentials.check(); err != nil {
+			return err
 		}
 	}
 	set := func(d *time.Duration, def time.Duration) {
@@ -76,11 +87,15 @@ type Client struct {
 	wg     sync.WaitGroup
 	dialer net.Dialer
 	fl     flusher
+	// authErr is the last refusal of the credentials, nil once a node
+	// accepted them (see noConnection).
+	authErr atomic.Pointer[AuthError]
 }
 
 // New returns a client for cfg.Addrs. It makes a first attempt to connect
 // to every address before it returns; connections that fail are retried in
-// the background, and requests use whichever are up.
+// the background, and requests use whichever are up. When every first
+// attempt was a refusal of cfg.Credentials, New returns that *AuthError.
 func New(cfg Config) (*Client, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
@@ -103,6 +118,10 @@ func New(cfg Config) (*Client, error) {
 	}
 	for _, f := range firsts {
 		<-f
+	}
+	if err := c.allAuthFailed(); err != nil {
+		_ = c.Close()
+		return nil, err
 	}
 	return c, nil
 }
@@ -259,7 +278,7 @@ func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Durat
 		}
 		if cn == nil {
 			if cn = c.next(failed); cn == nil {
-				return nil, noConnection(lastErr)
+				return nil, c.noConnection(lastErr)
 			}
 		}
 		if wait > 0 && time.Until(deadline) <= 0 {
@@ -280,7 +299,7 @@ func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Durat
 			return nil, r.err
 		case kindRedirect:
 			if redirects++; redirects > maxRedirects {
-				return nil, noConnection(errors.New("too many redirects"))
+				return nil, c.noConnection(errors.New("too many redirects"))
 			}
 			// Send it again where the connection went.
 			if !cn.waitUp(ctx, c.cfg.DialTimeout) {
@@ -289,18 +308,11 @@ func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Durat
 		default:
 			lastErr = r.err
 			if attempts++; attempts >= len(c.conns) {
-				return nil, noConnection(lastErr)
+				return nil, c.noConnection(lastErr)
 			}
 			cn, failed = nil, cn
 		}
 	}
-}
-
-func noConnection(cause error) error {
-	if cause == nil || cause == errNotUp {
-		return ErrNoConnection
-	}
-	return fmt.Errorf("%w: %v", ErrNoConnection, cause)
 }
 
 // acquire sends one acquire on cn, first waiting its turn behind an
@@ -488,7 +500,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		if until.IsZero() {
 			until = time.Now().Add(c.cfg.ReleaseRetry)
 		} else if time.Now().After(until) {
-			return noConnection(lastErr)
+			return c.noConnection(lastErr)
 		}
 		t := time.NewTimer(c.cfg.ReleaseInterval)
 		select {
@@ -520,7 +532,7 @@ func (l *Lock) Extend(ctx context.Context, lease time.Duration) error {
 		}
 		if cn == nil {
 			if cn = c.next(failed); cn == nil {
-				return noConnection(lastErr)
+				return c.noConnection(lastErr)
 			}
 		}
 		sent := time.Now()
@@ -543,7 +555,7 @@ func (l *Lock) Extend(ctx context.Context, lease time.Duration) error {
 			return r.err
 		case kindRedirect:
 			if redirects++; redirects > maxRedirects {
-				return noConnection(errors.New("too many redirects"))
+				return c.noConnection(errors.New("too many redirects"))
 			}
 			if !cn.waitUp(ctx, c.cfg.DialTimeout) {
 				cn, failed = nil, cn
@@ -551,7 +563,7 @@ func (l *Lock) Extend(ctx context.Context, lease time.Duration) error {
 		default:
 			lastErr = r.err
 			if attempts++; attempts >= len(c.conns) {
-				return noConnection(lastErr)
+				return c.noConnection(lastErr)
 			}
 			cn, failed = nil, cn
 		}

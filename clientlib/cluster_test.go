@@ -14,6 +14,13 @@ import (
 // node 0 is active and every standby follows it.
 func startCluster(t *testing.T, n int) ([]*server.Node, []string) {
 	t.Helper()
+	return startClusterWith(t, n, nil)
+}
+
+// startClusterWith is startCluster with each node's Config changed by
+// configure first.
+func startClusterWith(t *testing.T, n int, configure func(*server.Config)) ([]*server.Node, []string) {
+	t.Helper()
 	var addrs []string
 	for i := 0; i < n; i++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -29,6 +36,9 @@ func startCluster(t *testing.T, n int) ([]*server.Node, []string) {
 			c.Peers, c.DataDir = addrs, t.TempDir()
 			c.ClusterKey = []byte("a test cluster key, 32 bytes lng")
 			c.Heartbeat, c.FailoverTimeout = 20*time.Millisecond, 300*time.Millisecond
+			if configure != nil {
+				configure(c)
+			}
 		})
 	}
 	waitFor(t, "node 0 active, the others following it", func() bool {

@@ -27,6 +27,9 @@ type conn struct {
 	cl   *Client
 	home string // the configured address
 	idx  uint32 // its place in cl.conns
+	// firstErr is why the first attempt to connect failed; set by run
+	// before it closes New's first channel.
+	firstErr error
 
 	usable atomic.Bool
 	// writing: a write is under way. Set and cleared under mu, read
@@ -93,11 +96,23 @@ func (cn *conn) run(first chan<- struct{}) {
 			return
 		}
 		nc, err := cn.cl.dial(addr)
+		if err == nil {
+			if err = cn.cl.authenticate(nc, addr); err != nil {
+				_ = nc.Close()
+			}
+		}
 		if err != nil {
 			if attempt == 0 {
+				cn.firstErr = err
 				close(first)
 			}
-			cn.cl.log.Debug().Err(err).Str("addr", addr).Msg("kunci: dial failed")
+			var ae *AuthError
+			if errors.As(err, &ae) {
+				cn.cl.authFailed(ae)
+				cn.cl.log.Warn().Err(err).Msg("kunci: credentials refused")
+			} else {
+				cn.cl.log.Debug().Err(err).Str("addr", addr).Msg("kunci: dial failed")
+			}
 			if addr != cn.home {
 				addr = cn.home // a redirect target that is gone: back to our own
 				continue
@@ -106,6 +121,9 @@ func (cn *conn) run(first chan<- struct{}) {
 				return
 			}
 			continue
+		}
+		if cn.cl.cfg.Credentials != nil {
+			cn.cl.authOK()
 		}
 		ok := cn.attach(nc, addr)
 		if attempt == 0 {
@@ -288,7 +306,9 @@ func (cn *conn) dispatch(a *wire.Answer) {
 		op = 'A'
 	case 'E':
 		if len(a.Op) != 1 {
-			cn.cl.log.Warn().Bytes("reason", a.Text).Msg("kunci: node refused a request it could not read")
+			// About no request: the node is closing the connection
+			// (idle, credentials revoked), or could not read one.
+			cn.cl.log.Warn().Bytes("reason", a.Text).Msg("kunci: node error")
 			return
 		}
 		op = a.Op[0]

@@ -11,7 +11,9 @@
 // one with the wait it has left; a node that is not the active answers with
 // a redirect, and the connection moves to the active.
 // Release is retried for five seconds on connection errors, so a lock is not
-// left held because a connection dropped at the wrong moment.
+// left held because a connection dropped at the wrong moment. With
+// Config.Credentials, every connection authenticates first ("U name
+// secret") before it carries requests.
 //
 // All methods of Client and Lock are safe for concurrent use.
 package clientlib

@@ -21,6 +21,10 @@ var (
 	ErrClosed = errors.New("clientlib: client closed")
 	// ErrLost: a kept-alive lock was lost (see Lock.KeepAlive).
 	ErrLost = errors.New("clientlib: lock lost")
+	// ErrAuth: a node refused the client's credentials (Config.Credentials),
+	// or asked for credentials the client was not given. The error is an
+	// *AuthError, or a *RefusedError with the reason "auth required".
+	ErrAuth = errors.New("clientlib: authentication failed")
 )
 
 // RefusedError is a request the node refused, with its reason.
@@ -32,5 +36,8 @@ func (e *RefusedError) Error() string {
 	return fmt.Sprintf("clientlib: %s %s refused: %s", e.Op, e.Key, e.Reason)
 }
 
-// Is makes errors.Is(err, ErrRefused) true.
-func (e *RefusedError) Is(target error) bool { return target == ErrRefused }
+// Is makes errors.Is(err, ErrRefused) true, and errors.Is(err, ErrAuth)
+// for a node that asks for credentials the client did not send.
+func (e *RefusedError) Is(target error) bool {
+	return target == ErrRefused || target == ErrAuth && e.Reason == "auth required"
+}

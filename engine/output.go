@@ -22,12 +22,16 @@ const (
 
 // Answer is one answer for one connection.
 type Answer struct {
-	Conn   ConnID
-	Kind   AnswerKind
-	Token  uint64 // Granted
-	Err    error  // Refused
-	keyOff uint32
-	keyLen uint32
+	Conn  ConnID
+	Kind  AnswerKind
+	Token uint64 // Granted
+	// Deadline is when the grant's lease ends, in the caller's now units:
+	// Granted, and Extended (the new end). A server uses it to tell whether
+	// a connection may still hold a grant.
+	Deadline int64
+	Err      error // Refused
+	keyOff   uint32
+	keyLen   uint32
 }
 
 // RecordKind is the kind of a change Record.
@@ -90,6 +94,13 @@ func (o *Output) keyRef(key string) (uint32, uint32) {
 func (o *Output) answer(conn ConnID, kind AnswerKind, key string, token uint64) {
 	off, n := o.keyRef(key)
 	o.Answers = append(o.Answers, Answer{Conn: conn, Kind: kind, Token: token, keyOff: off, keyLen: n})
+}
+
+// answerUntil is answer for Granted and Extended, which say when the
+// grant's lease ends.
+func (o *Output) answerUntil(conn ConnID, kind AnswerKind, key string, token uint64, deadline int64) {
+	off, n := o.keyRef(key)
+	o.Answers = append(o.Answers, Answer{Conn: conn, Kind: kind, Token: token, Deadline: deadline, keyOff: off, keyLen: n})
 }
 
 func (o *Output) refuse(conn ConnID, key []byte, err error) {

@@ -244,7 +244,7 @@ func (s *Shard) Extend(now int64, conn ConnID, key []byte, token uint64, lease i
 	}
 	s.counters.Extends++
 	s.leases.Reschedule(l, now+lease)
-	out.answer(conn, Extended, l.key, 0)
+	out.answerUntil(conn, Extended, l.key, 0, now+lease)
 	out.record(RecordExtend, l.key, token, now+lease)
 }
 
@@ -316,7 +316,7 @@ func (s *Shard) grant(now, since int64, l *lock, conn ConnID, lease int64, out *
 	l.granted = now
 	l.token = s.tokens.Next()
 	s.leases.Add(l, now+lease)
-	out.answer(conn, Granted, l.key, l.token)
+	out.answerUntil(conn, Granted, l.key, l.token, now+lease)
 	out.record(RecordGrant, l.key, l.token, now+lease)
 }
 

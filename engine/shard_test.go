@@ -230,6 +230,37 @@ func TestGrantOnFreeKey(t *testing.T) {
 	s.stats(2, 0)
 }
 
+// TestAnswersSayWhenTheLeaseEnds: a grant's answer, at once or by handoff,
+// and an extend's answer carry the lease's end, which a server uses to tell
+// whether a connection may still hold a grant.
+func TestAnswersSayWhenTheLeaseEnds(t *testing.T) {
+	s := newStory(t, Config{})
+	deadline := func() int64 {
+		s.t.Helper()
+		if len(s.out.Answers) != 1 {
+			s.t.Fatalf("answers %q, want one", s.answers())
+		}
+		return s.out.Answers[0].Deadline - s.start
+	}
+	s.acquire(1, "k", 10*sec, 0)
+	if d := deadline(); d != 10*sec {
+		t.Fatalf("grant at once: deadline %v, want 10s", time.Duration(d))
+	}
+	s.expect("conn1: A k 1")
+	s.acquire(2, "k", 20*sec, 0)
+	s.tick(3 * sec)
+	s.extend(3, "k", 1, 5*sec)
+	if d := deadline(); d != 8*sec {
+		t.Fatalf("extend: deadline %v, want 8s", time.Duration(d))
+	}
+	s.expect("conn3: X k OK")
+	s.at(9 * sec) // the lease ran out at 8 s: conn2 is granted
+	if d := deadline(); d < 28*sec || d > 29*sec {
+		t.Fatalf("grant by handoff: deadline %v, want 20s after the grant", time.Duration(d))
+	}
+	s.expect("conn2: A k 2")
+}
+
 func TestReleaseHandsOffInFIFOOrderInTheSameStep(t *testing.T) {
 	s := newStory(t, Config{})
 	s.acquire(1, "k", 30*sec, 0)

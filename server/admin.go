@@ -17,8 +17,8 @@ import (
 )
 
 // startAdmin serves the admin endpoints on addr: /metrics (Prometheus),
-// /healthz (the process serves), /readyz (200 only on the active) and
-// /debug/pprof/.
+// /healthz (the process serves), /readyz (200 only on the active) and, with
+// Config.AdminPprof, /debug/pprof/. Every path answers GET and HEAD only.
 func (n *Node) startAdmin(addr string) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{n}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -34,16 +34,18 @@ func (n *Node) startAdmin(addr string) error {
 		}
 		fmt.Fprintln(w, "active")
 	})
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if n.cfg.AdminPprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("server: admin listen %s: %w", addr, err)
 	}
-	n.admin = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	n.admin = &http.Server{Handler: readOnly(mux), ReadHeaderTimeout: 10 * time.Second}
 	n.adminAddr = ln.Addr().String()
 	go func() {
 		if err := n.admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -51,6 +53,19 @@ func (n *Node) startAdmin(addr string) error {
 		}
 	}()
 	return nil
+}
+
+// readOnly refuses every method but GET and HEAD with 405: the admin
+// endpoint changes nothing.
+func readOnly(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // AdminAddr returns the admin endpoint's address, or "" without one.
@@ -80,6 +95,7 @@ var (
 	descWithdrawn   = desc("withdrawn_total", "Queued acquires dropped because their connection closed.")
 	descErrors      = desc("errors_total", "Requests refused with E, by reason.", "reason")
 	descSlowClosed  = desc("slow_clients_closed_total", "Connections closed for not reading their answers.")
+	descAuthFailed  = desc("auth_failures_total", "Client authentications refused: bad credentials, or a source past its failure allowance.")
 	descKeys        = desc("keys_held", "Keys held now.")
 	descQueued      = desc("waiters_queued", "Acquires queued now.")
 	descConns       = desc("connections", "Client connections open now.")
@@ -97,7 +113,7 @@ var (
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descGrants, descReleases, descExtends, descExpiries,
-		descTimeouts, descCancels, descWithdrawn, descErrors, descSlowClosed, descKeys,
+		descTimeouts, descCancels, descWithdrawn, descErrors, descSlowClosed, descAuthFailed, descKeys,
 		descQueued, descConns, descTokens, descRole, descLag, descSynced, descPromotions, descWait, descHold, descPeerRefused, descPeerDropped, descDropped} {
 		ch <- d
 	}
@@ -128,6 +144,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descErrors, e.TooManyWaits, "too many waiters")
 	counter(descErrors, e.AlreadyQueued, "acquire already queued on this connection")
 	counter(descSlowClosed, m.SlowClosed)
+	counter(descAuthFailed, m.AuthFailures)
 	gauge(descKeys, float64(m.Keys))
 	gauge(descQueued, float64(m.Queued))
 	gauge(descConns, float64(m.Conns))

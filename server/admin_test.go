@@ -43,7 +43,7 @@ func metric(t *testing.T, body, name string) float64 {
 }
 
 func TestAdminEndpoint(t *testing.T) {
-	n := startNode(t, func(c *server.Config) { c.Admin = "127.0.0.1:0" })
+	n := startNode(t, func(c *server.Config) { c.Admin, c.AdminPprof = "127.0.0.1:0", true })
 	base := "http://" + n.AdminAddr()
 	if code, body := get(t, base+"/healthz"); code != 200 || !strings.Contains(body, "ok") {
 		t.Fatalf("/healthz: %d %q", code, body)

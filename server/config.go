@@ -35,8 +35,27 @@ type Config struct {
 	// locked: a second node on the same directory refuses to start.
 	DataDir string
 	// Admin, when set, is the address of the HTTP admin endpoint:
-	// /metrics, /healthz, /readyz and /debug/pprof/.
-	Admin string
+	// /metrics, /healthz, /readyz, and /debug/pprof/ with AdminPprof.
+	// It answers GET and HEAD only.
+	Admin      string
+	AdminPprof bool
+	// AuthFile, when set, makes clients authenticate: a connection's first
+	// line must be "U name secret" naming a credential of this file (see
+	// loadCredentials for its form). ReloadAuth re-reads it.
+	AuthFile string
+	// AuthFailureDelay is how long a failed authentication waits before
+	// its answer, after which the connection is closed.
+	AuthFailureDelay time.Duration
+	// AuthTimeout is how long a connection may stay open without
+	// authenticating, with AuthFile set.
+	AuthTimeout time.Duration
+	// IdleTimeout closes a client connection that has sent nothing for this
+	// long while it holds no grant and no queued acquire. Zero: never
+	// (kuncid's default is DefaultIdleTimeout).
+	IdleTimeout time.Duration
+	// MaxConnsPerIP caps the client connections from one source: an IPv4
+	// address, or an IPv6 address's /64.
+	MaxConnsPerIP int
 	// Peers, when set, makes the node part of a cluster: every node's
 	// client address (Advertise) in priority order, first highest. The
 	// node's own Advertise address must be in the list.
@@ -75,6 +94,17 @@ const (
 	DefaultInputLimit  = 1 << 20
 )
 
+// Defaults of the limits a hostile client meets.
+const (
+	// DefaultMaxConnsPerIP lets about a thousand clientlib clients behind
+	// one NAT (two connections each to a single address) share a source.
+	DefaultMaxConnsPerIP = 2048
+	// DefaultIdleTimeout is kuncid's --idle-timeout (Config's zero is off).
+	DefaultIdleTimeout      = 5 * time.Minute
+	DefaultAuthFailureDelay = time.Second
+	DefaultAuthTimeout      = 10 * time.Second
+)
+
 func (c *Config) setDefaults() error {
 	if c.Listen == "" {
 		c.Listen = DefaultListen
@@ -96,6 +126,15 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxConns == 0 {
 		c.MaxConns = DefaultMaxConns
+	}
+	if c.MaxConnsPerIP == 0 {
+		c.MaxConnsPerIP = DefaultMaxConnsPerIP
+	}
+	if c.AuthFailureDelay == 0 {
+		c.AuthFailureDelay = DefaultAuthFailureDelay
+	}
+	if c.AuthTimeout == 0 {
+		c.AuthTimeout = DefaultAuthTimeout
 	}
 	if c.MaxWaiters == 0 {
 		c.MaxWaiters = DefaultMaxWaiters
@@ -128,8 +167,14 @@ func (c *Config) setDefaults() error {
 		return errors.New("server: shards out of range 1..4096")
 	case c.MaxLease < time.Millisecond || c.MaxWait < time.Millisecond:
 		return errors.New("server: max lease and max wait must be at least 1ms")
-	case c.MaxConns < 1 || c.MaxWaiters < 1 || c.MaxKeys < 1 || c.MaxQueued < 1:
+	case c.MaxConns < 1 || c.MaxWaiters < 1 || c.MaxKeys < 1 || c.MaxQueued < 1 || c.MaxConnsPerIP < 1:
 		return errors.New("server: limits must be positive")
+	case c.IdleTimeout < 0:
+		return errors.New("server: idle timeout must not be negative (0: none)")
+	case c.AuthFailureDelay < 0 || c.AuthFailureDelay > time.Minute:
+		return errors.New("server: auth failure delay out of range 0..1m")
+	case c.AuthTimeout < 0:
+		return errors.New("server: auth timeout must not be negative")
 	case c.Tick < 100*time.Microsecond || c.Tick > 10*time.Millisecond:
 		return errors.New("server: tick out of range 100µs..10ms")
 	case c.OutputLimit < 64<<10 || c.InputLimit < 4<<10:

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -38,6 +39,39 @@ type conn struct {
 	// hello and was challenged; its next line must be the proof.
 	hs   *replica.Accepting
 	held int // answers held for a standby's acknowledgement (semi-sync), bytes
+
+	// What a hostile client is held to (see auth.go, idle.go).
+	src       netip.Addr  // its source (sources.go)
+	perSource bool        // counted under src: not when taken in on probation
+	pos       int         // its index in lp.conns
+	authed    bool        // may send requests: authenticated, or no auth file
+	cred      *credential // the credential it authenticated with, else nil
+	// rejected: its authentication failed; it is not read, and is answered
+	// and closed at rejectAt (node clock).
+	rejected error
+	rejectAt int64
+	// Idleness. active: it sent something since the last idle scan;
+	// quietSince: the scan that last found it busy or active. queued:
+	// acquires sent and not yet answered (A, T or E). holdUntil: a grant
+	// answered on it, or extended on it, may last until then (node clock).
+	active     bool
+	quietSince int64
+	queued     int32
+	holdUntil  int64
+}
+
+// note keeps track of what an answer about to be written on cs tells of
+// its queued acquires and grants. It runs on cs's loop.
+func (cs *conn) note(kind engine.AnswerKind, deadline int64) {
+	switch kind {
+	case engine.Granted:
+		cs.queued--
+		cs.holdUntil = max(cs.holdUntil, deadline)
+	case engine.TimedOut, engine.Refused:
+		cs.queued--
+	case engine.Extended:
+		cs.holdUntil = max(cs.holdUntil, deadline)
+	}
 }
 
 // connTable maps ConnIDs to connections for any goroutine: an ID is a slot

@@ -17,5 +17,12 @@
 // one whose output passes twice the limit or whose unread input passes
 // Config.InputLimit is closed; connections, keys and waiters are capped.
 //
+// Hostile clients. With Config.AuthFile a connection is served only after
+// "U name secret" (auth.go); connections per source address are capped
+// (sources.go); silent connections that hold nothing, and those that do not
+// authenticate in time, are closed by a scan the ticker asks each loop for
+// (idle.go). Failed authentications are answered and closed by the ticker
+// too, after a delay, so that no loop ever sleeps.
+//
 // Node's methods are safe for concurrent use.
 package server

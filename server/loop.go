@@ -32,8 +32,8 @@ type loop struct {
 	// A, R, X and C are answered with a redirect.
 	standby bool
 	// closing is set when serve wrote an answer after which the connection
-	// ends (a redirect, a refused peer frame): lines behind it are not
-	// executed.
+	// ends (a redirect, a refused peer frame, a refusal before
+	// authentication): lines behind it are not executed.
 	closing    bool
 	refused    refusals
 	inbox      inbox
@@ -51,6 +51,13 @@ type loop struct {
 	// (peerauth.go).
 	probation    []*conn
 	hasProbation atomic.Bool
+
+	// conns are this loop's client connections, for the idle scan and
+	// reloads; rejected those waiting out a failed authentication.
+	conns       []*conn
+	rejected    []*conn
+	hasRejected atomic.Bool // rejected is not empty, for the ticker
+	scanDue     atomic.Bool // the next runTick scans for idle connections
 
 	// Semi-synchronous mode: answers waiting for a standby's ack.
 	held       []heldOutput
@@ -121,7 +128,7 @@ func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 		off = i + 1
 	}
 	tooLong := false
-	for off < len(buf) && off < serveBudget && !lp.closing {
+	for off < len(buf) && off < serveBudget && !lp.closing && cs.rejected == nil {
 		m, err := lp.parse(cs, buf[off:])
 		if err == wire.ErrLineTooLong {
 			tooLong = true
@@ -136,9 +143,16 @@ func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 		lp.execute(cs)
 	}
 	if lp.closing {
-		// Lines behind the redirect are not executed.
+		// Lines behind the last answer (a redirect, a refusal before
+		// authentication) are not executed.
 		lp.flush()
 		return gnet.Close
+	}
+	if cs.rejected != nil {
+		// It failed to authenticate: nothing more is read.
+		cs.carry = cs.carry[:0]
+		_, _ = c.Discard(-1)
+		return gnet.None
 	}
 	if tooLong {
 		// Everything before the long line is answered first.
@@ -171,6 +185,10 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 		err = errPeerUnauthorized
 		lp.closing = true
 	}
+	if !cs.authed && err != errPeerUnauthorized {
+		lp.beforeAuth(cs, &req, err)
+		return m, nil
+	}
 	if err != nil {
 		lp.refused.count(err)
 	}
@@ -184,13 +202,28 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 	case req.Op == wire.OpInfo:
 		cs.out = wire.AppendInfo(cs.out, lp.n.Role(), lp.n.self, lp.n.activeOf())
 		lp.markDirty(cs)
+	case req.Op == wire.OpAuth:
+		// Authenticated already, or the node asks for no credentials:
+		// then U checks nothing, so clients may be given credentials
+		// before their nodes ask for them.
+		if lp.n.auth.Load() != nil {
+			lp.refused.count(errAuthenticated)
+			cs.out = wire.AppendError(cs.out, req.EchoOp, nil, wire.Reason(errAuthenticated))
+		} else {
+			cs.out = wire.AppendAuthOK(cs.out)
+		}
+		lp.markDirty(cs)
 	case lp.standby:
 		cs.out = wire.AppendRedirect(cs.out, lp.n.activeOf())
 		lp.markDirty(cs)
 		lp.closing = true
+	case cs.cred != nil && !cs.cred.allows(req.Key):
+		lp.refused.count(errKeyForbidden)
+		lp.batch = append(lp.batch, request{op: req.Op, key: req.Key, err: errKeyForbidden, echoOp: req.EchoOp})
 	default:
 		if req.Op == wire.OpAcquire {
 			cs.acquired = true
+			cs.queued++
 		}
 		lp.batch = append(lp.batch, request{
 			op: req.Op, key: req.Key, token: req.Token,
@@ -326,6 +359,7 @@ func (lp *loop) deliver(cs *conn) {
 		if target.closed {
 			continue
 		}
+		target.note(a.Kind, a.Deadline)
 		target.out = appendAnswer(target.out, a, out.Key(a))
 		lp.markDirty(target)
 	}
@@ -434,6 +468,13 @@ func (lp *loop) runTick(context.Context) error {
 	lp.resume()
 	lp.resumeSnapshots()
 	lp.expireProbation()
+	if lp.hasRejected.Load() || lp.scanDue.Load() {
+		now := n.now()
+		lp.endRejected(now)
+		if lp.scanDue.Swap(false) {
+			lp.closeIdle(now)
+		}
+	}
 	return nil
 }
 
@@ -480,8 +521,10 @@ type inbox struct {
 }
 
 type inboxMsg struct {
-	cs  *conn
-	end int
+	cs       *conn
+	end      int
+	kind     engine.AnswerKind // for cs.note
+	deadline int64
 }
 
 // post queues an answer for cs, a connection of lp, from another loop.
@@ -489,7 +532,7 @@ func (lp *loop) post(cs *conn, a *engine.Answer, key []byte) {
 	ib := &lp.inbox
 	ib.mu.Lock()
 	ib.buf = appendAnswer(ib.buf, a, key)
-	ib.msgs = append(ib.msgs, inboxMsg{cs, len(ib.buf)})
+	ib.msgs = append(ib.msgs, inboxMsg{cs, len(ib.buf), a.Kind, a.Deadline})
 	first := !ib.pending.Swap(true)
 	ib.mu.Unlock()
 	if first {
@@ -508,6 +551,7 @@ func (lp *loop) drainInbox() {
 	start := 0
 	for _, m := range msgs {
 		if !m.cs.closed {
+			m.cs.note(m.kind, m.deadline)
 			m.cs.out = append(m.cs.out, buf[start:m.end]...)
 			lp.markDirty(m.cs)
 		}

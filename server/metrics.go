@@ -14,7 +14,9 @@ var refusalReasons = [...]error{
 	wire.ErrLineTooLong, wire.ErrEmpty, wire.ErrUnknownOp, wire.ErrBadKey,
 	wire.ErrMissingField, wire.ErrTooManyFields, wire.ErrBadLease,
 	wire.ErrLeaseTooLong, wire.ErrBadWait, wire.ErrWaitTooLong, wire.ErrBadToken,
-	errTooManyConns, errPeerUnauthorized,
+	wire.ErrBadName, wire.ErrBadSecret,
+	errTooManyConns, errPeerUnauthorized, errTooManyFromSource, errIdle, errAuthTimeout,
+	errAuthRequired, errBadCredentials, errAuthThrottled, errKeyForbidden, errRevoked, errAuthenticated,
 }
 
 var errTooManyConns = errors.New("server: too many connections")
@@ -51,6 +53,9 @@ type Metrics struct {
 	// StandbysDropped counts, on an active, standbys dropped for falling
 	// behind ("backlog") or not reading their snapshot ("stalled").
 	StandbysDropped map[string]uint64
+	// AuthFailures counts refused authentications: bad credentials, and
+	// attempts from a source past its failure allowance.
+	AuthFailures uint64
 }
 
 // Metrics takes a snapshot, locking each shard in turn for a moment.
@@ -65,6 +70,7 @@ func (n *Node) Metrics() Metrics {
 		PeerRefused:       n.peerRefused.Load(),
 		PeerFramesDropped: n.peerFramesDropped.Load(),
 		StandbysDropped:   make(map[string]uint64, dropReasons),
+		AuthFailures:      n.authFailures.Load(),
 	}
 	for i, name := range dropReasonNames {
 		m.StandbysDropped[name] = n.standbysDropped[i].Load()

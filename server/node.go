@@ -73,17 +73,25 @@ type Node struct {
 	peerLog           logLimiter       // warnings about peer links, rate-limited
 	standbysDropped   dropCounts       // standbys dropped for falling behind, by reason
 
-	booted    chan struct{}
-	bootErr   error
-	runDone   chan struct{}
-	runErr    error
-	stopOnce  sync.Once
-	stopTick  chan struct{}
-	tickDone  chan struct{}
-	tickIdle  atomic.Bool   // the ticker sleeps until kicked
-	tickFired atomic.Bool   // a tick ended a lease or a wait
-	kick      chan struct{} // wakes the sleeping ticker
-	ticking   bool          // set by Start; Stop is called after Start returns
+	// Client credentials: nil without Config.AuthFile. Loops read it;
+	// ReloadAuth, one at a time under reloadMu, replaces it.
+	auth         atomic.Pointer[credentials]
+	reloadMu     sync.Mutex
+	authFailures atomic.Uint64
+	sources      sources // connections and auth failures per source address
+
+	booted     chan struct{}
+	bootErr    error
+	runDone    chan struct{}
+	runErr     error
+	stopOnce   sync.Once
+	stopTick   chan struct{}
+	tickDone   chan struct{}
+	tickIdle   atomic.Bool   // the ticker sleeps until kicked
+	tickFired  atomic.Bool   // a tick ended a lease or a wait
+	tickRounds atomic.Uint64 // rounds of ticks queued, for tests
+	kick       chan struct{} // wakes the sleeping ticker
+	ticking    bool          // set by Start; Stop is called after Start returns
 }
 
 // shardBox is a shard with its mutex, padded so that neighbouring shards'
@@ -145,12 +153,20 @@ func New(cfg Config) (*Node, error) {
 			return nil, errors.New("server: a cluster node needs the cluster key (--cluster-key-file), or --insecure-peers to run peer links without authentication")
 		}
 	}
+	if cfg.AuthFile != "" {
+		set, err := loadCredentials(cfg.AuthFile)
+		if err != nil {
+			return nil, err
+		}
+		n.auth.Store(set)
+	}
 	// A cluster node keeps, beyond its clients' slots, two links per peer
 	// and a reserve of slots for peers that dial in while the clients'
 	// slots are full (connTable).
 	others := max(len(cfg.Peers)-1, 0)
 	n.cfg.MaxConns = fitConnsToFDs(cfg.MaxConns, 4*others, n.log)
 	n.conns.init(n.cfg.MaxConns, 2*others, others)
+	n.sources.init(cfg.MaxConnsPerIP)
 	per := func(total int) int { return (total + cfg.Shards - 1) / cfg.Shards }
 	ecfg := engine.Config{
 		MaxKeys:    per(cfg.MaxKeys),
@@ -226,6 +242,8 @@ func (n *Node) Start() error {
 		Stringer("max_lease", n.cfg.MaxLease).Stringer("max_wait", n.cfg.MaxWait).
 		Int("max_conns", n.cfg.MaxConns).Int("max_waiters", n.cfg.MaxWaiters).
 		Int("max_keys", n.cfg.MaxKeys).Int("max_queued", n.cfg.MaxQueued).Str("admin", n.adminAddr).
+		Int("max_conns_per_ip", n.cfg.MaxConnsPerIP).Stringer("idle_timeout", n.cfg.IdleTimeout).
+		Str("auth_file", n.cfg.AuthFile).
 		Str("data_dir", n.cfg.DataDir).Uint64("token_floor", n.tokens.Last()).
 		Strs("peers", n.cfg.Peers).Str("role", n.Role()).
 		Msg("kunci node started")
@@ -333,25 +351,48 @@ func (n *Node) OnTick() (time.Duration, gnet.Action) {
 }
 
 // OnOpen implements gnet.EventHandler: it admits the connection or refuses
-// it when the node is at its connection limit.
+// it when the node is at its connection limit, or its source at
+// Config.MaxConnsPerIP. A cluster node may still take a refused one into
+// the peers' reserve, on probation (peerauth.go).
 func (n *Node) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	if pc, ok := c.Context().(*peerConn); ok {
 		return n.onPeerOpen(pc, c), gnet.None
 	}
-	cs := n.conns.add(c)
+	now := n.now()
+	src := sourceOf(c.RemoteAddr())
+	var cs *conn
+	perSource := n.sources.open(src, now)
+	if perSource {
+		if cs = n.conns.add(c); cs == nil {
+			n.sources.close(src, now)
+			perSource = false
+		}
+	}
 	if cs == nil && n.cl != nil {
-		// Every client slot is taken: a peer may still come in.
+		// Every client slot is taken, or every one its source may have:
+		// a peer may still come in.
 		cs = n.conns.addProbation(c, hostOf(c.RemoteAddr()))
 	}
 	if cs == nil {
+		if n.sources.full(src) {
+			n.refused.count(errTooManyFromSource)
+			return []byte("E - - too many connections from this address\n"), gnet.Close
+		}
 		n.refused.count(errTooManyConns)
 		return []byte("E - - too many connections\n"), gnet.Close
 	}
 	cs.lp = n.loopOf(c.EventLoop())
-	cs.openedAt = n.now()
+	cs.openedAt = now
+	cs.src, cs.perSource = src, perSource
+	cs.authed = n.auth.Load() == nil
+	cs.active = true
+	cs.lp.addConn(cs)
 	c.SetContext(cs)
 	if cs.probation {
 		cs.lp.watchProbation(cs)
+	}
+	if n.scanning() && n.tickIdle.Load() {
+		n.wakeTicker() // to scan for idle connections from now on
 	}
 	return nil, gnet.None
 }
@@ -379,6 +420,10 @@ func (n *Node) OnClose(c gnet.Conn, _ error) gnet.Action {
 		return gnet.None
 	}
 	cs.closed = true
+	cs.lp.dropConn(cs)
+	if cs.perSource {
+		n.sources.close(cs.src, n.now())
+	}
 	if cs.acquired {
 		for i := range n.shards {
 			b := &n.shards[i]
@@ -399,6 +444,12 @@ func (n *Node) OnTraffic(c gnet.Conn) gnet.Action {
 		return n.onPeerTraffic(c.Context().(*peerConn))
 	}
 	lp := cs.lp
+	cs.active = true
+	if cs.rejected != nil {
+		// Waiting out a failed authentication: nothing is read.
+		_, _ = c.Discard(-1)
+		return gnet.None
+	}
 	if !cs.client {
 		// The first line tells a peer's hello from a client's request.
 		act, peer := n.peerHandshake(cs, c)
@@ -465,22 +516,40 @@ func (n *Node) ticker() {
 	period := n.cfg.Tick
 	t := time.NewTicker(period)
 	defer t.Stop()
+	scan := time.NewTimer(time.Hour)
+	scan.Stop()
+	var scanned time.Time // the last idle scan
 	for {
 		if n.quiet() {
 			// Nothing will expire and nobody waits to be resumed: sleep
-			// until a batch starts a timer or pauses a connection. The
-			// flag is set before the second look, and batches set their
-			// state before they look at the flag, so one of the two sees
-			// the other.
+			// until a batch starts a timer or pauses a connection, or
+			// until the next idle scan. The flag is set before the
+			// second look, and batches set their state before they look
+			// at the flag, so one of the two sees the other.
 			n.tickIdle.Store(true)
+			scanning := false
 			if n.quiet() {
+				var due <-chan time.Time
+				if wait, ok := n.scanWait(scanned); ok {
+					scan.Reset(wait)
+					due = scan.C
+				}
 				select {
 				case <-n.stopTick:
 					return
 				case <-n.kick:
+				case <-due:
+					scanning = true
 				}
+				scan.Stop()
 			}
 			n.tickIdle.Store(false)
+			if scanning {
+				// Only the idle scan is due: do it, and sleep again.
+				scanned = time.Now()
+				n.queueTicks(true)
+				continue
+			}
 			period = n.cfg.Tick
 			t.Reset(period)
 		}
@@ -502,18 +571,33 @@ func (n *Node) ticker() {
 			period = min(2*period, maxTick)
 			t.Reset(period)
 		}
-		for _, lp := range *n.loops.Load() {
-			if lp.tickQueued.CompareAndSwap(false, true) {
-				if err := lp.el.Execute(context.Background(), lp.tickTask); err != nil {
-					lp.tickQueued.Store(false)
-				}
+		due := false
+		if _, ok := n.scanWait(scanned); ok && time.Since(scanned) >= n.scanEvery() {
+			scanned, due = time.Now(), true
+		}
+		n.queueTicks(due)
+	}
+}
+
+// queueTicks asks every loop to run its tick, and to scan for idle
+// connections too when scan is set.
+func (n *Node) queueTicks(scan bool) {
+	n.tickRounds.Add(1)
+	for _, lp := range *n.loops.Load() {
+		if scan {
+			lp.scanDue.Store(true)
+		}
+		if lp.tickQueued.CompareAndSwap(false, true) {
+			if err := lp.el.Execute(context.Background(), lp.tickTask); err != nil {
+				lp.tickQueued.Store(false)
 			}
 		}
 	}
 }
 
 // quiet reports whether no shard has a running timer and no loop has a
-// paused connection.
+// paused connection, a snapshot to send, a connection on probation, or one
+// waiting out a failed authentication.
 // maxTick is the slowest the ticker goes while timers run but none is due:
 // with the wheel's 1 ms slots it keeps expiries within the protocol's
 // "normally within 20 ms".
@@ -526,7 +610,7 @@ func (n *Node) quiet() bool {
 		}
 	}
 	for _, lp := range *n.loops.Load() {
-		if lp.hasPaused.Load() || lp.hasSnapshots.Load() || lp.hasProbation.Load() {
+		if lp.hasPaused.Load() || lp.hasSnapshots.Load() || lp.hasProbation.Load() || lp.hasRejected.Load() {
 			return false
 		}
 	}

@@ -56,6 +56,10 @@ func (n *Node) adoptPeer(cs *conn, c gnet.Conn) *peerConn {
 	cl := n.cl
 	hs := cs.hs
 	n.conns.remove(cs)
+	cs.lp.dropConn(cs)
+	if cs.perSource {
+		n.sources.close(cs.src, n.now())
+	}
 	cs.closed, cs.hs = true, nil
 	pc := &peerConn{n: n, lp: cs.lp, idx: cl.index(hs.Peer), peerInc: hs.Inc, c: c, opened: n.now()}
 	pc.hbBudget, pc.hbAt = heartbeatBurst, pc.opened

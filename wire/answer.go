@@ -5,10 +5,10 @@ package wire
 // alias the buffer given to ParseAnswer and are valid only until the caller
 // reuses that buffer.
 type Answer struct {
-	Kind  byte   // 'A', 'T', 'R', 'X', 'C', 'I', 'E' or 'M'
+	Kind  byte   // 'A', 'T', 'R', 'X', 'C', 'I', 'U', 'E' or 'M'
 	Key   []byte // A T R X C, and E's key echo (nil for "-")
 	Token uint64 // A
-	OK    bool   // R X: OK rather than STALE; C: OK rather than NONE
+	OK    bool   // R X: OK rather than STALE; C: OK rather than NONE; U: always (U OK)
 	Op    []byte // E: the op echo (nil for "-")
 	// Text is E's reason, M's address (nil for "-"), and for I everything
 	// after "I ", extra name=value fields included.
@@ -87,6 +87,13 @@ func ParseAnswer(buf []byte, a *Answer) (n int, err error) {
 			return n, ErrBadAnswer
 		}
 		a.Kind, a.Op, a.Key, a.Text = kind, dash(op), dash(key), reason
+		return n, nil
+
+	case 'U':
+		if string(rest) != "OK" {
+			return n, ErrBadAnswer
+		}
+		a.Kind, a.OK = kind, true
 		return n, nil
 
 	case 'M':
@@ -220,6 +227,12 @@ func AppendInfo(dst []byte, role, self, active string, extra ...string) []byte {
 		}
 	}
 	return append(dst, '\n')
+}
+
+// AppendAuthOK appends the answer "U OK": the connection's credentials
+// were accepted.
+func AppendAuthOK(dst []byte) []byte {
+	return append(dst, "U OK\n"...)
 }
 
 // AppendRedirect appends the answer "M addr": the active's client address,

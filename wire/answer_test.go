@@ -62,6 +62,9 @@ func TestParseAnswer(t *testing.T) {
 		{"C k OK\n", Answer{Kind: 'C', Key: b("k"), OK: true}},
 		{"C k NONE\n", Answer{Kind: 'C', Key: b("k")}},
 		{"E A orders/42 too many fields\n", Answer{Kind: 'E', Op: b("A"), Key: b("orders/42"), Text: b("too many fields")}},
+		{"U OK\n", Answer{Kind: 'U', OK: true}},
+		{"U OK\r\n", Answer{Kind: 'U', OK: true}},
+		{"E U - bad credentials\n", Answer{Kind: 'E', Op: b("U"), Text: b("bad credentials")}},
 		{"E - - line too long\r\n", Answer{Kind: 'E', Text: b("line too long")}},
 		{"E GET / unknown op\n", Answer{Kind: 'E', Op: b("GET"), Key: b("/"), Text: b("unknown op")}},
 		{"E A k  two  spaces \n", Answer{Kind: 'E', Op: b("A"), Key: b("k"), Text: b(" two  spaces ")}},
@@ -98,6 +101,7 @@ func TestParseAnswerBad(t *testing.T) {
 		"M\n", "M \n", "M a b\n", "M a\x01\n",
 		"I\n", "I \n", "I active\n", "I active n1\n", "I active n1 \n", "I active n1 n2 \n",
 		"I active n1 n2  x=1\n", "I active  n2\n", "I active n1 n2 x\x01\n",
+		"U\n", "U \n", "U ok\n", "U OK \n", "U OK x\n", "U NO\n", "U  OK\n",
 	} {
 		var a Answer
 		n, err := ParseAnswer([]byte(in), &a)
@@ -149,6 +153,7 @@ func TestAnswerEncoders(t *testing.T) {
 		{string(AppendInfo(nil, "", "", "")), "I - - -\n"},
 		{string(AppendRedirect(nil, "node1:7070")), "M node1:7070\n"},
 		{string(AppendRedirect(nil, "")), "M -\n"},
+		{string(AppendAuthOK(nil)), "U OK\n"},
 		{string(AppendError(nil, []byte("A"), k, "too many fields")), "E A orders/42 too many fields\n"},
 		{string(AppendError(nil, nil, []byte{}, "line too long")), "E - - line too long\n"},
 		{string(AppendError(nil, nil, nil, "")), "E - - error\n"},
@@ -179,6 +184,7 @@ func TestAnswerRoundTrip(t *testing.T) {
 		{Kind: 'E', Op: b("ABCDEFGHIJKLMNOP"), Key: b(long), Text: b(" spaced  out ")},
 		{Kind: 'M', Text: b("node1:7070")},
 		{Kind: 'M'},
+		{Kind: 'U', OK: true},
 		{Kind: 'I', Role: b("standby"), Self: b("n2:7070"), Active: b("n1:7070"), Text: b("standby n2:7070 n1:7070")},
 		{Kind: 'I', Role: b("standby"), Self: b("n2:7070"), Text: b("standby n2:7070 -")},
 		{Kind: 'I', Role: b("active"), Self: b("n1:7070"), Active: b("n1:7070"), Text: b("active n1:7070 n1:7070 epoch=4")},
@@ -209,6 +215,8 @@ func appendAnswer(dst []byte, a *Answer) []byte {
 		return AppendError(dst, a.Op, a.Key, string(a.Text))
 	case 'M':
 		return AppendRedirect(dst, string(a.Text))
+	case 'U':
+		return AppendAuthOK(dst)
 	case 'I':
 		fields := strings.Split(string(a.Text), " ")
 		return AppendInfo(dst, string(a.Role), string(a.Self), string(a.Active), fields[3:]...)
@@ -219,7 +227,7 @@ func appendAnswer(dst []byte, a *Answer) []byte {
 func TestParseAnswerAllocs(t *testing.T) {
 	for _, line := range []string{
 		"A orders/42 1001\n", "T orders/42\n", "R orders/42 OK\n", "X orders/42 STALE\n", "C orders/42 NONE\n",
-		"E A orders/42 too many waiters\n", "M node1:7070\n", "I active n1:7070 n1:7070 epoch=4\n", "A k 0\n",
+		"E A orders/42 too many waiters\n", "M node1:7070\n", "I active n1:7070 n1:7070 epoch=4\n", "A k 0\n", "U OK\n",
 	} {
 		buf := []byte(line)
 		var a Answer

@@ -15,7 +15,7 @@ var (
 	ErrLineTooLong = errors.New("wire: line too long")
 	// ErrEmpty: the line holds nothing before its line ending.
 	ErrEmpty = errors.New("wire: empty request")
-	// ErrUnknownOp: the op field is not exactly one of A, R, X, C, I.
+	// ErrUnknownOp: the op field is not exactly one of A, R, X, C, I, U.
 	ErrUnknownOp = errors.New("wire: unknown op")
 	// ErrBadKey: the key field is empty, longer than MaxKey bytes, or holds
 	// a byte outside 0x21–0x7E and 0x80–0xFF.
@@ -36,6 +36,11 @@ var (
 	ErrWaitTooLong = errors.New("wire: wait too long")
 	// ErrBadToken: the token is not a decimal uint64 of at least 1.
 	ErrBadToken = errors.New("wire: bad token")
+	// ErrBadName: U's name field is empty, longer than MaxKey bytes, or
+	// holds a byte a key may not hold.
+	ErrBadName = errors.New("wire: bad name")
+	// ErrBadSecret: U's secret field breaks the same rules.
+	ErrBadSecret = errors.New("wire: bad secret")
 )
 
 // ErrBadAnswer is returned by ParseAnswer for a line that is not a

@@ -22,6 +22,8 @@ func TestReason(t *testing.T) {
 		{ErrBadWait, "bad wait"},
 		{ErrWaitTooLong, "wait too long"},
 		{ErrBadToken, "bad token"},
+		{ErrBadName, "bad name"},
+		{ErrBadSecret, "bad secret"},
 		{ErrBadAnswer, "bad answer"},
 		{errors.New("engine: too many waiters"), "too many waiters"},
 		{errors.New("engine: busy: try later"), "busy: try later"},

@@ -36,6 +36,13 @@ var requestSeeds = []string{
 	"A k 30 " + strings.Repeat("0", 503) + "\r\n",
 	strings.Repeat("x", 600) + "\nI\n",
 	"A k 30 5\nR k",
+	"U app s3cret\n",
+	"U app s3cret\r\nA k 30 5\n",
+	"U app\n",
+	"U app s3cret extra\n",
+	"U  s3cret\n",
+	"U app s3\x01cret\n",
+	"U " + strings.Repeat("n", 250) + " " + strings.Repeat("s", 250) + "\n",
 }
 
 func FuzzParseRequest(f *testing.F) {
@@ -114,6 +121,13 @@ var answerSeeds = []string{
 	answers,
 	strings.Repeat("x", 600) + "\nM -\n",
 	"E A k " + strings.Repeat("x", 505) + "\n",
+	"U OK\n",
+	"U OK\r\n",
+	"U NO\n",
+	"E U - bad credentials\n",
+	"E A k auth required\n",
+	"E A k key forbidden\n",
+	"E - - idle\n",
 }
 
 func FuzzParseAnswer(f *testing.F) {

@@ -25,6 +25,7 @@ const (
 	OpExtend  Op = 'X' // X key token lease
 	OpCancel  Op = 'C' // C key
 	OpInfo    Op = 'I' // I
+	OpAuth    Op = 'U' // U name secret
 )
 
 // String returns the op as its one-byte wire form, such as "A".
@@ -40,21 +41,28 @@ func (op Op) String() string {
 		return "C"
 	case OpInfo:
 		return "I"
+	case OpAuth:
+		return "U"
 	}
 	return "?"
 }
 
 // Request is one parsed request.
 //
-// Key, EchoOp and EchoKey alias the buffer given to ParseRequest and are
-// valid only until the caller reuses that buffer: copy a key where it is
-// kept (in a lock table, a waiter, a replication record).
+// Key, Name, Secret, EchoOp and EchoKey alias the buffer given to
+// ParseRequest and are valid only until the caller reuses that buffer: copy
+// a key where it is kept (in a lock table, a waiter, a replication record).
 type Request struct {
 	Op    Op
 	Key   []byte // A R X C
 	Lease int64  // milliseconds, A and X; > 0
 	Wait  int64  // milliseconds, A; 0 = unbounded
 	Token uint64 // R and X; ≥ 1
+
+	// Name and Secret are U's credentials. They are never echoed: a U
+	// request's EchoKey is always nil, so that no refusal repeats a secret
+	// (on a line missing a field, the second field may be the secret).
+	Name, Secret []byte
 
 	// EchoOp and EchoKey are the op field and key field to echo in an E
 	// line, nil meaning "-". ParseRequest sets them for every line it
@@ -133,6 +141,8 @@ func ParseRequest(buf []byte, lim *Limits, req *Request) (n int, err error) {
 	op := Op(opf[0])
 	switch op {
 	case OpAcquire, OpExtend, OpRelease, OpCancel:
+	case OpAuth:
+		return n, parseAuth(req, hasKey, keyOK, more, keyf, rest)
 	case OpInfo:
 		req.Op = op
 		if hasKey {
@@ -211,6 +221,31 @@ func ParseRequest(buf []byte, lim *Limits, req *Request) (n int, err error) {
 		}
 	}
 	return n, nil
+}
+
+// parseAuth finishes a U line, "U name secret", whose name field (the key
+// field's place) has been cut: hasKey, keyOK, more, keyf and rest are what
+// cutKey gave for it. Name and secret are each 1 to MaxKey key bytes.
+func parseAuth(req *Request, hasKey, keyOK, more bool, keyf, rest []byte) error {
+	req.Op = OpAuth
+	req.EchoKey = nil
+	switch {
+	case !hasKey:
+		return ErrMissingField
+	case !keyOK:
+		return ErrBadName
+	case !more:
+		return ErrMissingField
+	}
+	secret, _, extra, secretOK := cutKey(rest)
+	switch {
+	case extra:
+		return ErrTooManyFields
+	case !secretOK:
+		return ErrBadSecret
+	}
+	req.Name, req.Secret = keyf, secret
+	return nil
 }
 
 // cut splits b at its first space: the field before it, the rest after it,
@@ -356,6 +391,16 @@ func AppendExtend(dst, key []byte, token uint64, leaseMs int64) []byte {
 func AppendCancel(dst, key []byte) []byte {
 	dst = append(dst, 'C', ' ')
 	dst = append(dst, key...)
+	return append(dst, '\n')
+}
+
+// AppendAuth appends the request line "U name secret". name and secret
+// must be 1 to MaxKey bytes without space or control byte (ValidKey).
+func AppendAuth(dst, name, secret []byte) []byte {
+	dst = append(dst, 'U', ' ')
+	dst = append(dst, name...)
+	dst = append(dst, ' ')
+	dst = append(dst, secret...)
 	return append(dst, '\n')
 }
 

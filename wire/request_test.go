@@ -11,12 +11,14 @@ import (
 // reqWant is the expected outcome of parsing one line: a valid request, or
 // the E line that the refusal produces (which shows the echo fields).
 type reqWant struct {
-	op    Op
-	key   string
-	lease int64
-	wait  int64
-	token uint64
-	e     string // for a refusal: the E line AppendRefusal writes
+	op     Op
+	key    string
+	lease  int64
+	wait   int64
+	token  uint64
+	name   string // U
+	secret string // U
+	e      string // for a refusal: the E line AppendRefusal writes
 }
 
 func TestParseRequestValid(t *testing.T) {
@@ -47,6 +49,10 @@ func TestParseRequestValid(t *testing.T) {
 		{"C k\r\n", reqWant{op: OpCancel, key: "k"}},
 		{"I\n", reqWant{op: OpInfo}},
 		{"I\r\n", reqWant{op: OpInfo}},
+		{"U app s3cret/Key+0=\n", reqWant{op: OpAuth, name: "app", secret: "s3cret/Key+0="}},
+		{"U a b\r\n", reqWant{op: OpAuth, name: "a", secret: "b"}},
+		{"U " + long + " " + long + "\n", reqWant{op: OpAuth, name: long, secret: long}},
+		{"U é \x80\xff\n", reqWant{op: OpAuth, name: "é", secret: "\x80\xff"}},
 	} {
 		checkRequest(t, tc.in, nil, tc.want)
 	}
@@ -163,6 +169,21 @@ func TestParseRequestRefusals(t *testing.T) {
 		{"X k 0 5\n", "E X k bad token"},
 		{"X k 0 0\n", "E X k bad token"},
 		{"X k x 1.0000\n", "E X k bad token"},
+		// U: the name and the secret are never echoed.
+		{"U\n", "E U - missing field"},
+		{"U topsecret\n", "E U - missing field"},
+		{"U \n", "E U - bad name"},
+		{"U  topsecret\n", "E U - bad name"},
+		{"U na\x01me topsecret\n", "E U - bad name"},
+		{"U " + long + " topsecret\n", "E U - bad name"},
+		{"U name \n", "E U - bad secret"},
+		{"U name top\x7fsecret\n", "E U - bad secret"},
+		{"U name " + long + "\n", "E U - bad secret"},
+		{"U name topsecret \n", "E U - too many fields"},
+		{"U name topsecret x\n", "E U - too many fields"},
+		{"U name\x01 top secret\n", "E U - bad name"},
+		{"UU name topsecret\n", "E UU name unknown op"},
+		{"u name topsecret\n", "E u name unknown op"},
 	} {
 		checkRequest(t, tc.in, nil, reqWant{e: tc.e})
 	}
@@ -217,12 +238,13 @@ func checkRequest(t *testing.T, in string, lim *Limits, want reqWant) {
 		return
 	}
 	if req.Op != want.op || string(req.Key) != want.key || req.Lease != want.lease ||
-		req.Wait != want.wait || req.Token != want.token {
+		req.Wait != want.wait || req.Token != want.token ||
+		string(req.Name) != want.name || string(req.Secret) != want.secret {
 		t.Errorf("%q: got %v %q lease %d wait %d token %d, want %v %q lease %d wait %d token %d", in,
 			req.Op, req.Key, req.Lease, req.Wait, req.Token,
 			want.op, want.key, want.lease, want.wait, want.token)
 	}
-	if want.op == OpInfo {
+	if want.op == OpInfo || want.op == OpAuth {
 		if req.Key != nil || req.EchoKey != nil {
 			t.Errorf("%q: I has key %q, echo %q", in, req.Key, req.EchoKey)
 		}
@@ -333,8 +355,8 @@ type reqResult struct {
 }
 
 func (r reqResult) String() string {
-	return fmt.Sprintf("n=%d err=%v op=%q key=%q lease=%d wait=%d token=%d echo=%q/%q",
-		r.n, r.err, byte(r.req.Op), r.req.Key, r.req.Lease, r.req.Wait, r.req.Token, r.req.EchoOp, r.req.EchoKey)
+	return fmt.Sprintf("n=%d err=%v op=%q key=%q lease=%d wait=%d token=%d name=%q secret=%q echo=%q/%q",
+		r.n, r.err, byte(r.req.Op), r.req.Key, r.req.Lease, r.req.Wait, r.req.Token, r.req.Name, r.req.Secret, r.req.EchoOp, r.req.EchoKey)
 }
 
 func detach(n int, err error, req *Request) reqResult {
@@ -345,6 +367,8 @@ func detach(n int, err error, req *Request) reqResult {
 	r.Key = bytes.Clone(r.Key)
 	r.EchoOp = bytes.Clone(r.EchoOp)
 	r.EchoKey = bytes.Clone(r.EchoKey)
+	r.Name = bytes.Clone(r.Name)
+	r.Secret = bytes.Clone(r.Secret)
 	return reqResult{n: n, err: err, req: r}
 }
 
@@ -420,7 +444,8 @@ func equalReqResult(a, b reqResult) bool {
 }
 
 func equalRequest(a, b *Request) bool {
-	return a.Op == b.Op && bytes.Equal(a.Key, b.Key) && a.Lease == b.Lease && a.Wait == b.Wait && a.Token == b.Token
+	return a.Op == b.Op && bytes.Equal(a.Key, b.Key) && a.Lease == b.Lease && a.Wait == b.Wait && a.Token == b.Token &&
+		bytes.Equal(a.Name, b.Name) && bytes.Equal(a.Secret, b.Secret)
 }
 
 const pipeline = "A orders/42 30 5\r\n" +
@@ -432,11 +457,12 @@ const pipeline = "A orders/42 30 5\r\n" +
 	"C orders/42\n" +
 	"bogus\n" +
 	"I\n" +
+	"U app s3cret\n" +
 	"R k 0\n"
 
 func TestParseRequestSplit(t *testing.T) {
 	whole, tooLong := parseRequests(t, []byte(pipeline), nil)
-	if len(whole) != 10 || tooLong {
+	if len(whole) != 11 || tooLong {
 		t.Fatalf("whole pipeline gave %d results (too long %v)", len(whole), tooLong)
 	}
 	for _, cuts := range [][]byte{{1}, {2}, {3}, {5, 1, 7}, {17}, {255}} {
@@ -493,6 +519,8 @@ func appendRequest(dst []byte, req *Request) []byte {
 		return AppendCancel(dst, req.Key)
 	case OpInfo:
 		return AppendInfoRequest(dst)
+	case OpAuth:
+		return AppendAuth(dst, req.Name, req.Secret)
 	}
 	panic("appendRequest: op " + req.Op.String())
 }
@@ -507,6 +535,7 @@ func TestRequestEncoders(t *testing.T) {
 		{string(AppendExtend(nil, k, 1001, 60000)), "X orders/42 1001 60\n"},
 		{string(AppendCancel(nil, k)), "C orders/42\n"},
 		{string(AppendInfoRequest(nil)), "I\n"},
+		{string(AppendAuth(nil, []byte("app"), []byte("s3cret"))), "U app s3cret\n"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
@@ -515,7 +544,7 @@ func TestRequestEncoders(t *testing.T) {
 }
 
 func TestOpString(t *testing.T) {
-	for op, s := range map[Op]string{OpAcquire: "A", OpRelease: "R", OpExtend: "X", OpCancel: "C", OpInfo: "I", 'z': "?"} {
+	for op, s := range map[Op]string{OpAcquire: "A", OpRelease: "R", OpExtend: "X", OpCancel: "C", OpInfo: "I", OpAuth: "U", 'z': "?"} {
 		if op.String() != s {
 			t.Errorf("Op(%q).String() = %q", byte(op), op.String())
 		}
@@ -541,7 +570,7 @@ func TestParseRequestAllocs(t *testing.T) {
 	lim := &Limits{}
 	for _, line := range []string{
 		"A orders/42 30 5\n", "R orders/42 1001\n", "X orders/42 1001 2.5\n", "C orders/42\n", "I\n",
-		"A orders/42 30 0 lots\n", "Z\n", "A k 30", strings.Repeat("x", 600),
+		"U app s3cret\n", "U app\n", "U app s3cret x\n", "A orders/42 30 0 lots\n", "Z\n", "A k 30", strings.Repeat("x", 600),
 	} {
 		buf := []byte(line)
 		var req Request

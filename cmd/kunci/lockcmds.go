@@ -83,9 +83,16 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return c.usageError("%v", err)
 	}
+	creds, err := c.credentials()
+	if err != nil {
+		return c.usageError("%v", err)
+	}
 	ctx, sig := interruptible(context.Background())
 	defer sig.stop()
-	client, err := clientlib.New(clientlib.Config{Addrs: addrs})
+	client, err := clientlib.New(clientlib.Config{Addrs: addrs, Credentials: creds})
+	if errors.Is(err, clientlib.ErrAuth) {
+		return c.fail(exitUnavailable, "%s", describeAuthError(err))
+	}
 	if err != nil {
 		return c.usageError("%v", err)
 	}
@@ -106,17 +113,29 @@ func acquireErrorCode(err error) int {
 	switch {
 	case errors.Is(err, clientlib.ErrTimeout):
 		return exitTimeout
-	case errors.Is(err, clientlib.ErrNoConnection), errors.Is(err, clientlib.ErrRefused):
+	case errors.Is(err, clientlib.ErrNoConnection), errors.Is(err, clientlib.ErrRefused), errors.Is(err, clientlib.ErrAuth):
 		return exitUnavailable
 	}
 	return exitFailed
 }
 
+// describeAuthError says which node refused the credentials, and why.
+func describeAuthError(err error) string {
+	var auth *clientlib.AuthError
+	if errors.As(err, &auth) {
+		return fmt.Sprintf("the node at %s refused the credentials: %s", auth.Addr, auth.Reason)
+	}
+	return strings.TrimPrefix(err.Error(), "clientlib: ")
+}
+
 func describeAcquireError(key string, addrs []string, wait time.Duration, err error) string {
 	var refused *clientlib.RefusedError
+	var auth *clientlib.AuthError
 	switch {
 	case errors.Is(err, clientlib.ErrTimeout):
 		return fmt.Sprintf("%s: the wait of %v ran out: nothing was granted", key, wait)
+	case errors.As(err, &auth):
+		return fmt.Sprintf("%s: %s", key, describeAuthError(err))
 	case errors.As(err, &refused):
 		return fmt.Sprintf("%s: the node refused the acquire: %s", key, refused.Reason)
 	case errors.Is(err, clientlib.ErrNoConnection):
@@ -139,9 +158,13 @@ func cmdRelease(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return c.usageError("%v", err)
 	}
+	creds, err := c.credentials()
+	if err != nil {
+		return c.usageError("%v", err)
+	}
 	ctx, sig := interruptible(context.Background())
 	defer sig.stop()
-	a, err := ask(ctx, addrs, wire.AppendRelease(nil, []byte(key), token))
+	a, err := ask(ctx, addrs, creds, wire.AppendRelease(nil, []byte(key), token))
 	return c.tokenAnswer("release", key, token, a, err, sig)
 }
 
@@ -163,10 +186,14 @@ func cmdExtend(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return c.usageError("%v", err)
 	}
+	creds, err := c.credentials()
+	if err != nil {
+		return c.usageError("%v", err)
+	}
 	ctx, sig := interruptible(context.Background())
 	defer sig.stop()
 	ms := int64((*lease + time.Millisecond - 1) / time.Millisecond) // never shorter than asked
-	a, err := ask(ctx, addrs, wire.AppendExtend(nil, []byte(key), token, ms))
+	a, err := ask(ctx, addrs, creds, wire.AppendExtend(nil, []byte(key), token, ms))
 	return c.tokenAnswer("extend", key, token, a, err, sig)
 }
 
@@ -192,6 +219,8 @@ func (c *cli) tokenAnswer(what, key string, token uint64, a answer, err error, s
 		return c.fail(128+int(sig.received().(syscall.Signal)), "interrupted by %v", sig.received())
 	case err != nil:
 		return c.fail(exitUnavailable, "%s %s %d: %v", what, key, token, err)
+	case a.kind == 'E' && a.op == "U":
+		return c.fail(exitUnavailable, "%s %s %d: the node refused the credentials: %s", what, key, token, a.text)
 	case a.kind == 'E':
 		return c.fail(exitUnavailable, "%s %s %d: the node refused it: %s", what, key, token, a.text)
 	case (a.kind == 'R' || a.kind == 'X') && a.ok:

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/kunci/kunci/clientlib"
 	"github.com/kunci/kunci/wire"
 )
 
@@ -46,6 +47,8 @@ const exitCodes = `Exit status:
 
 const addrsHelp = `Node addresses come from --addrs or the environment variable KUNCI_ADDRS, a
 comma-separated list of host:port (default ` + defaultAddrs + `); --addrs wins.
+Nodes started with --auth-file need credentials: --credentials FILE, or
+KUNCI_CREDENTIALS_FILE, names a file holding "name secret" (mode 600).
 Durations are Go durations (30s, 1m30s, 250ms) or plain seconds (30, 0.5).
 `
 
@@ -115,6 +118,7 @@ type cli struct {
 	help   string // printed by --help, before the flags
 	fs     *flag.FlagSet
 	addrs  string
+	creds  string // --credentials
 	stdout io.Writer
 	stderr io.Writer
 }
@@ -125,6 +129,7 @@ func newCLI(name, help string, stdout, stderr io.Writer) *cli {
 	c.fs.SetOutput(io.Discard) // errors and help are printed by parse
 	c.fs.Usage = func() {}
 	c.fs.StringVar(&c.addrs, "addrs", "", "comma-separated node `addresses` (host:port); default $KUNCI_ADDRS, else "+defaultAddrs)
+	c.fs.StringVar(&c.creds, "credentials", "", "`file` holding \"name secret\" on one line (mode 600), for nodes that ask for credentials; default $KUNCI_CREDENTIALS_FILE")
 	return c
 }
 
@@ -220,6 +225,23 @@ func (c *cli) nodeAddrs() ([]string, error) {
 		return nil, fmt.Errorf("%s: no address", from)
 	}
 	return addrs, nil
+}
+
+// credentials reads the credentials file named by --credentials, else by
+// KUNCI_CREDENTIALS_FILE; nil when neither is given.
+func (c *cli) credentials() (*clientlib.Credentials, error) {
+	path := c.creds
+	if path == "" {
+		path = strings.TrimSpace(os.Getenv("KUNCI_CREDENTIALS_FILE"))
+	}
+	if path == "" {
+		return nil, nil
+	}
+	cr, err := clientlib.LoadCredentials(path)
+	if err != nil {
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "clientlib: "))
+	}
+	return cr, nil
 }
 
 // checkKey reports whether key is a valid protocol key.

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kunci/kunci/clientlib"
 	"github.com/kunci/kunci/wire"
 )
 
@@ -48,8 +49,10 @@ func copyAnswer(a *wire.Answer) answer {
 	}
 }
 
-// exchange sends line to the node at addr and returns its first answer.
-func exchange(ctx context.Context, addr string, line []byte) (answer, time.Duration, error) {
+// exchange sends line to the node at addr and returns its answer. With
+// creds, line goes behind "U name secret" on the same connection; a node
+// that refuses the credentials answers the U with E, which is returned.
+func exchange(ctx context.Context, addr string, creds *clientlib.Credentials, line []byte) (answer, time.Duration, error) {
 	d := net.Dialer{Timeout: dialTimeout}
 	nc, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -63,11 +66,24 @@ func exchange(ctx context.Context, addr string, line []byte) (answer, time.Durat
 	_ = nc.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Now()) })
 	defer stop()
+	req := line
+	if creds != nil {
+		req = append(wire.AppendAuth(nil, []byte(creds.Name), []byte(creds.Secret)), line...)
+	}
 	sent := time.Now()
-	if _, err := nc.Write(line); err != nil {
+	if _, err := nc.Write(req); err != nil {
 		return answer{}, 0, err
 	}
 	r := bufio.NewReaderSize(nc, wire.MaxLine)
+	a, err := readAnswer(ctx, r)
+	if err == nil && creds != nil && a.kind == 'U' {
+		a, err = readAnswer(ctx, r) // the answer to line
+	}
+	return a, time.Since(sent), err
+}
+
+// readAnswer reads one answer line from r.
+func readAnswer(ctx context.Context, r *bufio.Reader) (answer, error) {
 	var buf []byte
 	for {
 		// An answer line is at most wire.MaxLine bytes.
@@ -77,30 +93,29 @@ func exchange(ctx context.Context, addr string, line []byte) (answer, time.Durat
 			if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil {
 				err = ctx.Err()
 			}
-			return answer{}, 0, fmt.Errorf("no answer: %w", err)
+			return answer{}, fmt.Errorf("no answer: %w", err)
 		}
 		var a wire.Answer
 		n, perr := wire.ParseAnswer(buf, &a)
 		if n == 0 && perr == nil {
 			continue
 		}
-		rtt := time.Since(sent)
 		if perr != nil {
-			return answer{}, rtt, fmt.Errorf("unreadable answer %q: %w", strings.TrimRight(string(buf), "\r\n"), perr)
+			return answer{}, fmt.Errorf("unreadable answer %q: %w", strings.TrimRight(string(buf), "\r\n"), perr)
 		}
-		return copyAnswer(&a), rtt, nil
+		return copyAnswer(&a), nil
 	}
 }
 
 // ask sends the request line to the cluster and returns the answer of the
 // active node: it tries addrs in order and follows redirects; when no node
 // answers it tries again every 200 ms for 5 s.
-func ask(ctx context.Context, addrs []string, line []byte) (answer, error) {
+func ask(ctx context.Context, addrs []string, creds *clientlib.Credentials, line []byte) (answer, error) {
 	until := time.Now().Add(retryFor)
 	for {
 		var errs []string
 		for _, addr := range addrs {
-			a, err := askNode(ctx, addr, line)
+			a, err := askNode(ctx, addr, creds, line)
 			if err == nil {
 				return a, nil
 			}
@@ -123,9 +138,9 @@ func ask(ctx context.Context, addrs []string, line []byte) (answer, error) {
 }
 
 // askNode sends line to addr, following redirects to the active.
-func askNode(ctx context.Context, addr string, line []byte) (answer, error) {
+func askNode(ctx context.Context, addr string, creds *clientlib.Credentials, line []byte) (answer, error) {
 	for range maxRedirects {
-		a, _, err := exchange(ctx, addr, line)
+		a, _, err := exchange(ctx, addr, creds, line)
 		if err != nil {
 			return answer{}, fmt.Errorf("%s: %s", addr, shortError(err))
 		}

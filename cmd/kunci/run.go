@@ -87,7 +87,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return c.usageError("%v", err)
 	}
-	r := &runner{cli: c, key: key, addrs: addrs, lease: *lease, wait: *wait, grace: *grace, argv: argv, verbose: *verbose}
+	creds, err := c.credentials()
+	if err != nil {
+		return c.usageError("%v", err)
+	}
+	r := &runner{cli: c, key: key, addrs: addrs, creds: creds, lease: *lease, wait: *wait, grace: *grace, argv: argv, verbose: *verbose}
 	return r.run()
 }
 
@@ -96,6 +100,7 @@ type runner struct {
 	*cli
 	key     string
 	addrs   []string
+	creds   *clientlib.Credentials
 	lease   time.Duration
 	wait    time.Duration
 	grace   time.Duration
@@ -122,7 +127,10 @@ func (r *runner) run() int {
 		r.say("cannot become the child subreaper (%v): orphans of a killed command are not waited for", err)
 	}
 
-	client, err := clientlib.New(clientlib.Config{Addrs: r.addrs})
+	client, err := clientlib.New(clientlib.Config{Addrs: r.addrs, Credentials: r.creds})
+	if errors.Is(err, clientlib.ErrAuth) {
+		return r.fail(exitUnavailable, "%s", describeAuthError(err))
+	}
 	if err != nil {
 		return r.usageError("%v", err)
 	}

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"text/tabwriter"
 	"time"
+
+	"github.com/kunci/kunci/clientlib"
 )
 
 const statusHelp = `Usage: kunci status [--addrs ...] [--timeout 2s]
@@ -58,9 +60,13 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return c.usageError("%v", err)
 	}
+	creds, err := c.credentials()
+	if err != nil {
+		return c.usageError("%v", err)
+	}
 	ctx, sig := interruptible(context.Background())
 	defer sig.stop()
-	st := askAll(ctx, addrs, *timeout)
+	st := askAll(ctx, addrs, creds, *timeout)
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 3, ' ', 0)
 	fmt.Fprintln(tw, "ADDRESS\tANSWERS\tROLE\tACTIVE\tRTT")
@@ -105,7 +111,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 }
 
 // askAll sends I to every address at once.
-func askAll(ctx context.Context, addrs []string, timeout time.Duration) []nodeStatus {
+func askAll(ctx context.Context, addrs []string, creds *clientlib.Credentials, timeout time.Duration) []nodeStatus {
 	st := make([]nodeStatus, len(addrs))
 	var wg sync.WaitGroup
 	for i, addr := range addrs {
@@ -114,8 +120,11 @@ func askAll(ctx context.Context, addrs []string, timeout time.Duration) []nodeSt
 			defer wg.Done()
 			actx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			a, rtt, err := exchange(actx, addr, []byte("I\n"))
-			if err == nil && a.kind != 'I' {
+			a, rtt, err := exchange(actx, addr, creds, []byte("I\n"))
+			switch {
+			case err == nil && a.kind == 'E':
+				err = fmt.Errorf("refused: %s", a.text)
+			case err == nil && a.kind != 'I':
 				err = fmt.Errorf("unexpected answer %q %s", a.kind, a.text)
 			}
 			st[i] = nodeStatus{addr: addr, err: err, a: a, rtt: rtt}

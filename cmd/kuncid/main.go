@@ -50,10 +50,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP re-reads the auth file; it never stops the node.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	if err := node.Start(); err != nil {
 		log.Error().Err(err).Msg("kunci node failed to start")
 		return 1
 	}
+	go reloadOnHangup(hup, node, cfg.AuthFile, log)
 	select {
 	case <-ctx.Done():
 	case <-node.Done():
@@ -67,6 +72,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// reloadOnHangup re-reads the auth file at each SIGHUP until the node
+// stops. ReloadAuth logs what it did; a file that does not parse leaves the
+// credentials in force.
+func reloadOnHangup(hup <-chan os.Signal, node *server.Node, authFile string, log zerolog.Logger) {
+	for {
+		select {
+		case <-hup:
+			if authFile == "" {
+				log.Info().Msg("SIGHUP: nothing to re-read (no --auth-file)")
+				continue
+			}
+			_ = node.ReloadAuth()
+		case <-node.Done():
+			return
+		}
+	}
 }
 
 // peerList is the --peers flag.
@@ -120,7 +143,11 @@ func parseFlags(args []string, stderr io.Writer) (server.Config, options, error)
 	fs.IntVar(&cfg.MaxKeys, "max-keys", server.DefaultMaxKeys, "keys held at once; acquires of more are answered 'E A key too many keys'")
 	fs.IntVar(&cfg.MaxQueued, "max-queued", server.DefaultMaxQueued, "queued acquires node-wide; more are answered 'E A key too many waiters'")
 	fs.StringVar(&cfg.DataDir, "data-dir", "./kunci-data", "`directory` for what must outlive the process (the token ceiling, so tokens keep increasing across restarts); locked against a second node; empty: none")
-	fs.StringVar(&cfg.Admin, "admin", "", "`address` (host:port) of the HTTP admin endpoint: /metrics, /healthz, /readyz, /debug/pprof/ (off when empty)")
+	fs.StringVar(&cfg.Admin, "admin", "", "`address` (host:port) of the HTTP admin endpoint: /metrics, /healthz, /readyz (off when empty); GET and HEAD only")
+	fs.BoolVar(&cfg.AdminPprof, "admin-pprof", false, "also serve Go's profiles on the admin endpoint, /debug/pprof/ (they show the node's internals: keep the admin address private)")
+	fs.StringVar(&cfg.AuthFile, "auth-file", "", "`file` of client credentials, one \"name secret [prefix,...]\" a line, mode 600: a client must then authenticate first (U name secret), and may touch only keys under its prefixes if it has some; SIGHUP re-reads it (empty: no authentication)")
+	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a client connection that has sent nothing for this long while it holds no grant and has no acquire queued (answered 'E - - idle'); 0: never")
+	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", server.DefaultMaxConnsPerIP, "client connections from one source (an IPv4 address, or an IPv6 /64); more are answered 'E - - too many connections from this address' and closed")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: debug, info, warn, error")
 	fs.StringVar(&o.logFormat, "log-format", "console", "log `format`: console or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")

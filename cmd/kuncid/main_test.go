@@ -39,7 +39,8 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 		t.Fatalf("--help exited %d", code)
 	}
 	for _, f := range []string{"listen", "advertise", "peers", "heartbeat", "failover-timeout", "semi-sync", "loops", "shards", "max-lease", "max-wait", "max-conns",
-		"max-waiters", "max-keys", "max-queued", "log-level", "log-format", "version", "KUNCI_"} {
+		"max-waiters", "max-keys", "max-queued", "log-level", "log-format", "version", "KUNCI_",
+		"auth-file", "idle-timeout", "max-conns-per-ip", "admin-pprof"} {
 		if !strings.Contains(stderr.String(), f) {
 			t.Errorf("--help does not mention %s", f)
 		}
@@ -60,6 +61,9 @@ func TestBadFlagsAreRefusedClearly(t *testing.T) {
 		{"--log-level", "loud"},
 		{"--listen", "nonsense"},
 		{"--max-conns", "-1"},
+		{"--idle-timeout", "-1s"},
+		{"--max-conns-per-ip", "-5"},
+		{"--auth-file", "/nonexistent/kunci-auth"},
 		{"stray"},
 	} {
 		var stdout, stderr bytes.Buffer

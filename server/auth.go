@@ -1,0 +1,332 @@
+package server
+
+import (
+	"bufio"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+
+	"github.com/kunci/kunci/wire"
+)
+
+// Client credentials (Config.AuthFile). A node with an auth file serves a
+// client connection only after its first line, "U name secret", named a
+// credential of the file; a credential with key prefixes may touch only the
+// keys under them. The file is re-read by ReloadAuth (kuncid: on SIGHUP).
+
+// Refusals of the authentication rules, counted by reason like the others.
+var (
+	errAuthRequired   = errors.New("server: auth required")
+	errBadCredentials = errors.New("server: bad credentials")
+	errAuthThrottled  = errors.New("server: too many authentication failures")
+	errKeyForbidden   = errors.New("server: key forbidden")
+	errRevoked        = errors.New("server: credentials revoked")
+	errAuthenticated  = errors.New("server: already authenticated")
+)
+
+// MinSecret is the shortest secret an auth file may hold, in bytes: secrets
+// are machine-made (openssl rand -base64 24), never passwords.
+const MinSecret = 16
+
+// credential is one line of the auth file. It is never changed once made; a
+// reload makes new ones.
+type credential struct {
+	name     string
+	digest   [sha256.Size]byte // of the secret: the secret itself is not kept
+	prefixes []string          // the keys it may touch; nil: every key
+}
+
+// allows reports whether the credential may touch key.
+func (c *credential) allows(key []byte) bool {
+	if c.prefixes == nil {
+		return true
+	}
+	for _, p := range c.prefixes {
+		if len(key) >= len(p) && string(key[:len(p)]) == p {
+			return true
+		}
+	}
+	return false
+}
+
+// credentials is an auth file's content. It is never changed once loaded:
+// Node.auth points to the current one.
+type credentials struct {
+	byName map[string]*credential
+	// decoy is compared with a presented secret whose name has no
+	// credential, so that a bad name costs what a bad secret costs.
+	decoy [sha256.Size]byte
+}
+
+// check returns the credential that name and secret match, or nil. The
+// secret's digest is compared in constant time, with a random decoy when
+// the name is unknown, so a failure takes the same work whether or not the
+// name exists; and a failure's answer waits Config.AuthFailureDelay, which
+// drowns what little the map lookup could tell.
+func (s *credentials) check(name, secret []byte) *credential {
+	d := sha256.Sum256(secret)
+	c := s.byName[string(name)]
+	want := &s.decoy
+	if c != nil {
+		want = &c.digest
+	}
+	if subtle.ConstantTimeCompare(d[:], want[:]) != 1 || c == nil {
+		return nil
+	}
+	return c
+}
+
+// loadCredentials reads an auth file: one credential a line,
+//
+//	name secret [prefix,prefix,…]
+//
+// fields separated by spaces or tabs; a line whose first non-blank byte is
+// '#' is a comment, and blank lines are skipped ('#' elsewhere is part of
+// its field, so a secret may hold one). Names and secrets are 1 to 250 bytes
+// without space or control byte, as they travel in a U line; a secret is at
+// least MinSecret bytes; a name appears once. Without prefixes the
+// credential may touch every key; with them, only keys that start with one
+// of them (a plain byte prefix: end it with a separator, "orders/"). The
+// file must be a regular file that neither group nor others may read or
+// write (chmod 600), as ssh asks of a private key. Errors name the file and
+// the line, never the line's content, which may hold a secret.
+func loadCredentials(path string) (*credentials, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("server: auth file: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("server: auth file: %w", err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("server: auth file %s is not a regular file", path)
+	}
+	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("server: auth file %s may be read or written by group or others (mode %04o): it holds secrets; chmod 600 it", path, perm)
+	}
+	s := &credentials{byName: make(map[string]*credential)}
+	if _, err := rand.Read(s.decoy[:]); err != nil {
+		return nil, fmt.Errorf("server: auth file: %w", err)
+	}
+	lineOf := make(map[string]int)
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 0, 4096), 64<<10)
+	for no := 1; sc.Scan(); no++ {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
+			continue
+		}
+		bad := func(why string) error {
+			return fmt.Errorf("server: auth file %s, line %d: %s", path, no, why)
+		}
+		if len(fields) < 2 || len(fields) > 3 {
+			return nil, bad(fmt.Sprintf("%d fields, want \"name secret\" or \"name secret prefix,prefix,...\"", len(fields)))
+		}
+		name, secret := fields[0], fields[1]
+		switch {
+		case !wire.ValidKey([]byte(name)):
+			return nil, bad("the name is over 250 bytes or holds a control byte")
+		case !wire.ValidKey([]byte(secret)):
+			return nil, bad("the secret is over 250 bytes or holds a control byte")
+		case len(secret) < MinSecret:
+			return nil, bad(fmt.Sprintf("the secret is shorter than %d bytes (make one with: openssl rand -base64 24)", MinSecret))
+		case lineOf[name] != 0:
+			return nil, bad(fmt.Sprintf("name %q already given on line %d", name, lineOf[name]))
+		}
+		c := &credential{name: name, digest: sha256.Sum256([]byte(secret))}
+		if len(fields) == 3 {
+			for _, p := range strings.Split(fields[2], ",") {
+				if !wire.ValidKey([]byte(p)) {
+					return nil, bad(fmt.Sprintf("key prefix %q is empty or not a valid key", p))
+				}
+				c.prefixes = append(c.prefixes, p)
+			}
+		}
+		s.byName[name] = c
+		lineOf[name] = no
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("server: auth file %s: %w", path, err)
+	}
+	if len(s.byName) == 0 {
+		return nil, fmt.Errorf("server: auth file %s holds no credential: no client could connect", path)
+	}
+	return s, nil
+}
+
+// beforeAuth handles a line that arrives on a connection that has not
+// authenticated yet (Config.AuthFile is set). It is the one place that
+// decides what may come first: "U name secret", checked here; every other
+// line, well formed or not, I included, is answered "E op key auth
+// required" and the connection is closed. Peers never get here: a peer's
+// hello ("N …") and proof are taken by peerHandshake before any line is
+// served, and a peer frame ("P …") on a connection that has not proved the
+// cluster key is refused by parse as errPeerUnauthorized. req and err are
+// ParseRequest's outcome for the line; lp.closing is set when the
+// connection is to close after this line's answer.
+func (lp *loop) beforeAuth(cs *conn, req *wire.Request, err error) {
+	switch {
+	case req.Op == wire.OpAuth && err == nil:
+		lp.authenticate(cs, req)
+		return
+	case req.Op == wire.OpAuth:
+		// A malformed U guesses nothing: its own reason, then close.
+		lp.refused.count(err)
+		cs.out = wire.AppendError(cs.out, req.EchoOp, nil, wire.Reason(err))
+	default:
+		lp.refused.count(errAuthRequired)
+		cs.out = wire.AppendError(cs.out, req.EchoOp, req.EchoKey, wire.Reason(errAuthRequired))
+	}
+	lp.markDirty(cs)
+	lp.closing = true
+}
+
+// authenticate checks a U request on cs. Success answers "U OK"; a failure
+// is answered "E U - bad credentials" after Config.AuthFailureDelay, and the
+// connection is then closed (see reject). A source past its failure
+// allowance is not checked at all: it is answered "too many authentication
+// failures" the same way.
+func (lp *loop) authenticate(cs *conn, req *wire.Request) {
+	n := lp.n
+	now := n.now()
+	if !n.sources.mayTry(cs.src, now) {
+		n.authFailures.Add(1)
+		lp.reject(cs, errAuthThrottled, now)
+		return
+	}
+	c := n.auth.Load().check(req.Name, req.Secret)
+	if c == nil {
+		n.authFailures.Add(1)
+		n.sources.failed(cs.src, now)
+		n.log.Debug().Str("remote", cs.c.RemoteAddr().String()).Msg("client authentication failed")
+		lp.reject(cs, errBadCredentials, now)
+		return
+	}
+	n.admit(cs, c)
+	cs.out = wire.AppendAuthOK(cs.out)
+	lp.markDirty(cs)
+}
+
+// admit lets cs send requests under credential c. It runs on cs's loop.
+func (n *Node) admit(cs *conn, c *credential) {
+	cs.cred, cs.authed = c, true
+}
+
+// authenticateAs admits cs under the credential named name without a
+// secret, for a connection whose peer proved who it is otherwise (a
+// verified TLS client certificate naming it). It reports whether the
+// current auth file has that name. It runs on cs's loop; the credential is
+// then revoked and re-read on reload like one given by U.
+func (n *Node) authenticateAs(cs *conn, name string) bool {
+	set := n.auth.Load()
+	if set == nil {
+		return false
+	}
+	c := set.byName[name]
+	if c == nil {
+		return false
+	}
+	n.admit(cs, c)
+	return true
+}
+
+// reject ends cs after a failed authentication: it is no longer read, and
+// the ticker writes its answer and closes it once the delay has passed, so
+// that a guesser waits and the loop does not. It runs on cs's loop.
+func (lp *loop) reject(cs *conn, why error, now int64) {
+	lp.refused.count(why)
+	cs.rejected, cs.rejectAt = why, now+int64(lp.n.cfg.AuthFailureDelay)
+	lp.rejected = append(lp.rejected, cs)
+	lp.hasRejected.Store(true)
+	if lp.n.tickIdle.Load() {
+		lp.n.wakeTicker()
+	}
+}
+
+// endRejected answers and closes the rejected connections whose delay has
+// passed. It runs on the loop, from runTick.
+func (lp *loop) endRejected(now int64) {
+	if len(lp.rejected) == 0 {
+		return
+	}
+	kept := lp.rejected[:0]
+	var due []*conn
+	for _, cs := range lp.rejected {
+		switch {
+		case cs.closed:
+		case now >= cs.rejectAt:
+			due = append(due, cs)
+		default:
+			kept = append(kept, cs)
+		}
+	}
+	clear(lp.rejected[len(kept):])
+	lp.rejected = kept
+	lp.hasRejected.Store(len(kept) > 0)
+	for _, cs := range due {
+		lp.closeWith(cs, opAuth, cs.rejected)
+	}
+}
+
+var opAuth = []byte{'U'}
+
+// closeWith writes "E op - reason" on cs and closes it. It runs on cs's
+// loop, outside any iteration over lp.conns (closing removes cs from it).
+func (lp *loop) closeWith(cs *conn, op []byte, why error) {
+	if cs.closed {
+		return
+	}
+	_, _ = cs.c.Write(wire.AppendError(nil, op, nil, wire.Reason(why)))
+	_ = lp.el.Close(cs.c)
+}
+
+// ReloadAuth re-reads Config.AuthFile. Open connections stay: each goes on
+// under its credential's new key prefixes, except those whose credential
+// was removed or whose secret changed, which are answered "E - - credentials
+// revoked" and closed. A file that cannot be read or parsed leaves the
+// credentials in force as they were; the error is logged and returned.
+func (n *Node) ReloadAuth() error {
+	if n.cfg.AuthFile == "" {
+		return errors.New("server: no auth file to re-read (the node was started without one)")
+	}
+	n.reloadMu.Lock()
+	defer n.reloadMu.Unlock()
+	set, err := loadCredentials(n.cfg.AuthFile)
+	if err != nil {
+		n.log.Error().Err(err).Msg("auth file not reloaded: the credentials in force stay")
+		return err
+	}
+	n.auth.Store(set)
+	var revoked, kept atomic.Int64
+	n.onEachLoop(func(lp *loop) {
+		var gone []*conn
+		for _, cs := range lp.conns {
+			if cs.cred == nil {
+				continue
+			}
+			c := set.byName[cs.cred.name]
+			if c == nil || c.digest != cs.cred.digest {
+				gone = append(gone, cs)
+				continue
+			}
+			cs.cred = c
+			kept.Add(1)
+		}
+		for _, cs := range gone {
+			lp.refused.count(errRevoked)
+			lp.closeWith(cs, nil, errRevoked)
+		}
+		revoked.Add(int64(len(gone)))
+	})
+	n.log.Info().Str("file", n.cfg.AuthFile).Int("credentials", len(set.byName)).
+		Int64("connections_kept", kept.Load()).Int64("connections_revoked", revoked.Load()).
+		Msg("auth file reloaded")
+	return nil
+}
