@@ -1,75 +1,35 @@
 package engine
 
+import "slices"
+
 // A Cursor walks a shard's held keys a few at a time, while the shard goes
 // on changing between the steps: an active streams its state to a standby,
-// or lists its locks, this way without copying the whole table under the
-// shard's mutex. Every key held from Open until the cursor reaches it is
-// visited exactly once; a key freed before the cursor reaches it is not
-// visited; keys taken after Open are not visited. Keys are visited in the
-// order they were taken.
+// or lists its locks, this way without copying the table under the shard's
+// mutex, and without memory per key. Every key held from Open until the
+// cursor reaches it is visited at least once; a key freed before the cursor
+// reaches it is not visited; a key taken after Open may or may not be. A
+// key is visited twice only when the table grew during the walk (it then
+// starts again, from its new layout).
 //
 // A Cursor belongs to one shard and is used under that shard's mutex, like
 // the shard itself.
 type Cursor struct {
-	next, end *lock // the next lock to visit and the last; nil: done
-	gen       uint64
-	open      bool
+	pos int // the next slot to visit
+	// behind holds entries that a deletion shifted from ahead of pos to
+	// behind it, not yet visited; ahead holds entries shifted the other
+	// way (around the table's end), already visited.
+	behind, ahead []*lock
+	gen           uint64 // the shard's Reset count at Open
+	open          bool
 }
 
-// lockList is a doubly linked list of locks through their anext and aprev.
-type lockList struct{ head, tail *lock }
-
-func (ll *lockList) push(l *lock) {
-	l.aprev, l.anext = ll.tail, nil
-	if ll.tail == nil {
-		ll.head = l
-	} else {
-		ll.tail.anext = l
-	}
-	ll.tail = l
-}
-
-func (ll *lockList) remove(l *lock) {
-	if l.aprev == nil {
-		ll.head = l.anext
-	} else {
-		l.aprev.anext = l.anext
-	}
-	if l.anext == nil {
-		ll.tail = l.aprev
-	} else {
-		l.anext.aprev = l.aprev
-	}
-	l.anext, l.aprev = nil, nil
-}
-
-// unlink takes l out of the list of locks, moving any cursor that was
-// about to visit it, or that was to end with it, past it.
-func (s *Shard) unlink(l *lock) {
-	for _, c := range s.scans {
-		switch {
-		case c.next == l && c.end == l:
-			c.next, c.end = nil, nil
-		case c.end == l:
-			c.end = l.aprev
-		case c.next == l:
-			c.next = l.anext
-		}
-	}
-	s.all.remove(l)
-}
-
-// Open starts c at the oldest key held now. A cursor that is open must be
-// closed (Close, or a Scan that reports done) before it is opened again.
+// Open starts c at the first slot.
 func (s *Shard) Open(c *Cursor) {
 	if c.open {
 		panic("engine: Open of a cursor that is open")
 	}
-	*c = Cursor{next: s.all.head, end: s.all.tail, gen: s.gen, open: true}
-	if c.next == nil {
-		c.end = nil
-	}
-	s.scans = append(s.scans, c)
+	*c = Cursor{gen: s.gen, open: true}
+	s.locks.scans = append(s.locks.scans, c)
 }
 
 // Scan visits at most max keys from where c stands, with their grant and
@@ -81,19 +41,28 @@ func (s *Shard) Scan(c *Cursor, max int, fn func(key string, token uint64, deadl
 		panic("engine: Scan of a cursor that is not open")
 	}
 	if c.gen != s.gen {
-		c.open = false // Reset dropped it from scans
+		c.open = false // Reset dropped it with the old table
 		return true
 	}
-	for ; max > 0 && c.next != nil; max-- {
-		l := c.next
-		if l == c.end {
-			c.next, c.end = nil, nil
-		} else {
-			c.next = l.anext
-		}
+	for ; max > 0 && len(c.behind) > 0; max-- {
+		l := c.behind[len(c.behind)-1]
+		c.behind = c.behind[:len(c.behind)-1]
 		fn(l.key, l.token, l.lease.When())
 	}
-	if c.next != nil {
+	slots := s.locks.slots
+	for ; max > 0 && c.pos < len(slots); c.pos++ {
+		l := slots[c.pos].l
+		if l == nil {
+			continue
+		}
+		if i := slices.Index(c.ahead, l); i >= 0 {
+			c.ahead = slices.Delete(c.ahead, i, i+1)
+			continue
+		}
+		fn(l.key, l.token, l.lease.When())
+		max--
+	}
+	if c.pos < len(slots) || len(c.behind) > 0 {
 		return false
 	}
 	s.Close(c)
@@ -105,16 +74,49 @@ func (s *Shard) Close(c *Cursor) {
 	if !c.open {
 		return
 	}
-	c.open, c.next, c.end = false, nil, nil
+	c.open, c.behind, c.ahead = false, nil, nil
 	if c.gen != s.gen {
 		return
 	}
-	for i, o := range s.scans {
-		if o == c {
-			last := len(s.scans) - 1
-			s.scans[i], s.scans[last] = s.scans[last], nil
-			s.scans = s.scans[:last]
-			return
+	scans := s.locks.scans
+	if i := slices.Index(scans, c); i >= 0 {
+		scans[i] = scans[len(scans)-1]
+		scans[len(scans)-1] = nil
+		s.locks.scans = scans[:len(scans)-1]
+	}
+}
+
+// moved tells c that a deletion shifted l from slot from to slot to.
+// Shifts go back along l's probe sequence: to comes before from, or, around
+// the table's end, after it.
+func (c *Cursor) moved(l *lock, from, to int) {
+	switch {
+	case to < c.pos && c.pos <= from: // crossed back over the cursor
+		if i := slices.Index(c.ahead, l); i >= 0 {
+			c.ahead = slices.Delete(c.ahead, i, i+1) // visited already
+		} else {
+			c.behind = append(c.behind, l)
+		}
+	case from < c.pos && c.pos <= to: // around the end, forward over it
+		if i := slices.Index(c.behind, l); i >= 0 {
+			c.behind = slices.Delete(c.behind, i, i+1) // visited at to
+		} else {
+			c.ahead = append(c.ahead, l)
 		}
 	}
+}
+
+// forget tells c that l left the table.
+func (c *Cursor) forget(l *lock) {
+	if i := slices.Index(c.behind, l); i >= 0 {
+		c.behind = slices.Delete(c.behind, i, i+1)
+	}
+	if i := slices.Index(c.ahead, l); i >= 0 {
+		c.ahead = slices.Delete(c.ahead, i, i+1)
+	}
+}
+
+// restart starts c's walk again: the table is laid out anew.
+func (c *Cursor) restart() {
+	c.pos, c.behind, c.ahead = 0, c.behind[:0], c.ahead[:0]
 }

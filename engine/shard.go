@@ -40,9 +40,6 @@ type lock struct {
 	nwait   int32
 	keyCap  int32
 	granted int64 // when the current grant was made
-	// anext and aprev thread every lock of the shard into one list in the
-	// order the keys were taken, for Cursors.
-	anext, aprev *lock
 }
 
 func (l *lock) WheelTimer() *wheel.Timer[*lock] { return &l.lease }
@@ -122,9 +119,7 @@ type Shard struct {
 	cfg    Config
 	tokens *Tokens
 	locks  table
-	all    lockList  // every lock, oldest first, for cursors
-	scans  []*Cursor // open cursors
-	gen    uint64    // Reset's count: cursors of an earlier one are spent
+	gen    uint64 // Reset's count: cursors of an earlier one are spent
 	leases *wheel.Wheel[*lock]
 	waits  *wheel.Wheel[*waiter]
 	queued map[queueKey]*waiter // each connection's queued acquire per key
@@ -186,7 +181,6 @@ func (s *Shard) Acquire(now int64, conn ConnID, key []byte, lease, wait int64, o
 		}
 		l = s.newLock(key)
 		s.locks.insert(h, l)
-		s.all.push(l)
 		s.grant(now, 0, l, conn, lease, out)
 		return
 	}
@@ -339,7 +333,6 @@ func (s *Shard) handOff(now, at int64, h uint64, l *lock, out *Output) {
 		return
 	}
 	s.locks.remove(h, l)
-	s.unlink(l)
 	l.token = 0
 	s.freeLock(l)
 }
@@ -416,7 +409,6 @@ func (s *Shard) Install(now int64, key []byte, token uint64, deadline int64) err
 		}
 		l = s.newLock(key)
 		s.locks.insert(h, l)
-		s.all.push(l)
 	} else {
 		s.leases.Cancel(l)
 	}
@@ -448,9 +440,6 @@ func (s *Shard) Drop(now int64, key []byte, token uint64, out *Output) bool {
 // standby starting a new copy of its active's state, or a demoted active.
 func (s *Shard) Reset(now int64) {
 	counters, gen := s.counters, s.gen
-	for _, c := range s.scans {
-		c.next, c.end = nil, nil
-	}
 	*s = *NewShard(s.cfg, s.tokens, now)
 	s.counters, s.gen = counters, gen+1
 	s.fireLease = s.expire // NewShard bound them to its own copy

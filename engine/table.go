@@ -20,7 +20,8 @@ func hashString(key string) uint64 { return maphash.String(seed, key) }
 type table struct {
 	slots []slot
 	n     int
-	peak  int // most entries since the slots were last sized
+	peak  int       // most entries since the slots were last sized
+	scans []*Cursor // open cursors, told of entries that move (cursor.go)
 }
 
 type slot struct {
@@ -80,12 +81,18 @@ func (t *table) remove(h uint64, l *lock) {
 	for t.slots[i].l != l {
 		i = (i + 1) & m
 	}
+	for _, c := range t.scans {
+		c.forget(l)
+	}
 	// Shift back the entries after i that probed past it.
 	for j := (i + 1) & m; t.slots[j].l != nil; j = (j + 1) & m {
 		home := t.slots[j].hash & m
 		// Move j into the hole at i unless its home lies in (i, j].
 		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
 			t.slots[i] = t.slots[j]
+			for _, c := range t.scans {
+				c.moved(t.slots[i].l, int(j), int(i))
+			}
 			i = j
 		}
 	}
@@ -94,6 +101,9 @@ func (t *table) remove(h uint64, l *lock) {
 }
 
 func (t *table) resize(size int) {
+	for _, c := range t.scans {
+		c.restart()
+	}
 	old := t.slots
 	t.slots = make([]slot, size)
 	for _, s := range old {
@@ -106,7 +116,7 @@ func (t *table) resize(size int) {
 // shrink gives memory back once the table holds a quarter of its peak:
 // it is sized for what it holds now.
 func (t *table) shrink() bool {
-	if t.peak < shrinkMin || t.n >= t.peak/4 {
+	if t.peak < shrinkMin || t.n >= t.peak/4 || len(t.scans) > 0 {
 		return false
 	}
 	size := minTableSize
