@@ -106,7 +106,7 @@ var (
 	descPeerRefused = desc("peer_refused_total", "Peer handshakes refused (wrong or missing cluster key, unknown peer) and peer links closed for breaking the peer protocol.")
 	descPeerDropped = desc("peer_frames_dropped_total", "Peer frames dropped unread: heartbeats over the rate a link may send.")
 	descDropped     = desc("standbys_dropped_total", "On the active: standbys dropped for falling more than a bound behind (backlog) or not reading their snapshot (stalled); each starts again from a snapshot.", "reason")
-	descPromotions  = desc("promotions_total", "Times this node became the active (failover, handoff or cluster start).")
+	descPromotions  = desc("promotions_total", "Times this node was promoted from standby to active (a cluster's first election, failover or handoff); 0 on a single node.")
 	descWait        = desc("wait_seconds", "Time from an acquire's arrival to its grant (0 for a free key).")
 	descHold        = desc("hold_seconds", "Time from a grant to its release or expiry.")
 )

@@ -99,6 +99,10 @@ func TestAdminEndpoint(t *testing.T) {
 	if got := metric(t, after, "kunci_tokens_issued"); got < 2 {
 		t.Errorf("kunci_tokens_issued %v", got)
 	}
+	// A single node is active from the start: it was never promoted.
+	if got := metric(t, after, "kunci_promotions_total"); got != 0 {
+		t.Errorf("kunci_promotions_total %v on a single node, want 0", got)
+	}
 }
 
 func TestAdminInACluster(t *testing.T) {
@@ -133,11 +137,18 @@ func TestAdminInACluster(t *testing.T) {
 	if v := metric(t, body, `kunci_role{role="active"}`); v != 1 {
 		t.Fatalf("role metric %v", v)
 	}
+	// Node 0 started as a standby and promoted itself once.
+	if v := metric(t, body, "kunci_promotions_total"); v != 1 {
+		t.Fatalf("the active's kunci_promotions_total %v, want 1", v)
+	}
 	_, body = get(t, standby+"/metrics")
 	if v := metric(t, body, `kunci_role{role="standby"}`); v != 1 {
 		t.Fatalf("standby's role metric %v", v)
 	}
 	if v := metric(t, body, "kunci_keys_held"); v != 20 {
 		t.Fatalf("standby holds %v keys, want 20", v)
+	}
+	if v := metric(t, body, "kunci_promotions_total"); v != 0 {
+		t.Fatalf("the standby's kunci_promotions_total %v, want 0", v)
 	}
 }

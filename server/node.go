@@ -61,8 +61,8 @@ type Node struct {
 	savedCeiling uint64       // the token ceiling the data dir held at start
 	role         atomic.Int32 // roleActive, roleStandby or roleLeaving
 	activeAddr   atomic.Pointer[string]
-	frozen       atomic.Bool // handing over or stepping down: decide nothing
-	promotions   atomic.Uint64
+	frozen       atomic.Bool   // handing over or stepping down: decide nothing
+	promotions   atomic.Uint64 // standby → active; written by the cluster goroutine
 
 	refused    refusals      // counted off the loops
 	slowClosed atomic.Uint64 // connections closed for not reading
@@ -330,7 +330,7 @@ func (n *Node) OnBoot(eng gnet.Engine) gnet.Action {
 		}
 	}
 	if len(n.cfg.Peers) == 0 {
-		n.promotions.Add(1)
+		// Active from the start: not a promotion.
 		n.setRole(roleActive, n.self)
 		return gnet.None
 	}
