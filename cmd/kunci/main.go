@@ -138,24 +138,39 @@ func newCLI(name, help string, stdout, stderr io.Writer) *cli {
 // ends the command, the exit status (done is then true): 0 after --help,
 // 2 after a usage error, which it has reported.
 func (c *cli) parse(args []string) (pos []string, code int, done bool) {
+	pos, _, err := c.scan(args)
+	if errors.Is(err, flag.ErrHelp) {
+		c.printHelp()
+		return nil, exitOK, true
+	}
+	if err != nil {
+		return nil, c.usageError("%v", err), true
+	}
+	return pos, 0, false
+}
+
+// scan parses args as parse does, without reporting anything. at[i] is the
+// index in args of pos[i] (-1 for those after "--"). On an error, pos and
+// at hold the positional arguments seen before it.
+func (c *cli) scan(args []string) (pos []string, at []int, err error) {
+	orig := len(args)
 	for {
-		err := c.fs.Parse(args)
-		if errors.Is(err, flag.ErrHelp) {
-			c.printHelp()
-			return nil, exitOK, true
-		}
-		if err != nil {
-			return nil, c.usageError("%v", err), true
+		if err := c.fs.Parse(args); err != nil {
+			return pos, at, err
 		}
 		rest := c.fs.Args()
 		if len(rest) == 0 {
-			return pos, 0, false
+			return pos, at, nil
 		}
 		// Did Parse stop at "--"? Then everything after it is positional.
 		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
-			return append(pos, rest...), 0, false
+			for range rest {
+				at = append(at, -1)
+			}
+			return append(pos, rest...), at, nil
 		}
 		pos = append(pos, rest[0])
+		at = append(at, orig-len(rest))
 		args = rest[1:]
 	}
 }
@@ -197,6 +212,20 @@ func (c *cli) warn(format string, a ...any) {
 func (c *cli) fail(code int, format string, a ...any) int {
 	fmt.Fprintf(c.stderr, "%s: %s\n", c.name, fmt.Sprintf(format, a...))
 	return code
+}
+
+// shellQuote quotes args as a POSIX shell would need them.
+func shellQuote(args []string) string {
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = a
+		if a == "" || strings.ContainsFunc(a, func(r rune) bool {
+			return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./:=,+@%", r))
+		}) {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(q, " ")
 }
 
 // nodeAddrs returns the node addresses from --addrs, else KUNCI_ADDRS, else

@@ -655,3 +655,26 @@ func TestChildEnv(t *testing.T) {
 		t.Fatalf("%q, want %q", got, want)
 	}
 }
+
+// TestRunWithoutDashDashSaysWhereItGoes: a command's own flags without
+// "--" before the command are not kunci's; the error says where "--" goes.
+func TestRunWithoutDashDashSaysWhereItGoes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", "k", "sh", "-c", "true"}, "kunci run k -- sh -c true"},
+		{[]string{"run", "--lease", "10s", "k", "sh", "-c", "echo $KUNCI_TOKEN"}, "kunci run --lease 10s k -- sh -c 'echo $KUNCI_TOKEN'"},
+		{[]string{"run", "k", "sh", "true"}, "kunci run k -- sh true"},
+		{[]string{"run", "k", "-c", "true"}, "-- CMD"},
+	} {
+		code, out, errs := kunci(t, nil, tc.args...)
+		if code != exitUsage || out != "" {
+			t.Errorf("%v: exit %d, stdout %q; want %d and nothing", tc.args, code, out, exitUsage)
+		}
+		if !strings.Contains(errs, "put -- ") || !strings.Contains(errs, tc.want) {
+			t.Errorf("%v: stderr %q does not say to put -- before the command (%q)", tc.args, errs, tc.want)
+		}
+	}
+}

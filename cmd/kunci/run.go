@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -55,19 +56,15 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	grace := c.duration("grace", 5*time.Second, "after the lock is lost: time between SIGTERM and SIGKILL to CMD's process group")
 	verbose := c.fs.Bool("verbose", false, "say on stderr what kunci run does: acquired, started, released")
 	sep := slices.Index(args, "--")
-	flagArgs, argv := args, []string(nil)
-	if sep >= 0 {
-		flagArgs, argv = args[:sep], args[sep+1:]
+	if sep < 0 {
+		return c.noDashDash(args)
 	}
-	pos, code, done := c.parse(flagArgs)
+	argv := args[sep+1:]
+	pos, code, done := c.parse(args[:sep])
 	if done {
 		return code
 	}
 	switch {
-	case sep < 0 && len(pos) > 1:
-		return c.usageError("put -- between KEY and the command: kunci run %s -- %s", pos[0], strings.Join(pos[1:], " "))
-	case sep < 0:
-		return c.usageError("missing -- CMD: the command to run")
 	case len(pos) != 1:
 		return c.usageError("want one KEY before --, got %d arguments", len(pos))
 	case len(argv) == 0:
@@ -93,6 +90,24 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	r := &runner{cli: c, key: key, addrs: addrs, creds: creds, lease: *lease, wait: *wait, grace: *grace, argv: argv, verbose: *verbose}
 	return r.run()
+}
+
+// noDashDash reports a kunci run command line without "--": everything
+// from the argument after KEY on is the command, whose own flags (sh -c)
+// kunci would take for its own. It says where "--" goes.
+func (c *cli) noDashDash(args []string) int {
+	pos, at, err := c.scan(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		c.printHelp()
+		return exitOK
+	case len(pos) > 1:
+		fixed := slices.Concat(args[:at[1]], []string{"--"}, args[at[1]:])
+		return c.usageError("put -- before the command, so that its arguments are not taken for kunci's: kunci run %s", shellQuote(fixed))
+	case err != nil:
+		return c.usageError("%v; if it is the command's, put -- before the command: kunci run KEY [flags] -- CMD [ARGS...]", err)
+	}
+	return c.usageError("missing -- CMD: the command to run")
 }
 
 // runner is one kunci run. Its methods run on the command's goroutine.
