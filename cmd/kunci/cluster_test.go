@@ -61,3 +61,37 @@ func TestStatusOfACluster(t *testing.T) {
 		t.Fatal("the active does not hold the key kunci acquired")
 	}
 }
+
+// TestStatusWaitsForTheClusterToSettle runs kunci status --wait as the
+// README's recipe does, right after starting the nodes: it shows the
+// cluster once one node is active and every node names it.
+func TestStatusWaitsForTheClusterToSettle(t *testing.T) {
+	var addrs []string
+	for i := 0; i < 3; i++ {
+		addrs = append(addrs, deadAddr(t))
+	}
+	p := startKunci(t, nil, "status", "--wait", "30s", "--addrs", strings.Join(addrs, ","))
+	for i := range addrs {
+		n, err := server.New(server.Config{Listen: addrs[i], Peers: addrs, DataDir: t.TempDir(),
+			Heartbeat: 20 * time.Millisecond, FailoverTimeout: 500 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	}
+	if code := p.wait(40 * time.Second); code != 0 {
+		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, p.out(), p.errs())
+	}
+	lines := strings.Split(strings.TrimSpace(p.out()), "\n")
+	if len(lines) != 4 {
+		t.Fatalf("want a header and three lines:\n%s", p.out())
+	}
+	for i, role := range []string{"active", "standby", "standby"} {
+		if f := strings.Fields(lines[i+1]); len(f) < 4 || strings.Join(f[:4], " ") != addrs[i]+" yes "+role+" "+addrs[0] {
+			t.Errorf("line %q, want %s yes %s %s", lines[i+1], addrs[i], role, addrs[0])
+		}
+	}
+}

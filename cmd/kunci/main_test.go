@@ -678,3 +678,48 @@ func TestRunWithoutDashDashSaysWhereItGoes(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusWaitsForNodesToStart starts kunci status --wait before the
+// node: it keeps asking until the node answers.
+func TestStatusWaitsForNodesToStart(t *testing.T) {
+	t.Parallel()
+	addr := deadAddr(t)
+	p := startKunci(t, nil, "status", "--wait", "30s", "--addrs", addr)
+	time.Sleep(300 * time.Millisecond) // kunci has found nothing there yet
+	n, err := server.New(server.Config{Listen: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	if code := p.wait(40 * time.Second); code != 0 {
+		t.Fatalf("exit %d, want 0\nstdout: %s\nstderr: %s", code, p.out(), p.errs())
+	}
+	lines := strings.Split(strings.TrimSpace(p.out()), "\n")
+	if len(lines) != 2 || strings.Join(strings.Fields(lines[1])[:4], " ") != addr+" yes active "+addr {
+		t.Fatalf("one table, the node answering as active, wanted:\n%s", p.out())
+	}
+}
+
+// TestStatusWaitRunsOut: a node that never answers is reported as without
+// --wait, once the wait has run out.
+func TestStatusWaitRunsOut(t *testing.T) {
+	t.Parallel()
+	live, dead := startNode(t), deadAddr(t)
+	p := startKunci(t, nil, "status", "--wait", "500ms", "--addrs", live+","+dead)
+	code := p.wait(30 * time.Second)
+	if code != exitFailed {
+		t.Fatalf("exit %d, want %d\nstderr: %s", code, exitFailed, p.errs())
+	}
+	if p.took < 500*time.Millisecond {
+		t.Errorf("gave up after %v, before the wait of 500ms ran out", p.took)
+	}
+	if !strings.Contains(p.out(), dead+"   no: connection refused") || !strings.Contains(p.errs(), "500ms") {
+		t.Errorf("want the dead node refused and the wait named:\nstdout: %s\nstderr: %s", p.out(), p.errs())
+	}
+	if code, _, errs := kunci(t, nil, "status", "--wait", "-1s"); code != exitUsage {
+		t.Errorf("--wait -1s: exit %d, %q", code, errs)
+	}
+}

@@ -11,7 +11,7 @@ import (
 	"github.com/kunci/kunci/clientlib"
 )
 
-const statusHelp = `Usage: kunci status [--addrs ...] [--timeout 2s]
+const statusHelp = `Usage: kunci status [--addrs ...] [--timeout 2s] [--wait 0]
 
 Asks every node in --addrs for its info (the I request) and prints one line
 per node: the address asked, whether it answers (and if not, why), its role
@@ -25,8 +25,15 @@ resolves by itself: the lower-priority one steps down) or when nodes name
 different actives. It exits 0 when every node answered, 1 when some did not,
 69 when none did.
 
+With --wait, kunci status asks again every 100 ms, for at most that long,
+until the cluster has settled: every node answers and all name the same
+active. Then, or when the wait runs out, it prints the table as above. Use
+it right after starting nodes, which take a moment to listen and (in a
+cluster) to elect the active.
+
 Examples:
   kunci status
+  kunci status --wait 5s       # after starting the nodes
   kunci status --addrs 10.0.0.1:7070,10.0.0.2:7070,10.0.0.3:7070
 
   ADDRESS         ANSWERS                   ROLE     ACTIVE          RTT
@@ -46,6 +53,7 @@ type nodeStatus struct {
 func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	c := newCLI("status", statusHelp, stdout, stderr)
 	timeout := c.duration("timeout", 2*time.Second, "give up on a node that has not answered within this long (dial included)")
+	wait := c.duration("wait", 0, "ask again until every node answers and names one active, for at most this long; 0: ask once")
 	pos, code, done := c.parse(args)
 	if done {
 		return code
@@ -55,6 +63,9 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	if *timeout <= 0 {
 		return c.usageError("--timeout must be more than 0")
+	}
+	if *wait < 0 {
+		return c.usageError("--wait must not be negative")
 	}
 	addrs, err := c.nodeAddrs()
 	if err != nil {
@@ -67,6 +78,23 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	ctx, sig := interruptible(context.Background())
 	defer sig.stop()
 	st := askAll(ctx, addrs, creds, *timeout)
+	if *wait > 0 {
+		until := time.Now().Add(*wait)
+		for !settled(st) && ctx.Err() == nil && time.Now().Before(until) {
+			t := time.NewTimer(min(statusRetry, time.Until(until)))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+			if ctx.Err() == nil {
+				st = askAll(ctx, addrs, creds, *timeout)
+			}
+		}
+		if !settled(st) && ctx.Err() == nil {
+			fmt.Fprintf(stderr, "kunci status: the cluster had not settled when the wait of %v ran out\n", time.Duration(*wait))
+		}
+	}
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 3, ' ', 0)
 	fmt.Fprintln(tw, "ADDRESS\tANSWERS\tROLE\tACTIVE\tRTT")
@@ -108,6 +136,20 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		return exitUnavailable
 	}
 	return exitFailed
+}
+
+// statusRetry is how often kunci status --wait asks again.
+const statusRetry = 100 * time.Millisecond
+
+// settled reports whether every node answered and all name the same
+// active (two nodes that both say they are active name themselves).
+func settled(st []nodeStatus) bool {
+	for _, s := range st {
+		if s.err != nil || s.a.active == "" || s.a.active != st[0].a.active {
+			return false
+		}
+	}
+	return true
 }
 
 // askAll sends I to every address at once.

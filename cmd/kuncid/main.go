@@ -25,12 +25,12 @@ func main() {
 
 // run is main without the process exit, for tests.
 func run(args []string, stdout, stderr io.Writer) int {
-	cfg, opts, err := parseFlags(args, stderr)
+	cfg, opts, err := parseFlags(args, stdout)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "kuncid: %v\n", err)
+		fmt.Fprintf(stderr, "kuncid: %v\nRun 'kuncid --help' for the flags.\n", err)
 		return 2
 	}
 	if opts.version {
@@ -120,11 +120,14 @@ type options struct {
 	oldKey    string
 }
 
-func parseFlags(args []string, stderr io.Writer) (server.Config, options, error) {
+// parseFlags reads the settings from the environment and args. --help
+// prints the help on help and returns flag.ErrHelp; errors are returned,
+// not printed.
+func parseFlags(args []string, help io.Writer) (server.Config, options, error) {
 	var cfg server.Config
 	var o options
 	fs := flag.NewFlagSet("kuncid", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // errors are returned; --help is printed below
 	fs.StringVar(&cfg.Listen, "listen", server.DefaultListen, "`address` (host:port) to serve clients on; port 0 picks a free port")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "this node's `address` for clients and peers (its entry in --peers); default: --listen")
 	fs.Var(peerList{&cfg.Peers}, "peers", "cluster members' `addresses`, comma-separated, in priority order (first = highest), this node's --advertise among them; empty: a single active node")
@@ -151,8 +154,10 @@ func parseFlags(args []string, stderr io.Writer) (server.Config, options, error)
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: debug, info, warn, error")
 	fs.StringVar(&o.logFormat, "log-format", "console", "log `format`: console or json")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, `kuncid runs a kunci lock node.
+	fs.Usage = func() {}
+	printHelp := func() {
+		fs.SetOutput(help)
+		fmt.Fprintf(help, `kuncid runs a kunci lock node.
 
 Usage: kuncid [flags]
 
@@ -181,6 +186,9 @@ Flags:
 		return cfg, o, err
 	}
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printHelp()
+		}
 		return cfg, o, err
 	}
 	if fs.NArg() > 0 {

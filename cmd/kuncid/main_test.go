@@ -33,17 +33,26 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// TestHelpExplainsEveryFlag: --help and -h print on stdout (kuncid --help
+// | less) and exit 0; a bad flag is an error on stderr.
 func TestHelpExplainsEveryFlag(t *testing.T) {
-	var stdout, stderr bytes.Buffer
-	if code := run([]string{"--help"}, &stdout, &stderr); code != 0 {
-		t.Fatalf("--help exited %d", code)
-	}
-	for _, f := range []string{"listen", "advertise", "peers", "heartbeat", "failover-timeout", "semi-sync", "loops", "shards", "max-lease", "max-wait", "max-conns",
-		"max-waiters", "max-keys", "max-queued", "log-level", "log-format", "version", "KUNCI_",
-		"auth-file", "idle-timeout", "max-conns-per-ip", "admin-pprof"} {
-		if !strings.Contains(stderr.String(), f) {
-			t.Errorf("--help does not mention %s", f)
+	for _, arg := range []string{"--help", "-h"} {
+		var stdout, stderr bytes.Buffer
+		if code := run([]string{arg}, &stdout, &stderr); code != 0 || stderr.Len() != 0 {
+			t.Fatalf("%s exited %d, stderr %q", arg, code, stderr.String())
 		}
+		for _, f := range []string{"listen", "advertise", "peers", "heartbeat", "failover-timeout", "semi-sync", "loops", "shards", "max-lease", "max-wait", "max-conns",
+			"max-waiters", "max-keys", "max-queued", "log-level", "log-format", "version", "KUNCI_",
+			"auth-file", "idle-timeout", "max-conns-per-ip", "admin-pprof"} {
+			if !strings.Contains(stdout.String(), f) {
+				t.Errorf("%s does not mention %s", arg, f)
+			}
+		}
+	}
+	var stdout, stderr bytes.Buffer
+	if code := run([]string{"--bogus"}, &stdout, &stderr); code != 2 || stdout.Len() != 0 ||
+		!strings.Contains(stderr.String(), "-bogus") || !strings.Contains(stderr.String(), "--help") {
+		t.Fatalf("--bogus: exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
 	}
 }
 
