@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
 	"github.com/kunci/kunci/replica"
@@ -152,7 +153,7 @@ func parseFlags(args []string, help io.Writer) (server.Config, options, error) {
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a client connection that has sent nothing for this long while it holds no grant and has no acquire queued (answered 'E - - idle'); 0: never")
 	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", server.DefaultMaxConnsPerIP, "client connections from one source (an IPv4 address, or an IPv6 /64); more are answered 'E - - too many connections from this address' and closed")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: debug, info, warn, error")
-	fs.StringVar(&o.logFormat, "log-format", "console", "log `format`: console or json")
+	fs.StringVar(&o.logFormat, "log-format", "console", "log `format`: console (coloured on a terminal only) or json; durations carry their unit (took=101ms)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	fs.Usage = func() {}
 	printHelp := func() {
@@ -208,6 +209,9 @@ Flags:
 	return cfg, o, nil
 }
 
+// newLogger returns the node's logger, writing to w. The console format is
+// coloured only when w is a terminal (not in a file, a pipe or journald),
+// and never with NO_COLOR set.
 func newLogger(level, format string, w io.Writer) (zerolog.Logger, error) {
 	lvl, err := zerolog.ParseLevel(level)
 	if err != nil || level == "" {
@@ -216,11 +220,21 @@ func newLogger(level, format string, w io.Writer) (zerolog.Logger, error) {
 	switch format {
 	case "json":
 	case "console":
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !isTerminal(w)}
 	default:
 		return zerolog.Logger{}, fmt.Errorf("bad log format %q (console or json)", format)
 	}
+	// Durations as Go writes them, unit included (took=101ms), rather than a
+	// bare number of milliseconds. This is zerolog's process-wide setting:
+	// kuncid has one logger.
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isatty.IsTerminal(f.Fd())
 }
 
 // otherEnv are KUNCI_ variables that belong to other kunci commands.

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -363,4 +364,63 @@ func TestTokensIncreaseAcrossRestarts(t *testing.T) {
 	if _, err := fmt.Sscanf(line, "A k %d", &afterCrash); err != nil || afterCrash <= first {
 		t.Fatalf("first token after a crash %q, not above %d", line, first)
 	}
+}
+
+// TestLogsSayDurationsWithUnits: a duration reads took=101ms, in both
+// formats, not a bare number of unknown unit.
+func TestLogsSayDurationsWithUnits(t *testing.T) {
+	for format, want := range map[string]string{"console": "took=101ms", "json": `"took":"101ms"`} {
+		var out bytes.Buffer
+		log, err := newLogger("info", format, &out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		log.Info().Dur("took", 101*time.Millisecond).Msg("promoted to active")
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("%s: %q, want %s", format, out.String(), want)
+		}
+	}
+}
+
+// TestConsoleLogsHaveNoColourInAPipe: console logs written to a file or a
+// pipe (journald, 2>log) carry no ANSI escapes.
+func TestConsoleLogsHaveNoColourInAPipe(t *testing.T) {
+	cmd := exec.Command(kuncid, "--listen", "127.0.0.1:0", "--data-dir", "")
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(stderr.String(), "kunci node started") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	_ = cmd.Wait()
+	logs := stderr.String()
+	if !strings.Contains(logs, "kunci node started") || !strings.Contains(logs, "kunci node stopped") {
+		t.Fatalf("no start and stop lines:\n%s", logs)
+	}
+	if strings.Contains(logs, "\x1b[") {
+		t.Fatalf("ANSI escapes in logs written to a pipe:\n%q", logs)
+	}
+}
+
+// syncBuffer is a bytes.Buffer that a process's output copier writes while
+// the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
