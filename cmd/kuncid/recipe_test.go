@@ -1,0 +1,335 @@
+package main
+
+import (
+	"bufio"
+	"cmp"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kunci/kunci/server"
+)
+
+// The documents a new user follows, read as a user would run them: every
+// kuncid command line of a shell block in the READMEs, every env file in
+// deploy/, and the Makefile's `make run`.
+
+// repoRoot is the repository, two levels above this package.
+const repoRoot = "../.."
+
+// makeRunAddrs returns the addresses `make run` binds: LISTEN and ADMIN
+// from the Makefile.
+func makeRunAddrs(t *testing.T) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := map[string]string{}
+	for _, name := range []string{"LISTEN", "ADMIN"} {
+		m := regexp.MustCompile(`(?m)^` + name + `\s*\?=\s*(\S+)\s*$`).FindStringSubmatch(string(b))
+		if m == nil {
+			t.Fatalf("Makefile sets no %s", name)
+		}
+		addrs["make run --"+strings.ToLower(name)] = m[1]
+	}
+	if !strings.Contains(string(b), "--listen $(LISTEN) --admin $(ADMIN)") {
+		t.Fatal("make run no longer passes --listen $(LISTEN) --admin $(ADMIN): update this test")
+	}
+	return addrs
+}
+
+// shellBlocks returns the ```sh blocks of a Markdown file, each as its
+// command lines (continuation lines joined, comments dropped).
+func shellBlocks(t *testing.T, file string) [][]string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks [][]string
+	var cur []string
+	in, cont := false, ""
+	sc := bufio.NewScanner(strings.NewReader(string(b)))
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case !in && strings.HasPrefix(line, "```sh"):
+			in, cur = true, nil
+		case in && strings.HasPrefix(line, "```"):
+			in = false
+			blocks = append(blocks, cur)
+		case in:
+			if i := strings.Index(line, " #"); i >= 0 {
+				line = line[:i]
+			}
+			line = strings.TrimSpace(line)
+			if strings.HasSuffix(line, `\`) {
+				cont += strings.TrimSuffix(line, `\`) + " "
+				continue
+			}
+			if line = cont + line; line != "" {
+				cur = append(cur, line)
+			}
+			cont = ""
+		}
+	}
+	return blocks
+}
+
+// recipeNode is one kuncid of a recipe.
+type recipeNode struct {
+	where string // file and line, for messages
+	cfg   server.Config
+}
+
+// parseCommand parses a kuncid command line with kuncid's own flags.
+func parseCommand(t *testing.T, where string, fields []string) recipeNode {
+	t.Helper()
+	clearKunciEnv(t)
+	args := slices.DeleteFunc(slices.Clone(fields[1:]), func(s string) bool { return s == "&" })
+	cfg, _, err := parseFlags(args, io.Discard)
+	if err != nil {
+		t.Fatalf("%s: %v", where, err)
+	}
+	return recipeNode{where: where, cfg: cfg}
+}
+
+// clearKunciEnv unsets the test's own KUNCI_ variables for the test.
+func clearKunciEnv(t *testing.T) {
+	t.Helper()
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "KUNCI_") {
+			t.Setenv(name, "")
+			os.Unsetenv(name)
+		}
+	}
+}
+
+// readEnvFile returns the KEY=VALUE settings of an env file.
+func readEnvFile(t *testing.T, file string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			t.Fatalf("%s:%d: not KEY=VALUE: %q", file, i+1, line)
+		}
+		env[k] = v
+	}
+	return env
+}
+
+// parseEnvFile parses an env file as kuncid reads it from the environment.
+func parseEnvFile(t *testing.T, file string) recipeNode {
+	t.Helper()
+	clearKunciEnv(t)
+	for k, v := range readEnvFile(t, file) {
+		t.Setenv(k, v)
+	}
+	cfg, _, err := parseFlags(nil, io.Discard)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	return recipeNode{where: file, cfg: cfg}
+}
+
+// sameSocket reports whether two listen addresses would take the same
+// port on one machine: same port, and hosts that are equal, both loopback,
+// or one of them every address.
+func sameSocket(a, b string) bool {
+	ha, pa, errA := net.SplitHostPort(a)
+	hb, pb, errB := net.SplitHostPort(b)
+	if errA != nil || errB != nil || pa != pb || pa == "0" {
+		return false
+	}
+	loopback := func(h string) bool {
+		ip := net.ParseIP(h)
+		return h == "localhost" || ip != nil && ip.IsLoopback()
+	}
+	any := func(h string) bool {
+		ip := net.ParseIP(h)
+		return h == "" || ip != nil && ip.IsUnspecified()
+	}
+	return ha == hb || loopback(ha) && loopback(hb) || any(ha) || any(hb)
+}
+
+// binds lists what a node binds, named for messages.
+func (n recipeNode) binds() map[string]string {
+	b := map[string]string{n.where + " --listen": n.cfg.Listen}
+	if n.cfg.Admin != "" {
+		b[n.where+" --admin"] = n.cfg.Admin
+	}
+	return b
+}
+
+// checkNoClash fails on two of the named addresses that take the same port.
+func checkNoClash(t *testing.T, addrs map[string]string) {
+	t.Helper()
+	names := slices.Sorted(func(yield func(string) bool) {
+		for k := range addrs {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	for i, a := range names {
+		for _, b := range names[i+1:] {
+			if sameSocket(addrs[a], addrs[b]) {
+				t.Errorf("port clash: %s %s and %s %s", a, addrs[a], b, addrs[b])
+			}
+		}
+	}
+}
+
+// checkCluster checks a recipe's nodes against each other: every node is
+// in the same --peers list under its --advertise, the list names exactly
+// the nodes, and their data directories differ.
+func checkCluster(t *testing.T, nodes []recipeNode) {
+	t.Helper()
+	var advertised, dirs []string
+	for _, n := range nodes {
+		self := n.cfg.Advertise
+		if self == "" {
+			self = n.cfg.Listen
+		}
+		advertised = append(advertised, self)
+		if !slices.Equal(n.cfg.Peers, nodes[0].cfg.Peers) {
+			t.Errorf("%s: --peers %v, not the same list as %s's %v", n.where, n.cfg.Peers, nodes[0].where, nodes[0].cfg.Peers)
+		}
+		if !slices.Contains(n.cfg.Peers, self) {
+			t.Errorf("%s: its address %s is not in --peers %v", n.where, self, n.cfg.Peers)
+		}
+		if n.cfg.DataDir == "" {
+			t.Errorf("%s: a cluster node without a data directory", n.where)
+		} else if slices.Contains(dirs, n.cfg.DataDir) && !strings.HasPrefix(n.cfg.DataDir, "/var/lib/") {
+			t.Errorf("%s: data directory %s is another node's too", n.where, n.cfg.DataDir)
+		}
+		dirs = append(dirs, n.cfg.DataDir)
+	}
+	if !slices.Equal(slices.Sorted(slices.Values(advertised)), slices.Sorted(slices.Values(nodes[0].cfg.Peers))) {
+		t.Errorf("the nodes %v are not the peer list %v", advertised, nodes[0].cfg.Peers)
+	}
+}
+
+// TestRecipesDoNotClash runs through every shell block of README.md and
+// deploy/README.md that starts kuncid. A block whose nodes all listen on
+// loopback is a recipe run on one machine beside `make run`, which the
+// README says to keep running: no two of its nodes, and none of them and
+// `make run`, take the same port, and the kunci status it runs asks those
+// nodes, with --wait (nodes started with & are not listening yet). Every
+// block's cluster is consistent.
+func TestRecipesDoNotClash(t *testing.T) {
+	makeRun := makeRunAddrs(t)
+	local := 0
+	for _, doc := range []string{"README.md", "deploy/README.md"} {
+		for bi, block := range shellBlocks(t, filepath.Join(repoRoot, doc)) {
+			var nodes []recipeNode
+			var status [][]string
+			for li, line := range block {
+				f := strings.Fields(line)
+				switch {
+				case len(f) > 0 && (f[0] == "kuncid" || strings.HasSuffix(f[0], "/kuncid")):
+					nodes = append(nodes, parseCommand(t, fmt.Sprintf("%s block %d line %d", doc, bi+1, li+1), f))
+				case len(f) > 1 && f[0] == "kunci" && f[1] == "status":
+					status = append(status, f)
+				}
+			}
+			if len(nodes) == 0 {
+				continue
+			}
+			binds := map[string]string{}
+			onLoopback := true
+			for _, n := range nodes {
+				for k, v := range n.binds() {
+					binds[k] = v
+				}
+				host, _, _ := net.SplitHostPort(n.cfg.Listen)
+				if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+					onLoopback = false
+				}
+			}
+			if onLoopback {
+				local++
+				for k, v := range makeRun {
+					binds[k] = v
+				}
+			}
+			checkNoClash(t, binds)
+			if len(nodes) == 1 {
+				if p := nodes[0].cfg.Peers; len(p) > 0 && !slices.Contains(p, cmp.Or(nodes[0].cfg.Advertise, nodes[0].cfg.Listen)) {
+					t.Errorf("%s: not in its own --peers %v", nodes[0].where, p)
+				}
+				continue
+			}
+			checkCluster(t, nodes)
+			if len(status) == 0 {
+				t.Errorf("%s block %d starts a cluster but does not run kunci status", doc, bi+1)
+			}
+			for _, f := range status {
+				i := slices.Index(f, "--addrs")
+				if i < 0 || i+1 >= len(f) || !slices.Equal(strings.Split(f[i+1], ","), nodes[0].cfg.Peers) {
+					t.Errorf("%s block %d: %q does not ask the nodes it started (%v)", doc, bi+1, strings.Join(f, " "), nodes[0].cfg.Peers)
+				}
+				if !slices.Contains(f, "--wait") {
+					t.Errorf("%s block %d: %q right after starting nodes needs --wait", doc, bi+1, strings.Join(f, " "))
+				}
+			}
+		}
+	}
+	if local == 0 {
+		t.Fatal("found no shell block in README.md or deploy/README.md that starts kuncid on loopback: where did the cluster recipe go?")
+	}
+}
+
+// TestDeployEnvFiles reads deploy/'s env files as kuncid would: each one
+// parses, a node's listen and admin ports differ (also from the other
+// nodes on its machine), the admin endpoint is on loopback (the steps
+// check /readyz and the lag metrics there; nothing else should reach
+// it), and the three nodes make one cluster.
+func TestDeployEnvFiles(t *testing.T) {
+	single := parseEnvFile(t, filepath.Join(repoRoot, "deploy/kuncid.env"))
+	files, err := filepath.Glob(filepath.Join(repoRoot, "deploy/three-node/*.env"))
+	if err != nil || len(files) != 3 {
+		t.Fatalf("deploy/three-node: %v %v, want three env files", files, err)
+	}
+	var cluster []recipeNode
+	for _, f := range files {
+		cluster = append(cluster, parseEnvFile(t, f))
+	}
+	for _, n := range append([]recipeNode{single}, cluster...) {
+		checkNoClash(t, n.binds())
+		host, _, err := net.SplitHostPort(n.cfg.Admin)
+		if ip := net.ParseIP(host); err != nil || ip == nil || !ip.IsLoopback() {
+			t.Errorf("%s: KUNCI_ADMIN %q, want a loopback address", n.where, n.cfg.Admin)
+		}
+	}
+	all := map[string]string{}
+	for _, n := range cluster {
+		for k, v := range n.binds() {
+			all[k] = v
+		}
+	}
+	// Loopback addresses of different machines do not meet.
+	for k := range all {
+		if strings.HasSuffix(k, "--admin") {
+			delete(all, k)
+		}
+	}
+	checkNoClash(t, all)
+	checkCluster(t, cluster)
+}
