@@ -31,7 +31,10 @@ bench-load:
 	$(GO) build -o bin/bench ./bench
 	./bin/bench --target kunci://$(LISTEN) $(LOAD_FLAGS)
 
-# kunci beside Redis (installed if missing), same load: see bench/README.md.
+# kunci beside Redis, same load: see bench/README.md. Needs redis-server on
+# PATH; when it is missing, installs it with apt-get on Debian/Ubuntu (sudo
+# unless root) and stops elsewhere. Its node has its own data dir and ports
+# (127.0.0.1:7090, Redis 6390), so it runs beside make run.
 bench-compare:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
 	KUNCID=bin/kuncid GO=$(GO) bench/compare.sh

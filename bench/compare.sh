@@ -1,12 +1,22 @@
 #!/usr/bin/env bash
 # bench/compare.sh (make bench-compare): kunci beside the Redis fenced-lock
-# recipe, same load, same machine. Starts a kunci node and a redis-server on
+# recipe, same load, same machine. Starts a kunci node (on a data directory
+# of its own, so that it runs beside `make run`) and a redis-server on
 # loopback ports, runs every case RUNS times interleaved (round by round,
 # every case once a round, kunci then Redis), stops both (also on failure
 # or ^C), and prints one table: medians with min–max, and kunci/Redis for
 # cycles/s and p99.
 #
-# Settings (environment): RUNS (3), DURATION (5s), WARMUP (1s),
+# It needs redis-server (Redis 6 or newer) on PATH. When it is missing, on
+# Debian and Ubuntu (where apt-get exists) the script installs the
+# redis-server package with apt-get (through sudo unless run as root); on
+# other systems it stops and says so: install Redis yourself (brew install
+# redis, dnf install redis, apk add redis, ...). The package's own service
+# is not used: the script runs a redis-server of its own, without
+# persistence, and stops it at the end.
+#
+# Settings (environment): RUNS (3; 0 starts both servers, checks them and
+# stops: a check of the setup), DURATION (5s), WARMUP (1s),
 # EXPIRY_KEYS (100000), KUNCI_ADDR (127.0.0.1:7090), REDIS_PORT (6390),
 # OUT (bench-results/<time>), GO (go), KUNCID (a kuncid binary to use;
 # default: build bin/kuncid), BENCH (where to build the load client,
@@ -27,10 +37,19 @@ BENCH=${BENCH:-bin/bench}
 
 log() { printf 'compare: %s\n' "$*" >&2; }
 
+log "kunci on $KUNCI_ADDR beside redis-server on 127.0.0.1:$REDIS_PORT, $RUNS runs of 6 cases (about $((RUNS * 3)) minutes)"
 if ! command -v redis-server >/dev/null; then
-	log "redis-server is missing: installing it"
+	if ! command -v apt-get >/dev/null; then
+		log "redis-server is not on PATH, and this system has no apt-get to install it with:"
+		log "install Redis 6 or newer yourself (brew install redis, dnf install redis, apk add redis, ...) and run again"
+		exit 1
+	fi
 	sudo=""
-	if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null; then sudo=sudo; fi
+	if [ "$(id -u)" -ne 0 ]; then
+		command -v sudo >/dev/null || { log "redis-server is missing; installing it needs root: sudo apt-get install redis-server"; exit 1; }
+		sudo=sudo
+	fi
+	log "redis-server is missing: installing the Debian/Ubuntu package redis-server: ${sudo:+$sudo }apt-get update && ${sudo:+$sudo }apt-get install -y redis-server"
 	$sudo apt-get update && $sudo apt-get install -y redis-server
 fi
 
@@ -51,8 +70,7 @@ if [ -z "$KUNCID" ]; then
 	KUNCID=bin/kuncid
 	$GO build -o "$KUNCID" ./cmd/kuncid
 fi
-$GO build -o "$BENCH" ./bench
-mkdir -p "$OUT"
+if [ "$RUNS" -gt 0 ]; then $GO build -o "$BENCH" ./bench; fi
 tmp=$(mktemp -d)
 kunci_pid=""
 redis_pid=""
@@ -71,7 +89,10 @@ stop_all() {
 trap stop_all EXIT
 trap 'exit 130' INT TERM
 
-"$KUNCID" --listen "$KUNCI_ADDR" --log-level warn >"$tmp/kuncid.log" 2>&1 &
+# A data directory of its own: ./kunci-data is make run's, locked while it
+# runs. KUNCI_ADDR is this script's setting, not kuncid's (which refuses a
+# KUNCI_ variable it does not know).
+env -u KUNCI_ADDR "$KUNCID" --listen "$KUNCI_ADDR" --data-dir "$tmp/kunci-data" --log-level warn >"$tmp/kuncid.log" 2>&1 &
 kunci_pid=$!
 redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no \
 	--daemonize yes --pidfile "$tmp/redis.pid" --logfile "$tmp/redis.log" --dir "$tmp"
@@ -83,6 +104,11 @@ listening "$kunci_host" "$kunci_port" || { log "kuncid did not start:"; cat "$tm
 listening 127.0.0.1 "$REDIS_PORT" || { log "redis-server did not start:"; cat "$tmp/redis.log" >&2; exit 1; }
 redis_pid=$(cat "$tmp/redis.pid")
 log "kunci $("$KUNCID" --version) on $KUNCI_ADDR (pid $kunci_pid), $(redis-server --version | cut -d' ' -f1-3) on 127.0.0.1:$REDIS_PORT (pid $redis_pid)"
+if [ "$RUNS" -eq 0 ]; then
+	log "RUNS=0: both servers answer; stopping"
+	exit 0
+fi
+mkdir -p "$OUT"
 log "$RUNS interleaved runs per case, window $DURATION after $WARMUP warm-up; results in $OUT"
 
 # Cases: label | flags (both sides get the same flags).
