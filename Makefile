@@ -6,7 +6,7 @@ LISTEN   ?= 127.0.0.1:7070
 ADMIN    ?= 127.0.0.1:7071
 FUZZTIME ?= 30s
 
-.PHONY: build run test vet bench bench-load bench-compare bench-handoff fuzz clean
+.PHONY: build run test cgo vet bench bench-load bench-compare bench-handoff fuzz clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
@@ -18,8 +18,16 @@ run: build
 vet:
 	$(GO) vet ./...
 
-test: vet
+test: cgo vet
 	$(GO) test -race -count=1 ./...
+
+# The race detector needs cgo and a C compiler: say so first, rather than
+# let go test say "-race requires cgo" on a machine without gcc.
+cgo:
+	@if [ "$$($(GO) env CGO_ENABLED)" != 1 ] || ! command -v "$$($(GO) env CC)" >/dev/null; then \
+		echo "make test: the race detector (-race) needs cgo and a C compiler ($$($(GO) env CC)): install one (Debian/Ubuntu: apt-get install gcc) and leave CGO_ENABLED=1, or run go test -count=1 ./... without it" >&2; \
+		exit 1; \
+	fi
 
 bench:
 	$(GO) test -run=NONE -bench=. -benchmem ./wire/ ./engine/... ./server/
