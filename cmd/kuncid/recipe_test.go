@@ -7,11 +7,14 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/kunci/kunci/server"
 )
@@ -94,11 +97,28 @@ func parseCommand(t *testing.T, where string, fields []string) recipeNode {
 	t.Helper()
 	clearKunciEnv(t)
 	args := slices.DeleteFunc(slices.Clone(fields[1:]), func(s string) bool { return s == "&" })
+	// The recipe makes its key file when it runs (TestClusterRecipeRuns
+	// runs it); here a key of the test's stands in for it.
+	for i, a := range args {
+		if (a == "--cluster-key-file" || a == "--cluster-key-file-old") && i+1 < len(args) {
+			args[i+1] = testKeyFile(t)
+		}
+	}
 	cfg, _, err := parseFlags(args, io.Discard)
 	if err != nil {
 		t.Fatalf("%s: %v", where, err)
 	}
 	return recipeNode{where: where, cfg: cfg}
+}
+
+// testKeyFile writes a cluster key file as kuncid wants it (mode 0600).
+func testKeyFile(t *testing.T) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "cluster.key")
+	if err := os.WriteFile(f, []byte("a test cluster key of 32 bytes.\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
 }
 
 // clearKunciEnv unsets the test's own KUNCI_ variables for the test.
@@ -139,11 +159,18 @@ func parseEnvFile(t *testing.T, file string) recipeNode {
 	t.Helper()
 	clearKunciEnv(t)
 	for k, v := range readEnvFile(t, file) {
+		if k == "KUNCI_CLUSTER_KEY_FILE" || k == "KUNCI_CLUSTER_KEY_FILE_OLD" {
+			v = testKeyFile(t) // the installed file, as the steps make it
+		}
 		t.Setenv(k, v)
 	}
 	cfg, _, err := parseFlags(nil, io.Discard)
 	if err != nil {
 		t.Fatalf("%s: %v", file, err)
+	}
+	// What the node checks before it binds anything.
+	if _, err := server.New(cfg); err != nil {
+		t.Errorf("%s: %v", file, err)
 	}
 	return recipeNode{where: file, cfg: cfg}
 }
@@ -243,7 +270,8 @@ func TestRecipesDoNotClash(t *testing.T) {
 			for li, line := range block {
 				f := strings.Fields(line)
 				switch {
-				case len(f) > 0 && (f[0] == "kuncid" || strings.HasSuffix(f[0], "/kuncid")):
+				case len(f) > 0 && (f[0] == "kuncid" || strings.HasSuffix(f[0], "/kuncid")) &&
+					!slices.Contains(f, "--version") && !slices.Contains(f, "--help"):
 					nodes = append(nodes, parseCommand(t, fmt.Sprintf("%s block %d line %d", doc, bi+1, li+1), f))
 				case len(f) > 1 && f[0] == "kunci" && f[1] == "status":
 					status = append(status, f)
@@ -332,4 +360,91 @@ func TestDeployEnvFiles(t *testing.T) {
 	}
 	checkNoClash(t, all)
 	checkCluster(t, cluster)
+}
+
+// TestClusterRecipeRuns runs the README's Cluster recipe as a user pastes
+// it into a shell, with the binaries on PATH instead of `make build` and
+// free ports instead of its own (other tests may run beside this one):
+// the three nodes start and kunci status --wait finds one active that all
+// name.
+func TestClusterRecipeRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three kuncid processes")
+	}
+	var recipe []string
+	for _, block := range shellBlocks(t, filepath.Join(repoRoot, "README.md")) {
+		for _, line := range block {
+			if strings.HasPrefix(line, "kuncid ") && strings.Contains(line, "--peers") {
+				recipe = block
+			}
+		}
+	}
+	if recipe == nil {
+		t.Fatal("README.md has no shell block starting a cluster")
+	}
+	bin := t.TempDir()
+	if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, "kunci"), "../kunci").CombinedOutput(); err != nil {
+		t.Fatalf("building kunci: %v\n%s", err, out)
+	}
+	if err := os.Symlink(kuncid, filepath.Join(bin, "kuncid")); err != nil {
+		t.Fatal(err)
+	}
+	ports := map[string]string{}
+	script := []string{"set -e", `export PATH="` + bin + `:$PATH"`}
+	for _, line := range recipe {
+		if strings.HasPrefix(line, "make ") {
+			continue
+		}
+		line = regexp.MustCompile(`127\.0\.0\.1:\d+`).ReplaceAllStringFunc(line, func(a string) string {
+			if ports[a] == "" {
+				ports[a] = "127.0.0.1:" + freePort(t)
+			}
+			return ports[a]
+		})
+		script = append(script, line)
+	}
+	// Stop the nodes as the README says, also when a line failed.
+	script = slices.Insert(script, 1, `trap 'set +e; kill %2 %3; wait %2 %3; kill %1; wait' EXIT`)
+	cmd := exec.Command("bash", "-c", strings.Join(script, "\n"))
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "NO_COLOR=1")
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	// The shell and its nodes in a group of their own, which the test
+	// kills whatever happens; Wait does not wait for a node left behind.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		t.Fatalf("the recipe still runs after 60 s\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	}
+	if err != nil {
+		t.Fatalf("the recipe failed: %v\nscript:\n%s\nstdout:\n%s\nstderr:\n%s", err, strings.Join(script, "\n"), stdout.String(), stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) != 4 || strings.Count(stdout.String(), " active ") != 1 || strings.Count(stdout.String(), " standby ") != 2 {
+		t.Fatalf("kunci status shows no settled cluster:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	}
+}
+
+// freePort returns a loopback port nothing listens on now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
 }
