@@ -1,7 +1,12 @@
 # kunci — see README.md.
 GO       ?= go
-VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS  := -X github.com/kunci/kunci/server.Version=$(VERSION)
+# The version (internal/version): its Release constant, or git describe when
+# the tree has a release tag (v0.9.0 -> 0.9.0; 0.9.0-3-gabc1234 after it),
+# and the commit.
+TAG      ?= $(shell git describe --tags --match 'v[0-9]*' --dirty 2>/dev/null | sed 's/^v//')
+COMMIT   ?= $(shell git describe --always --dirty --abbrev=12 --exclude '*' 2>/dev/null)
+VERPKG   := github.com/kunci/kunci/internal/version
+LDFLAGS  := -X $(VERPKG).tag=$(TAG) -X $(VERPKG).commit=$(COMMIT)
 LISTEN   ?= 127.0.0.1:7070
 ADMIN    ?= 127.0.0.1:7071
 FUZZTIME ?= 30s

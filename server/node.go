@@ -18,12 +18,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/internal/version"
 	"github.com/kunci/kunci/replica"
 	"github.com/kunci/kunci/wire"
 )
-
-// Version is the node's version, set by the build.
-var Version = "dev"
 
 // ErrStopped is returned by Start on a node that was stopped.
 var ErrStopped = errors.New("server: node stopped")
@@ -238,7 +236,7 @@ func (n *Node) Start() error {
 		}
 	}
 	n.log.Info().Str("addr", n.addr).Str("advertise", n.self).
-		Int("loops", n.cfg.Loops).Int("shards", n.cfg.Shards).Str("version", Version).
+		Int("loops", n.cfg.Loops).Int("shards", n.cfg.Shards).Str("version", version.String()).
 		Stringer("max_lease", n.cfg.MaxLease).Stringer("max_wait", n.cfg.MaxWait).
 		Int("max_conns", n.cfg.MaxConns).Int("max_waiters", n.cfg.MaxWaiters).
 		Int("max_keys", n.cfg.MaxKeys).Int("max_queued", n.cfg.MaxQueued).Str("admin", n.adminAddr).

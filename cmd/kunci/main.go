@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kunci/kunci/clientlib"
+	"github.com/kunci/kunci/internal/version"
 	"github.com/kunci/kunci/wire"
 )
 
@@ -93,6 +94,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		usage(stdout)
 		return exitOK
+	case "-version", "--version", "version":
+		fmt.Fprintf(stdout, "kunci %s\n", version.String())
+		return exitOK
 	}
 	for _, c := range commands {
 		if c.name == name {
@@ -104,7 +108,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func usage(w io.Writer) {
-	fmt.Fprintf(w, "kunci talks to a kunci lock cluster.\n\nUsage: kunci COMMAND [ARGS] [FLAGS]\n\nCommands:\n")
+	fmt.Fprintf(w, "kunci talks to a kunci lock cluster.\n\nUsage: kunci COMMAND [ARGS] [FLAGS]\n       kunci --version\n\nCommands:\n")
 	for _, c := range commands {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -721,5 +722,15 @@ func TestStatusWaitRunsOut(t *testing.T) {
 	}
 	if code, _, errs := kunci(t, nil, "status", "--wait", "-1s"); code != exitUsage {
 		t.Errorf("--wait -1s: exit %d, %q", code, errs)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	for _, arg := range []string{"--version", "version"} {
+		code, out, errs := kunci(t, nil, arg)
+		if code != 0 || errs != "" || !regexp.MustCompile(`^kunci \d+\.\d+\.\d+\S*( \(commit [0-9a-f]+(-dirty)?\))?\n$`).MatchString(out) {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q", arg, code, out, errs)
+		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
+	"github.com/kunci/kunci/internal/version"
 	"github.com/kunci/kunci/replica"
 	"github.com/kunci/kunci/server"
 )
@@ -35,7 +36,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if opts.version {
-		fmt.Fprintf(stdout, "kuncid %s\n", server.Version)
+		fmt.Fprintf(stdout, "kuncid %s\n", version.String())
 		return 0
 	}
 	log, err := newLogger(opts.logLevel, opts.logFormat, stderr)
@@ -154,7 +155,7 @@ func parseFlags(args []string, help io.Writer) (server.Config, options, error) {
 	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", server.DefaultMaxConnsPerIP, "client connections from one source (an IPv4 address, or an IPv6 /64); more are answered 'E - - too many connections from this address' and closed")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: debug, info, warn, error")
 	fs.StringVar(&o.logFormat, "log-format", "console", "log `format`: console (coloured on a terminal only) or json; durations carry their unit (took=101ms)")
-	fs.BoolVar(&o.version, "version", false, "print the version and exit")
+	fs.BoolVar(&o.version, "version", false, "print the version (and the commit built) and exit")
 	fs.Usage = func() {}
 	printHelp := func() {
 		fs.SetOutput(help)

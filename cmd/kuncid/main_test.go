@@ -9,11 +9,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kunci/kunci/internal/version"
 )
 
 // kuncid is the binary built once for the tests that run it as a process.
@@ -57,10 +60,45 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 	}
 }
 
+// versionLine is what --version prints: the name, a semantic version, and
+// the commit when known.
+var versionLine = regexp.MustCompile(`^kuncid (0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?( \(commit [0-9a-f]{7,40}(-dirty)?\))?\n$`)
+
 func TestVersion(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if code := run([]string{"--version"}, &stdout, &stderr); code != 0 || !strings.HasPrefix(stdout.String(), "kuncid ") {
+	if code := run([]string{"--version"}, &stdout, &stderr); code != 0 || !versionLine.MatchString(stdout.String()) {
 		t.Fatalf("--version: exit %d, %q", code, stdout.String())
+	}
+	if !strings.HasPrefix(stdout.String(), "kuncid "+version.Release) {
+		t.Fatalf("--version: %q, want the Release constant %s", stdout.String(), version.Release)
+	}
+}
+
+// TestMakeBuildStampsTheVersion builds kuncid with the -ldflags that make
+// build uses (given a tag and a commit): --version prints them, so the
+// Makefile names variables that exist (-X on a wrong name does nothing).
+func TestMakeBuildStampsTheVersion(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	out, err := exec.Command("make", "-n", "-C", "../..", "build", "TAG=1.2.3-4-gdeadbee", "COMMIT=deadbee0cafe-dirty").CombinedOutput()
+	if err != nil {
+		t.Fatalf("make -n build: %v\n%s", err, out)
+	}
+	m := regexp.MustCompile(`(?m)^\S+ build -ldflags '([^']*)' -o bin/kuncid ./cmd/kuncid$`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("make -n build shows no kuncid build line:\n%s", out)
+	}
+	bin := filepath.Join(t.TempDir(), "kuncid")
+	if out, err := exec.Command("go", "build", "-ldflags", string(m[1]), "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build -ldflags %q: %v\n%s", m[1], err, out)
+	}
+	got, err := exec.Command(bin, "--version").Output()
+	if err != nil || string(got) != "kuncid 1.2.3-4-gdeadbee (commit deadbee0cafe-dirty)\n" {
+		t.Fatalf("--version of make build's binary: %q %v", got, err)
+	}
+	if !versionLine.Match(got) {
+		t.Fatalf("%q does not read as a version line", got)
 	}
 }
 
