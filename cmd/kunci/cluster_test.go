@@ -73,7 +73,7 @@ func TestStatusWaitsForTheClusterToSettle(t *testing.T) {
 	p := startKunci(t, nil, "status", "--wait", "30s", "--addrs", strings.Join(addrs, ","))
 	for i := range addrs {
 		n, err := server.New(server.Config{Listen: addrs[i], Peers: addrs, DataDir: t.TempDir(),
-			Heartbeat: 20 * time.Millisecond, FailoverTimeout: 500 * time.Millisecond})
+			ClusterKey: []byte("a test cluster key, 32 bytes lng"), Heartbeat: 20 * time.Millisecond, FailoverTimeout: 500 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
 		}
