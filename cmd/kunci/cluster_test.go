@@ -71,8 +71,9 @@ func TestStatusWaitsForTheClusterToSettle(t *testing.T) {
 		addrs = append(addrs, deadAddr(t))
 	}
 	p := startKunci(t, nil, "status", "--wait", "30s", "--addrs", strings.Join(addrs, ","))
+	var nodes []*server.Node
 	for i := range addrs {
-		n, err := server.New(server.Config{Listen: addrs[i], Peers: addrs, DataDir: t.TempDir(),
+		n, err := server.New(server.Config{Listen: addrs[i], Peers: addrs, DataDir: t.TempDir(), Admin: "127.0.0.1:0",
 			ClusterKey: []byte("a test cluster key, 32 bytes lng"), Heartbeat: 20 * time.Millisecond, FailoverTimeout: 500 * time.Millisecond})
 		if err != nil {
 			t.Fatal(err)
@@ -81,6 +82,7 @@ func TestStatusWaitsForTheClusterToSettle(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = n.Stop(context.Background()) })
+		nodes = append(nodes, n)
 	}
 	if code := p.wait(40 * time.Second); code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, p.out(), p.errs())
@@ -92,6 +94,17 @@ func TestStatusWaitsForTheClusterToSettle(t *testing.T) {
 	for i, role := range []string{"active", "standby", "standby"} {
 		if f := strings.Fields(lines[i+1]); len(f) < 4 || strings.Join(f[:4], " ") != addrs[i]+" yes "+role+" "+addrs[0] {
 			t.Errorf("line %q, want %s yes %s %s", lines[i+1], addrs[i], role, addrs[0])
+		}
+	}
+	// kunci health tells the active's /readyz from a standby's, as a
+	// Kubernetes readiness probe does.
+	for i, want := range []struct {
+		code int
+		out  string
+	}{{0, "200 active"}, {exitFailed, "503 standby"}} {
+		code, out, errs := kunci(t, nil, "health", "http://"+nodes[i].AdminAddr()+"/readyz")
+		if code != want.code || !strings.HasPrefix(out, want.out) {
+			t.Errorf("health of node %d's /readyz: exit %d, %q %q; want %d, %q", i, code, out, errs, want.code, want.out)
 		}
 	}
 }

@@ -1,12 +1,13 @@
 // Command kunci is the operator's tool for a kunci cluster: it acquires,
 // releases and extends locks from a shell, runs a command while holding a
-// lock, and shows the state of every node.
+// lock, shows the state of every node, and probes an HTTP endpoint.
 //
 //	kunci acquire KEY [--lease 30s] [--wait 0]    print the token of a new grant
 //	kunci release KEY TOKEN                       end a grant
 //	kunci extend  KEY TOKEN [--lease 30s]         make a grant end LEASE from now
 //	kunci run     KEY [--lease 30s] [--wait 0] [--grace 5s] -- CMD ARGS...
-//	kunci status                                  every node's role and view of the active
+//	kunci status  [--wait 0]                      every node's role and view of the active
+//	kunci health  URL                             exit 0 when URL answers 2xx (a container's probe)
 //
 // Node addresses come from --addrs or KUNCI_ADDRS (comma-separated host:port
 // list; default 127.0.0.1:7070). kunci help COMMAND or kunci COMMAND --help

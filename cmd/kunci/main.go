@@ -71,6 +71,7 @@ func init() {
 		{"extend", "make a grant end a new lease from now", cmdExtend},
 		{"run", "run a command while holding a lock", cmdRun},
 		{"status", "show every node's role and view of the active", cmdStatus},
+		{"health", "check an HTTP endpoint, such as the admin /healthz (for containers)", cmdHealth},
 	}
 }
 
@@ -128,12 +129,19 @@ type cli struct {
 }
 
 func newCLI(name, help string, stdout, stderr io.Writer) *cli {
+	c := newLocalCLI(name, help, stdout, stderr)
+	c.fs.StringVar(&c.addrs, "addrs", "", "comma-separated node `addresses` (host:port); default $KUNCI_ADDRS, else "+defaultAddrs)
+	c.fs.StringVar(&c.creds, "credentials", "", "`file` holding \"name secret\" on one line (mode 600), for nodes that ask for credentials; default $KUNCI_CREDENTIALS_FILE")
+	return c
+}
+
+// newLocalCLI is newCLI for a command that talks to no node (no --addrs);
+// its help says its own exit statuses.
+func newLocalCLI(name, help string, stdout, stderr io.Writer) *cli {
 	c := &cli{name: "kunci " + name, help: help, stdout: stdout, stderr: stderr}
 	c.fs = flag.NewFlagSet(c.name, flag.ContinueOnError)
 	c.fs.SetOutput(io.Discard) // errors and help are printed by parse
 	c.fs.Usage = func() {}
-	c.fs.StringVar(&c.addrs, "addrs", "", "comma-separated node `addresses` (host:port); default $KUNCI_ADDRS, else "+defaultAddrs)
-	c.fs.StringVar(&c.creds, "credentials", "", "`file` holding \"name secret\" on one line (mode 600), for nodes that ask for credentials; default $KUNCI_CREDENTIALS_FILE")
 	return c
 }
 
@@ -198,7 +206,9 @@ func (c *cli) printHelp() {
 		}
 		fmt.Fprintf(c.stdout, "%s\n        %s\n", line, usage)
 	})
-	fmt.Fprintf(c.stdout, "\n%s\n%s", addrsHelp, exitCodes)
+	if c.fs.Lookup("addrs") != nil {
+		fmt.Fprintf(c.stdout, "\n%s\n%s", addrsHelp, exitCodes)
+	}
 }
 
 // usageError reports a bad command line and returns exit status 2.

@@ -734,3 +734,39 @@ func TestVersion(t *testing.T) {
 		}
 	}
 }
+
+// TestHealth probes a node's admin endpoint as a container's health check
+// does.
+func TestHealth(t *testing.T) {
+	t.Parallel()
+	n, err := server.New(server.Config{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	base := "http://" + n.AdminAddr()
+	for _, tc := range []struct {
+		args     []string
+		code     int
+		out, err string
+	}{
+		{[]string{"health", base + "/healthz"}, 0, "200 ok\n", ""},
+		{[]string{"health", base + "/readyz", "--timeout", "5s"}, 0, "200 active\n", ""},
+		{[]string{"health", base + "/no-such-page"}, exitFailed, "404 ", "answered 404"},
+		{[]string{"health", "http://" + deadAddr(t) + "/healthz"}, exitUnavailable, "", "connection refused"},
+		{[]string{"health", "127.0.0.1:7071/healthz"}, exitUsage, "", "not an http"},
+		{[]string{"health"}, exitUsage, "", "want one URL"},
+		{[]string{"health", base + "/healthz", "--timeout", "0"}, exitUsage, "", "--timeout"},
+	} {
+		code, out, errs := kunci(t, nil, tc.args...)
+		if code != tc.code || !strings.HasPrefix(out, tc.out) || !strings.Contains(errs, tc.err) {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want %d, %q, %q", tc.args, code, out, errs, tc.code, tc.out, tc.err)
+		}
+	}
+	if code, out, _ := kunci(t, nil, "health", "--help"); code != 0 || !strings.Contains(out, "HEALTHCHECK") {
+		t.Errorf("health --help: exit %d, %q", code, out)
+	}
+}
