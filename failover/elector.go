@@ -1,23 +1,3 @@
-// Package failover decides which node of a kunci cluster is active.
-//
-// The cluster is a list of peers in priority order (first = highest). Every
-// node tells every other node, by heartbeat, its role, the active it follows,
-// the highest token ceiling it knows, and whether it holds a full copy of the
-// active's state. From what it heard, an Elector decides for its own node:
-//
-//   - An active that hears a higher-priority active steps down (demotion):
-//     two actives only exist after a partition, and the higher one wins.
-//   - A standby follows the highest-priority live active.
-//   - With no live active, the highest-priority live node that holds a copy
-//     of the state is promoted (or, when none does, the highest-priority live
-//     node). A peer is live while it was heard within the failover timeout;
-//     a node that has just started counts every peer as live for one
-//     timeout, so that it hears an existing active before it would promote
-//     itself with empty state.
-//
-// This is priority, not consensus: during a partition both sides can be
-// active for a while (see the README's consistency section). The Elector is
-// pure: time is a parameter, so tests are deterministic.
 package failover
 
 // Role is a node's role as heartbeats report it.
@@ -25,9 +5,10 @@ type Role uint8
 
 // Roles.
 const (
-	Standby Role = iota
-	Active
-	Leaving // an active handing its role over: no longer active
+	Standby   Role = iota
+	Active         // active, or promoting itself
+	Leaving        // an active handing its role over or stepping down: no longer active
+	Rejoining      // back after being cut off: learning whether another node became active
 )
 
 func (r Role) String() string {
@@ -36,22 +17,29 @@ func (r Role) String() string {
 		return "active"
 	case Leaving:
 		return "leaving"
+	case Rejoining:
+		return "rejoining"
 	}
 	return "standby"
 }
 
-// Heartbeat is what a peer said about itself.
+// Heartbeat is what a peer said about itself, and about this node.
 type Heartbeat struct {
 	Role    Role
 	Active  string // the active it knows, "" for none
 	Inc     uint64 // the peer process's incarnation: its start time
 	HB      uint64 // the heartbeat's number within the incarnation
-	Ceiling uint64 // the highest token ceiling it knows
+	Ceiling uint64 // the highest token ceiling durable in its data directory
+	Issuing uint64 // an active's: every token it issues from now on is at most this and above every other node's blocks below it
 	Synced  bool   // it holds a copy of the active's state (or is active)
+	// EchoInc and EchoHB name the latest heartbeat the peer heard from
+	// the node it sends this one to (0 0: none): proof that the peer hears
+	// it now, and not only once.
+	EchoInc, EchoHB uint64
 }
 
 type peer struct {
-	heard   int64 // when last heard; the elector's start before that
+	heard   int64 // when last heard; the elector's (re)start before that
 	hb      Heartbeat
 	known   bool
 	minInc  uint64 // heartbeats older than (minInc, minHB) are ignored
@@ -59,8 +47,8 @@ type peer struct {
 	ceiling uint64 // highest ever heard
 }
 
-// Elector keeps what a node heard from its peers and decides its role.
-// Not safe for concurrent use.
+// Elector keeps what a node heard from its peers: who is live, in which
+// role, with which token ceiling. Not safe for concurrent use.
 type Elector struct {
 	addrs   []string
 	self    int
@@ -69,14 +57,23 @@ type Elector struct {
 	peers   []peer
 }
 
-// New returns an elector for the node at index self of addrs, started at
-// now, that counts a peer dead after timeout without a heartbeat.
-func New(addrs []string, self int, timeout, now int64) *Elector {
-	e := &Elector{addrs: addrs, self: self, timeout: timeout, started: now, peers: make([]peer, len(addrs))}
-	for i := range e.peers {
-		e.peers[i].heard = now
-	}
+// NewElector returns an elector for the node at index self of addrs,
+// started at now, that counts a peer dead after timeout without a
+// heartbeat.
+func NewElector(addrs []string, self int, timeout, now int64) *Elector {
+	e := &Elector{addrs: addrs, self: self, timeout: timeout, peers: make([]peer, len(addrs))}
+	e.Restart(now)
 	return e
+}
+
+// Restart makes the elector count every peer as live for one timeout from
+// now, as at its start: a node that has just started, or that finds its
+// clock jumped (it was frozen), hears the others before it decides.
+func (e *Elector) Restart(now int64) {
+	e.started = now
+	for i := range e.peers {
+		e.peers[i].heard = max(e.peers[i].heard, now)
+	}
 }
 
 // Index returns addr's position in the peer list, or -1.
@@ -90,15 +87,15 @@ func (e *Elector) Index(addr string) int {
 }
 
 // Heard records peer i's heartbeat, received at now. A heartbeat older than
-// the last Ignore mark of the same incarnation is dropped; it returns
-// whether h was taken.
+// the last Ignore mark of the same incarnation, or than one already heard,
+// is dropped; it returns whether h was taken.
 func (e *Elector) Heard(i int, h Heartbeat, now int64) bool {
 	p := &e.peers[i]
 	if h.Inc == p.minInc && h.HB < p.minHB || h.Inc < p.minInc {
 		return false
 	}
-	if p.known && h.Inc == p.hb.Inc && h.HB < p.hb.HB {
-		return false // reordered: an older one of the same process
+	if p.known && (h.Inc < p.hb.Inc || h.Inc == p.hb.Inc && h.HB < p.hb.HB) {
+		return false // reordered: an older one
 	}
 	p.heard, p.hb, p.known = now, h, true
 	p.ceiling = max(p.ceiling, h.Ceiling)
@@ -151,42 +148,38 @@ func (e *Elector) ActivePeer(now int64) int {
 	return -1
 }
 
-// Action is what the node should do.
-type Action uint8
+// Move is what a standby should do.
+type Move uint8
 
-// Actions.
+// Moves.
 const (
-	Stay    Action = iota
-	Promote        // become active
-	Demote         // step down and follow Decision.Peer
-	Follow         // as a standby, follow Decision.Peer
+	Stay    Move = iota
+	Promote      // become active
+	Follow       // follow Decision.Peer
 )
 
 // Decision is the outcome of Decide.
 type Decision struct {
-	Action Action
-	Peer   int // the active to follow; -1 for none
+	Move Move
+	Peer int // the active to follow; -1 for none
 }
 
-// Decide returns what a node in role, holding a copy of the state or not
-// (synced), should do at now.
-func (e *Elector) Decide(now int64, role Role, synced bool) Decision {
-	a := e.ActivePeer(now)
-	switch role {
-	case Active:
-		if a >= 0 && a < e.self {
-			return Decision{Demote, a}
-		}
-		return Decision{Stay, -1}
-	case Leaving:
-		return Decision{Stay, a}
-	}
-	if a >= 0 {
+// Decide returns what a standby, holding a copy of the state or not
+// (synced), should do at now: follow the highest-priority live active; with
+// none, promote itself if it is the best candidate — unless it has just
+// (re)started, or a live peer is rejoining and may still be active.
+func (e *Elector) Decide(now int64, synced bool) Decision {
+	if a := e.ActivePeer(now); a >= 0 {
 		return Decision{Follow, a}
 	}
 	if now-e.started < e.timeout {
 		// Just started: an active may exist that has not been heard yet.
 		return Decision{Stay, -1}
+	}
+	for i := range e.peers {
+		if i != e.self && e.Live(i, now) && e.peers[i].known && e.peers[i].hb.Role == Rejoining {
+			return Decision{Stay, -1}
+		}
 	}
 	if e.candidate(now, synced) == e.self {
 		return Decision{Promote, -1}

@@ -3,27 +3,35 @@
 // the active's change records into one stream per standby.
 //
 // Frames are text lines like the client protocol's, so that a peer link can
-// be read with the same framing and watched with the same tools. A peer
-// opens its link with a heartbeat, which tells the node that accepted the
-// connection that it is a peer, not a client:
+// be read with the same framing and watched with the same tools. A link is
+// a client connection until both ends proved the cluster key (handshake.go);
+// then the node that dialled it sends P frames, and heartbeats go both ways:
 //
-//	P H from role active inc hb ceiling synced   heartbeat (role a, s or l)
-//	P S                                          send me a snapshot, then the stream
-//	P A seq                                      applied everything up to seq
-//	P T                                          I am caught up and outrank you: hand over
-//	P D                                          I promoted myself after your handoff
+//	P H from role active inc hb ceiling issuing synced echoinc echohb
+//	                         heartbeat: role a (active), s (standby),
+//	                         l (leaving) or r (rejoining); the active it
+//	                         knows or -; its incarnation and heartbeat number;
+//	                         the token ceiling durable in its data directory;
+//	                         an active's top of the tokens it issues (0
+//	                         otherwise); 1 when it holds the state; the
+//	                         latest heartbeat it heard from the recipient
+//	P S                      send me a snapshot, then the stream
+//	P A seq                  applied everything up to seq
+//	P T                      I am caught up and outrank you: hand over
+//	P D                      I promoted myself after your handoff
 //
 // On a link over which a standby asked for the stream, the active answers:
 //
-//	B seq ceiling               a snapshot of the state after record seq begins
+//	B seq                       a snapshot of the state after record seq begins
 //	H key token remaining       a held key in the snapshot
 //	Z                           the snapshot ends; records follow
 //	G seq key token remaining   granted
 //	R seq key token             released
 //	E seq key token             lease ran out
 //	X seq key token remaining   extended
-//	K seq ceiling               tokens may be issued up to ceiling
-//	O seq inc hb                handoff: promote yourself once you have seq
+//	O seq inc hb lo hi          handoff: once you have seq, promote yourself
+//	                            and issue tokens (lo, hi]; my heartbeats from
+//	                            (inc, hb) on say I am leaving
 //
 // remaining is a lease's time left in microseconds, rounded up: deadlines
 // cross the wire as durations, never as instants, because clocks differ
@@ -35,6 +43,8 @@ import (
 	"bytes"
 	"errors"
 	"strconv"
+
+	"github.com/kunci/kunci/failover"
 )
 
 // Kind is a frame's kind, its first byte (a peer request's second).
@@ -55,31 +65,30 @@ const (
 	Release Kind = 'R'
 	Expire  Kind = 'E'
 	Extend  Kind = 'X'
-	Ceiling Kind = 'K'
 	Handoff Kind = 'O'
 )
 
 // Roles as heartbeats carry them.
-const (
-	RoleActive  = 'a'
-	RoleStandby = 's'
-	RoleLeaving = 'l' // handing its role over: not active any more
-)
+var roleBytes = [...]byte{failover.Standby: 's', failover.Active: 'a', failover.Leaving: 'l', failover.Rejoining: 'r'}
 
-// Frame is one parsed frame. Key, From and Active alias the parsed line.
+// Frame is one parsed frame. Key, From and Active alias the parsed line
+// (Beat.Active is a copy).
 type Frame struct {
-	Peer      bool // a P line: from the peer that dialled the link
+	Peer      bool // a P line: from the peer that dialled the link, or a heartbeat
 	Kind      Kind
 	Seq       uint64
 	Key       []byte
 	Token     uint64
 	Remaining int64 // ns
-	Ceiling   uint64
-	// Heartbeat fields; Inc and HB also in Handoff.
-	From, Active []byte // Active is nil for "-"
-	Role         byte
-	Inc, HB      uint64
-	Synced       bool
+	// A heartbeat: From names its sender; Beat is what it says, but for
+	// Beat.Active, which is left empty: Active aliases the line (nil for
+	// "-").
+	From, Active []byte
+	Beat         failover.Heartbeat
+	// A handoff: the successor's first range, and the mark from which the
+	// old active's heartbeats say it is leaving.
+	Range   failover.Range
+	Inc, HB uint64
 }
 
 // MaxLine is the longest frame line, LF included.
@@ -110,7 +119,7 @@ func Parse(buf []byte, f *Frame) (n int, err error) {
 	if len(line) > 0 && line[len(line)-1] == '\r' {
 		line = line[:len(line)-1]
 	}
-	var fields [9][]byte
+	var fields [12][]byte
 	nf := 0
 	for len(line) > 0 {
 		if nf == len(fields) {
@@ -155,20 +164,22 @@ func Parse(buf []byte, f *Frame) (n int, err error) {
 	if f.Peer {
 		switch f.Kind {
 		case Heartbeat:
-			if want(7) {
+			if want(10) {
 				f.From, f.Active = args[0], args[2]
-				if len(args[1]) != 1 {
-					ok = false
-				}
-				f.Role = args[1][0]
 				if string(f.Active) == "-" {
 					f.Active = nil
 				}
-				f.Inc, f.HB, f.Ceiling = num(args[3]), num(args[4]), num(args[5])
-				f.Synced = string(args[6]) == "1"
-				if f.Role != RoleActive && f.Role != RoleStandby && f.Role != RoleLeaving {
+				b := &f.Beat
+				b.Role, ok = parseRole(args[1])
+				b.Inc, b.HB, b.Ceiling, b.Issuing = num(args[3]), num(args[4]), num(args[5]), num(args[6])
+				switch string(args[7]) {
+				case "1":
+					b.Synced = true
+				case "0":
+				default:
 					ok = false
 				}
+				b.EchoInc, b.EchoHB = num(args[8]), num(args[9])
 			}
 		case Sync, Takeover, Promoted:
 			want(0)
@@ -182,8 +193,8 @@ func Parse(buf []byte, f *Frame) (n int, err error) {
 	} else {
 		switch f.Kind {
 		case Begin:
-			if want(2) {
-				f.Seq, f.Ceiling = num(args[0]), num(args[1])
+			if want(1) {
+				f.Seq = num(args[0])
 			}
 		case Holder:
 			if want(3) {
@@ -199,13 +210,11 @@ func Parse(buf []byte, f *Frame) (n int, err error) {
 			if want(3) {
 				f.Seq, f.Key, f.Token = num(args[0]), args[1], num(args[2])
 			}
-		case Ceiling:
-			if want(2) {
-				f.Seq, f.Ceiling = num(args[0]), num(args[1])
-			}
 		case Handoff:
-			if want(3) {
+			if want(5) {
 				f.Seq, f.Inc, f.HB = num(args[0]), num(args[1]), num(args[2])
+				f.Range = failover.Range{Lo: num(args[3]), Hi: num(args[4])}
+				ok = ok && f.Range.Lo < f.Range.Hi
 			}
 		default:
 			ok = false
@@ -218,6 +227,17 @@ func Parse(buf []byte, f *Frame) (n int, err error) {
 		return n, ErrBadFrame
 	}
 	return n, nil
+}
+
+func parseRole(b []byte) (failover.Role, bool) {
+	if len(b) == 1 {
+		for r, c := range roleBytes {
+			if b[0] == c {
+				return failover.Role(r), true
+			}
+		}
+	}
+	return 0, false
 }
 
 // parseUint parses a decimal u64 without allocating.
@@ -244,25 +264,29 @@ const maxRemaining = 1 << 52
 
 func remaining(us uint64) int64 { return int64(min(us, maxRemaining)) * 1000 }
 
-// AppendHeartbeat appends a heartbeat.
-func AppendHeartbeat(dst []byte, from string, role byte, active string, inc, hb, ceiling uint64, synced bool) []byte {
+// AppendHeartbeat appends from's heartbeat h (h.Active: "" for none).
+func AppendHeartbeat(dst []byte, from string, h *failover.Heartbeat) []byte {
 	dst = append(dst, "P H "...)
 	dst = append(dst, from...)
-	dst = append(dst, ' ', role, ' ')
-	if active == "" {
-		active = "-"
+	dst = append(dst, ' ', roleBytes[h.Role], ' ')
+	if h.Active == "" {
+		dst = append(dst, '-')
+	} else {
+		dst = append(dst, h.Active...)
 	}
-	dst = append(dst, active...)
-	dst = append(dst, ' ')
-	dst = strconv.AppendUint(dst, inc, 10)
-	dst = append(dst, ' ')
-	dst = strconv.AppendUint(dst, hb, 10)
-	dst = append(dst, ' ')
-	dst = strconv.AppendUint(dst, ceiling, 10)
-	if synced {
-		return append(dst, " 1\n"...)
+	for _, v := range [...]uint64{h.Inc, h.HB, h.Ceiling, h.Issuing} {
+		dst = append(dst, ' ')
+		dst = strconv.AppendUint(dst, v, 10)
 	}
-	return append(dst, " 0\n"...)
+	if h.Synced {
+		dst = append(dst, " 1 "...)
+	} else {
+		dst = append(dst, " 0 "...)
+	}
+	dst = strconv.AppendUint(dst, h.EchoInc, 10)
+	dst = append(dst, ' ')
+	dst = strconv.AppendUint(dst, h.EchoHB, 10)
+	return append(dst, '\n')
 }
 
 // AppendPeer appends a P frame without fields (Sync, Takeover, Promoted).
@@ -276,11 +300,9 @@ func AppendAck(dst []byte, seq uint64) []byte {
 }
 
 // AppendBegin appends a snapshot's first line.
-func AppendBegin(dst []byte, seq, ceiling uint64) []byte {
+func AppendBegin(dst []byte, seq uint64) []byte {
 	dst = append(dst, "B "...)
 	dst = strconv.AppendUint(dst, seq, 10)
-	dst = append(dst, ' ')
-	dst = strconv.AppendUint(dst, ceiling, 10)
 	return append(dst, '\n')
 }
 
@@ -299,7 +321,7 @@ func AppendHolder(dst []byte, key string, token uint64, remaining int64) []byte 
 func AppendEnd(dst []byte) []byte { return append(dst, "Z\n"...) }
 
 // AppendRecord appends a record frame; remaining (ns) is used by Grant and
-// Extend, ceiling by Ceiling.
+// Extend.
 func AppendRecord(dst []byte, k Kind, seq uint64, key []byte, token uint64, remaining int64) []byte {
 	dst = append(dst, byte(k), ' ')
 	dst = strconv.AppendUint(dst, seq, 10)
@@ -314,23 +336,15 @@ func AppendRecord(dst []byte, k Kind, seq uint64, key []byte, token uint64, rema
 	return append(dst, '\n')
 }
 
-// AppendCeiling appends K seq ceiling.
-func AppendCeiling(dst []byte, seq, ceiling uint64) []byte {
-	dst = append(dst, "K "...)
-	dst = strconv.AppendUint(dst, seq, 10)
-	dst = append(dst, ' ')
-	dst = strconv.AppendUint(dst, ceiling, 10)
-	return append(dst, '\n')
-}
-
-// AppendHandoff appends O seq inc hb.
-func AppendHandoff(dst []byte, seq, inc, hb uint64) []byte {
+// AppendHandoff appends O seq inc hb lo hi.
+func AppendHandoff(dst []byte, seq, inc, hb uint64, r failover.Range) []byte {
 	dst = append(dst, "O "...)
-	dst = strconv.AppendUint(dst, seq, 10)
-	dst = append(dst, ' ')
-	dst = strconv.AppendUint(dst, inc, 10)
-	dst = append(dst, ' ')
-	dst = strconv.AppendUint(dst, hb, 10)
+	for i, v := range [...]uint64{seq, inc, hb, r.Lo, r.Hi} {
+		if i > 0 {
+			dst = append(dst, ' ')
+		}
+		dst = strconv.AppendUint(dst, v, 10)
+	}
 	return append(dst, '\n')
 }
 

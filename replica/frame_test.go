@@ -4,20 +4,21 @@ import (
 	"testing"
 
 	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/failover"
 )
 
 func TestFramesRoundTrip(t *testing.T) {
+	hb := failover.Heartbeat{Role: failover.Active, Inc: 7, HB: 8, Ceiling: 9 << 20, Issuing: 9 << 20, Synced: true, EchoInc: 5, EchoHB: 6}
 	var b []byte
-	b = AppendHeartbeat(b, "10.0.0.1:7070", RoleActive, "", 7, 8, 9, true)
+	b = AppendHeartbeat(b, "10.0.0.1:7070", &hb)
 	b = AppendPeer(b, Sync)
 	b = AppendAck(b, 42)
-	b = AppendBegin(b, 5, 1<<20)
+	b = AppendBegin(b, 5)
 	b = AppendHolder(b, "k/1", 3, 1500) // 1.5 µs rounds up to 2
 	b = AppendEnd(b)
 	b = AppendRecord(b, Grant, 6, []byte("k/2"), 4, 30e9)
 	b = AppendRecord(b, Release, 7, []byte("k/2"), 4, 0)
-	b = AppendCeiling(b, 8, 2<<20)
-	b = AppendHandoff(b, 8, 7, 9)
+	b = AppendHandoff(b, 8, 7, 9, failover.Range{Lo: 1 << 20, Hi: 2 << 20})
 	var got []Frame
 	for len(b) > 0 {
 		var f Frame
@@ -29,10 +30,10 @@ func TestFramesRoundTrip(t *testing.T) {
 		got = append(got, f)
 		b = b[n:]
 	}
-	if h := got[0]; !h.Peer || h.Kind != Heartbeat || string(h.From) != "10.0.0.1:7070" || h.Role != RoleActive || len(h.Active) != 0 || h.Inc != 7 || h.HB != 8 || h.Ceiling != 9 || !h.Synced {
+	if h := got[0]; !h.Peer || h.Kind != Heartbeat || string(h.From) != "10.0.0.1:7070" || len(h.Active) != 0 || h.Beat != hb {
 		t.Fatalf("heartbeat %+v", h)
 	}
-	if got[1].Kind != Sync || got[2].Seq != 42 || got[3].Seq != 5 || got[3].Ceiling != 1<<20 {
+	if got[1].Kind != Sync || got[2].Seq != 42 || got[3].Seq != 5 {
 		t.Fatalf("%+v %+v %+v", got[1], got[2], got[3])
 	}
 	if h := got[4]; string(h.Key) != "k/1" || h.Token != 3 || h.Remaining != 2000 {
@@ -41,15 +42,16 @@ func TestFramesRoundTrip(t *testing.T) {
 	if g := got[6]; g.Kind != Grant || g.Seq != 6 || string(g.Key) != "k/2" || g.Token != 4 || g.Remaining != 30e9 {
 		t.Fatalf("grant %+v", g)
 	}
-	if r := got[7]; r.Kind != Release || r.Token != 4 || got[8].Ceiling != 2<<20 || got[9].Inc != 7 || got[9].HB != 9 {
-		t.Fatalf("%+v %+v %+v", r, got[8], got[9])
+	if r, o := got[7], got[8]; r.Kind != Release || r.Token != 4 || o.Inc != 7 || o.HB != 9 || o.Range != (failover.Range{Lo: 1 << 20, Hi: 2 << 20}) {
+		t.Fatalf("%+v %+v", r, o)
 	}
 }
 
 func TestParseRefusesBadFrames(t *testing.T) {
 	for _, line := range []string{
 		"Q 1\n", "G 1 k\n", "G x k 1 1\n", "P H a b\n", "P H a x - 1 1 1 1\n", "R 1 k 0\n",
-		"P A\n", "Z extra\n", "G 1 k  1 1\n", "P Q\n",
+		"P A\n", "Z extra\n", "G 1 k  1 1\n", "P Q\n", "K 1 2\n", "O 1 2 3 5 4\n",
+		"P H a x - 1 1 1 1 1 0 0\n", "P H a a - 1 1 1 1 2 0 0\n",
 	} {
 		var f Frame
 		if _, err := Parse([]byte(line), &f); err == nil {
@@ -76,8 +78,8 @@ func TestHubSequencesAndSnapshots(t *testing.T) {
 	out.Reset()
 	woken, killed := 0, 0
 	s := NewSub(1, func() { woken++ }, func() { killed++ })
-	begin := h.Subscribe(s, 99)
-	if string(begin) != "B 1 99\n" {
+	begin := h.Subscribe(s)
+	if string(begin) != "B 1\n" {
 		t.Fatalf("begin %q", begin)
 	}
 	// A record made while the snapshot is being sent waits for it.
@@ -92,15 +94,32 @@ func TestHubSequencesAndSnapshots(t *testing.T) {
 	if got != want || woken != 1 {
 		t.Fatalf("stream %q (woken %d), want %q", got, woken, want)
 	}
-	if b := h.Behind(2); len(b) != 1 {
-		t.Fatalf("behind before the ack: %d", len(b))
+	if m, ok := h.MinAcked(); ok || s.Synced() {
+		t.Fatalf("acknowledged before the ack: %d %v", m, ok)
 	}
 	s.Ack(2)
-	if b := h.Behind(2); len(b) != 0 || !s.Synced() {
-		t.Fatalf("behind after the ack: %d", len(b))
+	if m, ok := h.MinAcked(); !ok || m != 2 || !s.Synced() {
+		t.Fatalf("after the ack: %d %v", m, ok)
 	}
-	h.Drop(s)
-	if killed != 1 || len(h.Subs()) != 0 {
-		t.Fatalf("drop: killed %d, subs %d", killed, len(h.Subs()))
+	h.Remove(s)
+	if killed != 0 || len(h.Subs()) != 0 {
+		t.Fatalf("remove: killed %d, subs %d", killed, len(h.Subs()))
+	}
+	// A standby more than MaxBacklog behind is killed.
+	s = NewSub(1, func() {}, func() { killed++ })
+	h.Subscribe(s)
+	h.SnapshotDone(s)
+	out.Reset()
+	for range MaxBacklog/32 + 1 {
+		sh.Acquire(0, 1, []byte("k"), 10e9, 0, &out)
+		sh.Release(0, 1, []byte("k"), out.Answers[0].Token, &out)
+		h.Records(0, &out)
+		out.Reset()
+		if killed > 0 {
+			break
+		}
+	}
+	if killed != 1 || !s.dead {
+		t.Fatalf("a standby %d bytes behind: killed %d", MaxBacklog, killed)
 	}
 }

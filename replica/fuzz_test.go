@@ -2,6 +2,7 @@ package replica
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -9,17 +10,18 @@ import (
 // frameSeeds are real frames of both directions, refusals and framing edge
 // cases.
 var frameSeeds = []string{
-	"P H 10.0.0.1:7070 a - 1733200000000000000 42 3145728 1\n",
-	"P H 10.0.0.2:7070 s 10.0.0.1:7070 1733200000000000001 7 0 0\n",
-	"P H 10.0.0.2:7070 l 10.0.0.1:7070 1 2 1048576 1\r\n",
+	"P H 10.0.0.1:7070 a - 1733200000000000000 42 3145728 3145728 1 1733200000000000001 7\n",
+	"P H 10.0.0.2:7070 s 10.0.0.1:7070 1733200000000000001 7 0 0 0 0 0\n",
+	"P H 10.0.0.2:7070 l 10.0.0.1:7070 1 2 1048576 0 1 1 2\r\n",
+	"P H 10.0.0.2:7070 r 10.0.0.1:7070 1 2 1048576 0 1 1 2\n",
 	"P S\n", "P A 1234\n", "P T\n", "P D\n",
-	"B 17 3145728\n", "H orders/42 3145729 29999706\n", "Z\n",
+	"B 17\n", "H orders/42 3145729 29999706\n", "Z\n",
 	"G 18 orders/42 3145730 30000000\n", "R 19 orders/42 3145730\n",
-	"E 20 orders/42 3145730\n", "X 21 k 5 60000000\n", "K 22 4194304\n",
-	"O 22 1733200000000000000 43\n",
-	"P H a x - 1 1 1 1\n", "P H 10.0.0.1:7070 a - 1 1 18446744073709551616 1\n",
+	"E 20 orders/42 3145730\n", "X 21 k 5 60000000\n",
+	"O 22 1733200000000000000 43 4194304 5242880\n",
+	"P H a x - 1 1 1 1 1 1 1\n", "P H 10.0.0.1:7070 a - 1 1 18446744073709551616 0 1 0 0\n",
 	"G 1 k 0 1\n", "G 1 " + strings.Repeat("k", 251) + " 1 1\n", "P\n", "P  S\n", "\n",
-	"B 1 2\nH k 1 1\nZ\nG 2 k 2 5\nR 3 k 2\n",
+	"B 1\nH k 1 1\nZ\nG 2 k 2 5\nR 3 k 2\n",
 	strings.Repeat("x", 600) + "\nZ\n",
 	"G 1 k 1 1",
 }
@@ -106,7 +108,7 @@ func parseAll(data, cuts []byte) []string {
 func show(f *Frame) string {
 	g := *f
 	return strings.NewReplacer("\n", `\n`).Replace(
-		string(appendFrame(nil, &g)) + "|" + string(g.Key) + "|" + string(g.From) + "|" + string(g.Active))
+		string(appendFrame(nil, &g)) + "|" + string(g.Key) + "|" + string(g.From) + "|" + string(g.Active) + "|" + fmt.Sprint(g.Beat))
 }
 
 func checkFrame(t *testing.T, f *Frame) {
@@ -127,7 +129,9 @@ func appendFrame(dst []byte, f *Frame) []byte {
 	if f.Peer {
 		switch f.Kind {
 		case Heartbeat:
-			return AppendHeartbeat(dst, string(f.From), f.Role, string(f.Active), f.Inc, f.HB, f.Ceiling, f.Synced)
+			b := f.Beat
+			b.Active = string(f.Active)
+			return AppendHeartbeat(dst, string(f.From), &b)
 		case Ack:
 			return AppendAck(dst, f.Seq)
 		}
@@ -135,15 +139,13 @@ func appendFrame(dst []byte, f *Frame) []byte {
 	}
 	switch f.Kind {
 	case Begin:
-		return AppendBegin(dst, f.Seq, f.Ceiling)
+		return AppendBegin(dst, f.Seq)
 	case Holder:
 		return AppendHolder(dst, string(f.Key), f.Token, f.Remaining)
 	case End:
 		return AppendEnd(dst)
-	case Ceiling:
-		return AppendCeiling(dst, f.Seq, f.Ceiling)
 	case Handoff:
-		return AppendHandoff(dst, f.Seq, f.Inc, f.HB)
+		return AppendHandoff(dst, f.Seq, f.Inc, f.HB, f.Range)
 	}
 	return AppendRecord(dst, f.Kind, f.Seq, f.Key, f.Token, f.Remaining)
 }

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/failover"
 )
 
 // MaxBacklog is how many bytes of records may wait for a standby, while its
@@ -44,8 +45,8 @@ type Sub struct {
 
 // NewSub returns a stream for peer. The hub calls wake when the stream has
 // bytes for Take after it had none, and kill when the standby fell more than
-// MaxBacklog behind; both are called with the hub's mutex held and must not
-// block or call back into the hub.
+// MaxBacklog behind (the stream is then dead); both are called with the
+// hub's mutex held and must not block or call back into the hub.
 func NewSub(peer int, wake, kill func()) *Sub {
 	return &Sub{Peer: peer, wake: wake, kill: kill}
 }
@@ -111,28 +112,17 @@ func (h *Hub) Records(now int64, out *engine.Output) uint64 {
 	return h.seq
 }
 
-// Ceiling queues a new token ceiling for every standby and returns its
-// sequence number.
-func (h *Hub) Ceiling(c uint64) uint64 {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.seq++
-	h.enc = AppendCeiling(h.enc[:0], h.seq, c)
-	h.queueLocked(h.enc)
-	return h.seq
-}
-
-// Handoff queues, for s only, the order to promote itself once it has
-// applied every record so far, and returns the last record's sequence
-// number; false if s is no longer streamed to. It takes no sequence number:
-// the other standbys' streams stay gapless.
-func (h *Hub) Handoff(s *Sub, inc, hb uint64) (uint64, bool) {
+// Handoff queues, for s only, the order to promote itself with range r
+// once it has applied every record so far, and returns the last record's
+// sequence number; false if s is no longer streamed to. It takes no
+// sequence number: the other standbys' streams stay gapless.
+func (h *Hub) Handoff(s *Sub, inc, hb uint64, r failover.Range) (uint64, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if s.dead {
 		return 0, false
 	}
-	h.enc = AppendHandoff(h.enc[:0], h.seq, inc, hb)
+	h.enc = AppendHandoff(h.enc[:0], h.seq, inc, hb, r)
 	h.queueOne(s, h.enc)
 	return h.seq, !s.dead
 }
@@ -170,7 +160,7 @@ func (h *Hub) queueOne(s *Sub, b []byte) {
 // sequence number on follows it, and a standby that applies the snapshot
 // and then those records in order ends with the active's state (each
 // record gives its key's whole grant, or ends a grant by its token).
-func (h *Hub) Subscribe(s *Sub, ceiling uint64) []byte {
+func (h *Hub) Subscribe(s *Sub) []byte {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s.start = h.seq
@@ -178,7 +168,7 @@ func (h *Hub) Subscribe(s *Sub, ceiling uint64) []byte {
 	s.synced.Store(false)
 	s.snap = true
 	h.subs = append(h.subs, s)
-	return AppendBegin(nil, h.seq, ceiling)
+	return AppendBegin(nil, h.seq)
 }
 
 // SnapshotDone tells the hub that s's snapshot has been sent: the records
@@ -220,32 +210,6 @@ func (h *Hub) Take(s *Sub) []byte {
 	}
 	s.pending, s.spare = s.spare[:0], b
 	return b
-}
-
-// Behind returns the standbys that have not acknowledged seq, which they
-// were sent.
-func (h *Hub) Behind(seq uint64) []*Sub {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var out []*Sub
-	for _, s := range h.subs {
-		if !s.dead && s.start < seq && (!s.synced.Load() || s.acked.Load() < seq) {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
-// Drop stops s's stream and calls its kill function.
-func (h *Hub) Drop(s *Sub) {
-	h.mu.Lock()
-	if !s.dead {
-		s.dead = true
-		s.pending, s.spare = nil, nil
-		s.kill()
-	}
-	h.mu.Unlock()
-	h.Remove(s)
 }
 
 // Lag is a standby's distance behind the active.

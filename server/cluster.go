@@ -17,10 +17,16 @@ import (
 	"github.com/kunci/kunci/wire"
 )
 
-// cluster is a node's part in a cluster of peers (Config.Peers). One
-// goroutine, run, owns the role decisions: it sends heartbeats, dials
-// missing peer links, and promotes, demotes or hands the role over. Peer
-// connections themselves live in the node's gnet loops (peer.go).
+// cluster is a node's part in a cluster of peers (Config.Peers): the driver
+// of a failover.Node, which decides every role change. One goroutine, run,
+// owns the failover.Node: it ticks it every heartbeat, steps it with what
+// the loops and the persister report (through the mailbox, which never
+// drops an event), and carries out what it decides. Peer connections live
+// in the node's gnet loops (peer.go); the lock state's stream to standbys
+// is the hub's (snapshot.go).
+//
+// Who owns what: fields marked (run) are used by run alone; (mu) under mu;
+// atomics by anyone; the rest is fixed at creation.
 type cluster struct {
 	n        *Node
 	self     int
@@ -28,40 +34,35 @@ type cluster struct {
 	interval time.Duration // heartbeat
 	timeout  time.Duration // failover
 	inc      uint64        // this process's incarnation, in heartbeats
+	hub      replica.Hub
 
-	hb        atomic.Uint64 // heartbeats sent
-	wantFloor atomic.Uint64 // a peer's ceiling the active's tokens must get above
-	ceiling   atomic.Uint64 // highest token ceiling this node knows
-	haveCopy  atomic.Bool   // a standby holding a full copy of the state
-	hub       replica.Hub
+	fo        *failover.Node // (run)
+	frozen    bool           // (run) as the failover.Node last asked
+	leaveDone chan struct{}  // (run) closed when a stop's handoff is over
+	hbBuf     []byte         // (run)
 
+	mail    mailbox
+	persist persister
+
+	// For the loops.
+	alive      atomic.Int64  // node clock at run's last tick: the loops' gap check
+	wantStream atomic.Int32  // the active this standby streams from, -1 none
+	state      atomic.Int32  // failover.State, for I
+	durable    atomic.Uint64 // the token ceiling in the data directory
 	lastSeq    atomic.Uint64 // highest record number made (semi-sync)
-	acked      atomic.Uint64 // highest record number a standby acknowledged
+	acked      atomic.Uint64 // highest record number every synced standby acknowledged
 	syncedSubs atomic.Int32  // standbys streamed to that applied their snapshot
 
-	isolated atomic.Bool // tests: a network partition around this node
-
-	semiMark   uint64       // records that existed at the last slow-standby check
-	semiCheck  time.Time    // when that was
-	streamLost atomic.Int64 // when a synced stream link closed (node clock); 0: none since
-
-	mu      sync.Mutex
-	el      *failover.Elector
-	links   []*peerConn // this node's link to each peer, nil while down
-	inLinks []*peerConn // each peer's link to this node, nil while down
-	dialing []bool
-	// A peer whose handshake failed (it answered, but not as a kunci peer
-	// holding the key) is dialled again only after a backoff.
-	dialAfter  []int64 // node clock
-	dialFails  []int
-	following  int // the active this standby streams from, -1 for none
-	takeoverAt time.Time
+	mu        sync.Mutex
+	links     []*peerConn // (mu) this node's link to each peer, nil while down
+	inLinks   []*peerConn // (mu) each peer's link to this node, nil while down
+	dialing   []bool      // (mu)
+	dialAfter []int64     // (mu) a peer that answered but not as a kunci peer holding the key is dialled again from then
+	dialFails []int       // (mu)
 
 	loopsUp   chan struct{} // closed once gnet's loops run
 	loopsOnce sync.Once
-	events    chan func()      // work from the loops for run
-	promoted  chan int         // peers that confirmed a handoff (P D)
-	leave     chan chan string // Stop asks run to hand over
+	leave     chan chan struct{} // Stop asks run to hand over
 	stop      chan struct{}
 	done      chan struct{}
 }
@@ -70,7 +71,6 @@ type cluster struct {
 const (
 	DefaultHeartbeat       = 100 * time.Millisecond
 	DefaultFailoverTimeout = time.Second
-	dialTimeout            = time.Second
 )
 
 func newCluster(n *Node) (*cluster, error) {
@@ -94,41 +94,38 @@ func newCluster(n *Node) (*cluster, error) {
 		interval:  cfg.Heartbeat,
 		timeout:   cfg.FailoverTimeout,
 		inc:       uint64(time.Now().UnixNano()),
-		el:        failover.New(cfg.Peers, self, int64(cfg.FailoverTimeout), n.now()),
 		links:     make([]*peerConn, len(cfg.Peers)),
 		inLinks:   make([]*peerConn, len(cfg.Peers)),
 		dialing:   make([]bool, len(cfg.Peers)),
 		dialAfter: make([]int64, len(cfg.Peers)),
 		dialFails: make([]int, len(cfg.Peers)),
-		following: -1,
-		events:    make(chan func(), 64),
 		loopsUp:   make(chan struct{}),
-		promoted:  make(chan int, 4),
-		leave:     make(chan chan string),
+		leave:     make(chan chan struct{}),
 		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
 	}
-	// What was issued before this process: its own reservation on top is
-	// not advertised, so that a restarted standby does not push tokens up.
-	cl.ceiling.Store(n.savedCeiling)
+	cl.fo = failover.NewNode(failover.Config{
+		Peers:     cfg.Peers,
+		Self:      self,
+		Heartbeat: int64(cfg.Heartbeat),
+		Timeout:   int64(cfg.FailoverTimeout),
+		SemiSync:  cfg.SemiSync,
+		Block:     tokenBlock,
+		Inc:       cl.inc,
+	}, n.now(), n.savedCeiling)
+	cl.mail.init(len(cfg.Peers))
+	cl.wantStream.Store(-1)
+	cl.durable.Store(n.savedCeiling)
+	cl.persist.init(n.data)
 	return cl, nil
-}
-
-// index returns addr's place in the peer list, or -1.
-func (cl *cluster) index(addr string) int {
-	for i, a := range cl.addrs {
-		if a == addr {
-			return i
-		}
-	}
-	return -1
 }
 
 // role values of Node.role.
 const (
-	roleStandby = int32(failover.Standby)
-	roleActive  = int32(failover.Active)
-	roleLeaving = int32(failover.Leaving)
+	roleStandby   = int32(failover.Standby)
+	roleActive    = int32(failover.Active)
+	roleLeaving   = int32(failover.Leaving)
+	roleRejoining = int32(failover.Rejoining)
 )
 
 func (n *Node) setRole(r int32, active string) {
@@ -144,8 +141,20 @@ func (n *Node) activeOf() string {
 	return ""
 }
 
+// index returns addr's place in the peer list, or -1.
+func (cl *cluster) index(addr string) int {
+	for i, a := range cl.addrs {
+		if a == addr {
+			return i
+		}
+	}
+	return -1
+}
+
 func (cl *cluster) run() {
 	defer close(cl.done)
+	go cl.persist.run(cl)
+	defer cl.persist.stop()
 	t := time.NewTicker(cl.interval)
 	defer t.Stop()
 	cl.tick()
@@ -153,124 +162,150 @@ func (cl *cluster) run() {
 		select {
 		case <-cl.stop:
 			return
-		case f := <-cl.events:
-			f()
-		case reply := <-cl.leave:
-			reply <- cl.handOverForStop()
-			return
 		case <-t.C:
 			cl.tick()
+		case <-cl.mail.kick:
+			cl.drain()
+		case reply := <-cl.leave:
+			cl.leaveDone = reply
+			cl.step(failover.Leave{})
+		}
+		if cl.fo.State() == failover.StateStopped {
+			if cl.leaveDone != nil {
+				close(cl.leaveDone)
+				cl.leaveDone = nil
+			}
+			return
 		}
 	}
 }
 
-// tick sends heartbeats, dials missing links and acts on the elector's
-// decision.
+// tick moves the failover.Node's clock, after telling it where the stream
+// stands, and sees to the peer links.
 func (cl *cluster) tick() {
 	n := cl.n
-	cl.heartbeat()
+	cl.drain()
 	now := n.now()
-	role := n.role.Load()
-	cl.mu.Lock()
-	isolated := cl.isolated.Load()
-	for i, pc := range cl.links {
-		switch {
-		case i == cl.self:
-		case isolated:
-			if pc != nil {
-				_ = pc.c.Close()
-			}
-		case pc != nil && !cl.el.Live(i, now) && now-pc.opened > int64(cl.timeout):
-			// Silent for a failover timeout: the link may be half-open
-			// (the peer's machine died). Dial afresh, so that a peer that
-			// comes back hears this node again.
-			_ = pc.c.Close()
-		case pc == nil && !cl.dialing[i] && now >= cl.dialAfter[i]:
-			cl.dialing[i] = true
-			go cl.dial(i)
+	cl.fo.Step(now, failover.Progress{Seq: cl.hub.Seq(), Acked: cl.ackedByPeer(), Last: n.tokens.Last()})
+	cl.fo.Tick(now)
+	cl.do(cl.fo.Ready())
+	cl.alive.Store(now)
+	cl.state.Store(int32(cl.fo.State()))
+	cl.manageLinks(now)
+	cl.ensureStream()
+}
+
+// drain steps every event the mailbox holds.
+func (cl *cluster) drain() {
+	for _, e := range cl.mail.take() {
+		cl.step(e)
+	}
+}
+
+func (cl *cluster) step(e failover.Event) {
+	cl.fo.Step(cl.n.now(), e)
+	cl.do(cl.fo.Ready())
+	cl.state.Store(int32(cl.fo.State()))
+}
+
+// ackedByPeer returns what each standby acknowledged, by peer index.
+func (cl *cluster) ackedByPeer() []uint64 {
+	acked := make([]uint64, len(cl.addrs))
+	for _, s := range cl.hub.Subs() {
+		if s.Synced() {
+			acked[s.Peer] = s.Acked()
 		}
 	}
-	if lost := cl.streamLost.Load(); lost != 0 && cl.following >= 0 && cl.haveCopy.Load() &&
-		cl.el.HeardAt(cl.following) > lost+int64(cl.interval) {
-		// The stream broke but its active lives on: the copy misses
-		// what came meanwhile, so this node is no heir until it syncs
-		// again. (When the active crashed, it is never heard again and
-		// the copy stays the best there is.)
-		cl.haveCopy.Store(false)
-	}
-	d := cl.el.Decide(now, failover.Role(role), cl.haveCopy.Load())
-	peerCeiling := cl.el.Ceiling()
-	cl.mu.Unlock()
-
-	if role == roleActive && peerCeiling > n.tokens.Ceiling() {
-		cl.raiseCeiling(peerCeiling)
-	}
-	if n.cfg.SemiSync && role == roleActive && time.Since(cl.semiCheck) >= cl.timeout {
-		cl.semiCheck = time.Now()
-		cl.dropSlowStandbys()
-	}
-	switch d.Action {
-	case failover.Promote:
-		cl.promote("no active peer is alive", -1)
-	case failover.Demote:
-		cl.demote(d.Peer)
-	case failover.Follow:
-		cl.follow(d.Peer)
-	}
+	return acked
 }
 
-// raiseCeiling has an active's tokens move above peerCeiling, up to which a
-// peer may have issued tokens (a healed partition, a restarted cluster).
-// The reserver makes the new range durable and replicated first; tokens
-// jump into it only then (Tokens.SetRange). Neither this goroutine nor a
-// loop waits for it.
-func (cl *cluster) raiseCeiling(peerCeiling uint64) {
+// do carries out the failover.Node's actions, in order.
+func (cl *cluster) do(actions []failover.Action) {
 	n := cl.n
-	if n.role.Load() != roleActive || peerCeiling <= n.tokens.Ceiling() {
-		return
+	for _, a := range actions {
+		switch a.Kind {
+		case failover.SendHeartbeat:
+			cl.sendHeartbeat(a.Peer, &a.HB)
+		case failover.SendSync:
+			cl.follow(a.Peer)
+		case failover.SendTakeover:
+			cl.sendPeer(a.Peer, replica.Takeover)
+		case failover.SendPromoted:
+			cl.sendPeer(a.Peer, replica.Promoted)
+		case failover.SetRole:
+			cl.setRole(a)
+		case failover.Freeze:
+			cl.frozen = true
+			n.freeze(a.Since)
+		case failover.Thaw:
+			cl.frozen = false
+			n.thaw(cl.timeout)
+		case failover.RedirectAll:
+			n.redirectAll(cl.addrs[a.Peer])
+		case failover.Reset:
+			n.resetShards()
+		case failover.Persist:
+			cl.persist.want(a.Ceiling)
+		case failover.Issue:
+			n.tokens.SetRange(a.Range.Lo, a.Range.Hi, a.Range.Hi-tokenBlock/2)
+			n.log.Debug().Uint64("lo", a.Range.Lo).Uint64("hi", a.Range.Hi).Msg("issuing tokens from a new range")
+		case failover.DropStandby:
+			cl.dropStandbys(a.Peer)
+		case failover.Handoff:
+			cl.handoff(a)
+		case failover.Stopped:
+		}
 	}
-	if !raiseTo(&cl.wantFloor, peerCeiling) {
-		return
+	// A loop that found the clock jumped froze the node on its own; the
+	// failover.Node, now told of the jump, says whether it stays frozen.
+	if !cl.frozen && n.frozen.Load() {
+		n.thaw(cl.timeout)
 	}
-	n.kickReserve()
-	n.log.Info().Uint64("token_floor", peerCeiling).Msg("a peer knows a higher token ceiling: tokens continue above it")
 }
 
-// heartbeat sends this node's heartbeat on every link.
-func (cl *cluster) heartbeat() {
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	if cl.isolated.Load() {
-		return
+func (cl *cluster) setRole(a failover.Action) {
+	n := cl.n
+	addr := ""
+	if a.Peer >= 0 {
+		addr = cl.addrs[a.Peer]
 	}
-	line := cl.heartbeatLine()
-	for i, pc := range cl.links {
-		if i != cl.self && pc != nil {
+	was := n.role.Load()
+	n.setRole(int32(a.Role), addr)
+	ev := n.log.Info()
+	switch {
+	case a.Role == failover.Active && was != roleActive:
+		n.promotions.Add(1)
+		ev = n.log.Warn()
+		ev.Str("why", a.Why).Msg("promoted to active")
+		return
+	case a.Role == failover.Standby && was == roleActive, a.Role == failover.Rejoining:
+		ev = n.log.Warn()
+	}
+	ev.Str("role", a.Role.String()).Str("active", addr).Str("why", a.Why).Msg("role changed")
+}
+
+// sendHeartbeat writes this node's heartbeat to peer i on every link with
+// it, so that one working connection in either direction carries it.
+func (cl *cluster) sendHeartbeat(i int, h *failover.Heartbeat) {
+	cl.mu.Lock()
+	out, in := cl.links[i], cl.inLinks[i]
+	cl.mu.Unlock()
+	for _, pc := range [2]*peerConn{out, in} {
+		if pc != nil {
+			line := replica.AppendHeartbeat(nil, cl.n.self, h)
 			_ = pc.c.AsyncWrite(line, checkBacklog)
 		}
 	}
 }
 
-// heartbeatLine encodes a heartbeat. The number is taken before the role
-// is read: a node handing its role over marks the first number that says
-// so (see handOver), so a heartbeat numbered from the mark on never says
-// "active".
-func (cl *cluster) heartbeatLine() []byte {
-	n := cl.n
-	hb := cl.hb.Add(1)
-	role := n.role.Load()
-	return replica.AppendHeartbeat(nil, n.self, roleByte(role), n.activeOf(), cl.inc, hb,
-		cl.ceiling.Load(), role == roleActive || cl.haveCopy.Load())
-}
-
-func roleByte(r int32) byte {
-	switch r {
-	case roleActive:
-		return replica.RoleActive
-	case roleLeaving:
-		return replica.RoleLeaving
+// sendPeer writes a P frame of kind k on this node's link to peer i.
+func (cl *cluster) sendPeer(i int, k replica.Kind) {
+	cl.mu.Lock()
+	pc := cl.links[i]
+	cl.mu.Unlock()
+	if pc != nil {
+		_ = pc.c.AsyncWrite(replica.AppendPeer(nil, k), nil)
 	}
-	return replica.RoleStandby
 }
 
 // checkBacklog closes a peer link whose unsent heartbeats pile up: the
@@ -282,7 +317,105 @@ func checkBacklog(c gnet.Conn, err error) error {
 	return nil
 }
 
-// dial connects to peer i and adopts the connection into a loop.
+// follow makes this standby stream from peer a, and no other.
+func (cl *cluster) follow(a int) {
+	if old := int(cl.wantStream.Swap(int32(a))); old >= 0 && old != a {
+		cl.mu.Lock()
+		pc := cl.links[old]
+		cl.mu.Unlock()
+		if pc != nil && pc.streaming.Load() {
+			pc.streaming.Store(false)
+			_ = pc.c.Close()
+		}
+	}
+	cl.ensureStream()
+}
+
+// ensureStream asks the active this standby follows for its stream, if the
+// link is up and it was not asked yet.
+func (cl *cluster) ensureStream() {
+	a := int(cl.wantStream.Load())
+	if a < 0 || cl.n.role.Load() != roleStandby {
+		return
+	}
+	cl.mu.Lock()
+	pc := cl.links[a]
+	cl.mu.Unlock()
+	if pc != nil && pc.streaming.CompareAndSwap(false, true) {
+		_ = pc.c.AsyncWrite(replica.AppendPeer(nil, replica.Sync), nil)
+	}
+}
+
+// dropStandbys ends the stream to standby p, or to every standby (-1).
+func (cl *cluster) dropStandbys(p int) {
+	dropped := false
+	for _, s := range cl.hub.Subs() {
+		if p < 0 || s.Peer == p {
+			if p >= 0 {
+				cl.n.standbysDropped[dropSlow].Add(1)
+				cl.n.log.Warn().Str("standby", cl.addrs[s.Peer]).Msg("standby did not acknowledge within the failover timeout: dropped (semi-sync answers do not wait for it)")
+			}
+			cl.hub.Remove(s)
+			cl.mu.Lock()
+			pc := cl.inLinks[s.Peer]
+			cl.mu.Unlock()
+			if pc != nil {
+				_ = pc.c.Close() // the standby starts again from a snapshot
+			}
+			dropped = true
+		}
+	}
+	if dropped {
+		cl.n.ackedAny(0)
+	}
+}
+
+// handoff queues, in the successor's stream, the order to promote itself.
+func (cl *cluster) handoff(a failover.Action) {
+	for _, s := range cl.hub.Subs() {
+		if s.Peer == a.Peer {
+			if seq, ok := cl.hub.Handoff(s, cl.inc, a.Mark, a.Range); ok {
+				cl.n.log.Info().Str("successor", cl.addrs[a.Peer]).Uint64("seq", seq).Msg("handing the active role over")
+			}
+			return
+		}
+	}
+	cl.n.log.Warn().Str("successor", cl.addrs[a.Peer]).Msg("the successor's stream ended before the handoff")
+}
+
+// dialTimeout is how long a dial and handshake with a peer may take: a
+// few heartbeats, so that a connection attempt whose SYN was lost (a heal
+// that opens one direction first) is tried afresh soon, not after TCP's own
+// retry.
+func (cl *cluster) dialTimeout() time.Duration {
+	return min(max(2*cl.interval, 200*time.Millisecond), cl.timeout)
+}
+
+// manageLinks dials the peers this node has no link to, and closes links
+// to peers silent for a failover timeout (the link may be half-open: the
+// peer's machine died, or a partition swallowed its FIN), in both
+// directions, so that a link left over from before a cut holds nothing up.
+func (cl *cluster) manageLinks(now int64) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	for i := range cl.addrs {
+		if i == cl.self {
+			continue
+		}
+		silent := !cl.fo.Live(i)
+		for _, pc := range [2]*peerConn{cl.links[i], cl.inLinks[i]} {
+			if pc != nil && silent && now-pc.opened > int64(cl.timeout) {
+				_ = pc.c.Close()
+			}
+		}
+		if cl.links[i] == nil && !cl.dialing[i] && now >= cl.dialAfter[i] {
+			cl.dialing[i] = true
+			go cl.dial(i)
+		}
+	}
+}
+
+// dial connects to peer i, proves the key, and adopts the link into a loop.
 func (cl *cluster) dial(i int) {
 	n := cl.n
 	fail := func() {
@@ -290,7 +423,7 @@ func (cl *cluster) dial(i int) {
 		cl.dialing[i] = false
 		cl.mu.Unlock()
 	}
-	nc, err := cl.dialPeer(i, dialTimeout)
+	nc, inc, err := cl.dialPeer(i, cl.dialTimeout())
 	if err != nil {
 		var ne net.Error
 		if !errors.As(err, &ne) {
@@ -311,7 +444,7 @@ func (cl *cluster) dial(i int) {
 	cl.mu.Lock()
 	cl.dialFails[i] = 0
 	cl.mu.Unlock()
-	pc := &peerConn{n: n, idx: i, out: true}
+	pc := &peerConn{n: n, idx: i, peerInc: inc, out: true}
 	ctx := gnet.NewContext(gnet.NewNetConnContext(context.Background(), nc), pc)
 	ch, err := n.eng.Register(ctx)
 	if err != nil {
@@ -324,7 +457,7 @@ func (cl *cluster) dial(i int) {
 		if res.Err == nil && pc.registered.Load() {
 			return // OnOpen put the link in cl.links and cleared dialing
 		}
-	case <-time.After(dialTimeout):
+	case <-time.After(cl.dialTimeout()):
 		// The loop did not take it (stopping, say).
 	}
 	if !pc.registered.Load() {
@@ -332,311 +465,186 @@ func (cl *cluster) dial(i int) {
 	}
 }
 
-// follow makes this standby stream from peer a.
-func (cl *cluster) follow(a int) {
-	n := cl.n
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	if cl.following != a {
-		if cl.following >= 0 {
-			if old := cl.links[cl.following]; old != nil && old.streaming.Load() {
-				old.streaming.Store(false)
-				_ = old.c.Close()
-			}
-		}
-		cl.following = a
-		n.setRole(roleStandby, cl.addrs[a])
-		n.log.Info().Str("active", cl.addrs[a]).Msg("following the active")
-	}
-	pc := cl.links[a]
-	if pc == nil {
-		return
-	}
-	if !pc.streaming.Load() {
-		pc.streaming.Store(true)
-		_ = pc.c.AsyncWrite(replica.AppendPeer(nil, replica.Sync), nil)
-		return
-	}
-	if a > cl.self && pc.synced.Load() && time.Since(cl.takeoverAt) > cl.timeout {
-		// This node outranks the active and holds its state: ask for the
-		// role, which the active hands over without losing a grant.
-		cl.takeoverAt = time.Now()
-		_ = pc.c.AsyncWrite(replica.AppendPeer(nil, replica.Takeover), nil)
-	}
+// mailbox carries events from the loops and the persister to run. It never
+// drops one and never blocks: a peer's heartbeats are coalesced (the
+// latest stands for those before), and a peer may have at most
+// maxMailPerPeer other events waiting — a peer past that floods the node,
+// and its link is closed instead.
+type mailbox struct {
+	mu      sync.Mutex
+	events  []mail
+	heardAt []int // index in events of a peer's waiting heartbeat, -1 none
+	perPeer []int
+	kick    chan struct{}
 }
 
-// promote makes this node the active. Its tokens start above every ceiling
-// it knows, in a range that is durable here and, before any token of it is
-// issued, copied by every live standby: until then the node is active but
-// frozen (requests wait unread), so that no loop blocks on the tokens while
-// it must carry the standbys' acknowledgements. except is a peer not to
-// wait for (the one handing its role over). It reports false if the range
-// could not be made durable; the node then stays a standby.
-func (cl *cluster) promote(why string, except int) bool {
-	n := cl.n
-	cl.mu.Lock()
-	floor := max(n.tokens.Last(), cl.ceiling.Load(), cl.el.Ceiling(), n.tokens.Ceiling())
-	if cl.following >= 0 {
-		if pc := cl.links[cl.following]; pc != nil {
-			pc.streaming.Store(false)
+type mail struct {
+	peer int // -1: from the node itself
+	ev   failover.Event
+}
+
+const maxMailPerPeer = 64
+
+func (m *mailbox) init(peers int) {
+	m.heardAt = make([]int, peers)
+	for i := range m.heardAt {
+		m.heardAt[i] = -1
+	}
+	m.perPeer = make([]int, peers)
+	m.kick = make(chan struct{}, 1)
+}
+
+// heard posts peer i's heartbeat.
+func (m *mailbox) heard(i int, h failover.Heartbeat) {
+	m.mu.Lock()
+	if k := m.heardAt[i]; k >= 0 {
+		m.events[k].ev = failover.Heard{From: i, HB: h}
+	} else {
+		m.heardAt[i] = len(m.events)
+		m.events = append(m.events, mail{i, failover.Heard{From: i, HB: h}})
+	}
+	m.mu.Unlock()
+	m.wake()
+}
+
+// post posts an event from peer i (-1: from the node itself), and reports
+// false when peer i has too many events waiting already.
+func (m *mailbox) post(i int, e failover.Event) bool {
+	m.mu.Lock()
+	if i >= 0 {
+		if m.perPeer[i] >= maxMailPerPeer {
+			m.mu.Unlock()
+			return false
 		}
-		cl.following = -1
+		m.perPeer[i]++
 	}
-	cl.mu.Unlock()
-	start := time.Now()
-	lo, hi := n.tokenRange(floor)
-	if err := n.data.setCeiling(hi); err != nil {
-		n.log.Error().Err(err).Msg("cannot persist the token ceiling: not promoting")
-		return false
-	}
-	cl.ceiling.Store(max(cl.ceiling.Load(), hi))
-	n.freeze()
-	n.promotions.Add(1)
-	n.setRole(roleActive, n.self)
-	cl.heartbeat() // the standbys learn of the new active now, not a tick later
-	waited := cl.awaitStandbys(except)
-	n.tokens.SetRange(lo, hi, hi-tokenBlock/2)
-	n.thaw()
-	n.wakeClients()
-	keys, _ := n.Stats()
-	n.log.Warn().Str("why", why).Int("keys", keys).Uint64("token_floor", lo).
-		Int("standbys", waited).Dur("took", time.Since(start)).Msg("promoted to active")
+	m.events = append(m.events, mail{i, e})
+	m.mu.Unlock()
+	m.wake()
 	return true
 }
 
-// awaitStandbys waits, for at most half a failover timeout, until every
-// live standby (but except) applied a snapshot of this new active, which
-// carries its token ceiling. It returns how many did.
-func (cl *cluster) awaitStandbys(except int) int {
-	n := cl.n
-	deadline := time.Now().Add(cl.timeout / 2)
-	lastBeat := time.Now()
+func (m *mailbox) wake() {
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the waiting events, in order.
+func (m *mailbox) take() []failover.Event {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.events) == 0 {
+		return nil
+	}
+	out := make([]failover.Event, len(m.events))
+	for k, e := range m.events {
+		out[k] = e.ev
+	}
+	clear(m.events)
+	m.events = m.events[:0]
+	for i := range m.heardAt {
+		m.heardAt[i] = -1
+	}
+	clear(m.perPeer)
+	return out
+}
+
+// persister makes token ceilings durable off run's goroutine: a disk sync
+// must not hold up heartbeats. It keeps only the highest ceiling asked for.
+type persister struct {
+	data  *dataDir
+	mu    sync.Mutex
+	asked uint64
+	kick  chan struct{}
+	quit  chan struct{}
+	done  chan struct{}
+}
+
+func (p *persister) init(d *dataDir) {
+	p.data = d
+	p.kick = make(chan struct{}, 1)
+	p.quit = make(chan struct{})
+	p.done = make(chan struct{})
+}
+
+func (p *persister) want(c uint64) {
+	p.mu.Lock()
+	p.asked = max(p.asked, c)
+	p.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (p *persister) run(cl *cluster) {
+	defer close(p.done)
 	for {
-		now := n.now()
-		synced := map[int]bool{}
-		for _, s := range cl.hub.Subs() {
-			if s.Synced() {
-				synced[s.Peer] = true
-			}
-		}
-		missing := 0
-		cl.mu.Lock()
-		for i := range cl.addrs {
-			if i == cl.self || i == except || !cl.el.Live(i, now) || synced[i] {
-				continue
-			}
-			if h, ok := cl.el.Heartbeat(i); ok && h.Role == failover.Leaving {
-				continue
-			}
-			missing++
-		}
-		cl.mu.Unlock()
-		if missing == 0 || time.Now().After(deadline) {
-			return len(synced)
-		}
-		if time.Since(lastBeat) >= cl.interval {
-			lastBeat = time.Now()
-			cl.heartbeat()
-		}
-		time.Sleep(500 * time.Microsecond)
-	}
-}
-
-// demote steps down in favour of the higher-priority active w: clients are
-// redirected there, and the state is dropped to be copied from w.
-func (cl *cluster) demote(w int) {
-	n := cl.n
-	n.freeze()
-	cl.awaitCeiling(w)
-	n.setRole(roleStandby, cl.addrs[w])
-	cl.dropSubs()
-	n.redirectAll(cl.addrs[w])
-	n.resetShards()
-	cl.haveCopy.Store(false)
-	n.thaw()
-	n.log.Warn().Str("active", cl.addrs[w]).Msg("another active outranks this node: demoted to standby")
-	cl.follow(w)
-}
-
-// awaitCeiling waits, for at most a failover timeout, until peer w
-// reports a token ceiling at or above this node's: its tokens are then
-// above every token this node issued, and this node's clients, redirected
-// there, get larger tokens than the ones they held here.
-func (cl *cluster) awaitCeiling(w int) {
-	deadline := time.Now().Add(cl.timeout)
-	lastBeat := time.Time{}
-	for time.Now().Before(deadline) {
-		cl.mu.Lock()
-		h, ok := cl.el.Heartbeat(w)
-		cl.mu.Unlock()
-		if ok && h.Ceiling >= cl.ceiling.Load() {
+		select {
+		case <-p.quit:
 			return
+		case <-p.kick:
 		}
-		if time.Since(lastBeat) >= cl.interval {
-			lastBeat = time.Now()
-			cl.heartbeat() // w learns this node's ceiling from it
+		p.mu.Lock()
+		c := p.asked
+		p.mu.Unlock()
+		if err := p.data.setCeiling(c); err != nil {
+			cl.n.log.Error().Err(err).Uint64("ceiling", c).Msg("cannot persist the token ceiling")
+			cl.mail.post(-1, failover.CeilingFailed{Ceiling: c})
+			continue
 		}
-		time.Sleep(500 * time.Microsecond)
-	}
-	cl.n.log.Warn().Str("active", cl.addrs[w]).Msg("the winning active did not report a ceiling above this node's in time")
-}
-
-func (cl *cluster) dropSubs() {
-	for _, s := range cl.hub.Subs() {
-		cl.hub.Drop(s)
+		cl.durable.Store(max(cl.durable.Load(), c))
+		cl.mail.post(-1, failover.CeilingDurable{Ceiling: c})
 	}
 }
 
-// successor returns the stream of the highest-priority live standby that
-// holds a copy of the state, or nil.
-func (cl *cluster) successor() *replica.Sub {
-	now := cl.n.now()
-	var best *replica.Sub
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	for _, s := range cl.hub.Subs() {
-		if s.Synced() && cl.el.Live(s.Peer, now) && (best == nil || s.Peer < best.Peer) {
-			best = s
-		}
-	}
-	return best
+func (p *persister) stop() {
+	close(p.quit)
+	<-p.done
 }
 
-// handOver passes the active role to the standby streamed by s without
-// losing a grant: the node stops deciding, s applies the last record and
-// promotes itself, and only then are clients sent to it. It returns the
-// successor's address, or "" when the handoff did not happen (the node is
-// then active again).
-func (cl *cluster) handOver(s *replica.Sub) string {
-	n := cl.n
-	to := cl.addrs[s.Peer]
-	start := time.Now()
-	n.freeze()
-	n.setRole(roleLeaving, to)
-	// Heartbeats from here on say "leaving"; the successor ignores older
-	// ones, which may still be on their way on the other link.
-	mark := cl.hb.Load() + 1
-	for len(cl.promoted) > 0 {
-		<-cl.promoted
+// freeze stops the node deciding anything: requests are not read, and
+// leases and waits stand still; requests read once it thaws count their
+// wait from since. It returns once no batch that started before runs.
+func (n *Node) freeze(since int64) {
+	if !n.frozen.Load() {
+		n.frozenSince.Store(since)
 	}
-	seq, ok := cl.hub.Handoff(s, cl.inc, mark)
-	if ok {
-		ok = false
-		deadline := time.After(2 * cl.timeout)
-	wait:
-		for {
-			select {
-			case p := <-cl.promoted:
-				if p == s.Peer {
-					ok = true
-					break wait
-				}
-			case <-deadline:
-				break wait
-			}
-		}
-	}
-	if !ok {
-		// Batches read during the freeze were dropped unanswered: the
-		// clients re-send them after a redirect to this node.
-		n.setRole(roleActive, n.self)
-		n.redirectAll(n.self)
-		n.thaw()
-		n.log.Error().Str("successor", to).Msg("the successor did not confirm the handoff: this node stays active")
-		return ""
-	}
-	n.setRole(roleStandby, to)
-	n.redirectAll(to)
-	cl.dropSubs()
-	n.log.Info().Str("successor", to).Uint64("seq", seq).Dur("pause", time.Since(start)).Msg("handed the active role over")
-	return to
-}
-
-// handOverForStop hands the role to the next live standby, if this node is
-// active and there is one. It returns the successor's address or "".
-func (cl *cluster) handOverForStop() string {
-	if cl.n.role.Load() != roleActive {
-		return ""
-	}
-	s := cl.successor()
-	if s == nil {
-		return ""
-	}
-	return cl.handOver(s)
-}
-
-// takeover is asked by a higher-priority standby that caught up.
-func (cl *cluster) takeover(peer int) {
-	n := cl.n
-	if n.role.Load() != roleActive || peer > cl.self {
-		return
-	}
-	var sub *replica.Sub
-	for _, s := range cl.hub.Subs() {
-		if s.Peer == peer && s.Synced() {
-			sub = s
-		}
-	}
-	if sub == nil {
-		return
-	}
-	if to := cl.handOver(sub); to != "" {
-		n.resetShards()
-		cl.haveCopy.Store(false)
-		n.thaw()
-		cl.follow(peer)
-	}
-}
-
-// onHandoff runs on the successor when its active's handoff record came:
-// every record before it has been applied.
-func (cl *cluster) onHandoff(pc *peerConn, inc, hb uint64) {
-	cl.mu.Lock()
-	cl.el.Ignore(pc.idx, inc, hb)
-	cl.mu.Unlock()
-	if cl.promote("handoff from "+cl.addrs[pc.idx], pc.idx) {
-		_ = pc.c.AsyncWrite(replica.AppendPeer(nil, replica.Promoted), nil)
-	}
-}
-
-// reserveCeiling is the reserver's step for a cluster: next is durable
-// here; it goes to the standbys, and the node issues tokens up to it once
-// every standby streamed to has it too, or was dropped for not answering.
-func (cl *cluster) reserveCeiling(next uint64) {
-	if cl.n.role.Load() != roleActive {
-		return
-	}
-	seq := cl.hub.Ceiling(next)
-	deadline := time.Now().Add(cl.timeout / 2)
-	for {
-		behind := cl.hub.Behind(seq)
-		if len(behind) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			for _, s := range behind {
-				cl.n.log.Warn().Str("standby", cl.addrs[s.Peer]).Msg("standby did not acknowledge the token ceiling: dropped")
-				cl.hub.Drop(s)
-			}
-			return
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-// freeze stops the node deciding anything: requests are not read, batches
-// in flight are dropped unanswered (clients re-send them after the
-// redirect), and leases do not run out. It returns once no batch runs.
-func (n *Node) freeze() {
 	n.frozen.Store(true)
-	for i := range n.shards {
-		n.shards[i].mu.Lock()
-		//lint:ignore SA2001 an empty critical section is the barrier
-		n.shards[i].mu.Unlock()
-	}
+	n.onEachLoop(func(*loop) {})
 }
 
-func (n *Node) thaw() { n.frozen.Store(false) }
+// thaw lets the node decide again. What each connection sent while it was
+// frozen is marked: an acquire in it that waited, counted from when the
+// node stopped reading, past its wait or past stale, is answered T and
+// never granted (its client may have left long ago).
+func (n *Node) thaw(stale time.Duration) {
+	since := n.frozenSince.Load()
+	n.onEachLoop(func(lp *loop) {
+		n.conns.each(func(cs *conn) {
+			if cs.lp == lp && !cs.closed {
+				cs.backlog = cs.c.InboundBuffered() + len(cs.carry)
+				cs.backlogSince = since
+			}
+		})
+		lp.stale = int64(stale)
+	})
+	n.frozen.Store(false)
+	n.wakeClients()
+}
+
+// selfFreeze freezes the node from a loop that found the cluster's clock
+// stalled for longer than the failover timeout: the process was frozen or
+// starved, and another node may be active now. run decides, at its next
+// tick, whether it thaws (see cluster.do). It runs on a loop.
+func (n *Node) selfFreeze(since int64) {
+	if n.frozen.CompareAndSwap(false, true) {
+		n.frozenSince.Store(since)
+		n.cl.mail.wake()
+	}
+}
 
 // resetShards forgets every grant and waiter.
 func (n *Node) resetShards() {
@@ -677,7 +685,7 @@ func (n *Node) redirectAll(addr string) {
 }
 
 // wakeClients has every client connection's pending requests read again
-// after a freeze that came to nothing.
+// after a freeze.
 func (n *Node) wakeClients() {
 	n.onEachLoop(func(lp *loop) {
 		n.conns.each(func(cs *conn) {
@@ -705,13 +713,34 @@ func (n *Node) onEachLoop(fn func(*loop)) {
 	wg.Wait()
 }
 
-// Role returns "active" or "standby" (a node handing its role over counts
-// as a standby). A node without peers is always the active.
+// Role returns "active" or "standby" (a node handing its role over, or
+// rejoining, counts as a standby). A node without peers is always the
+// active.
 func (n *Node) Role() string {
 	if n.role.Load() == roleActive {
 		return "active"
 	}
 	return "standby"
+}
+
+// State returns a cluster node's state in the role protocol when it is
+// between roles ("promoting", "handing-over", "demoting", "rejoining"), ""
+// otherwise.
+func (n *Node) State() string {
+	if n.cl == nil {
+		return ""
+	}
+	switch failover.State(n.cl.state.Load()) {
+	case failover.StatePromoting:
+		return "promoting"
+	case failover.StateLeaving:
+		return "handing-over"
+	case failover.StateDemoting:
+		return "demoting"
+	case failover.StateRejoining:
+		return "rejoining"
+	}
+	return ""
 }
 
 // Active returns the active's client address as this node knows it, or ""
@@ -737,12 +766,37 @@ func (n *Node) Replication() []ReplicationLag {
 	return out
 }
 
+// leaveCluster hands the active role over before the node stops, if it is
+// active and a standby can take it, and stops the cluster goroutine.
+func (n *Node) leaveCluster() {
+	cl := n.cl
+	reply := make(chan struct{})
+	select {
+	case cl.leave <- reply:
+		select {
+		case <-reply:
+		case <-cl.done:
+		case <-time.After(4 * cl.timeout):
+			n.log.Warn().Msg("the handoff did not finish in time: stopping without it")
+		}
+	case <-cl.done:
+	}
+	select {
+	case <-cl.done:
+	default:
+		close(cl.stop)
+		<-cl.done
+	}
+}
+
 // Semi-synchronous answers (Config.SemiSync). While a standby that applied
 // its snapshot is streamed to, a loop holds each batch of answers until a
 // standby acknowledged every record made before the batch was flushed, so
 // that no client hears of a grant that a crash failover could lose. With no
 // such standby, answers go out at once, as in the default asynchronous
-// mode.
+// mode. The failover.Node drops a standby that does not acknowledge within
+// a failover timeout (DropStandby), so no answer waits longer than that
+// and a heartbeat.
 
 // heldOutput is a connection's answers waiting for an acknowledgement:
 // the bytes of loop.heldBuf up to end, after the previous entry's.
@@ -769,10 +823,10 @@ func raiseTo(a *atomic.Uint64, v uint64) bool {
 	}
 }
 
-// ackedAny records a standby's acknowledgement. In semi-synchronous mode,
-// answers are released once every standby that holds a copy acknowledged
-// them, so that whichever of them is promoted has every grant a client
-// was told of.
+// ackedAny records a standby's acknowledgement, or a standby's drop. In
+// semi-synchronous mode, answers are released once every standby that
+// holds a copy acknowledged them, so that whichever of them is promoted has
+// every grant a client was told of.
 func (n *Node) ackedAny(uint64) {
 	if !n.cfg.SemiSync {
 		return
@@ -784,24 +838,6 @@ func (n *Node) ackedAny(uint64) {
 	}
 	raiseTo(&cl.acked, m)
 	n.releaseHeld()
-}
-
-// dropSlowStandbys ends the stream of every standby that has not
-// acknowledged, within a failover timeout, the records that existed at the
-// previous check: in semi-synchronous mode answers wait for it. It runs on
-// the cluster goroutine once per failover timeout.
-func (cl *cluster) dropSlowStandbys() {
-	mark := cl.semiMark
-	cl.semiMark = cl.lastSeq.Load()
-	if mark == 0 {
-		return
-	}
-	for _, s := range cl.hub.Behind(mark) {
-		if s.Synced() {
-			cl.n.log.Warn().Str("standby", cl.addrs[s.Peer]).Msg("standby did not acknowledge in time: dropped (semi-sync answers do not wait for it)")
-			cl.hub.Drop(s)
-		}
-	}
 }
 
 // releaseHeld has every loop holding answers look at them again.

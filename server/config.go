@@ -77,7 +77,10 @@ type Config struct {
 	ClusterKey    []byte
 	ClusterKeyOld []byte
 	InsecurePeers bool
-	Logger        zerolog.Logger
+	// PeerDialer, when set, opens the connections to peers instead of
+	// net.DialTimeout (a proxy, a test's network that can be cut).
+	PeerDialer func(network, addr string, timeout time.Duration) (net.Conn, error)
+	Logger     zerolog.Logger
 }
 
 // Defaults.

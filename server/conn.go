@@ -21,6 +21,7 @@ type conn struct {
 	lp       *loop
 	c        gnet.Conn
 	out      []byte // answers not yet written
+	info     []byte // I answers not yet written: never held (semi-sync)
 	carry    []byte // the start of a request line split across reads
 	dirty    bool   // on lp.dirty
 	paused   bool   // on lp.paused: not read until its output drains
@@ -35,6 +36,11 @@ type conn struct {
 	probation bool
 	source    string // the remote host, on probation only
 	openedAt  int64  // node clock
+	// backlog is how many bytes at the front of what the connection sent
+	// arrived while the node was frozen, no later than backlogSince: an
+	// acquire among them counts its wait from then (Node.thaw).
+	backlog      int
+	backlogSince int64
 	// hs is the peer handshake in progress: the connection sent a peer's
 	// hello and was challenged; its next line must be the proof.
 	hs   *replica.Accepting

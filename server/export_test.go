@@ -25,9 +25,5 @@ func SetSnapshotChunks(keys, bytes int) (restore func()) {
 	return func() { snapshotChunk, snapshotStep = k, b }
 }
 
-// Isolate cuts n off from its peers (true) or lets it reach them again: a
-// network partition around n. Clients still reach it.
-func (n *Node) Isolate(on bool) { n.cl.isolated.Store(on) }
-
 // TickRounds returns how many rounds of ticks the ticker has queued.
 func (n *Node) TickRounds() uint64 { return n.tickRounds.Load() }

@@ -31,6 +31,9 @@ type loop struct {
 	// standby is set for a serve on a node that is not the active: its
 	// A, R, X and C are answered with a redirect.
 	standby bool
+	// stale is the longest an acquire may have waited unread in a frozen
+	// node's input and still be decided (the failover timeout).
+	stale int64
 	// closing is set when serve wrote an answer after which the connection
 	// ends (a redirect, a refused peer frame, a refusal before
 	// authentication): lines behind it are not executed.
@@ -79,6 +82,9 @@ type request struct {
 	token  uint64
 	err    error
 	echoOp []byte
+	// stale marks an acquire that waited in a frozen node's input past
+	// its wait (or past loop.stale): it is answered T, never granted.
+	stale bool
 }
 
 func newLoop(n *Node, el gnet.EventLoop) *loop {
@@ -179,6 +185,10 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 	if m == 0 || err == wire.ErrLineTooLong {
 		return m, err
 	}
+	backlog := cs.backlog > 0 // the line came while the node was frozen
+	if backlog {
+		cs.backlog = max(cs.backlog-m, 0)
+	}
 	if err == wire.ErrUnknownOp && len(req.EchoOp) == 1 && req.EchoOp[0] == 'P' {
 		// A peer frame on a connection that has not proved the cluster
 		// key: refused, and the connection ends.
@@ -200,8 +210,7 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 		cs.out = wire.AppendError(cs.out, req.EchoOp, req.EchoKey, wire.Reason(err))
 		lp.markDirty(cs)
 	case req.Op == wire.OpInfo:
-		cs.out = wire.AppendInfo(cs.out, lp.n.Role(), lp.n.self, lp.n.activeOf())
-		lp.markDirty(cs)
+		lp.info(cs)
 	case req.Op == wire.OpAuth:
 		// Authenticated already, or the node asks for no credentials:
 		// then U checks nothing, so clients may be given credentials
@@ -221,16 +230,42 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 		lp.refused.count(errKeyForbidden)
 		lp.batch = append(lp.batch, request{op: req.Op, key: req.Key, err: errKeyForbidden, echoOp: req.EchoOp})
 	default:
+		r := request{
+			op: req.Op, key: req.Key, token: req.Token,
+			lease: req.Lease * ms, wait: req.Wait * ms,
+		}
 		if req.Op == wire.OpAcquire {
 			cs.acquired = true
 			cs.queued++
+			if backlog {
+				// It waited unread since the node froze: its wait runs
+				// from then, and one that waited longer than the
+				// failover timeout is not decided at all.
+				waited := lp.n.now() - cs.backlogSince
+				switch {
+				case waited > lp.stale || r.wait > 0 && waited >= r.wait:
+					r.stale = true
+				case r.wait > 0:
+					r.wait -= waited
+				}
+			}
 		}
-		lp.batch = append(lp.batch, request{
-			op: req.Op, key: req.Key, token: req.Token,
-			lease: req.Lease * ms, wait: req.Wait * ms,
-		})
+		lp.batch = append(lp.batch, r)
 	}
 	return m, nil
+}
+
+// info answers I on cs. The answer is never held for a standby's
+// acknowledgement (it concerns no key), so monitoring sees a node that
+// waits on its standbys as alive. A node between roles says which.
+func (lp *loop) info(cs *conn) {
+	n := lp.n
+	var state string
+	if s := n.State(); s != "" {
+		state = "state=" + s
+	}
+	cs.info = wire.AppendInfo(cs.info, n.Role(), n.self, n.activeOf(), state)
+	lp.markDirty(cs)
 }
 
 func (n *Node) lineTooLong(cs *conn) gnet.Action {
@@ -247,13 +282,10 @@ func (n *Node) lineTooLong(cs *conn) gnet.Action {
 func (lp *loop) execute(cs *conn) {
 	nsh := len(lp.n.shards)
 	if nsh == 1 {
+		// A freeze waits for batches in flight (Node.freeze): this one
+		// started before it.
 		b := &lp.n.shards[0]
 		b.mu.Lock()
-		if lp.n.frozen.Load() {
-			// Handing over: these requests are left for the successor.
-			b.mu.Unlock()
-			return
-		}
 		now := lp.n.now()
 		for i := range lp.batch {
 			lp.apply(b.sh, cs, &lp.batch[i], now)
@@ -287,10 +319,6 @@ func (lp *loop) execute(cs *conn) {
 		s := lp.batch[order[start]].shard
 		b := &lp.n.shards[s]
 		b.mu.Lock()
-		if lp.n.frozen.Load() {
-			b.mu.Unlock()
-			return
-		}
 		now := lp.n.now()
 		end := start
 		for ; end < len(order) && lp.batch[order[end]].shard == s; end++ {
@@ -315,6 +343,15 @@ func (lp *loop) apply(sh *engine.Shard, cs *conn, r *request, now int64) {
 			lp.drainInbox()
 		}
 		cs.out = wire.AppendError(cs.out, r.echoOp, r.key, wire.Reason(r.err))
+		lp.markDirty(cs)
+	case r.stale:
+		lp.deliver(cs)
+		if lp.inbox.pending.Load() {
+			lp.drainInbox()
+		}
+		lp.n.staleTimeouts.Add(1)
+		cs.note(engine.TimedOut, 0)
+		cs.out = wire.AppendTimeout(cs.out, r.key)
 		lp.markDirty(cs)
 	case r.op == wire.OpAcquire:
 		sh.Acquire(now, cs.id, r.key, r.lease, r.wait, out)
@@ -404,6 +441,15 @@ func (lp *loop) flush() {
 	for i, cs := range lp.dirty {
 		lp.dirty[i] = nil
 		cs.dirty = false
+		if len(cs.info) > 0 {
+			// I answers are never held.
+			if !cs.closed && hold {
+				_, _ = cs.c.Write(cs.info)
+			} else {
+				cs.out = append(cs.out, cs.info...)
+			}
+			cs.info = cs.info[:0]
+		}
 		if cs.closed || len(cs.out) == 0 {
 			cs.out = cs.out[:0]
 			continue

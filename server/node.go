@@ -59,7 +59,8 @@ type Node struct {
 	savedCeiling uint64       // the token ceiling the data dir held at start
 	role         atomic.Int32 // roleActive, roleStandby or roleLeaving
 	activeAddr   atomic.Pointer[string]
-	frozen       atomic.Bool   // handing over or stepping down: decide nothing
+	frozen       atomic.Bool   // promoting, handing over, stepping down or rejoining: decide nothing
+	frozenSince  atomic.Int64  // when the node stopped reading requests (node clock)
 	promotions   atomic.Uint64 // standby → active; written by the cluster goroutine
 
 	refused    refusals      // counted off the loops
@@ -69,6 +70,7 @@ type Node struct {
 	peerRefused       atomic.Uint64    // handshakes refused and peer links closed for breaking the protocol
 	peerFramesDropped atomic.Uint64    // peer frames dropped unread (heartbeats over the rate)
 	peerLog           logLimiter       // warnings about peer links, rate-limited
+	staleTimeouts     atomic.Uint64    // acquires answered T for waiting unread in a frozen node's input
 	standbysDropped   dropCounts       // standbys dropped for falling behind, by reason
 
 	// Client credentials: nil without Config.AuthFile. Loops read it;
@@ -458,8 +460,19 @@ func (n *Node) OnTraffic(c gnet.Conn) gnet.Action {
 			return act
 		}
 	}
+	if cl := n.cl; cl != nil && !n.frozen.Load() {
+		if alive := cl.alive.Load(); n.now()-alive > int64(cl.timeout) {
+			// The cluster's clock stood still for longer than the
+			// failover timeout: this process was frozen, or starved.
+			// Nothing is decided from what piled up until the cluster
+			// goroutine has heard whether another node took over.
+			n.selfFreeze(alive)
+		}
+	}
 	if n.frozen.Load() {
-		// Handing over: requests wait, unread, for the redirect.
+		// Promoting, handing over, stepping down or rejoining: requests
+		// wait, unread, for the thaw or the redirect; I is answered.
+		n.answerInfoOnly(cs, c)
 		if c.InboundBuffered() > n.cfg.InputLimit {
 			return gnet.Close
 		}
@@ -493,6 +506,31 @@ func (n *Node) OnTraffic(c gnet.Conn) gnet.Action {
 		_ = c.Wake(nil)
 	}
 	return gnet.None
+}
+
+// answerInfoOnly answers the I requests at the front of what cs sent, and
+// leaves the rest unread: a frozen node still tells monitoring what it is.
+func (n *Node) answerInfoOnly(cs *conn, c gnet.Conn) {
+	if !cs.authed || len(cs.carry) > 0 {
+		return
+	}
+	lp := cs.lp
+	for {
+		b, _ := c.Peek(3)
+		k := 0
+		switch {
+		case len(b) >= 2 && b[0] == 'I' && b[1] == '\n':
+			k = 2
+		case len(b) == 3 && b[0] == 'I' && b[1] == '\r' && b[2] == '\n':
+			k = 3
+		default:
+			lp.flush()
+			return
+		}
+		_, _ = c.Discard(k)
+		cs.backlog = max(cs.backlog-k, 0)
+		lp.info(cs)
+	}
 }
 
 func (n *Node) loopOf(el gnet.EventLoop) *loop {

@@ -12,14 +12,16 @@ import (
 	"github.com/kunci/kunci/replica"
 )
 
-// peerConn is a connection with a peer node, owned by its event loop. A
-// link this node dialled (out) carries its heartbeats and requests to the
-// peer, and brings back the peer's stream when this node follows it; a
-// connection a peer dialled (in) is the other end of that peer's link.
+// peerConn is a connection with a peer node, owned by its event loop.
+// Heartbeats go both ways on every link, so that one working connection in
+// either direction carries them. A link this node dialled (out) carries its
+// other requests to the peer (P S, T, D), and brings back the peer's stream
+// when this node follows it; a connection a peer dialled (in) is the other
+// end of that peer's link, and carries the stream this node sends it.
 type peerConn struct {
 	n       *Node
 	idx     int    // the peer's index in the peer list
-	peerInc uint64 // the peer's incarnation, as its handshake proved (in)
+	peerInc uint64 // the peer's incarnation, as its handshake proved
 	out     bool
 	c       gnet.Conn
 
@@ -27,7 +29,7 @@ type peerConn struct {
 	opened     int64       // node clock
 	registered atomic.Bool // OnOpen ran (out)
 
-	// in: heartbeats are taken at a bounded rate (see takeHeartbeat).
+	// Heartbeats are taken at a bounded rate (see takeHeartbeat).
 	hbBudget int   // heartbeats that may be taken now
 	hbAt     int64 // when hbBudget was last topped up (node clock)
 	syncAt   int64 // when the peer last asked for a snapshot (node clock)
@@ -75,17 +77,24 @@ func (n *Node) adoptPeer(cs *conn, c gnet.Conn) *peerConn {
 	return pc
 }
 
-// onPeerOpen registers a link this node dialled, and greets the peer with a
-// heartbeat so that it knows the connection for a peer's.
+// onPeerOpen registers a link this node dialled; the cluster goroutine's
+// next tick heartbeats on it and asks for a stream if it needs one.
 func (n *Node) onPeerOpen(pc *peerConn, c gnet.Conn) []byte {
 	cl := n.cl
 	pc.c, pc.opened = c, n.now()
+	pc.hbBudget, pc.hbAt = heartbeatBurst, pc.opened
+	pc.lp = n.loopOf(c.EventLoop())
 	pc.registered.Store(true)
 	cl.mu.Lock()
+	old := cl.links[pc.idx]
 	cl.links[pc.idx] = pc
 	cl.dialing[pc.idx] = false
 	cl.mu.Unlock()
-	return cl.heartbeatLine()
+	if old != nil {
+		_ = old.c.Close()
+	}
+	cl.mail.wake()
+	return nil
 }
 
 func (n *Node) onPeerClose(pc *peerConn) {
@@ -107,18 +116,15 @@ func (n *Node) onPeerClose(pc *peerConn) {
 			cl.links[pc.idx] = nil
 		}
 		cl.mu.Unlock()
-		if pc.streaming.Load() && pc.synced.Load() {
-			cl.streamLost.Store(n.now())
+		if pc.streaming.Swap(false) {
+			pc.unlockShard()
+			cl.mail.post(-1, failover.StreamLost{From: pc.idx})
 		}
-		pc.streaming.Store(false)
 	}
 }
 
 // onPeerTraffic reads the frames that arrived on pc.
 func (n *Node) onPeerTraffic(pc *peerConn) gnet.Action {
-	if n.cl.isolated.Load() {
-		return gnet.Close
-	}
 	c := pc.c
 	buf, _ := c.Peek(-1)
 	off := 0
@@ -154,37 +160,35 @@ func (n *Node) onPeerTraffic(pc *peerConn) gnet.Action {
 	return gnet.None
 }
 
-// peerFrame handles a P frame: from a peer over its link to this node,
-// which the peer dialled and proved the cluster key on. Even so, what it
-// says is checked: a frame that breaks the protocol closes the link.
+// peerFrame handles a P frame from the peer on the other end of pc, which
+// proved the cluster key. Even so, what it says is checked: a frame that
+// breaks the protocol closes the link.
 func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
 	cl := n.cl
-	if pc.out {
-		return n.dropPeer(pc, "a peer frame on a link this node dialled")
-	}
 	switch f.Kind {
 	case replica.Heartbeat:
-		if string(f.From) != cl.addrs[pc.idx] || f.Inc != pc.peerInc {
+		b := f.Beat
+		if string(f.From) != cl.addrs[pc.idx] || b.Inc != pc.peerInc {
 			return n.dropPeer(pc, "a heartbeat naming another node or incarnation than the link proved")
 		}
-		if err := cl.checkCeiling(f.Ceiling); err != nil {
+		if err := cl.checkCeiling(b.Ceiling); err != nil {
+			return n.dropPeer(pc, err.Error())
+		}
+		if err := cl.checkCeiling(b.Issuing); err != nil {
 			return n.dropPeer(pc, err.Error())
 		}
 		if !pc.takeHeartbeat(n.now(), cl.interval) {
 			n.peerFramesDropped.Add(1)
 			return gnet.None
 		}
-		cl.mu.Lock()
-		cl.el.Heard(pc.idx, heartbeatOf(f), n.now())
-		cl.mu.Unlock()
-		if c := f.Ceiling; c > n.tokens.Ceiling() && n.role.Load() == roleActive {
-			// The peer may have issued tokens up to c: ours move above.
-			select {
-			case cl.events <- func() { cl.raiseCeiling(c) }:
-			default:
-			}
+		if len(f.Active) > 0 {
+			b.Active = string(f.Active)
 		}
+		cl.mail.heard(pc.idx, b)
 	case replica.Sync:
+		if pc.out {
+			return n.dropPeer(pc, "a snapshot asked for on a link this node dialled")
+		}
 		now := n.now()
 		if pc.syncAt != 0 && now-pc.syncAt < int64(cl.interval) {
 			return n.dropPeer(pc, "snapshots asked for faster than one a heartbeat")
@@ -199,26 +203,30 @@ func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
 		}
 		n.subscribe(pc)
 	case replica.Ack:
+		if pc.out {
+			return n.dropPeer(pc, "an acknowledgement on a link this node dialled")
+		}
 		if pc.sub != nil {
 			if f.Seq > cl.hub.Seq() {
 				return n.dropPeer(pc, "an acknowledgement of records never sent")
 			}
 			if !pc.sub.Synced() {
 				cl.syncedSubs.Add(1)
+				pc.sub.Ack(f.Seq)
+				if !cl.mail.post(pc.idx, failover.StandbySynced{From: pc.idx}) {
+					return n.dropPeer(pc, "too many events")
+				}
 			}
 			pc.sub.Ack(f.Seq)
 			n.ackedAny(f.Seq)
 		}
 	case replica.Takeover:
-		peer := pc.idx
-		select {
-		case cl.events <- func() { cl.takeover(peer) }:
-		default:
+		if !cl.mail.post(pc.idx, failover.TakeoverAsked{From: pc.idx}) {
+			return n.dropPeer(pc, "too many events")
 		}
 	case replica.Promoted:
-		select {
-		case cl.promoted <- pc.idx:
-		default:
+		if !cl.mail.post(pc.idx, failover.PromotedBy{From: pc.idx}) {
+			return n.dropPeer(pc, "too many events")
 		}
 	}
 	return gnet.None
@@ -259,17 +267,6 @@ func (n *Node) dropPeer(pc *peerConn, why string) gnet.Action {
 	return gnet.Close
 }
 
-func heartbeatOf(f *replica.Frame) failover.Heartbeat {
-	h := failover.Heartbeat{Inc: f.Inc, HB: f.HB, Ceiling: f.Ceiling, Synced: f.Synced, Active: string(f.Active)}
-	switch f.Role {
-	case replica.RoleActive:
-		h.Role = failover.Active
-	case replica.RoleLeaving:
-		h.Role = failover.Leaving
-	}
-	return h
-}
-
 // unsubscribe ends pc's stream; answers held for its acknowledgement go
 // out if no other standby is left to wait for.
 func (n *Node) unsubscribe(pc *peerConn) {
@@ -280,9 +277,8 @@ func (n *Node) unsubscribe(pc *peerConn) {
 		cl.syncedSubs.Add(-1)
 	}
 	pc.sub = nil
-	if n.cfg.SemiSync {
-		n.releaseHeld()
-	}
+	cl.mail.post(-1, failover.StandbyGone{From: pc.idx})
+	n.ackedAny(0)
 }
 
 // streamFrame applies a frame of the stream from the active this node
@@ -300,14 +296,11 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 	}
 	switch f.Kind {
 	case replica.Begin:
-		cl.haveCopy.Store(false)
 		pc.synced.Store(false)
 		pc.unlockShard()
 		n.resetShards()
 		pc.inSnap, pc.seq = true, f.Seq
-		if err := n.learnCeiling(f.Ceiling); err != nil {
-			return false, gnet.Close
-		}
+		cl.mail.post(-1, failover.CopyStarted{From: pc.idx})
 		return false, gnet.None
 	case replica.Holder:
 		if !pc.inSnap {
@@ -322,8 +315,7 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 		pc.unlockShard()
 		pc.inSnap = false
 		pc.synced.Store(true)
-		cl.haveCopy.Store(true)
-		cl.streamLost.Store(0)
+		cl.mail.post(-1, failover.CopyApplied{From: pc.idx})
 		keys, _ := n.Stats()
 		n.log.Info().Str("active", cl.addrs[pc.idx]).Int("keys", keys).Uint64("seq", pc.seq).Msg("copied the active's state")
 		return true, gnet.None
@@ -332,11 +324,7 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 			n.log.Error().Uint64("want", f.Seq).Uint64("have", pc.seq).Msg("handoff before the stream caught up: refusing it")
 			return false, gnet.Close
 		}
-		inc, hb := f.Inc, f.HB
-		select {
-		case cl.events <- func() { cl.onHandoff(pc, inc, hb) }:
-		default:
-		}
+		cl.mail.post(-1, failover.HandoffRecord{From: pc.idx, Range: f.Range, Inc: f.Inc, HB: f.HB})
 		return false, gnet.None
 	}
 	if pc.inSnap || f.Seq != pc.seq+1 {
@@ -351,11 +339,6 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 		b := pc.lockShard(f.Key)
 		b.sh.Drop(pc.now, f.Key, f.Token, &pc.rout)
 		pc.rout.Reset()
-	case replica.Ceiling:
-		pc.unlockShard()
-		if err := n.learnCeiling(f.Ceiling); err != nil {
-			return false, gnet.Close
-		}
 	}
 	return true, gnet.None
 }
@@ -386,42 +369,5 @@ func (pc *peerConn) unlockShard() {
 		pc.n.noteTimers(b)
 		pc.locked = nil
 		b.mu.Unlock()
-	}
-}
-
-// learnCeiling makes a ceiling the active replicated durable here before
-// this standby acknowledges it; if it cannot, the link is closed instead.
-func (n *Node) learnCeiling(c uint64) error {
-	cl := n.cl
-	if c <= cl.ceiling.Load() {
-		return nil
-	}
-	if err := cl.checkCeiling(c); err != nil {
-		n.log.Error().Err(err).Msg("the active replicated a token ceiling this node refuses: leaving the stream")
-		return err
-	}
-	if err := n.data.setCeiling(c); err != nil {
-		n.log.Error().Err(err).Msg("cannot persist the replicated token ceiling: leaving the stream")
-		return err
-	}
-	cl.ceiling.Store(c)
-	n.tokens.Raise(c)
-	return nil
-}
-
-// leaveCluster hands the active role over before the node stops, if it is
-// active and a standby can take it, and stops the cluster goroutine.
-func (n *Node) leaveCluster() {
-	reply := make(chan string, 1)
-	select {
-	case n.cl.leave <- reply:
-		<-reply
-	case <-n.cl.done:
-	}
-	select {
-	case <-n.cl.done:
-	default:
-		close(n.cl.stop)
-		<-n.cl.done
 	}
 }

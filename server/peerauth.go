@@ -138,13 +138,18 @@ func (lp *loop) expireProbation() {
 
 // dialPeer connects to peer i and runs the handshake as the dialling side,
 // within timeout. It returns the connection, ready to be adopted into a
-// loop, with the proof written and nothing of the peer's unread.
-func (cl *cluster) dialPeer(i int, timeout time.Duration) (net.Conn, error) {
+// loop, with the proof written and nothing of the peer's unread, and the
+// peer's incarnation.
+func (cl *cluster) dialPeer(i int, timeout time.Duration) (net.Conn, uint64, error) {
 	n := cl.n
 	addr := cl.addrs[i]
-	nc, err := net.DialTimeout("tcp", addr, timeout)
+	dial := n.cfg.PeerDialer
+	if dial == nil {
+		dial = net.DialTimeout
+	}
+	nc, err := dial("tcp", addr, timeout)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	_ = nc.SetDeadline(time.Now().Add(timeout))
 	d, hello, err := replica.Dial(n.keys, n.self, cl.inc, addr, nil)
@@ -152,6 +157,7 @@ func (cl *cluster) dialPeer(i int, timeout time.Duration) (net.Conn, error) {
 		_, err = nc.Write(hello)
 	}
 	var proof []byte
+	var incA uint64
 	if err == nil {
 		r := bufio.NewReaderSize(nc, replica.MaxLine)
 		var line []byte
@@ -164,7 +170,7 @@ func (cl *cluster) dialPeer(i int, timeout time.Duration) (net.Conn, error) {
 		case err == nil && r.Buffered() > 0:
 			err = fmt.Errorf("%w: the peer said more than its challenge", replica.ErrBadHandshake)
 		case err == nil:
-			proof, _, err = d.Challenge(bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r")))
+			proof, incA, err = d.Challenge(bytes.TrimSuffix(bytes.TrimSuffix(line, []byte("\n")), []byte("\r")))
 		}
 	}
 	if err == nil {
@@ -172,10 +178,10 @@ func (cl *cluster) dialPeer(i int, timeout time.Duration) (net.Conn, error) {
 	}
 	if err != nil {
 		nc.Close()
-		return nil, err
+		return nil, 0, err
 	}
 	_ = nc.SetDeadline(time.Time{})
-	return nc, nil
+	return nc, incA, nil
 }
 
 // logLimiter logs a warning at most once per interval for each of a bounded

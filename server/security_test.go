@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kunci/kunci/failover"
 	"github.com/kunci/kunci/replica"
 	"github.com/kunci/kunci/server"
 )
@@ -90,7 +91,21 @@ func (p *fakePeer) send(lines ...string) {
 }
 
 func (p *fakePeer) heartbeat(role byte, hb, ceiling uint64) string {
-	return string(replica.AppendHeartbeat(nil, p.from, role, "", p.inc, hb, ceiling, false)[:])
+	return beat(p.from, role, p.inc, hb, ceiling)
+}
+
+// beat encodes a heartbeat of from, in role ('a', 's', 'l' or 'r').
+func beat(from string, role byte, inc, hb, ceiling uint64) string {
+	h := failover.Heartbeat{Inc: inc, HB: hb, Ceiling: ceiling}
+	switch role {
+	case 'a':
+		h.Role = failover.Active
+	case 'l':
+		h.Role = failover.Leaving
+	case 'r':
+		h.Role = failover.Rejoining
+	}
+	return string(replica.AppendHeartbeat(nil, from, &h))
 }
 
 // closedWithin reports whether the node closes the link within d, and the
@@ -148,6 +163,15 @@ func TestOutsiderCannotRaiseTheTokenCeiling(t *testing.T) {
 	tc := newCluster(t, 2, nil)
 	tc.startAll()
 	tc.waitActive(0)
+	waitFor(t, "both ceiling files", func() bool {
+		for _, d := range tc.dirs {
+			if _, err := os.Stat(filepath.Join(d, "token-ceiling")); err != nil {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(3 * testHeartbeat) // the standby has the active's ceiling
 	before := tc.ceilings()
 	for _, ceiling := range []string{"9223372036854775808", "18446744073709551615"} {
 		for i := range tc.addrs {
@@ -187,7 +211,7 @@ func TestHeartbeatFloodFromAnOutsiderMakesNoSecondActive(t *testing.T) {
 				}
 				var b []byte
 				for j := 0; j < 50; j++ {
-					b = replica.AppendHeartbeat(b, tc.addrs[0], replica.RoleStandby, "", uint64(1e18)+uint64(hb), uint64(j), 0, false)
+					b = append(b, beat(tc.addrs[0], 's', uint64(1e18)+uint64(hb), uint64(j), 0)...)
 				}
 				_ = nc.SetDeadline(time.Now().Add(time.Second))
 				_, _ = nc.Write(b)
@@ -351,10 +375,10 @@ func TestAuthenticatedPeerInputIsChecked(t *testing.T) {
 		{"ceiling 2^50 above", func(p *fakePeer) string { return p.heartbeat('s', 1, 1<<50) }},
 		{"ceiling off a block", func(p *fakePeer) string { return p.heartbeat('s', 1, 3<<20+1) }},
 		{"another sender", func(p *fakePeer) string {
-			return string(replica.AppendHeartbeat(nil, tc.addrs[2], 's', "", p.inc, 1, 0, false))
+			return beat(tc.addrs[2], 's', p.inc, 1, 0)
 		}},
 		{"another incarnation", func(p *fakePeer) string {
-			return string(replica.AppendHeartbeat(nil, p.from, 's', "", p.inc+1, 1, 0, false))
+			return beat(p.from, 's', p.inc+1, 1, 0)
 		}},
 		{"an ack of records never sent", func(p *fakePeer) string { return "P S\nP A 999999" }},
 		{"a stream frame", func(p *fakePeer) string { return "G 1 k 5 1000" }},

@@ -68,7 +68,7 @@ func (n *Node) subscribe(pc *peerConn) {
 		n.sendSnapshot(pc)
 		return nil
 	})
-	_, _ = c.Write(cl.hub.Subscribe(pc.sub, max(cl.ceiling.Load(), n.tokens.Ceiling())))
+	_, _ = c.Write(cl.hub.Subscribe(pc.sub))
 	n.log.Info().Str("standby", cl.addrs[pc.idx]).Msg("streaming to a standby")
 	n.sendSnapshot(pc)
 }
@@ -206,9 +206,10 @@ func (n *Node) flushStream(pc *peerConn) {
 const (
 	dropBacklog = iota // it fell more than a bound behind
 	dropStalled        // it read nothing of its snapshot for snapshotStall
+	dropSlow           // semi-sync: it did not acknowledge within the failover timeout
 	dropReasons
 )
 
-var dropReasonNames = [dropReasons]string{"backlog", "stalled"}
+var dropReasonNames = [dropReasons]string{"backlog", "stalled", "slow"}
 
 type dropCounts [dropReasons]atomic.Uint64

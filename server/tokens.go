@@ -51,7 +51,7 @@ var errBadCeiling = errors.New("server: bad token ceiling")
 // checkCeiling checks a token ceiling a peer reported.
 func (cl *cluster) checkCeiling(c uint64) error {
 	n := cl.n
-	known := max(cl.ceiling.Load(), n.tokens.Ceiling(), n.tokens.Last())
+	known := max(cl.durable.Load(), n.tokens.Ceiling(), n.tokens.Last())
 	switch {
 	case c == 0:
 		return nil
@@ -65,28 +65,20 @@ func (cl *cluster) checkCeiling(c uint64) error {
 	return nil
 }
 
-// takeRange makes (lo, hi] the tokens this node issues from now on: hi is
-// durable (and, on an active with standbys, replicated) before any of them
-// is issued.
+// takeRange makes (lo, hi] the tokens this single node issues from now on:
+// hi is durable before any of them is issued. (A cluster node's ranges are
+// its failover.Node's: durable at every live peer before they are issued.)
 func (n *Node) takeRange(lo, hi uint64) error {
 	if err := n.data.setCeiling(hi); err != nil {
 		return err
 	}
-	if n.cl != nil {
-		n.cl.reserveCeiling(hi)
-	}
-	// The tokens between the current ceiling and lo belong to other nodes.
 	n.tokens.SetRange(lo, hi, hi-tokenBlock/2)
-	if n.cl != nil {
-		// Advertised once tokens are in the range: a demoted peer waits
-		// for it before it sends its clients here (see demote).
-		raiseTo(&n.cl.ceiling, hi)
-	}
 	return nil
 }
 
 // openTokens locks the data directory, starts tokens above the persisted
-// ceiling and persists the first reservation before any token is issued.
+// ceiling and, on a single node, persists the first reservation before any
+// token is issued. A cluster node issues nothing until it is promoted.
 func (n *Node) openTokens() error {
 	d, err := openDataDir(n.cfg.DataDir)
 	if err != nil {
@@ -95,6 +87,13 @@ func (n *Node) openTokens() error {
 	floor, err := d.ceiling()
 	if err == nil && floor > maxCeiling(len(n.cfg.Peers)) {
 		err = fmt.Errorf("server: token ceiling %d in %s is past any sane value: the file is damaged", floor, n.cfg.DataDir)
+	}
+	if err == nil && len(n.cfg.Peers) > 0 {
+		n.data = d
+		n.savedCeiling = floor
+		n.tokens.Raise(floor)
+		n.tokens.SetCeiling(floor, floor) // nothing to issue before failover.Issue
+		return nil
 	}
 	lo, hi := n.tokenRange(floor)
 	if err == nil {
@@ -133,14 +132,10 @@ func (n *Node) reserver() {
 		}
 		for {
 			c, last := n.tokens.Ceiling(), n.tokens.Last()
-			var want uint64 // a floor a peer reported, above ours
-			if n.cl != nil {
-				want = n.cl.wantFloor.Load()
-			}
-			if last+tokenBlock/2 < c && want <= c {
+			if last+tokenBlock/2 < c {
 				break
 			}
-			lo, hi := n.tokenRange(max(c, last, want))
+			lo, hi := n.tokenRange(max(c, last))
 			if err := n.takeRange(lo, hi); err != nil {
 				// Grants wait at the ceiling meanwhile: loud, not unsafe.
 				n.log.Error().Err(err).Msg("cannot persist the token ceiling; grants stall at it")
@@ -168,8 +163,10 @@ func (n *Node) closeTokens() {
 	if n.data == nil {
 		return
 	}
-	close(n.reserveStop)
-	<-n.reserveDone
+	if n.reserveStop != nil {
+		close(n.reserveStop)
+		<-n.reserveDone
+	}
 	n.data.close()
 	n.data = nil
 }

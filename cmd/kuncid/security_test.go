@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kunci/kunci/failover"
 	"github.com/kunci/kunci/replica"
 )
 
@@ -178,7 +179,7 @@ func TestFakeStandbysCannotBloatTheActive(t *testing.T) {
 		from := addrs[1+i%2]
 		c, inc := dialAsPeer(t, addrs[0], from)
 		links = append(links, c)
-		fmt.Fprintf(c, "%sP S\n", replica.AppendHeartbeat(nil, from, replica.RoleStandby, "", inc, 1, 0, false))
+		fmt.Fprintf(c, "%sP S\n", replica.AppendHeartbeat(nil, from, &failover.Heartbeat{Inc: inc, HB: 1}))
 		worst = max(worst, rss(t, p.cmd.Process.Pid))
 	}
 	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {

@@ -1,0 +1,794 @@
+package failover
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+)
+
+// The simulator runs a cluster of Nodes over an in-memory network whose
+// links can be cut (each direction on its own), slowed, or hold what is
+// sent during a cut and deliver it in a burst when they heal (as TCP does);
+// node processes can crash, restart, stop gracefully, or freeze (SIGSTOP)
+// with requests piling up unread. It plays the driver's part the way
+// server does, in miniature: heartbeats, streams and their acknowledgements,
+// the data directory's ceiling, tokens, and clients whose acquires are
+// granted, answered T, held for semi-sync acknowledgements, or redirected.
+// Time is simulated: one step per millisecond.
+
+const ms = int64(1_000_000)
+
+type simConfig struct {
+	nodes     int
+	heartbeat int64
+	timeout   int64
+	delay     int64 // one-way network delay
+	persist   int64 // how long a ceiling takes to reach the disk
+	block     uint64
+	semiSync  bool
+}
+
+func defaultSim(nodes int) simConfig {
+	return simConfig{nodes: nodes, heartbeat: 100 * ms, timeout: 1000 * ms, delay: 1 * ms, persist: 2 * ms, block: 1000}
+}
+
+// msg is something in flight from one node to another.
+type msg struct {
+	at       int64
+	from, to int
+	kind     msgKind
+	hb       Heartbeat
+	seq      uint64 // ack
+	rng      Range  // handoff
+	mark     uint64 // handoff
+	conn     int    // stream connection number, to drop what an old stream carried
+}
+
+type msgKind uint8
+
+const (
+	mHeartbeat msgKind = iota
+	mSync              // a standby asks for the stream
+	mSnapshot          // the snapshot arrived: the standby holds a copy
+	mRecord            // a record of the stream (its seq)
+	mAck               // the standby applied up to seq
+	mHandoff           // the handoff record
+	mTakeover
+	mPromoted
+	mStreamEnd // the stream's connection closed
+)
+
+// request is a client's acquire.
+type request struct {
+	id      int
+	sent    int64 // when the client sent it
+	arrived int64 // when it reached the node
+	wait    int64 // 0: no bound
+}
+
+// grant is what a client was told.
+type grant struct {
+	node     int
+	token    uint64
+	at       int64 // decided
+	told     int64 // answered (semi-sync holds it until the standbys acknowledged)
+	req      request
+	redirect int    // the node's count of redirects before it
+	seq      uint64 // semi-sync: the record it waits for
+}
+
+type simNode struct {
+	i       int
+	n       *Node
+	inc     uint64
+	up      bool // the process runs
+	stopped bool // SIGSTOP: no ticks, nothing read
+	next    int64
+	disk    uint64 // the data directory's ceiling: survives a crash
+
+	// What the driver keeps.
+	role      Role
+	active    int
+	frozen    bool
+	since     int64 // Freeze.Since
+	issuing   Range
+	last      uint64 // the last token issued, or seen in the stream
+	backlog   []request
+	seq       uint64        // records made (as active)
+	acked     []uint64      // by standby
+	synced    map[int]bool  // standbys that applied their snapshot
+	streamed  map[int]int   // standby → stream connection number (as active)
+	following int           // the active whose stream this standby applies
+	streamOf  int           // conn number of the stream it applies
+	held      []grant       // semi-sync: answers waiting for acknowledgements
+	persists  []persistOp   // ceilings on their way to the disk
+	leaveDone bool          // a Stopped came
+	cutSince  map[int]int64 // peer → since when this node heard nothing of it (for the streams)
+	redirects int
+	why       []string // why its role changed, each time
+	frozeAt   int64    // SIGSTOP: since when
+	frozen_   []span   // SIGSTOP: the spans it was stopped
+}
+
+type span struct{ from, to int64 }
+
+// stoppedDuring returns how long node i's process was stopped between from
+// and to: it could answer nothing then.
+func (s *sim) stoppedDuring(i int, from, to int64) int64 {
+	var d int64
+	sn := s.nodes[i]
+	spans := sn.frozen_
+	if sn.stopped {
+		spans = append(spans, span{sn.frozeAt, s.now})
+	}
+	for _, sp := range spans {
+		if a, b := max(sp.from, from), min(sp.to, to); b > a {
+			d += b - a
+		}
+	}
+	return d
+}
+
+type persistOp struct {
+	c  uint64
+	at int64
+}
+
+type sim struct {
+	t     testing.TB
+	cfg   simConfig
+	rng   *rand.Rand
+	now   int64
+	nodes []*simNode
+	addrs []string
+	// cut[i][j]: i's messages to j are not delivered; hold[i][j]: they are
+	// kept and delivered when the cut heals.
+	cut, hold [][]bool
+	flight    []msg
+	held      [][][]msg // held[i][j]: what a holding cut kept
+	conns     int
+	reqs      int
+	grants    []grant
+	tokens    map[uint64]int // token → node
+	errs      []string
+	trace     []string
+	traceOn   bool
+	// redirectMark records, at each redirect (demotion or yield), the
+	// highest token either side granted before it.
+	redirectMarks []redirectMark
+	dumpAround    int64 // check logs the trace around this instant
+	maxHold       int64
+	maxHoldGrant  grant
+}
+
+type redirectMark struct {
+	loser, winner int
+	at            int64
+	above         uint64
+}
+
+func newSim(t testing.TB, cfg simConfig, seed uint64) *sim {
+	s := &sim{t: t, cfg: cfg, rng: rand.New(rand.NewPCG(seed, 99)), tokens: map[uint64]int{}}
+	for i := 0; i < cfg.nodes; i++ {
+		s.addrs = append(s.addrs, fmt.Sprintf("n%d:7070", i))
+	}
+	s.cut = make([][]bool, cfg.nodes)
+	s.hold = make([][]bool, cfg.nodes)
+	s.held = make([][][]msg, cfg.nodes)
+	for i := range s.cut {
+		s.cut[i] = make([]bool, cfg.nodes)
+		s.hold[i] = make([]bool, cfg.nodes)
+		s.held[i] = make([][]msg, cfg.nodes)
+	}
+	for i := 0; i < cfg.nodes; i++ {
+		s.nodes = append(s.nodes, &simNode{i: i, active: -1, following: -1})
+	}
+	return s
+}
+
+func (s *sim) logf(format string, args ...any) {
+	if s.traceOn {
+		s.trace = append(s.trace, fmt.Sprintf("%7.1fms ", float64(s.now)/float64(ms))+fmt.Sprintf(format, args...))
+	}
+}
+
+func (s *sim) fail(format string, args ...any) {
+	s.errs = append(s.errs, fmt.Sprintf("at %.1fms: ", float64(s.now)/float64(ms))+fmt.Sprintf(format, args...))
+}
+
+// start starts (or restarts) node i's process.
+func (s *sim) start(i int) {
+	sn := s.nodes[i]
+	*sn = simNode{i: i, disk: sn.disk, active: -1, following: -1, up: true,
+		inc: uint64(s.now) + uint64(i) + 1, acked: make([]uint64, s.cfg.nodes),
+		streamed: map[int]int{}, synced: map[int]bool{}, cutSince: map[int]int64{}}
+	sn.n = NewNode(Config{
+		Peers: s.addrs, Self: i, Heartbeat: s.cfg.heartbeat, Timeout: s.cfg.timeout,
+		SemiSync: s.cfg.semiSync, Block: s.cfg.block, Inc: sn.inc,
+	}, s.now, sn.disk)
+	sn.next = s.now
+	s.logf("n%d starts (disk %d)", i, sn.disk)
+}
+
+// crash ends node i's process: its links close at once.
+func (s *sim) crash(i int) {
+	sn := s.nodes[i]
+	if !sn.up {
+		return
+	}
+	s.logf("n%d crashes", i)
+	sn.up = false
+	sn.stopped = false
+	s.endStreamsOf(i)
+}
+
+// endStreamsOf closes every stream to and from node i.
+func (s *sim) endStreamsOf(i int) {
+	for j, o := range s.nodes {
+		if j == i || !o.up {
+			continue
+		}
+		if o.following == i {
+			s.send(msg{from: i, to: j, kind: mStreamEnd, conn: o.streamOf}, true)
+		}
+		if _, ok := o.streamed[i]; ok {
+			s.send(msg{from: i, to: j, kind: mStreamEnd, conn: o.streamed[i]}, true)
+		}
+	}
+}
+
+// send puts m in flight. A cut link drops it, or holds it for the heal;
+// force sends it anyway (a connection reset reaches the other side).
+func (s *sim) send(m msg, force bool) {
+	m.at = s.now + s.cfg.delay
+	if !force && s.cut[m.from][m.to] {
+		if s.hold[m.from][m.to] {
+			s.held[m.from][m.to] = append(s.held[m.from][m.to], m)
+		}
+		return
+	}
+	s.flight = append(s.flight, m)
+}
+
+// setCut cuts (or heals) i's link to j; a holding cut delivers what it
+// kept when it heals.
+func (s *sim) setCut(i, j int, on, hold bool) {
+	if s.cut[i][j] == on {
+		return
+	}
+	s.cut[i][j] = on
+	s.hold[i][j] = hold
+	if !on {
+		for _, m := range s.held[i][j] {
+			m.at = s.now + s.cfg.delay
+			s.flight = append(s.flight, m)
+		}
+		s.held[i][j] = nil
+	}
+}
+
+func (s *sim) isolate(i int, on, hold bool) {
+	for j := range s.nodes {
+		if j != i {
+			s.setCut(i, j, on, hold)
+			s.setCut(j, i, on, hold)
+		}
+	}
+}
+
+// run advances simulated time by d, a millisecond at a time, calling each
+// at every step.
+func (s *sim) run(d int64, each func()) {
+	for end := s.now + d; s.now < end; {
+		s.now += ms
+		s.deliver()
+		for _, sn := range s.nodes {
+			if !sn.up || sn.stopped {
+				continue
+			}
+			for len(sn.persists) > 0 && sn.persists[0].at <= s.now {
+				p := sn.persists[0]
+				sn.persists = sn.persists[1:]
+				sn.disk = max(sn.disk, p.c)
+				sn.n.Step(s.now, CeilingDurable{p.c})
+				s.ready(sn)
+			}
+			if s.now >= sn.next {
+				sn.next = s.now + s.cfg.heartbeat
+				s.tick(sn)
+			}
+		}
+		s.checkStreams()
+		s.releaseHeld()
+		if each != nil {
+			each()
+		}
+	}
+}
+
+// deliver hands every message due to its node.
+func (s *sim) deliver() {
+	sort.SliceStable(s.flight, func(a, b int) bool { return s.flight[a].at < s.flight[b].at })
+	var keep, due []msg
+	for _, m := range s.flight {
+		to := s.nodes[m.to]
+		switch {
+		case m.at > s.now, to.up && to.stopped:
+			// Not there yet, or a frozen process reads nothing: the
+			// kernel keeps it, in order.
+			keep = append(keep, m)
+		case to.up:
+			due = append(due, m)
+		}
+	}
+	s.flight = keep
+	for _, m := range due {
+		s.receive(s.nodes[m.to], m)
+	}
+}
+
+func (s *sim) receive(sn *simNode, m msg) {
+	n := sn.n
+	switch m.kind {
+	case mHeartbeat:
+		n.Step(s.now, Heard{From: m.from, HB: m.hb})
+	case mSync:
+		// A standby asks for the stream: an active (or promoting) node
+		// streams to it; another closes the link and it asks again.
+		if sn.role != Active {
+			s.logf("n%d refuses sync from n%d (role %v)", sn.i, m.from, sn.role)
+			return
+		}
+		s.conns++
+		sn.streamed[m.from] = s.conns
+		sn.acked[m.from] = sn.seq
+		s.send(msg{from: sn.i, to: m.from, kind: mSnapshot, seq: sn.seq, conn: s.conns}, false)
+	case mSnapshot:
+		if sn.following != m.from {
+			return
+		}
+		sn.streamOf = m.conn
+		sn.last = max(sn.last, s.tokensOf(m.from))
+		n.Step(s.now, CopyStarted{From: m.from})
+		n.Step(s.now, CopyApplied{From: m.from})
+		s.send(msg{from: sn.i, to: m.from, kind: mAck, seq: m.seq, conn: m.conn}, false)
+	case mRecord:
+		if sn.following != m.from || sn.streamOf != m.conn {
+			return
+		}
+		sn.last = max(sn.last, s.tokensOf(m.from))
+		s.send(msg{from: sn.i, to: m.from, kind: mAck, seq: m.seq, conn: m.conn}, false)
+	case mAck:
+		if c, ok := sn.streamed[m.from]; !ok || c != m.conn {
+			return
+		}
+		sn.acked[m.from] = max(sn.acked[m.from], m.seq)
+		if !sn.synced[m.from] {
+			sn.synced[m.from] = true
+			n.Step(s.now, StandbySynced{From: m.from})
+		}
+	case mHandoff:
+		if sn.following != m.from || sn.streamOf != m.conn {
+			return
+		}
+		n.Step(s.now, HandoffRecord{From: m.from, Range: m.rng, Inc: m.hb.Inc, HB: m.mark})
+	case mTakeover:
+		n.Step(s.now, TakeoverAsked{From: m.from})
+	case mPromoted:
+		n.Step(s.now, PromotedBy{From: m.from})
+	case mStreamEnd:
+		if sn.following == m.from && sn.streamOf == m.conn {
+			sn.streamOf = 0
+			n.Step(s.now, StreamLost{From: m.from})
+			// The driver asks again while it follows m.from.
+			s.send(msg{from: sn.i, to: m.from, kind: mSync}, false)
+		}
+		if c, ok := sn.streamed[m.from]; ok && c == m.conn {
+			sn.endStream(m.from)
+			n.Step(s.now, StandbyGone{From: m.from})
+		}
+	}
+	s.ready(sn)
+}
+
+// tokensOf returns the highest token node j issued: a standby sees them in
+// the stream.
+func (s *sim) tokensOf(j int) uint64 { return s.nodes[j].last }
+
+// checkStreams ends a stream whose link was cut, in either direction, for
+// a failover timeout: the driver closes a peer link that is silent that
+// long.
+func (s *sim) checkStreams() {
+	for _, a := range s.nodes {
+		if !a.up {
+			continue
+		}
+		for p, conn := range a.streamed {
+			silent := s.cut[a.i][p] || s.cut[p][a.i] || !s.nodes[p].up || s.nodes[p].stopped || a.stopped
+			if !silent {
+				delete(a.cutSince, p)
+				continue
+			}
+			if _, ok := a.cutSince[p]; !ok {
+				a.cutSince[p] = s.now
+			}
+			if s.now-a.cutSince[p] >= s.cfg.timeout {
+				delete(a.cutSince, p)
+				if !a.stopped {
+					a.endStream(p)
+					a.n.Step(s.now, StandbyGone{From: p})
+					s.ready(a)
+				}
+				if sb := s.nodes[p]; sb.up && !sb.stopped && sb.following == a.i && sb.streamOf == conn {
+					sb.streamOf = 0
+					sb.n.Step(s.now, StreamLost{From: a.i})
+					s.ready(sb)
+				}
+			}
+		}
+	}
+}
+
+// tick steps Progress then Tick, as the driver does; a standby that follows
+// an active without a stream asks for one again, as the driver does.
+func (s *sim) tick(sn *simNode) {
+	if sn.following >= 0 && sn.streamOf == 0 && sn.role == Standby {
+		s.send(msg{from: sn.i, to: sn.following, kind: mSync}, false)
+	}
+	acked := make([]uint64, len(s.nodes))
+	copy(acked, sn.acked)
+	sn.n.Step(s.now, Progress{Seq: sn.seq, Acked: acked, Last: sn.last})
+	sn.n.Tick(s.now)
+	s.ready(sn)
+}
+
+// ready carries out what the node decided.
+func (s *sim) ready(sn *simNode) {
+	for _, a := range sn.n.Ready() {
+		if a.Kind != SendHeartbeat {
+			s.logf("n%d %v", sn.i, a)
+		}
+		switch a.Kind {
+		case SendHeartbeat:
+			s.send(msg{from: sn.i, to: a.Peer, kind: mHeartbeat, hb: a.HB}, false)
+		case SendSync:
+			sn.following, sn.streamOf = a.Peer, 0
+			s.send(msg{from: sn.i, to: a.Peer, kind: mSync}, false)
+		case SendTakeover:
+			s.send(msg{from: sn.i, to: a.Peer, kind: mTakeover}, false)
+		case SendPromoted:
+			s.send(msg{from: sn.i, to: a.Peer, kind: mPromoted}, false)
+		case SetRole:
+			sn.role, sn.active = a.Role, a.Peer
+			sn.why = append(sn.why, a.Why)
+			if a.Role == Standby && a.Peer != sn.following {
+				sn.following, sn.streamOf = -1, 0
+			}
+			if a.Role == Active {
+				sn.following = -1
+			}
+		case Freeze:
+			sn.frozen, sn.since = true, a.Since
+		case Thaw:
+			sn.frozen = false
+			s.serveBacklog(sn)
+		case RedirectAll:
+			s.redirect(sn, a.Peer)
+		case Reset:
+			sn.issuing = Range{}
+		case Persist:
+			sn.persists = append(sn.persists, persistOp{a.Ceiling, s.now + s.cfg.persist})
+		case Issue:
+			if a.Range.Hi <= sn.disk {
+				sn.issuing = a.Range
+				sn.last = max(sn.last, a.Range.Lo)
+			} else {
+				s.fail("n%d issues (%d, %d] above its disk's ceiling %d", sn.i, a.Range.Lo, a.Range.Hi, sn.disk)
+			}
+		case DropStandby:
+			for p, conn := range sn.streamed {
+				if a.Peer == -1 || p == a.Peer {
+					sn.endStream(p)
+					s.send(msg{from: sn.i, to: p, kind: mStreamEnd, conn: conn}, true)
+				}
+			}
+		case Handoff:
+			if conn, ok := sn.streamed[a.Peer]; ok {
+				s.send(msg{from: sn.i, to: a.Peer, kind: mHandoff, rng: a.Range, hb: Heartbeat{Inc: sn.inc}, mark: a.Mark, conn: conn}, false)
+			}
+		case Stopped:
+			sn.leaveDone = true
+		}
+	}
+}
+
+// redirect sends node sn's clients to node to: answers held for
+// acknowledgements go first, the backlog is redirected, not decided.
+func (s *sim) redirect(sn *simNode, to int) {
+	for _, g := range sn.held {
+		s.tell(g)
+	}
+	sn.held = nil
+	sn.backlog = nil
+	sn.redirects++
+	if to >= 0 && to != sn.i {
+		var above uint64
+		for _, g := range s.grants {
+			if g.node == sn.i || g.node == to {
+				above = max(above, g.token)
+			}
+		}
+		s.redirectMarks = append(s.redirectMarks, redirectMark{loser: sn.i, winner: to, at: s.now, above: above})
+	}
+}
+
+func (sn *simNode) endStream(p int) {
+	delete(sn.streamed, p)
+	delete(sn.synced, p)
+	sn.acked[p] = 0
+}
+
+// acquire is a client's acquire of a fresh key, sent to node i.
+func (s *sim) acquire(i int, wait int64) {
+	s.reqs++
+	r := request{id: s.reqs, sent: s.now, wait: wait}
+	sn := s.nodes[i]
+	r.arrived = s.now + s.cfg.delay
+	if !sn.up {
+		return
+	}
+	if sn.stopped || sn.frozen {
+		sn.backlog = append(sn.backlog, r)
+		return
+	}
+	s.decide(sn, r, r.arrived)
+}
+
+// decide answers r on node sn; from is when the node knows r has waited
+// since (its arrival, or the freeze's start for a backlog).
+func (s *sim) decide(sn *simNode, r request, from int64) {
+	if sn.role != Active {
+		return // redirected
+	}
+	age := s.now - from
+	if age > s.cfg.timeout || r.wait > 0 && age > r.wait {
+		return // answered T
+	}
+	if sn.last >= sn.issuing.Hi {
+		return // no token: refused
+	}
+	sn.last = max(sn.last, sn.issuing.Lo) + 1
+	if owner, dup := s.tokens[sn.last]; dup {
+		s.fail("token %d issued by n%d and n%d", sn.last, owner, sn.i)
+	}
+	s.tokens[sn.last] = sn.i
+	sn.seq++
+	g := grant{node: sn.i, token: sn.last, at: s.now, req: r, redirect: sn.redirects}
+	for p, conn := range sn.streamed {
+		s.send(msg{from: sn.i, to: p, kind: mRecord, seq: sn.seq, conn: conn}, false)
+	}
+	if s.cfg.semiSync && len(sn.synced) > 0 {
+		g.seq = sn.seq
+		sn.held = append(sn.held, g)
+		return
+	}
+	s.tell(g)
+}
+
+// releaseHeld answers the held grants every synced standby acknowledged.
+func (s *sim) releaseHeld() {
+	for _, sn := range s.nodes {
+		if !sn.up || sn.stopped || len(sn.held) == 0 {
+			continue
+		}
+		minAck := uint64(1<<64 - 1)
+		for p := range sn.synced {
+			minAck = min(minAck, sn.acked[p])
+		}
+		k := 0
+		for ; k < len(sn.held); k++ {
+			if len(sn.synced) > 0 && sn.held[k].seq > minAck {
+				break
+			}
+			s.tell(sn.held[k])
+		}
+		sn.held = sn.held[k:]
+	}
+}
+
+func (s *sim) tell(g grant) {
+	g.told = s.now
+	if hold := g.told - g.at - s.stoppedDuring(g.node, g.at, g.told); hold > s.maxHold {
+		s.maxHold = hold
+		s.maxHoldGrant = g
+	}
+	s.grants = append(s.grants, g)
+}
+
+// serveBacklog decides what piled up while the node was frozen, counting
+// each request's wait from the freeze's start.
+func (s *sim) serveBacklog(sn *simNode) {
+	b := sn.backlog
+	sn.backlog = nil
+	for _, r := range b {
+		s.decide(sn, r, min(sn.since, r.arrived))
+	}
+}
+
+// freezeProcess stops (or continues) node i's process.
+func (s *sim) freezeProcess(i int, on bool) {
+	sn := s.nodes[i]
+	if !sn.up {
+		return
+	}
+	if sn.stopped == on {
+		return
+	}
+	s.logf("n%d SIGSTOP %v", i, on)
+	sn.stopped = on
+	if on {
+		sn.frozeAt = s.now
+	} else {
+		sn.frozen_ = append(sn.frozen_, span{sn.frozeAt, s.now})
+		sn.next = s.now // its ticker fires at once on SIGCONT
+	}
+}
+
+// leave asks node i to stop gracefully, runs until it may stop, and
+// stops it.
+func (s *sim) leave(i int) {
+	sn := s.nodes[i]
+	if !sn.up || sn.stopped {
+		return
+	}
+	sn.n.Step(s.now, Leave{})
+	s.ready(sn)
+	for deadline := s.now + 3*s.cfg.timeout; !sn.leaveDone && s.now < deadline; {
+		s.run(ms, nil)
+	}
+	s.logf("n%d stops", i)
+	sn.up = false
+	s.endStreamsOf(i)
+}
+
+// actives returns the running nodes that are active and not frozen.
+func (s *sim) actives() []int {
+	var out []int
+	for _, sn := range s.nodes {
+		if sn.up && !sn.stopped && sn.n.State() == StateActive {
+			out = append(out, sn.i)
+		}
+	}
+	return out
+}
+
+// settled reports whether one node is active and every other running
+// node follows it.
+func (s *sim) settled() (int, bool) {
+	a := s.actives()
+	if len(a) != 1 {
+		return -1, false
+	}
+	for _, sn := range s.nodes {
+		if sn.up && sn.i != a[0] && (sn.n.State() != StateStandby || sn.n.Active() != a[0]) {
+			return a[0], false
+		}
+	}
+	return a[0], true
+}
+
+// waitSettled runs until the cluster settles, and fails after limit.
+func (s *sim) waitSettled(limit int64) (int, int64) {
+	start := s.now
+	for s.now-start <= limit {
+		if a, ok := s.settled(); ok {
+			return a, s.now - start
+		}
+		s.run(ms, nil)
+	}
+	s.t.Helper()
+	s.t.Fatalf("not settled %v after %.0fms: states %s\n%s", s.actives(), float64(limit)/float64(ms), s.states(), s.lastTrace(40))
+	return -1, 0
+}
+
+func (s *sim) states() string {
+	var b strings.Builder
+	for _, sn := range s.nodes {
+		if !sn.up {
+			fmt.Fprintf(&b, "n%d:down ", sn.i)
+			continue
+		}
+		fmt.Fprintf(&b, "n%d:%v→%d ", sn.i, sn.n.State(), sn.n.Active())
+	}
+	return b.String()
+}
+
+// traceAround returns the trace from a little before at.
+func (s *sim) traceAround(at int64) string {
+	var out []string
+	for _, l := range s.trace {
+		var t float64
+		fmt.Sscanf(strings.TrimSpace(l), "%fms", &t)
+		if int64(t*float64(ms)) >= at-2*s.cfg.timeout && int64(t*float64(ms)) <= at+2*s.cfg.timeout {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+func (s *sim) lastTrace(k int) string {
+	if len(s.trace) > k {
+		return strings.Join(s.trace[len(s.trace)-k:], "\n")
+	}
+	return strings.Join(s.trace, "\n")
+}
+
+// check verifies what clients saw: tokens never repeat; a winner's tokens
+// after a loser redirected to it are above every token either side granted
+// before; no semi-sync answer was held longer than a failover timeout and
+// a heartbeat (and a little for the simulation's step); no grant was
+// decided after its wait, or from a backlog older than the failover
+// timeout.
+func (s *sim) check() {
+	s.t.Helper()
+	for _, m := range s.redirectMarks {
+		for _, g := range s.grants {
+			if g.node == m.winner && g.at > m.at && g.token <= m.above {
+				s.fail("n%d granted %d at %.1fms after n%d redirected to it at %.1fms, not above %d", g.node, g.token, float64(g.at)/float64(ms), m.loser, float64(m.at)/float64(ms), m.above)
+				break
+			}
+		}
+	}
+	if s.cfg.semiSync && s.maxHold > s.cfg.timeout+s.cfg.heartbeat+5*ms {
+		g := s.maxHoldGrant
+		s.fail("a semi-sync answer was held %.1fms: n%d's grant of %d at %.1fms", float64(s.maxHold)/float64(ms), g.node, g.token, float64(g.at)/float64(ms))
+	}
+	for _, g := range s.grants {
+		age := g.at - g.req.arrived
+		if age > s.cfg.timeout || g.req.wait > 0 && age > g.req.wait {
+			s.fail("n%d granted %d %.1fms after the request arrived (wait %.0fms)", g.node, g.token, float64(age)/float64(ms), float64(g.req.wait)/float64(ms))
+		}
+	}
+	for _, e := range s.errs {
+		s.t.Error(e)
+	}
+	if len(s.errs) > 0 && s.traceOn {
+		if s.dumpAround > 0 {
+			s.t.Log(s.traceAround(s.dumpAround))
+		} else {
+			s.t.Log(s.lastTrace(80))
+		}
+	}
+}
+
+// load sends, each step, an acquire with some probability to the node a
+// client believes active (or any node, now and then).
+func (s *sim) load(rng *rand.Rand) func() {
+	return func() {
+		if rng.IntN(3) != 0 {
+			return
+		}
+		target := rng.IntN(len(s.nodes))
+		if a := s.actives(); len(a) > 0 && rng.IntN(4) != 0 {
+			target = a[rng.IntN(len(a))]
+		}
+		var wait int64
+		if rng.IntN(2) == 0 {
+			wait = int64(50+rng.IntN(500)) * ms
+		}
+		s.acquire(target, wait)
+	}
+}
+
+func (s *sim) startAll() {
+	for i := range s.nodes {
+		s.start(i)
+	}
+}
+
+func hasKind(as []Action, k ActionKind) bool {
+	return slices.ContainsFunc(as, func(a Action) bool { return a.Kind == k })
+}

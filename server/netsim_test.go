@@ -1,0 +1,131 @@
+package server_test
+
+import (
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// peerNet is a test's network between cluster nodes: every peer link a
+// node dials goes through a proxy of the test's, which can cut a direction
+// silently — no byte passes, no connection closes, new connections hang as
+// if their SYN were lost — and heal it, when what waited flows on, as TCP
+// would deliver it. Clients still reach every node directly.
+type peerNet struct {
+	t   testing.TB
+	mu  sync.Mutex
+	cut map[[2]string]bool // from → to: bytes from the dialler's side to the peer (and back, see Cut) stand still
+	cv  *sync.Cond
+	ls  []net.Listener
+}
+
+func newPeerNet(t testing.TB) *peerNet {
+	pn := &peerNet{t: t, cut: map[[2]string]bool{}}
+	pn.cv = sync.NewCond(&pn.mu)
+	t.Cleanup(func() {
+		pn.mu.Lock()
+		clear(pn.cut)
+		pn.cv.Broadcast()
+		pn.mu.Unlock()
+	})
+	return pn
+}
+
+// Dialer returns the Config.PeerDialer for the node at from.
+func (pn *peerNet) Dialer(from string) func(network, addr string, timeout time.Duration) (net.Conn, error) {
+	return func(network, addr string, timeout time.Duration) (net.Conn, error) {
+		deadline := time.Now().Add(timeout)
+		pn.mu.Lock()
+		for pn.cut[[2]string{from, addr}] || pn.cut[[2]string{addr, from}] {
+			// A SYN that is lost: the dial hangs until it times out.
+			if time.Now().After(deadline) {
+				pn.mu.Unlock()
+				return nil, &net.OpError{Op: "dial", Net: network, Err: timeoutErr{}}
+			}
+			pn.mu.Unlock()
+			time.Sleep(time.Millisecond)
+			pn.mu.Lock()
+		}
+		pn.mu.Unlock()
+		up, err := net.DialTimeout(network, addr, timeout)
+		if err != nil {
+			return nil, err
+		}
+		// The node gets one end of a socket pair of the test's; the proxy
+		// copies between the other end and the real connection.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			up.Close()
+			return nil, err
+		}
+		defer l.Close()
+		node, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			up.Close()
+			return nil, err
+		}
+		mine, err := l.Accept()
+		if err != nil {
+			up.Close()
+			node.Close()
+			return nil, err
+		}
+		go pn.copy(up, mine, from, addr) // from the dialler to the peer
+		go pn.copy(mine, up, addr, from) // and back
+		return node, nil
+	}
+}
+
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout (a partition of the test's)" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+// copy moves bytes from src to dst while the direction from → to is not
+// cut; when either side closes, it closes the other.
+func (pn *peerNet) copy(dst, src net.Conn, from, to string) {
+	defer dst.Close()
+	defer src.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			pn.mu.Lock()
+			for pn.cut[[2]string{from, to}] {
+				pn.cv.Wait()
+			}
+			pn.mu.Unlock()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if err != io.EOF {
+				return
+			}
+			return
+		}
+	}
+}
+
+// Cut stops (on) or lets through (off) what from sends to. A cut holds
+// what was sent; healing delivers it, as TCP retransmissions would.
+func (pn *peerNet) Cut(from, to string, on bool) {
+	pn.mu.Lock()
+	defer pn.mu.Unlock()
+	if on {
+		pn.cut[[2]string{from, to}] = true
+	} else {
+		delete(pn.cut, [2]string{from, to})
+		pn.cv.Broadcast()
+	}
+}
+
+// Partition cuts (or heals) both directions between a and b.
+func (pn *peerNet) Partition(a, b string, on bool) {
+	pn.Cut(a, b, on)
+	pn.Cut(b, a, on)
+}
