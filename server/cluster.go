@@ -395,7 +395,7 @@ func (cl *cluster) promote(why string, except int) bool {
 	n.setRole(roleActive, n.self)
 	cl.heartbeat() // the standbys learn of the new active now, not a tick later
 	waited := cl.awaitStandbys(except)
-	n.tokens.SetRange(lo, hi, hi-tokenBlock/2)
+	n.tokens.SetRange(lo, hi, n.lowMark(hi))
 	n.thaw()
 	n.wakeClients()
 	keys, _ := n.Stats()

@@ -78,6 +78,11 @@ type Config struct {
 	ClusterKeyOld []byte
 	InsecurePeers bool
 	Logger        zerolog.Logger
+
+	// tokenBlock, for tests only (export_test.go), makes the node reserve
+	// this many tokens at a time instead of tokenBlock, so that a test
+	// reaches the end of its reserved tokens after a few grants.
+	tokenBlock uint64
 }
 
 // Defaults.

@@ -50,6 +50,7 @@ type Node struct {
 	adminAddr string
 
 	data        *dataDir      // nil without Config.DataDir
+	tokenBlock  uint64        // tokens reserved at a time; set by New
 	reserve     chan struct{} // asks the reserver for more tokens
 	reserveStop chan struct{}
 	reserveDone chan struct{}
@@ -157,6 +158,10 @@ func New(cfg Config) (*Node, error) {
 			return nil, err
 		}
 		n.auth.Store(set)
+	}
+	var err error
+	if n.tokenBlock, err = blockSize(&n.cfg); err != nil {
+		return nil, err
 	}
 	// A cluster node keeps, beyond its clients' slots, two links per peer
 	// and a reserve of slots for peers that dial in while the clients'

@@ -3,13 +3,44 @@ package server
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
 // tokenBlock is how many tokens the node reserves at a time: the ceiling
 // moves (one synced file write) once per block, and a restart skips at most
-// a block.
+// a block. Every node of a cluster must use the same block.
 const tokenBlock = 1 << 20
+
+// linkTokenBlock is for tests only: a smaller token block set at link time
+// (go build -ldflags "-X github.com/kunci/kunci/server.linkTokenBlock=64"),
+// so that a test's kuncid process runs out of reserved tokens after a few
+// grants. Empty in every real build. Tests in this package use
+// Config.tokenBlock instead (export_test.go).
+var linkTokenBlock string
+
+// blockSize returns the token block a node of cfg uses.
+func blockSize(cfg *Config) (uint64, error) {
+	b := cfg.tokenBlock
+	if b == 0 && linkTokenBlock != "" {
+		v, err := strconv.ParseUint(linkTokenBlock, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("server: linked token block %q: %w", linkTokenBlock, err)
+		}
+		b = v
+	}
+	if b == 0 {
+		return tokenBlock, nil
+	}
+	if b < 2 || b > tokenBlock {
+		return 0, fmt.Errorf("server: token block %d out of range 2..%d", b, tokenBlock)
+	}
+	return b, nil
+}
+
+// lowMark is where, in a range ending at hi, the reserver starts on the
+// next one: half a block early, so that grants rarely find no token.
+func (n *Node) lowMark(hi uint64) uint64 { return hi - n.tokenBlock/2 }
 
 // tokenRange returns the block of tokens (lo, hi] this node may issue next,
 // the first one above floor. Blocks are dealt round-robin over the peer
@@ -19,11 +50,12 @@ const tokenBlock = 1 << 20
 // a new active starts above every ceiling it knows.
 func (n *Node) tokenRange(floor uint64) (lo, hi uint64) {
 	peers := uint64(max(1, len(n.cfg.Peers)))
-	k := (floor + tokenBlock - 1) / tokenBlock
+	b := n.tokenBlock
+	k := (floor + b - 1) / b
 	for k%peers != uint64(n.peerIndex) {
 		k++
 	}
-	return k * tokenBlock, (k + 1) * tokenBlock
+	return k * b, (k + 1) * b
 }
 
 // Token ceilings other nodes report are checked before anything is done
@@ -40,10 +72,11 @@ const (
 	maxCeilingStep = 1 << 48
 )
 
-// maxCeiling returns the highest ceiling a cluster of peers nodes accepts:
-// above it, there is no room for a block for every node below maxToken.
-func maxCeiling(peers int) uint64 {
-	return (maxToken/tokenBlock - uint64(max(peers, 1)) - 1) * tokenBlock
+// maxCeiling returns the highest ceiling this node's cluster accepts: above
+// it, there is no room for a block for every node below maxToken.
+func (n *Node) maxCeiling() uint64 {
+	b := n.tokenBlock
+	return (maxToken/b - uint64(max(len(n.cfg.Peers), 1)) - 1) * b
 }
 
 var errBadCeiling = errors.New("server: bad token ceiling")
@@ -55,10 +88,10 @@ func (cl *cluster) checkCeiling(c uint64) error {
 	switch {
 	case c == 0:
 		return nil
-	case c%tokenBlock != 0:
-		return fmt.Errorf("%w: %d is not a multiple of the token block %d", errBadCeiling, c, tokenBlock)
-	case c > maxCeiling(len(cl.addrs)):
-		return fmt.Errorf("%w: %d is past the token space (at most %d)", errBadCeiling, c, maxCeiling(len(cl.addrs)))
+	case c%n.tokenBlock != 0:
+		return fmt.Errorf("%w: %d is not a multiple of the token block %d", errBadCeiling, c, n.tokenBlock)
+	case c > n.maxCeiling():
+		return fmt.Errorf("%w: %d is past the token space (at most %d)", errBadCeiling, c, n.maxCeiling())
 	case c > known && c-known > maxCeilingStep:
 		return fmt.Errorf("%w: %d is more than 2^48 above this node's %d", errBadCeiling, c, known)
 	}
@@ -76,7 +109,7 @@ func (n *Node) takeRange(lo, hi uint64) error {
 		n.cl.reserveCeiling(hi)
 	}
 	// The tokens between the current ceiling and lo belong to other nodes.
-	n.tokens.SetRange(lo, hi, hi-tokenBlock/2)
+	n.tokens.SetRange(lo, hi, n.lowMark(hi))
 	if n.cl != nil {
 		// Advertised once tokens are in the range: a demoted peer waits
 		// for it before it sends its clients here (see demote).
@@ -93,7 +126,7 @@ func (n *Node) openTokens() error {
 		return err
 	}
 	floor, err := d.ceiling()
-	if err == nil && floor > maxCeiling(len(n.cfg.Peers)) {
+	if err == nil && floor > n.maxCeiling() {
 		err = fmt.Errorf("server: token ceiling %d in %s is past any sane value: the file is damaged", floor, n.cfg.DataDir)
 	}
 	lo, hi := n.tokenRange(floor)
@@ -116,7 +149,7 @@ func (n *Node) openTokens() error {
 		default:
 		}
 	})
-	n.tokens.SetCeiling(hi, hi-tokenBlock/2)
+	n.tokens.SetCeiling(hi, n.lowMark(hi))
 	go n.reserver()
 	return nil
 }
@@ -137,7 +170,7 @@ func (n *Node) reserver() {
 			if n.cl != nil {
 				want = n.cl.wantFloor.Load()
 			}
-			if last+tokenBlock/2 < c && want <= c {
+			if last+n.tokenBlock/2 < c && want <= c {
 				break
 			}
 			lo, hi := n.tokenRange(max(c, last, want))
