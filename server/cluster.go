@@ -386,7 +386,8 @@ func (cl *cluster) promote(why string, except int) bool {
 	start := time.Now()
 	lo, hi := n.tokenRange(floor)
 	if err := n.data.setCeiling(hi); err != nil {
-		n.log.Error().Err(err).Msg("cannot persist the token ceiling: not promoting")
+		// Retried every tick: storageHealth logs the failure, rate-limited.
+		n.log.Debug().Err(err).Msg("cannot persist the token ceiling: not promoting")
 		return false
 	}
 	cl.ceiling.Store(max(cl.ceiling.Load(), hi))

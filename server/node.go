@@ -51,6 +51,7 @@ type Node struct {
 
 	data        *dataDir      // nil without Config.DataDir
 	tokenBlock  uint64        // tokens reserved at a time; set by New
+	storage     storageHealth // whether tokens can be reserved
 	reserve     chan struct{} // asks the reserver for more tokens
 	reserveStop chan struct{}
 	reserveDone chan struct{}
@@ -159,6 +160,7 @@ func New(cfg Config) (*Node, error) {
 		}
 		n.auth.Store(set)
 	}
+	n.storage.log = n.log
 	var err error
 	if n.tokenBlock, err = blockSize(&n.cfg); err != nil {
 		return nil, err
@@ -210,7 +212,7 @@ func (n *Node) Start() error {
 	select {
 	case <-n.booted:
 	case <-n.runDone:
-		n.closeTokens()
+		n.closeTokens(context.Background())
 		if n.runErr == nil {
 			return ErrStopped
 		}
@@ -218,7 +220,7 @@ func (n *Node) Start() error {
 	}
 	if n.bootErr != nil {
 		<-n.runDone
-		n.closeTokens()
+		n.closeTokens(context.Background())
 		return n.bootErr
 	}
 	n.ticking = true
@@ -229,7 +231,7 @@ func (n *Node) Start() error {
 		select {
 		case <-n.cl.loopsUp:
 		case <-n.runDone:
-			n.closeTokens()
+			n.closeTokens(context.Background())
 			return ErrStopped
 		}
 		go n.cl.run()
@@ -286,7 +288,7 @@ func (n *Node) Stop(ctx context.Context) error {
 				err = ctx.Err()
 			}
 		}
-		n.closeTokens()
+		n.closeTokens(ctx)
 		keys, queued := n.Stats()
 		n.log.Info().Str("addr", n.addr).Int("keys", keys).Int("queued", queued).
 			Uint64("last_token", n.tokens.Last()).Msg("kunci node stopped")

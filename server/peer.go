@@ -401,7 +401,9 @@ func (n *Node) learnCeiling(c uint64) error {
 		return err
 	}
 	if err := n.data.setCeiling(c); err != nil {
-		n.log.Error().Err(err).Msg("cannot persist the replicated token ceiling: leaving the stream")
+		// Retried with every new stream: storageHealth logs the
+		// failure, rate-limited.
+		n.log.Debug().Err(err).Msg("cannot persist the replicated token ceiling: leaving the stream")
 		return err
 	}
 	cl.ceiling.Store(c)

@@ -1,10 +1,14 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/kunci/kunci/engine"
 )
 
 // tokenBlock is how many tokens the node reserves at a time: the ceiling
@@ -48,14 +52,25 @@ func (n *Node) lowMark(hi uint64) uint64 { return hi - n.tokenBlock/2 }
 // that are active at once (a partition, a failover racing a slow node) can
 // never issue the same token, while each node's tokens still increase and
 // a new active starts above every ceiling it knows.
+//
+// No block passes maxCeiling, a little below engine.MaxToken (2^63-1), the
+// highest ceiling peers accept: above it the range is empty (lo == hi ==
+// maxCeiling) and the token space is used up.
 func (n *Node) tokenRange(floor uint64) (lo, hi uint64) {
+	end := n.maxCeiling()
+	if floor >= end {
+		return end, end
+	}
 	peers := uint64(max(1, len(n.cfg.Peers)))
 	b := n.tokenBlock
-	k := (floor + b - 1) / b
+	k := (floor + b - 1) / b // floor < 2^63: no overflow
 	for k%peers != uint64(n.peerIndex) {
 		k++
 	}
-	return k * b, (k + 1) * b
+	if lo, hi = k*b, (k+1)*b; hi > end {
+		return end, end
+	}
+	return lo, hi
 }
 
 // Token ceilings other nodes report are checked before anything is done
@@ -64,7 +79,7 @@ func (n *Node) tokenRange(floor uint64) (lo, hi uint64) {
 // and rises at most maxCeilingStep above what this node knows, so that no
 // one message can use up the token space.
 const (
-	maxToken = 1<<63 - 1
+	maxToken = engine.MaxToken
 	// maxCeilingStep is 2^48 tokens: nine years of a million grants a
 	// second. A node whose peers issued more than that while it was away
 	// (or that joins with an empty data directory such a cluster) must be
@@ -120,14 +135,17 @@ func (n *Node) takeRange(lo, hi uint64) error {
 
 // openTokens locks the data directory, starts tokens above the persisted
 // ceiling and persists the first reservation before any token is issued.
+// With the token space used up it starts all the same, refusing grants,
+// and says so (storageHealth).
 func (n *Node) openTokens() error {
-	d, err := openDataDir(n.cfg.DataDir)
+	d, err := openDataDir(n.cfg.DataDir, &n.storage)
 	if err != nil {
 		return err
 	}
 	floor, err := d.ceiling()
 	if err == nil && floor > n.maxCeiling() {
-		err = fmt.Errorf("server: token ceiling %d in %s is past any sane value: the file is damaged", floor, n.cfg.DataDir)
+		err = fmt.Errorf("server: token ceiling %d in %s leaves no room for a block of tokens per node below 2^63-1 (the ceiling may be at most %d): the file is damaged",
+			floor, filepath.Join(n.cfg.DataDir, ceilingFile), n.maxCeiling())
 	}
 	lo, hi := n.tokenRange(floor)
 	if err == nil {
@@ -136,6 +154,9 @@ func (n *Node) openTokens() error {
 	if err != nil {
 		d.close()
 		return err
+	}
+	if lo == hi {
+		n.storage.failed(ErrTokensExhausted)
 	}
 	n.data = d
 	n.savedCeiling = floor
@@ -154,36 +175,67 @@ func (n *Node) openTokens() error {
 	return nil
 }
 
+// Reserver retry delays: after a failure the reserver tries again after
+// reserveRetryMin, doubling up to reserveRetryMax, until it succeeds.
+const (
+	reserveRetryMin = 100 * time.Millisecond
+	reserveRetryMax = 2 * time.Second
+)
+
 // reserver persists the next block of tokens whenever issued tokens come
-// within half a block of the ceiling, so that Next rarely waits for it.
+// within half a block of the ceiling, so that grants rarely find the tokens
+// used up. When it cannot (a full disk, the token space used up), grants
+// are refused once the tokens under the durable ceiling are used, and it
+// tries again with a backoff until it can: kicks that come meanwhile (each
+// refused grant kicks) do not make it retry sooner. It owns the writes of
+// the ceiling on an active node; nothing waits for it but Stop, briefly.
 func (n *Node) reserver() {
 	defer close(n.reserveDone)
+	var backoff time.Duration
 	for {
-		select {
-		case <-n.reserveStop:
-			return
-		case <-n.reserve:
+		if backoff == 0 {
+			select {
+			case <-n.reserveStop:
+				return
+			case <-n.reserve:
+			}
+		} else {
+			t := time.NewTimer(backoff)
+			select {
+			case <-n.reserveStop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
 		}
-		for {
-			c, last := n.tokens.Ceiling(), n.tokens.Last()
-			var want uint64 // a floor a peer reported, above ours
-			if n.cl != nil {
-				want = n.cl.wantFloor.Load()
-			}
-			if last+n.tokenBlock/2 < c && want <= c {
-				break
-			}
-			lo, hi := n.tokenRange(max(c, last, want))
-			if err := n.takeRange(lo, hi); err != nil {
-				// Grants wait at the ceiling meanwhile: loud, not unsafe.
-				n.log.Error().Err(err).Msg("cannot persist the token ceiling; grants stall at it")
-				select {
-				case <-n.reserveStop:
-					return
-				case <-time.After(100 * time.Millisecond):
-				}
-				continue
-			}
+		if err := n.reserveAhead(); err != nil {
+			// Reported (and logged, rate-limited) by storageHealth.
+			backoff = min(max(2*backoff, reserveRetryMin), reserveRetryMax)
+			continue
+		}
+		backoff = 0
+	}
+}
+
+// reserveAhead takes blocks until more than half a block of tokens is left
+// under the ceiling and the ceiling is above every floor a peer reported.
+func (n *Node) reserveAhead() error {
+	for {
+		c, last := n.tokens.Ceiling(), n.tokens.Last()
+		var want uint64 // a floor a peer reported, above ours
+		if n.cl != nil {
+			want = n.cl.wantFloor.Load()
+		}
+		if last+n.tokenBlock/2 < c && want <= c {
+			return nil
+		}
+		lo, hi := n.tokenRange(max(c, last, want))
+		if lo == hi {
+			n.storage.failed(ErrTokensExhausted)
+			return ErrTokensExhausted
+		}
+		if err := n.takeRange(lo, hi); err != nil {
+			return err
 		}
 	}
 }
@@ -196,13 +248,39 @@ func (n *Node) kickReserve() {
 	}
 }
 
-// closeTokens stops the reserver and unlocks the data directory.
-func (n *Node) closeTokens() {
-	if n.data == nil {
+// stopReserveWait is the longest Stop waits for a write of the token
+// ceiling in progress: a disk that does not answer must not hold it up.
+const stopReserveWait = 2 * time.Second
+
+// closeTokens stops the reserver and unlocks the data directory. It waits
+// for a write of the ceiling in progress until ctx is done or for
+// stopReserveWait at most; a write that takes longer (a dead disk) ends on
+// its own, and only then unlocks the directory.
+func (n *Node) closeTokens(ctx context.Context) {
+	d := n.data
+	if d == nil {
 		return
 	}
+	select {
+	case <-n.reserveStop:
+		return // closed before, the reserver still writing
+	default:
+	}
 	close(n.reserveStop)
-	<-n.reserveDone
-	n.data.close()
-	n.data = nil
+	t := time.NewTimer(stopReserveWait)
+	defer t.Stop()
+	select {
+	case <-n.reserveDone:
+		n.data = nil
+		d.close()
+		return
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	n.log.Warn().Str("data_dir", d.path).
+		Msg("the token ceiling is still being written: stopping without waiting; the data directory stays locked until the write ends")
+	go func() {
+		<-n.reserveDone
+		d.close()
+	}()
 }
