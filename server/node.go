@@ -51,7 +51,7 @@ type Node struct {
 
 	data        *dataDir      // nil without Config.DataDir
 	tokenBlock  uint64        // tokens reserved at a time; set by New
-	storage     storageHealth // whether tokens can be reserved
+	storage     storageHealth // whether tokens can be reserved; safe for concurrent use
 	reserve     chan struct{} // asks the reserver for more tokens
 	reserveStop chan struct{}
 	reserveDone chan struct{}
