@@ -11,26 +11,36 @@ import (
 func BenchmarkAcquireRelease(b *testing.B) {
 	for _, n := range []int{1, 1000, 100_000} {
 		b.Run("keys="+strconv.Itoa(n), func(b *testing.B) {
-			keys := keyRing(n)
-			sh := NewShard(Config{}, new(Tokens), 0)
-			var out Output
-			for _, key := range keys { // warm
-				sh.Acquire(0, 1, key, 30*sec, 0, &out)
-				sh.Release(0, 1, key, out.Answers[0].Token, &out)
-				out.Reset()
-			}
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				key := keys[i]
-				if i++; i == len(keys) {
-					i = 0
-				}
-				sh.Acquire(0, 1, key, 30*sec, 0, &out)
-				sh.Release(0, 1, key, out.Answers[0].Token, &out)
-				out.Reset()
-			}
+			benchAcquireRelease(b, n, new(Tokens))
 		})
+	}
+	// A node with a data directory issues tokens under a ceiling.
+	b.Run("keys=1000/ceiling", func(b *testing.B) {
+		tk := new(Tokens)
+		tk.SetCeiling(1<<62, 1<<61)
+		benchAcquireRelease(b, 1000, tk)
+	})
+}
+
+func benchAcquireRelease(b *testing.B, n int, tokens *Tokens) {
+	keys := keyRing(n)
+	sh := NewShard(Config{}, tokens, 0)
+	var out Output
+	for _, key := range keys { // warm
+		sh.Acquire(0, 1, key, 30*sec, 0, &out)
+		sh.Release(0, 1, key, out.Answers[0].Token, &out)
+		out.Reset()
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		key := keys[i]
+		if i++; i == len(keys) {
+			i = 0
+		}
+		sh.Acquire(0, 1, key, 30*sec, 0, &out)
+		sh.Release(0, 1, key, out.Answers[0].Token, &out)
+		out.Reset()
 	}
 }
 

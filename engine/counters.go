@@ -16,6 +16,7 @@ type Counters struct {
 	TooManyKeys   uint64 // acquires refused: ErrTooManyKeys
 	TooManyWaits  uint64 // acquires refused: ErrTooManyWaiters
 	AlreadyQueued uint64 // acquires refused: ErrAlreadyQueued
+	Unavailable   uint64 // acquires refused: ErrStorageUnavailable
 	// WaitTime is the time from an acquire's arrival to its grant (0 for a
 	// free key); HoldTime from a grant to its release or expiry. Both in
 	// the caller's now units (nanoseconds for the server).
@@ -36,6 +37,7 @@ func (c *Counters) Add(o *Counters) {
 	c.TooManyKeys += o.TooManyKeys
 	c.TooManyWaits += o.TooManyWaits
 	c.AlreadyQueued += o.AlreadyQueued
+	c.Unavailable += o.Unavailable
 	c.WaitTime.add(&o.WaitTime)
 	c.HoldTime.add(&o.HoldTime)
 }

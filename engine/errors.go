@@ -13,4 +13,11 @@ var (
 	// ErrAlreadyQueued refuses a second queued acquire of one key on one
 	// connection: the protocol lets a client keep only one outstanding.
 	ErrAlreadyQueued = errors.New("engine: acquire already queued on this connection")
+	// ErrStorageUnavailable refuses a grant when Tokens has no token left
+	// to give: the node could not make a higher token ceiling durable (its
+	// data directory failed, say a full disk, or the token space up to
+	// MaxToken is used). An acquire of a free key is refused at once; a
+	// queued acquire whose turn comes is refused then, and leaves the
+	// queue. Nothing else changes.
+	ErrStorageUnavailable = errors.New("engine: storage unavailable")
 )

@@ -82,9 +82,10 @@ type model struct {
 	tick                           int64
 	wantRecords                    bool
 
-	locks  map[string]*mLock
-	last   uint64 // last token issued
-	nqueue int
+	locks   map[string]*mLock
+	last    uint64 // last token issued
+	ceiling uint64 // tokens above it are not issued; 0: none
+	nqueue  int
 	// lastTick is the last tick the shard's wheels have processed; see due.
 	lastTick int64
 
@@ -128,6 +129,9 @@ func (m *model) record(kind RecordKind, key string, token uint64, deadline int64
 	}
 }
 
+// tokenLeft reports whether a grant can have a token.
+func (m *model) tokenLeft() bool { return m.ceiling == 0 || m.last < m.ceiling }
+
 func (m *model) grant(now int64, key string, l *mLock, conn ConnID, lease int64) {
 	m.last++
 	l.token, l.until = m.last, now+lease
@@ -136,7 +140,7 @@ func (m *model) grant(now int64, key string, l *mLock, conn ConnID, lease int64)
 }
 
 // handOff gives key, whose grant ended at the instant at, to the first waiter
-// still waiting then.
+// still waiting then; while there is no token, waiters are refused in turn.
 func (m *model) handOff(now, at int64, key string, l *mLock) {
 	for len(l.queue) > 0 {
 		w := l.queue[0]
@@ -144,6 +148,10 @@ func (m *model) handOff(now, at int64, key string, l *mLock) {
 		m.nqueue--
 		if w.until != 0 && w.until <= at {
 			m.answer(w.conn, TimedOut, key, 0, nil)
+			continue
+		}
+		if !m.tokenLeft() {
+			m.answer(w.conn, Refused, key, 0, ErrStorageUnavailable)
 			continue
 		}
 		m.grant(now, key, l, w.conn, w.lease)
@@ -157,6 +165,8 @@ func (m *model) acquire(now int64, conn ConnID, key string, lease, wait int64) {
 	switch {
 	case l == nil && len(m.locks) >= m.maxKeys:
 		m.answer(conn, Refused, key, 0, ErrTooManyKeys)
+	case l == nil && !m.tokenLeft():
+		m.answer(conn, Refused, key, 0, ErrStorageUnavailable)
 	case l == nil:
 		l = new(mLock)
 		m.locks[key] = l
@@ -218,14 +228,15 @@ func (m *model) disconnect(conn ConnID) {
 	}
 }
 
-// advance ends every lease, then every wait, that is due at now.
+// advance ends every lease, then every wait, that is due at now. Leases
+// end in the order of the keys in order, then of the other keys sorted.
 //
 // The timing contract: a deadline is due once now has reached the end of the
 // tick holding it. When the Advance covers a whole rotation of the wheel or
 // more (the caller was late by seconds), every slot is looked at once and
 // anything whose deadline has passed fires, even inside the current tick:
 // still never before its deadline.
-func (m *model) advance(now int64) {
+func (m *model) advance(now int64, order []string) {
 	last := floorDiv(now, m.tick)
 	if last <= m.lastTick {
 		return
@@ -233,7 +244,15 @@ func (m *model) advance(now int64) {
 	whole := last-m.lastTick >= wheelSlots
 	m.lastTick = last
 	due := func(d int64) bool { return d <= now && (ceilDiv(d, m.tick) <= last || whole) }
-	for _, key := range slices.Sorted(mapKeys(m.locks)) {
+	place := func(key string) int {
+		if i := slices.Index(order, key); i >= 0 {
+			return i
+		}
+		return len(order)
+	}
+	keys := slices.Sorted(mapKeys(m.locks))
+	slices.SortStableFunc(keys, func(a, b string) int { return cmp.Compare(place(a), place(b)) })
+	for _, key := range keys {
 		if l := m.locks[key]; due(l.until) {
 			m.record(RecordExpire, key, l.token, 0)
 			m.handOff(now, l.until, key, l)
@@ -273,6 +292,7 @@ const (
 	opCancel
 	opDisconnect
 	opAdvance
+	opCeiling // the node made a higher token ceiling durable
 )
 
 type op struct {
@@ -301,6 +321,8 @@ func (o op) String() string {
 		return fmt.Sprintf("now=%d conn%d C %s", o.now, o.conn, key)
 	case opDisconnect:
 		return fmt.Sprintf("now=%d conn%d disconnects", o.now, o.conn)
+	case opCeiling:
+		return fmt.Sprintf("now=%d token ceiling raised to %d", o.now, o.token)
 	}
 	return fmt.Sprintf("Advance now=%d", o.now)
 }
@@ -311,6 +333,7 @@ type modelRun struct {
 	verbose bool
 	rng     *rand.Rand
 	sh      *Shard
+	tokens  *Tokens
 	m       *model
 	out     Output
 	now     int64
@@ -366,12 +389,24 @@ func runModel(t *testing.T, seed uint64, steps int, verbose bool, seen *[Refused
 		r.now += rng.Int64N(ms)
 	}
 	wantRecords := rng.IntN(2) == 0
-	r.sh = NewShard(cfg, new(Tokens), r.now)
+	var ceiling uint64
+	if rng.IntN(3) == 0 {
+		// Tokens under a ceiling that runs out now and then: grants are
+		// refused until the next opCeiling. Which of the leases ending in
+		// one Advance get the last tokens is the engine's choice: the
+		// model follows the order of its expiry records.
+		ceiling = 1 + rng.Uint64N(8)
+		wantRecords = true
+	}
+	r.tokens = new(Tokens)
+	r.tokens.SetCeiling(ceiling, ceiling)
+	r.sh = NewShard(cfg, r.tokens, r.now)
 	r.m = newModel(cfg, r.now, wantRecords)
+	r.m.ceiling = ceiling
 	r.out.WantRecords = wantRecords
 	if verbose {
-		t.Logf("seed %d: %d conns, keys %q, config %+v, jitter %v, records %v",
-			seed, r.conns, r.keys, cfg, r.jitter, wantRecords)
+		t.Logf("seed %d: %d conns, keys %q, config %+v, jitter %v, records %v, ceiling %d",
+			seed, r.conns, r.keys, cfg, r.jitter, wantRecords, r.m.ceiling)
 	}
 	for range steps {
 		r.step()
@@ -460,6 +495,8 @@ func (r *modelRun) step() {
 		o.kind = opCancel
 	case n < 74:
 		o.kind = opDisconnect
+	case n < 77 && r.m.ceiling != 0:
+		o.kind, o.token = opCeiling, r.m.ceiling+1+r.rng.Uint64N(4)
 	default:
 		o.kind = opAdvance
 		d := r.rng.Int64N(16) * ms
@@ -499,7 +536,16 @@ func (r *modelRun) step() {
 		r.m.disconnect(o.conn)
 	case opAdvance:
 		r.sh.Advance(r.now, &r.out)
-		r.m.advance(r.now)
+		var order []string
+		for i := range r.out.Records {
+			if rc := &r.out.Records[i]; rc.Kind == RecordExpire {
+				order = append(order, string(r.out.RecordKey(rc)))
+			}
+		}
+		r.m.advance(r.now, order)
+	case opCeiling:
+		r.tokens.SetCeiling(o.token, o.token)
+		r.m.ceiling = o.token
 	}
 	r.compare()
 	r.out.Reset()

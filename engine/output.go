@@ -103,10 +103,9 @@ func (o *Output) answerUntil(conn ConnID, kind AnswerKind, key string, token uin
 	o.Answers = append(o.Answers, Answer{Conn: conn, Kind: kind, Token: token, Deadline: deadline, keyOff: off, keyLen: n})
 }
 
-func (o *Output) refuse(conn ConnID, key []byte, err error) {
-	off := uint32(len(o.keys))
-	o.keys = append(o.keys, key...)
-	o.Answers = append(o.Answers, Answer{Conn: conn, Kind: Refused, Err: err, keyOff: off, keyLen: uint32(len(key))})
+func (o *Output) refuse(conn ConnID, key string, err error) {
+	off, n := o.keyRef(key)
+	o.Answers = append(o.Answers, Answer{Conn: conn, Kind: Refused, Err: err, keyOff: off, keyLen: n})
 }
 
 func (o *Output) record(kind RecordKind, key string, token uint64, deadline int64) {

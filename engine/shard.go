@@ -176,23 +176,29 @@ func (s *Shard) Acquire(now int64, conn ConnID, key []byte, lease, wait int64, o
 	if l == nil {
 		if s.locks.len() >= s.cfg.MaxKeys {
 			s.counters.TooManyKeys++
-			out.refuse(conn, key, ErrTooManyKeys)
+			out.refuse(conn, unsafeString(key), ErrTooManyKeys)
+			return
+		}
+		token, ok := s.tokens.Next()
+		if !ok {
+			s.counters.Unavailable++
+			out.refuse(conn, unsafeString(key), ErrStorageUnavailable)
 			return
 		}
 		l = s.newLock(key)
 		s.locks.insert(h, l)
-		s.grant(now, 0, l, conn, lease, out)
+		s.grant(now, 0, l, conn, lease, token, out)
 		return
 	}
 	qk := queueKey{conn, l}
 	if _, dup := s.queued[qk]; dup {
 		s.counters.AlreadyQueued++
-		out.refuse(conn, key, ErrAlreadyQueued)
+		out.refuse(conn, unsafeString(key), ErrAlreadyQueued)
 		return
 	}
 	if int(l.nwait) >= s.cfg.MaxWaiters || s.nqueue >= s.cfg.MaxQueued {
 		s.counters.TooManyWaits++
-		out.refuse(conn, key, ErrTooManyWaiters)
+		out.refuse(conn, unsafeString(key), ErrTooManyWaiters)
 		return
 	}
 	w := s.newWaiter()
@@ -299,8 +305,9 @@ func (s *Shard) timeout(w *waiter) {
 }
 
 // grant gives l to conn, whose acquire waited for it since the instant
-// since (0: it did not wait), with a new token and a lease from now.
-func (s *Shard) grant(now, since int64, l *lock, conn ConnID, lease int64, out *Output) {
+// since (0: it did not wait), with token, new from s.tokens, and a lease
+// from now.
+func (s *Shard) grant(now, since int64, l *lock, conn ConnID, lease int64, token uint64, out *Output) {
 	s.counters.Grants++
 	if since == 0 {
 		s.counters.WaitTime.observe(0)
@@ -308,7 +315,7 @@ func (s *Shard) grant(now, since int64, l *lock, conn ConnID, lease int64, out *
 		s.counters.WaitTime.observe(now - since)
 	}
 	l.granted = now
-	l.token = s.tokens.Next()
+	l.token = token
 	s.leases.Add(l, now+lease)
 	out.answerUntil(conn, Granted, l.key, l.token, now+lease)
 	out.record(RecordGrant, l.key, l.token, now+lease)
@@ -316,8 +323,10 @@ func (s *Shard) grant(now, since int64, l *lock, conn ConnID, lease int64, out *
 
 // handOff passes l, whose grant ended at the instant at, to its first waiter
 // still waiting at that instant; those whose wait ran out by then are
-// answered TimedOut. With nobody left the key, which hashes to h, becomes
-// free.
+// answered TimedOut. A waiter the tokens cannot serve (Tokens.Next has none
+// to give) is refused with ErrStorageUnavailable and leaves the queue, and
+// the key goes on to the next: so the key is never left queued without a
+// holder. With nobody left the key, which hashes to h, becomes free.
 func (s *Shard) handOff(now, at int64, h uint64, l *lock, out *Output) {
 	for w := l.first(); w != nil; w = l.first() {
 		late := w.wait.Scheduled() && w.wait.When() <= at
@@ -329,7 +338,13 @@ func (s *Shard) handOff(now, at int64, h uint64, l *lock, out *Output) {
 			out.answer(conn, TimedOut, l.key, 0)
 			continue
 		}
-		s.grant(now, since, l, conn, lease, out)
+		token, ok := s.tokens.Next()
+		if !ok {
+			s.counters.Unavailable++
+			out.refuse(conn, l.key, ErrStorageUnavailable)
+			continue
+		}
+		s.grant(now, since, l, conn, lease, token, out)
 		return
 	}
 	s.locks.remove(h, l)

@@ -3,39 +3,59 @@ package engine
 import (
 	"sync"
 	"testing"
-	"time"
 )
 
 func TestTokensNeverPassTheCeiling(t *testing.T) {
 	var tk Tokens
-	lows := make(chan struct{}, 100)
-	tk.SetOnLow(func() {
-		select {
-		case lows <- struct{}{}:
-		default:
-		}
-	})
+	lows := 0
+	tk.SetOnLow(func() { lows++ })
 	tk.Raise(1000)
 	tk.SetCeiling(1010, 1005)
 	for want := uint64(1001); want <= 1010; want++ {
-		if got := tk.Next(); got != want {
-			t.Fatalf("token %d, want %d", got, want)
+		if got, ok := tk.Next(); !ok || got != want {
+			t.Fatalf("token %d %v, want %d", got, ok, want)
 		}
 	}
-	if len(lows) == 0 {
-		t.Fatal("onLow not called near the ceiling")
+	if lows != 6 {
+		t.Fatalf("onLow called %d times, want 6 (tokens 1005 to 1010)", lows)
 	}
-	// The next token waits for a higher ceiling.
-	got := make(chan uint64)
-	go func() { got <- tk.Next() }()
-	select {
-	case v := <-got:
-		t.Fatalf("token %d issued above the ceiling 1010", v)
-	case <-time.After(50 * time.Millisecond):
+	// Used up: no token above the ceiling, and no waiting for one. The
+	// caller hears of it again.
+	for range 3 {
+		if v, ok := tk.Next(); ok {
+			t.Fatalf("token %d issued above the ceiling 1010", v)
+		}
+	}
+	if lows != 9 || tk.Last() != 1010 {
+		t.Fatalf("onLow called %d times, last %d", lows, tk.Last())
 	}
 	tk.SetCeiling(1020, 1015)
-	if v := <-got; v != 1011 {
-		t.Fatalf("token %d after raising the ceiling, want 1011", v)
+	if v, ok := tk.Next(); !ok || v != 1011 {
+		t.Fatalf("token %d %v after raising the ceiling, want 1011", v, ok)
+	}
+}
+
+// Without a ceiling tokens end at MaxToken, which fits an int64.
+func TestTokensEndAtMaxToken(t *testing.T) {
+	var tk Tokens
+	tk.Raise(MaxToken - 2)
+	for want := uint64(MaxToken - 1); want <= MaxToken; want++ {
+		if got, ok := tk.Next(); !ok || got != want {
+			t.Fatalf("token %d %v, want %d", got, ok, want)
+		}
+	}
+	if v, ok := tk.Next(); ok {
+		t.Fatalf("token %d issued above MaxToken", v)
+	}
+	// A ceiling above MaxToken does not lift it either.
+	var tc Tokens
+	tc.Raise(MaxToken - 1)
+	tc.SetCeiling(MaxToken, MaxToken)
+	if v, ok := tc.Next(); !ok || v != MaxToken {
+		t.Fatalf("token %d %v, want MaxToken", v, ok)
+	}
+	if v, ok := tc.Next(); ok {
+		t.Fatalf("token %d issued above the ceiling MaxToken", v)
 	}
 }
 
@@ -49,7 +69,12 @@ func TestTokensConcurrentUnderCeiling(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range 10000 {
-				seen[g] = append(seen[g], tk.Next())
+				v, ok := tk.Next()
+				if !ok {
+					t.Error("no token under a far ceiling")
+					return
+				}
+				seen[g] = append(seen[g], v)
 			}
 		}()
 	}
@@ -69,8 +94,10 @@ func TestTokensConcurrentUnderCeiling(t *testing.T) {
 }
 
 // A node of a cluster issues tokens only from the ranges it was given:
-// the tokens between two ranges belong to other nodes and are skipped, even
-// by callers already waiting at the old ceiling.
+// the tokens between two ranges belong to other nodes and are skipped. Many
+// goroutines take tokens while the range moves; none is issued twice or
+// outside the ranges, and none waits: a caller that finds the range used up
+// is told so.
 func TestTokensSetRangeSkipsTheGap(t *testing.T) {
 	var tk Tokens
 	tk.SetRange(0, 100, 50)
@@ -83,32 +110,49 @@ func TestTokensSetRangeSkipsTheGap(t *testing.T) {
 	})
 	var mu sync.Mutex
 	seen := map[uint64]bool{}
+	refused := 0
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; i < 40; i++ {
-				v := tk.Next()
+			for i := 0; i < 60; i++ {
+				v, ok := tk.Next()
 				mu.Lock()
-				if seen[v] {
+				if !ok {
+					refused++
+				} else if seen[v] {
 					t.Errorf("token %d twice", v)
 				}
-				seen[v] = true
+				seen[v] = ok
 				mu.Unlock()
 			}
 		}()
 	}
 	<-low
-	// Callers may already wait above 100 when the next range comes.
 	tk.SetRange(300, 600, 550)
 	wg.Wait()
+	delete(seen, 0)
 	for v := range seen {
 		if v == 0 || v > 100 && v <= 300 || v > 600 {
 			t.Errorf("token %d outside the ranges (0,100] and (300,600]", v)
 		}
 	}
-	if len(seen) != 320 {
-		t.Fatalf("%d tokens", len(seen))
+	if len(seen)+refused != 480 {
+		t.Fatalf("%d tokens and %d refusals for 480 calls", len(seen), refused)
+	}
+	// Whatever was refused, every token of the new range is there to take.
+	for {
+		v, ok := tk.Next()
+		if !ok {
+			break
+		}
+		if v <= 300 || v > 600 || seen[v] {
+			t.Fatalf("token %d", v)
+		}
+		seen[v] = true
+	}
+	if tk.Last() != 600 {
+		t.Fatalf("last %d, want 600", tk.Last())
 	}
 }

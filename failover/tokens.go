@@ -16,15 +16,19 @@ const MaxToken = 1<<63 - 1
 // index k mod peers. So two nodes active at once (a partition, a failover
 // racing a slow node) never issue the same token, each node's tokens still
 // increase, and a new active starts above every ceiling it knows. It
-// returns the zero Range when no such block fits below MaxToken.
+// returns the zero Range when no such block fits below MaxCeiling: the
+// token space is used up.
 func BlockRange(floor uint64, self, peers int, block uint64) Range {
+	if floor >= MaxCeiling(peers, block) {
+		return Range{}
+	}
 	n := uint64(max(peers, 1))
 	k := floor / block
 	if floor%block != 0 {
 		k++
 	}
 	k += (uint64(self) + n - k%n) % n
-	if k+1 > MaxToken/block {
+	if (k+1)*block > MaxCeiling(peers, block) {
 		return Range{}
 	}
 	return Range{Lo: k * block, Hi: (k + 1) * block}

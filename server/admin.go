@@ -14,17 +14,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/wire"
 )
 
 // startAdmin serves the admin endpoints on addr: /metrics (Prometheus),
-// /healthz (the process serves), /readyz (200 only on the active) and, with
-// Config.AdminPprof, /debug/pprof/. Every path answers GET and HEAD only.
+// /healthz (the process serves and can reserve tokens), /readyz (200 only
+// on the active) and, with Config.AdminPprof, /debug/pprof/. Every path
+// answers GET and HEAD only.
 func (n *Node) startAdmin(addr string) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{n}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if err := n.storage.status(); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -107,6 +113,8 @@ var (
 	descPeerDropped = desc("peer_frames_dropped_total", "Peer frames dropped unread: heartbeats over the rate a link may send.")
 	descDropped     = desc("standbys_dropped_total", "On the active: standbys dropped for falling more than a bound behind (backlog) or not reading their snapshot (stalled); each starts again from a snapshot.", "reason")
 	descPromotions  = desc("promotions_total", "Times this node was promoted from standby to active (a cluster's first election, failover or handoff); 0 on a single node.")
+	descStorageOK   = desc("storage_ok", "1 while the node can persist its token ceiling (or has no data directory), 0 while it cannot: grants are then refused once the tokens reserved before are used.")
+	descStorageErr  = desc("storage_errors_total", "Failed attempts to persist the token ceiling (or to reserve tokens, once the token space is used up).")
 	descWait        = desc("wait_seconds", "Time from an acquire's arrival to its grant (0 for a free key).")
 	descHold        = desc("hold_seconds", "Time from a grant to its release or expiry.")
 )
@@ -114,7 +122,8 @@ var (
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descGrants, descReleases, descExtends, descExpiries,
 		descTimeouts, descCancels, descWithdrawn, descErrors, descSlowClosed, descAuthFailed, descKeys,
-		descQueued, descConns, descTokens, descRole, descLag, descSynced, descPromotions, descWait, descHold, descPeerRefused, descPeerDropped, descDropped} {
+		descQueued, descConns, descTokens, descRole, descLag, descSynced, descPromotions, descWait, descHold, descPeerRefused, descPeerDropped, descDropped,
+		descStorageOK, descStorageErr} {
 		ch <- d
 	}
 }
@@ -143,6 +152,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descErrors, e.TooManyKeys, "too many keys")
 	counter(descErrors, e.TooManyWaits, "too many waiters")
 	counter(descErrors, e.AlreadyQueued, "acquire already queued on this connection")
+	counter(descErrors, e.Unavailable, wire.Reason(engine.ErrStorageUnavailable))
 	counter(descSlowClosed, m.SlowClosed)
 	counter(descAuthFailed, m.AuthFailures)
 	gauge(descKeys, float64(m.Keys))
@@ -164,6 +174,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for reason, v := range m.StandbysDropped {
 		counter(descDropped, v, reason)
 	}
+	storageOK := 1.0
+	if !m.StorageOK {
+		storageOK = 0
+	}
+	gauge(descStorageOK, storageOK)
+	counter(descStorageErr, m.StorageErrors)
 	ch <- histogram(descWait, &e.WaitTime)
 	ch <- histogram(descHold, &e.HoldTime)
 }

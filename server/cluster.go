@@ -110,7 +110,7 @@ func newCluster(n *Node) (*cluster, error) {
 		Heartbeat: int64(cfg.Heartbeat),
 		Timeout:   int64(cfg.FailoverTimeout),
 		SemiSync:  cfg.SemiSync,
-		Block:     tokenBlock,
+		Block:     n.tokenBlock,
 		Inc:       cl.inc,
 	}, n.now(), n.savedCeiling)
 	cl.mail.init(len(cfg.Peers))
@@ -153,6 +153,7 @@ func (cl *cluster) index(addr string) int {
 
 func (cl *cluster) run() {
 	defer close(cl.done)
+	cl.persist.started.Store(true)
 	go cl.persist.run(cl)
 	defer cl.persist.stop()
 	t := time.NewTicker(cl.interval)
@@ -247,7 +248,7 @@ func (cl *cluster) do(actions []failover.Action) {
 		case failover.Persist:
 			cl.persist.want(a.Ceiling)
 		case failover.Issue:
-			n.tokens.SetRange(a.Range.Lo, a.Range.Hi, a.Range.Hi-tokenBlock/2)
+			n.tokens.SetRange(a.Range.Lo, a.Range.Hi, n.lowMark(a.Range.Hi))
 			n.log.Debug().Uint64("lo", a.Range.Lo).Uint64("hi", a.Range.Hi).Msg("issuing tokens from a new range")
 		case failover.DropStandby:
 			cl.dropStandbys(a.Peer)
@@ -554,12 +555,13 @@ func (m *mailbox) take() []failover.Event {
 // persister makes token ceilings durable off run's goroutine: a disk sync
 // must not hold up heartbeats. It keeps only the highest ceiling asked for.
 type persister struct {
-	data  *dataDir
-	mu    sync.Mutex
-	asked uint64
-	kick  chan struct{}
-	quit  chan struct{}
-	done  chan struct{}
+	started atomic.Bool // run was started (it closes done when it ends)
+	data    *dataDir
+	mu      sync.Mutex
+	asked   uint64
+	kick    chan struct{}
+	quit    chan struct{}
+	done    chan struct{}
 }
 
 func (p *persister) init(d *dataDir) {
@@ -591,7 +593,9 @@ func (p *persister) run(cl *cluster) {
 		c := p.asked
 		p.mu.Unlock()
 		if err := p.data.setCeiling(c); err != nil {
-			cl.n.log.Error().Err(err).Uint64("ceiling", c).Msg("cannot persist the token ceiling")
+			// The failover.Node asks again; storageHealth logs it,
+			// rate-limited, and /healthz says so.
+			cl.n.log.Debug().Err(err).Uint64("ceiling", c).Msg("cannot persist the token ceiling")
 			cl.mail.post(-1, failover.CeilingFailed{Ceiling: c})
 			continue
 		}
@@ -600,9 +604,16 @@ func (p *persister) run(cl *cluster) {
 	}
 }
 
+// stop stops the persister, waiting for a write in progress for
+// stopReserveWait at most: a disk that does not answer must not hold up
+// Stop (the data directory is then unlocked when the write ends: see
+// closeTokens).
 func (p *persister) stop() {
 	close(p.quit)
-	<-p.done
+	select {
+	case <-p.done:
+	case <-time.After(stopReserveWait):
+	}
 }
 
 // freeze stops the node deciding anything: requests are not read, and

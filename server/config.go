@@ -81,6 +81,11 @@ type Config struct {
 	// net.DialTimeout (a proxy, a test's network that can be cut).
 	PeerDialer func(network, addr string, timeout time.Duration) (net.Conn, error)
 	Logger     zerolog.Logger
+
+	// tokenBlock, for tests only (export_test.go), makes the node reserve
+	// this many tokens at a time instead of tokenBlock, so that a test
+	// reaches the end of its reserved tokens after a few grants.
+	tokenBlock uint64
 }
 
 // Defaults.

@@ -9,13 +9,19 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"github.com/kunci/kunci/engine"
 )
 
 // dataDir is the node's directory for what must outlive the process: the
-// token ceiling. It is locked, so two nodes never share one.
+// token ceiling. It is locked, so two nodes never share one. It must be
+// private to kuncid's user: kuncid creates it 0700 and its files 0600,
+// refuses a directory that others may write, and refuses to write through
+// a link someone put in its place.
 type dataDir struct {
-	path string
-	lock *os.File
+	path   string
+	lock   *os.File
+	health *storageHealth // told of every attempt to persist the ceiling
 
 	mu  sync.Mutex // the reserver, promotion and replicated ceilings write
 	cur uint64     // the ceiling on disk
@@ -26,11 +32,26 @@ var ErrDataDirInUse = errors.New("server: data directory in use by another kunci
 
 const ceilingFile = "token-ceiling"
 
-func openDataDir(path string) (*dataDir, error) {
-	if err := os.MkdirAll(path, 0o750); err != nil {
+func openDataDir(path string, health *storageHealth) (*dataDir, error) {
+	if err := os.MkdirAll(path, 0o700); err != nil {
 		return nil, fmt.Errorf("server: data directory: %w", err)
 	}
-	f, err := os.OpenFile(filepath.Join(path, "LOCK"), os.O_RDWR|os.O_CREATE, 0o640)
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("server: data directory: %w", err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+		who := "group and others"
+		switch perm & 0o022 {
+		case 0o020:
+			who = "its group"
+		case 0o002:
+			who = "others"
+		}
+		return nil, fmt.Errorf("server: data directory %s is writable by %s (mode %04o): whoever can write there can replace the token ceiling, so kuncid refuses it; make it private with: chmod go-w %s",
+			path, who, perm, path)
+	}
+	f, err := openPrivate(filepath.Join(path, "LOCK"), os.O_RDWR)
 	if err != nil {
 		return nil, fmt.Errorf("server: data directory: %w", err)
 	}
@@ -44,7 +65,40 @@ func openDataDir(path string) (*dataDir, error) {
 	}
 	_ = f.Truncate(0)
 	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	return &dataDir{path: path, lock: f}, nil
+	return &dataDir{path: path, lock: f, health: health}, nil
+}
+
+// openPrivate opens the file path of the data directory (flag: O_RDWR or
+// O_WRONLY), creating it 0600, and makes sure it is a plain file of kuncid's
+// own: it refuses a symbolic link (O_NOFOLLOW), a file with other links
+// (someone linked a file there to have kuncid overwrite it), and anything
+// but a regular file (O_NONBLOCK: opening a FIFO does not wait). It does not
+// truncate: the caller does once the file is known to be safe.
+func openPrivate(path string, flag int) (*os.File, error) {
+	f, err := os.OpenFile(path, flag|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, fmt.Errorf("%s is a symbolic link: refused (kuncid would write to the file it points to); remove the link", path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil {
+		st, _ := fi.Sys().(*syscall.Stat_t)
+		switch {
+		case !fi.Mode().IsRegular():
+			err = fmt.Errorf("%s is not a regular file (%v): refused; remove it", path, fi.Mode().Type())
+		case st != nil && st.Nlink != 1:
+			err = fmt.Errorf("%s has %d hard links: refused (kuncid would write to a file that is also elsewhere); remove it", path, st.Nlink)
+		case fi.Mode().Perm() != 0o600:
+			err = f.Chmod(0o600)
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // ceiling returns the persisted token ceiling, 0 when there is none yet.
@@ -60,6 +114,10 @@ func (d *dataDir) ceiling() (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("server: token ceiling file %s is damaged: %q", filepath.Join(d.path, ceilingFile), b)
 	}
+	if v > engine.MaxToken {
+		return 0, fmt.Errorf("server: token ceiling %d in %s is above 2^63-1 (%d), the largest token kuncid issues (tokens fit a signed 64-bit integer): the file is damaged",
+			v, filepath.Join(d.path, ceilingFile), uint64(engine.MaxToken))
+	}
 	d.mu.Lock()
 	d.cur = max(d.cur, v)
 	d.mu.Unlock()
@@ -68,19 +126,42 @@ func (d *dataDir) ceiling() (uint64, error) {
 
 // setCeiling makes c the persisted ceiling: written to a new file, synced,
 // renamed over the old one, and the directory synced. A ceiling never goes
-// down: a lower c than the one on disk changes nothing.
+// down: a lower c than the one on disk changes nothing. Each write, failed
+// or not, is reported to d.health.
 func (d *dataDir) setCeiling(c uint64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if c <= d.cur {
 		return nil
 	}
+	err := d.writeCeiling(c)
+	if d.health != nil {
+		if err != nil {
+			d.health.failed(err)
+		} else {
+			d.health.ok()
+		}
+	}
+	if err != nil {
+		return err
+	}
+	d.cur = c
+	return nil
+}
+
+func (d *dataDir) writeCeiling(c uint64) error {
+	if c > engine.MaxToken {
+		return fmt.Errorf("server: token ceiling %d is above 2^63-1, the largest token: not written", c)
+	}
 	tmp := filepath.Join(d.path, ceilingFile+".tmp")
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	f, err := openPrivate(tmp, os.O_WRONLY)
 	if err != nil {
 		return fmt.Errorf("server: writing token ceiling: %w", err)
 	}
-	_, err = f.WriteString(strconv.FormatUint(c, 10) + "\n")
+	err = f.Truncate(0)
+	if err == nil {
+		_, err = f.WriteString(strconv.FormatUint(c, 10) + "\n")
+	}
 	if err == nil {
 		err = f.Sync()
 	}
@@ -100,7 +181,6 @@ func (d *dataDir) setCeiling(c uint64) error {
 	if err != nil {
 		return fmt.Errorf("server: writing token ceiling: %w", err)
 	}
-	d.cur = c
 	return nil
 }
 

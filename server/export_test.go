@@ -27,3 +27,7 @@ func SetSnapshotChunks(keys, bytes int) (restore func()) {
 
 // TickRounds returns how many rounds of ticks the ticker has queued.
 func (n *Node) TickRounds() uint64 { return n.tickRounds.Load() }
+
+// SetTokenBlock makes a node of cfg reserve tokens b at a time (default
+// 1<<20), so that a test uses up its reserved tokens after a few grants.
+func SetTokenBlock(cfg *Config, b uint64) { cfg.tokenBlock = b }

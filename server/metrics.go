@@ -56,6 +56,10 @@ type Metrics struct {
 	// AuthFailures counts refused authentications: bad credentials, and
 	// attempts from a source past its failure allowance.
 	AuthFailures uint64
+	// StorageOK is false while the node cannot reserve tokens (persist its
+	// token ceiling); StorageErrors counts the failed attempts.
+	StorageOK     bool
+	StorageErrors uint64
 }
 
 // Metrics takes a snapshot, locking each shard in turn for a moment.
@@ -71,6 +75,8 @@ func (n *Node) Metrics() Metrics {
 		PeerFramesDropped: n.peerFramesDropped.Load(),
 		StandbysDropped:   make(map[string]uint64, dropReasons),
 		AuthFailures:      n.authFailures.Load(),
+		StorageOK:         n.storage.status() == nil,
+		StorageErrors:     n.storage.failures.Load(),
 	}
 	for i, name := range dropReasonNames {
 		m.StandbysDropped[name] = n.standbysDropped[i].Load()

@@ -50,6 +50,8 @@ type Node struct {
 	adminAddr string
 
 	data        *dataDir      // nil without Config.DataDir
+	tokenBlock  uint64        // tokens reserved at a time; set by New
+	storage     storageHealth // whether tokens can be reserved; safe for concurrent use
 	reserve     chan struct{} // asks the reserver for more tokens
 	reserveStop chan struct{}
 	reserveDone chan struct{}
@@ -160,6 +162,11 @@ func New(cfg Config) (*Node, error) {
 		}
 		n.auth.Store(set)
 	}
+	n.storage.log = n.log
+	var err error
+	if n.tokenBlock, err = blockSize(&n.cfg); err != nil {
+		return nil, err
+	}
 	// A cluster node keeps, beyond its clients' slots, two links per peer
 	// and a reserve of slots for peers that dial in while the clients'
 	// slots are full (connTable).
@@ -207,7 +214,7 @@ func (n *Node) Start() error {
 	select {
 	case <-n.booted:
 	case <-n.runDone:
-		n.closeTokens()
+		n.closeTokens(context.Background())
 		if n.runErr == nil {
 			return ErrStopped
 		}
@@ -215,7 +222,7 @@ func (n *Node) Start() error {
 	}
 	if n.bootErr != nil {
 		<-n.runDone
-		n.closeTokens()
+		n.closeTokens(context.Background())
 		return n.bootErr
 	}
 	n.ticking = true
@@ -226,7 +233,7 @@ func (n *Node) Start() error {
 		select {
 		case <-n.cl.loopsUp:
 		case <-n.runDone:
-			n.closeTokens()
+			n.closeTokens(context.Background())
 			return ErrStopped
 		}
 		go n.cl.run()
@@ -283,7 +290,7 @@ func (n *Node) Stop(ctx context.Context) error {
 				err = ctx.Err()
 			}
 		}
-		n.closeTokens()
+		n.closeTokens(ctx)
 		keys, queued := n.Stats()
 		n.log.Info().Str("addr", n.addr).Int("keys", keys).Int("queued", queued).
 			Uint64("last_token", n.tokens.Last()).Msg("kunci node stopped")

@@ -1,15 +1,51 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strconv"
 	"time"
+
+	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/failover"
 )
 
 // tokenBlock is how many tokens the node reserves at a time: the ceiling
 // moves (one synced file write) once per block, and a restart skips at most
-// a block.
+// a block. Every node of a cluster must use the same block.
 const tokenBlock = 1 << 20
+
+// linkTokenBlock is for tests only: a smaller token block set at link time
+// (go build -ldflags "-X github.com/kunci/kunci/server.linkTokenBlock=64"),
+// so that a test's kuncid process runs out of reserved tokens after a few
+// grants. Empty in every real build. Tests in this package use
+// Config.tokenBlock instead (export_test.go).
+var linkTokenBlock string
+
+// blockSize returns the token block a node of cfg uses.
+func blockSize(cfg *Config) (uint64, error) {
+	b := cfg.tokenBlock
+	if b == 0 && linkTokenBlock != "" {
+		v, err := strconv.ParseUint(linkTokenBlock, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("server: linked token block %q: %w", linkTokenBlock, err)
+		}
+		b = v
+	}
+	if b == 0 {
+		return tokenBlock, nil
+	}
+	if b < 2 || b > tokenBlock {
+		return 0, fmt.Errorf("server: token block %d out of range 2..%d", b, tokenBlock)
+	}
+	return b, nil
+}
+
+// lowMark is where, in a range ending at hi, the reserver starts on the
+// next one: half a block early, so that grants rarely find no token.
+func (n *Node) lowMark(hi uint64) uint64 { return hi - n.tokenBlock/2 }
 
 // tokenRange returns the block of tokens (lo, hi] this node may issue next,
 // the first one above floor. Blocks are dealt round-robin over the peer
@@ -17,13 +53,25 @@ const tokenBlock = 1 << 20
 // that are active at once (a partition, a failover racing a slow node) can
 // never issue the same token, while each node's tokens still increase and
 // a new active starts above every ceiling it knows.
+//
+// No block passes maxCeiling, a little below engine.MaxToken (2^63-1), the
+// highest ceiling peers accept: above it the range is empty (lo == hi ==
+// maxCeiling) and the token space is used up.
 func (n *Node) tokenRange(floor uint64) (lo, hi uint64) {
+	end := n.maxCeiling()
+	if floor >= end {
+		return end, end
+	}
 	peers := uint64(max(1, len(n.cfg.Peers)))
-	k := (floor + tokenBlock - 1) / tokenBlock
+	b := n.tokenBlock
+	k := (floor + b - 1) / b // floor < 2^63: no overflow
 	for k%peers != uint64(n.peerIndex) {
 		k++
 	}
-	return k * tokenBlock, (k + 1) * tokenBlock
+	if lo, hi = k*b, (k+1)*b; hi > end {
+		return end, end
+	}
+	return lo, hi
 }
 
 // Token ceilings other nodes report are checked before anything is done
@@ -32,7 +80,7 @@ func (n *Node) tokenRange(floor uint64) (lo, hi uint64) {
 // and rises at most maxCeilingStep above what this node knows, so that no
 // one message can use up the token space.
 const (
-	maxToken = 1<<63 - 1
+	maxToken = engine.MaxToken
 	// maxCeilingStep is 2^48 tokens: nine years of a million grants a
 	// second. A node whose peers issued more than that while it was away
 	// (or that joins with an empty data directory such a cluster) must be
@@ -40,10 +88,10 @@ const (
 	maxCeilingStep = 1 << 48
 )
 
-// maxCeiling returns the highest ceiling a cluster of peers nodes accepts:
-// above it, there is no room for a block for every node below maxToken.
-func maxCeiling(peers int) uint64 {
-	return (maxToken/tokenBlock - uint64(max(peers, 1)) - 1) * tokenBlock
+// maxCeiling returns the highest ceiling this node's cluster accepts: above
+// it, there is no room for a block for every node below maxToken.
+func (n *Node) maxCeiling() uint64 {
+	return failover.MaxCeiling(len(n.cfg.Peers), n.tokenBlock)
 }
 
 var errBadCeiling = errors.New("server: bad token ceiling")
@@ -55,10 +103,10 @@ func (cl *cluster) checkCeiling(c uint64) error {
 	switch {
 	case c == 0:
 		return nil
-	case c%tokenBlock != 0:
-		return fmt.Errorf("%w: %d is not a multiple of the token block %d", errBadCeiling, c, tokenBlock)
-	case c > maxCeiling(len(cl.addrs)):
-		return fmt.Errorf("%w: %d is past the token space (at most %d)", errBadCeiling, c, maxCeiling(len(cl.addrs)))
+	case c%n.tokenBlock != 0:
+		return fmt.Errorf("%w: %d is not a multiple of the token block %d", errBadCeiling, c, n.tokenBlock)
+	case c > n.maxCeiling():
+		return fmt.Errorf("%w: %d is past the token space (at most %d)", errBadCeiling, c, n.maxCeiling())
 	case c > known && c-known > maxCeilingStep:
 		return fmt.Errorf("%w: %d is more than 2^48 above this node's %d", errBadCeiling, c, known)
 	}
@@ -72,21 +120,24 @@ func (n *Node) takeRange(lo, hi uint64) error {
 	if err := n.data.setCeiling(hi); err != nil {
 		return err
 	}
-	n.tokens.SetRange(lo, hi, hi-tokenBlock/2)
+	n.tokens.SetRange(lo, hi, n.lowMark(hi))
 	return nil
 }
 
-// openTokens locks the data directory, starts tokens above the persisted
-// ceiling and, on a single node, persists the first reservation before any
-// token is issued. A cluster node issues nothing until it is promoted.
+// openTokens locks the data directory and starts tokens above the
+// persisted ceiling. A single node persists its first reservation before
+// any token is issued; with the token space used up it starts all the same,
+// refusing grants, and says so (storageHealth). A cluster node issues
+// nothing until its failover.Node promotes it.
 func (n *Node) openTokens() error {
-	d, err := openDataDir(n.cfg.DataDir)
+	d, err := openDataDir(n.cfg.DataDir, &n.storage)
 	if err != nil {
 		return err
 	}
 	floor, err := d.ceiling()
-	if err == nil && floor > maxCeiling(len(n.cfg.Peers)) {
-		err = fmt.Errorf("server: token ceiling %d in %s is past any sane value: the file is damaged", floor, n.cfg.DataDir)
+	if err == nil && floor > n.maxCeiling() {
+		err = fmt.Errorf("server: token ceiling %d in %s leaves no room for a block of tokens per node below 2^63-1 (the ceiling may be at most %d): the file is damaged",
+			floor, filepath.Join(n.cfg.DataDir, ceilingFile), n.maxCeiling())
 	}
 	if err == nil && len(n.cfg.Peers) > 0 {
 		n.data = d
@@ -103,6 +154,9 @@ func (n *Node) openTokens() error {
 		d.close()
 		return err
 	}
+	if lo == hi {
+		n.storage.failed(ErrTokensExhausted)
+	}
 	n.data = d
 	n.savedCeiling = floor
 	n.tokens.Raise(lo)
@@ -115,58 +169,126 @@ func (n *Node) openTokens() error {
 		default:
 		}
 	})
-	n.tokens.SetCeiling(hi, hi-tokenBlock/2)
+	n.tokens.SetCeiling(hi, n.lowMark(hi))
 	go n.reserver()
 	return nil
 }
 
+// Reserver retry delays: after a failure the reserver tries again after
+// reserveRetryMin, doubling up to reserveRetryMax, until it succeeds.
+const (
+	reserveRetryMin = 100 * time.Millisecond
+	reserveRetryMax = 2 * time.Second
+)
+
 // reserver persists the next block of tokens whenever issued tokens come
-// within half a block of the ceiling, so that Next rarely waits for it.
+// within half a block of the ceiling, so that grants rarely find the tokens
+// used up. When it cannot (a full disk, the token space used up), grants
+// are refused once the tokens under the durable ceiling are used, and it
+// tries again with a backoff until it can: kicks that come meanwhile (each
+// refused grant kicks) do not make it retry sooner. It owns the writes of
+// the ceiling on an active node; nothing waits for it but Stop, briefly.
 func (n *Node) reserver() {
 	defer close(n.reserveDone)
+	var backoff time.Duration
 	for {
-		select {
-		case <-n.reserveStop:
-			return
-		case <-n.reserve:
+		if backoff == 0 {
+			select {
+			case <-n.reserveStop:
+				return
+			case <-n.reserve:
+			}
+		} else {
+			t := time.NewTimer(backoff)
+			select {
+			case <-n.reserveStop:
+				t.Stop()
+				return
+			case <-t.C:
+			}
 		}
-		for {
-			c, last := n.tokens.Ceiling(), n.tokens.Last()
-			if last+tokenBlock/2 < c {
-				break
-			}
-			lo, hi := n.tokenRange(max(c, last))
-			if err := n.takeRange(lo, hi); err != nil {
-				// Grants wait at the ceiling meanwhile: loud, not unsafe.
-				n.log.Error().Err(err).Msg("cannot persist the token ceiling; grants stall at it")
-				select {
-				case <-n.reserveStop:
-					return
-				case <-time.After(100 * time.Millisecond):
-				}
-				continue
-			}
+		if err := n.reserveAhead(); err != nil {
+			// Reported (and logged, rate-limited) by storageHealth.
+			backoff = min(max(2*backoff, reserveRetryMin), reserveRetryMax)
+			continue
+		}
+		backoff = 0
+	}
+}
+
+// reserveAhead takes blocks until more than half a block of tokens is left
+// under the ceiling.
+func (n *Node) reserveAhead() error {
+	for {
+		c, last := n.tokens.Ceiling(), n.tokens.Last()
+		if last+n.tokenBlock/2 < c {
+			return nil
+		}
+		lo, hi := n.tokenRange(max(c, last))
+		if lo == hi {
+			n.storage.failed(ErrTokensExhausted)
+			return ErrTokensExhausted
+		}
+		if err := n.takeRange(lo, hi); err != nil {
+			return err
 		}
 	}
 }
 
-// kickReserve has the reserver look at the ceiling now.
-func (n *Node) kickReserve() {
-	select {
-	case n.reserve <- struct{}{}:
-	default:
-	}
-}
+// stopReserveWait is the longest Stop waits for a write of the token
+// ceiling in progress: a disk that does not answer must not hold it up.
+const stopReserveWait = 2 * time.Second
 
-// closeTokens stops the reserver and unlocks the data directory.
-func (n *Node) closeTokens() {
-	if n.data == nil {
+// closeTokens stops the reserver and unlocks the data directory. It waits
+// for a write of the ceiling in progress until ctx is done or for
+// stopReserveWait at most; a write that takes longer (a dead disk) ends on
+// its own, and only then unlocks the directory.
+func (n *Node) closeTokens(ctx context.Context) {
+	d := n.data
+	if d == nil {
 		return
 	}
-	if n.reserveStop != nil {
-		close(n.reserveStop)
-		<-n.reserveDone
+	if n.reserveStop == nil {
+		// A cluster node: its ceilings are written by the cluster's
+		// persister, which stopped with the cluster goroutine, or is
+		// still in a write that does not end.
+		n.data = nil
+		p := &n.cl.persist
+		if !p.started.Load() {
+			d.close()
+			return
+		}
+		select {
+		case <-p.done:
+			d.close()
+		default:
+			go func() {
+				<-p.done
+				d.close()
+			}()
+		}
+		return
 	}
-	n.data.close()
-	n.data = nil
+	select {
+	case <-n.reserveStop:
+		return // closed before, the reserver still writing
+	default:
+	}
+	close(n.reserveStop)
+	t := time.NewTimer(stopReserveWait)
+	defer t.Stop()
+	select {
+	case <-n.reserveDone:
+		n.data = nil
+		d.close()
+		return
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	n.log.Warn().Str("data_dir", d.path).
+		Msg("the token ceiling is still being written: stopping without waiting; the data directory stays locked until the write ends")
+	go func() {
+		<-n.reserveDone
+		d.close()
+	}()
 }

@@ -389,6 +389,10 @@ type kube struct {
 					RunAsNonRoot *bool `yaml:"runAsNonRoot"`
 					RunAsUser    *int  `yaml:"runAsUser"`
 					FSGroup      *int  `yaml:"fsGroup"`
+					// FSGroupChangePolicy: OnRootMismatch, or the kubelet
+					// makes everything on the volume group-writable at
+					// every mount.
+					FSGroupChangePolicy string `yaml:"fsGroupChangePolicy"`
 				} `yaml:"securityContext"`
 				Containers []struct {
 					Env []struct {
@@ -661,9 +665,17 @@ func TestContainerSettingsAreKuncidSettings(t *testing.T) {
 	if key := env["KUNCI_CLUSTER_KEY_FILE"]; secretVol == "" || mounts[secretVol] == "" || filepath.Dir(key) != mounts[secretVol] {
 		t.Errorf("KUNCI_CLUSTER_KEY_FILE %q is not in the Secret volume %q mounted at %q", key, secretVol, mounts[secretVol])
 	}
+	// With fsGroup the kubelet makes the volume's root group-writable, and
+	// kuncid refuses a data directory its group may write: the data
+	// directory is one kuncid creates (0700) inside the volume, and the
+	// kubelet must leave it so at later mounts (OnRootMismatch; Always
+	// makes everything on the volume group-writable at every mount).
 	claims := sts.Spec.VolumeClaimTemplates
-	if len(claims) != 1 || mounts[claims[0].Metadata.Name] != env["KUNCI_DATA_DIR"] {
-		t.Errorf("KUNCI_DATA_DIR %q is not the volume claim's mount %v", env["KUNCI_DATA_DIR"], mounts)
+	if len(claims) != 1 || filepath.Dir(env["KUNCI_DATA_DIR"]) != mounts[claims[0].Metadata.Name] {
+		t.Errorf("KUNCI_DATA_DIR %q is not a directory in the volume claim's mount %v", env["KUNCI_DATA_DIR"], mounts)
+	}
+	if psc.FSGroup != nil && psc.FSGroupChangePolicy != "OnRootMismatch" {
+		t.Errorf("fsGroupChangePolicy %q with fsGroup: the kubelet would make the data directory group-writable at every mount, and kuncid refuses it; want OnRootMismatch", psc.FSGroupChangePolicy)
 	}
 
 	// Services and the budget select the pods.

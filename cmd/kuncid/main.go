@@ -147,7 +147,7 @@ func parseFlags(args []string, help io.Writer) (server.Config, options, error) {
 	fs.IntVar(&cfg.MaxWaiters, "max-waiters", server.DefaultMaxWaiters, "queued acquires of one key; more are answered 'E A key too many waiters'")
 	fs.IntVar(&cfg.MaxKeys, "max-keys", server.DefaultMaxKeys, "keys held at once; acquires of more are answered 'E A key too many keys'")
 	fs.IntVar(&cfg.MaxQueued, "max-queued", server.DefaultMaxQueued, "queued acquires node-wide; more are answered 'E A key too many waiters'")
-	fs.StringVar(&cfg.DataDir, "data-dir", "./kunci-data", "`directory` for what must outlive the process (the token ceiling, so tokens keep increasing across restarts); locked against a second node; empty: none")
+	fs.StringVar(&cfg.DataDir, "data-dir", "./kunci-data", "`directory` for what must outlive the process (the token ceiling, so tokens keep increasing across restarts); locked against a second node; refused when its group or others may write it; empty: none")
 	fs.StringVar(&cfg.Admin, "admin", "", "`address` (host:port) of the HTTP admin endpoint: /metrics, /healthz, /readyz (off when empty); GET and HEAD only")
 	fs.BoolVar(&cfg.AdminPprof, "admin-pprof", false, "also serve Go's profiles on the admin endpoint, /debug/pprof/ (they show the node's internals: keep the admin address private)")
 	fs.StringVar(&cfg.AuthFile, "auth-file", "", "`file` of client credentials, one \"name secret [prefix,...]\" a line, mode 600: a client must then authenticate first (U name secret), and may touch only keys under its prefixes if it has some; SIGHUP re-reads it (empty: no authentication)")

@@ -163,12 +163,18 @@ type process struct {
 
 func start(t *testing.T, shell string, args ...string) *process {
 	t.Helper()
+	return startBin(t, kuncid, shell, args...)
+}
+
+// startBin starts the kuncid binary bin (see start).
+func startBin(t *testing.T, bin, shell string, args ...string) *process {
+	t.Helper()
 	args = append([]string{"--listen", "127.0.0.1:0", "--log-format", "json", "--data-dir", t.TempDir()}, args...)
 	var cmd *exec.Cmd
 	if shell != "" {
-		cmd = exec.Command("bash", append([]string{"-c", shell + ` && exec "$0" "$@"`, kuncid}, args...)...)
+		cmd = exec.Command("bash", append([]string{"-c", shell + ` && exec "$0" "$@"`, bin}, args...)...)
 	} else {
-		cmd = exec.Command(kuncid, args...)
+		cmd = exec.Command(bin, args...)
 	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

@@ -1,0 +1,381 @@
+package server_test
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kunci/kunci/server"
+)
+
+// testBlock is how many tokens the nodes of these tests reserve at a time:
+// they use up their reserved tokens after a few grants.
+const testBlock = 16
+
+// storageNode starts a node on the data directory dir that reserves tokens
+// testBlock at a time, with an admin endpoint and its logs also in logs.
+func storageNode(t *testing.T, dir string, logs *logBuf) *server.Node {
+	t.Helper()
+	return startNode(t, func(c *server.Config) {
+		c.DataDir = dir
+		c.Admin = "127.0.0.1:0"
+		server.SetTokenBlock(c, testBlock)
+		logTo(t, logs)(c)
+	})
+}
+
+// readCeiling returns the token ceiling persisted in dir.
+func readCeiling(t *testing.T, dir string) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "token-ceiling"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// useUpTokens acquires and releases key on c until the node refuses a
+// grant for want of tokens, and returns the last token granted (0: none).
+func useUpTokens(t *testing.T, c *client, key string) (last uint64) {
+	t.Helper()
+	for range 20 * testBlock {
+		c.send("A " + key + " 30 0")
+		line := c.next()
+		if line == "E A "+key+" storage unavailable" {
+			return last
+		}
+		tok, err := parseGrant(line, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok <= last {
+			t.Fatalf("token %d after %d", tok, last)
+		}
+		last = tok
+		c.send("R " + key + " " + strconv.FormatUint(tok, 10))
+		c.expect("R " + key + " OK")
+	}
+	t.Fatalf("still granting after %d cycles (last token %d): the ceiling moved although it cannot be persisted", 20*testBlock, last)
+	return 0
+}
+
+// waitHealth polls /healthz until it answers code, and returns its body.
+func waitHealth(t *testing.T, n *server.Node, code int) string {
+	t.Helper()
+	deadline := time.Now().Add(answerTimeout)
+	for {
+		got, body := get(t, "http://"+n.AdminAddr()+"/healthz")
+		if got == code {
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz answers %d %q, want %d", got, body, code)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// metricsOf returns the node's /metrics page.
+func metricsOf(t *testing.T, n *server.Node) string {
+	t.Helper()
+	_, body := get(t, "http://"+n.AdminAddr()+"/metrics")
+	return body
+}
+
+// storageFailure plays a node whose token ceiling cannot be persisted (dir
+// has been broken by the caller): it refuses grants once the tokens under
+// the durable ceiling are used, answers everything else, says so on
+// /healthz, in its metrics and once in its log, and grants again by itself
+// once fix has repaired the directory. why is a part of the reason
+// /healthz gives.
+func storageFailure(t *testing.T, n *server.Node, dir string, logs *logBuf, why string, fix func()) {
+	t.Helper()
+	holder := dial(t, n.Addr())
+	holder.send("A held 30 0")
+	held := strconv.FormatUint(holder.expectGrant("held"), 10)
+	c := dial(t, n.Addr())
+	last := useUpTokens(t, c, "k")
+	// Tokens up to the durable ceiling are safe to issue, and were.
+	if ceiling := readCeiling(t, dir); last != ceiling {
+		t.Errorf("last token granted %d, durable ceiling %d: want every token up to the ceiling issued, none above", last, ceiling)
+	}
+	c.send("A k 30 0")
+	c.expect("E A k storage unavailable")
+
+	// Everything but a grant is still answered.
+	w := dial(t, n.Addr())
+	w.send("A held 30 0.05")
+	w.expect("T held")
+	w.send("A held 30 0", "C held")
+	w.expect("T held", "C held OK")
+	holder.send("X held " + held + " 60")
+	holder.expect("X held OK")
+	holder.send("I")
+	holder.expect(info(n))
+
+	// A handoff that finds no token refuses the waiters in turn, head
+	// first, and the key becomes free.
+	w2 := dial(t, n.Addr())
+	w.send("A held 30 0")
+	waitQueued(t, n, 1)
+	w2.send("A held 30 0")
+	waitQueued(t, n, 2)
+	holder.send("R held " + held)
+	holder.expect("R held OK")
+	w.expect("E A held storage unavailable")
+	w2.expect("E A held storage unavailable")
+	waitKeys(t, n, 0)
+	waitQueued(t, n, 0)
+	holder.send("R held " + held)
+	holder.expect("R held STALE")
+
+	// Loud: /healthz, metrics, and one log line however many retries.
+	if body := waitHealth(t, n, 503); !strings.Contains(body, why) || !strings.Contains(body, "token ceiling") {
+		t.Errorf("/healthz while the ceiling cannot be persisted: %q, want it to say %q", body, why)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for metric(t, metricsOf(t, n), "kunci_storage_errors_total") < 3 {
+		if time.Now().After(deadline) {
+			t.Fatal("the reserver does not retry")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	m := metricsOf(t, n)
+	if v := metric(t, m, "kunci_storage_ok"); v != 0 {
+		t.Errorf("kunci_storage_ok %v while the ceiling cannot be persisted", v)
+	}
+	if v := metric(t, m, `kunci_errors_total{reason="storage unavailable"}`); v != 4 {
+		t.Errorf(`kunci_errors_total{reason="storage unavailable"} %v, want 4`, v)
+	}
+	if got := logs.count("cannot persist the token ceiling"); got != 1 {
+		t.Errorf("%d log lines about the failing ceiling after %v retries, want 1", got, metric(t, m, "kunci_storage_errors_total"))
+	}
+
+	// Repaired: grants resume by themselves.
+	fix()
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		c.send("A k 30 0")
+		line := c.next()
+		if tok, err := parseGrant(line, "k"); err == nil {
+			if tok <= last {
+				t.Errorf("token %d after the repair, not above %d", tok, last)
+			}
+			c.send("R k " + strconv.FormatUint(tok, 10))
+			c.expect("R k OK")
+			break
+		}
+		if line != "E A k storage unavailable" {
+			t.Fatalf("got %q", line)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("grants did not resume within 10 s of the repair")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	waitHealth(t, n, 200)
+	if v := metric(t, metricsOf(t, n), "kunci_storage_ok"); v != 1 {
+		t.Errorf("kunci_storage_ok %v after the repair", v)
+	}
+	if got := logs.count("persisted again"); got != 1 {
+		t.Errorf("%d log lines about the recovery, want 1", got)
+	}
+}
+
+// A token-ceiling.tmp that is a symbolic link is refused, not followed:
+// the file it points to is left alone, and the node is a node whose
+// ceiling cannot be persisted until the link is removed.
+func TestSymlinkedCeilingTmpFileIsRefused(t *testing.T) {
+	var logs logBuf
+	dir := t.TempDir()
+	n := storageNode(t, dir, &logs)
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("precious\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, "token-ceiling.tmp")
+	if err := os.Symlink(victim, tmp); err != nil {
+		t.Fatal(err)
+	}
+	storageFailure(t, n, dir, &logs, "symbolic link", func() {
+		if b, _ := os.ReadFile(victim); string(b) != "precious\n" {
+			t.Errorf("the file token-ceiling.tmp pointed to now holds %q", b)
+		}
+		if err := os.Remove(tmp); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if fi, err := os.Lstat(filepath.Join(dir, "token-ceiling")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("token-ceiling: %v %v, want a regular file", fi, err)
+	}
+}
+
+func startErr(t *testing.T, configure func(*server.Config)) error {
+	t.Helper()
+	cfg := server.Config{Listen: "127.0.0.1:0"}
+	configure(&cfg)
+	n, err := server.New(cfg)
+	if err != nil {
+		return err
+	}
+	if err := n.Start(); err != nil {
+		return err
+	}
+	stopNode(t, n)
+	return nil
+}
+
+// Links in the data directory are refused at start, and the files they
+// point to are left alone.
+func TestLinkedDataDirFilesAreRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, want string
+		link             func(old, new string) error
+	}{
+		{"symlinked LOCK", "LOCK", "symbolic link", os.Symlink},
+		{"hard-linked LOCK", "LOCK", "link", os.Link},
+		{"symlinked tmp", "token-ceiling.tmp", "symbolic link", os.Symlink},
+		{"hard-linked tmp", "token-ceiling.tmp", "link", os.Link},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			victim := filepath.Join(dir, "victim")
+			if err := os.WriteFile(victim, []byte("precious\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := tc.link(victim, filepath.Join(dir, tc.file)); err != nil {
+				t.Fatal(err)
+			}
+			err := startErr(t, func(c *server.Config) { c.DataDir = dir })
+			if err == nil || !strings.Contains(err.Error(), tc.file) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("start with %s: %v, want an error naming %s and saying %q", tc.name, err, tc.file, tc.want)
+			}
+			if b, _ := os.ReadFile(victim); string(b) != "precious\n" {
+				t.Errorf("the file %s pointed to now holds %q", tc.file, b)
+			}
+		})
+	}
+}
+
+// A data directory that others may write is refused at start: whoever can
+// write it can replace the token ceiling.
+func TestWritableDataDirIsRefused(t *testing.T) {
+	for _, mode := range []os.FileMode{0o770, 0o702, 0o777 | os.ModeSticky} {
+		dir := t.TempDir()
+		if err := os.Chmod(dir, mode); err != nil {
+			t.Fatal(err)
+		}
+		err := startErr(t, func(c *server.Config) { c.DataDir = dir })
+		perm := "0" + strconv.FormatUint(uint64(mode.Perm()), 8)
+		if err == nil || !strings.Contains(err.Error(), perm) || !strings.Contains(err.Error(), "chmod go-w") {
+			t.Errorf("data directory of mode %v: %v, want a refusal naming %s and saying how to fix it", mode, err, perm)
+		}
+	}
+	// 0750 and 0755 are fine: others may read, not write.
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := startErr(t, func(c *server.Config) { c.DataDir = dir }); err != nil {
+		t.Errorf("data directory of mode 0755: %v", err)
+	}
+}
+
+// The data directory kuncid creates is 0700, and its files are 0600, even
+// those an older kuncid left with other modes.
+func TestDataDirIsPrivate(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	n := startNode(t, func(c *server.Config) { c.DataDir = dir })
+	stopNode(t, n)
+	check := func(name string, want os.FileMode) {
+		t.Helper()
+		fi, err := os.Stat(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v, want %v", name, fi.Mode().Perm(), want)
+		}
+	}
+	check(".", 0o700)
+	check("LOCK", 0o600)
+	check("token-ceiling", 0o600)
+
+	// Files of an older kuncid, readable by others.
+	for _, f := range []string{"LOCK", "token-ceiling"} {
+		if err := os.Chmod(filepath.Join(dir, f), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n = startNode(t, func(c *server.Config) { c.DataDir = dir })
+	stopNode(t, n)
+	check("LOCK", 0o600)
+	check("token-ceiling", 0o600)
+}
+
+// A ceiling file holding a token that does not fit a signed 64-bit integer,
+// or that leaves no room below 2^63-1, is refused at start, clearly.
+func TestCeilingAboveMaxTokenIsRefused(t *testing.T) {
+	for _, c := range []string{"9223372036854775808", "9223372036854775807"} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "token-ceiling"), []byte(c+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		err := startErr(t, func(c *server.Config) { c.DataDir = dir })
+		if err == nil || !strings.Contains(err.Error(), "2^63-1") || !strings.Contains(err.Error(), filepath.Join(dir, "token-ceiling")) {
+			t.Errorf("start with a ceiling of %s: %v, want a refusal naming the file and the limit 2^63-1", c, err)
+		}
+	}
+}
+
+// Tokens never pass 2^63-1, the largest a signed 64-bit integer (the SQL
+// fence column) holds: near the end of the token space the node refuses
+// grants, and says why.
+func TestTokensStopAtMaxToken(t *testing.T) {
+	const maxToken = 1<<63 - 1
+	dir := t.TempDir()
+	// A few blocks of 16 below the end.
+	floor := uint64(maxToken - 5*testBlock)
+	if err := os.WriteFile(filepath.Join(dir, "token-ceiling"), []byte(strconv.FormatUint(floor, 10)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs logBuf
+	n := storageNode(t, dir, &logs)
+	c := dial(t, n.Addr())
+	// A refusal may also come while the reserver, slowed by a busy machine,
+	// still writes the next block: go on until the node says the tokens
+	// are used up.
+	var last uint64
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		last = max(last, useUpTokens(t, c, "k"))
+		if code, body := get(t, "http://"+n.AdminAddr()+"/healthz"); code == 503 {
+			if !strings.Contains(body, "exhausted") {
+				t.Errorf("/healthz with the token space used up: %q", body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz still 200 after the grants were refused (last token %d)", last)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if last <= floor || last > maxToken {
+		t.Errorf("last token %d, want one in (%d, 2^63-1]", last, floor)
+	}
+	if ceiling := readCeiling(t, dir); ceiling > maxToken || ceiling < last {
+		t.Errorf("ceiling %d persisted, want one in [%d, 2^63-1]", ceiling, last)
+	}
+	c.send("A k 30 0")
+	c.expect("E A k storage unavailable")
+	if v := metric(t, metricsOf(t, n), "kunci_storage_ok"); v != 0 {
+		t.Errorf("kunci_storage_ok %v with the token space used up", v)
+	}
+}
