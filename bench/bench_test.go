@@ -361,9 +361,9 @@ func TestSampleBatchWithFailedReleases(t *testing.T) {
 	cnt := r.addWorker()
 	b := &sampleBatch{sh: r.shardOf(0), cnt: cnt}
 	for i := range 3 * batchSamples {
-		b.granted(int64(i+1), -1)
+		b.granted(0, int64(i+1), -1)
 		if i%3 == 0 {
-			b.cycled() // the others' releases failed
+			b.cycled(0) // the others' releases failed
 		}
 	}
 	b.flush()
@@ -372,6 +372,24 @@ func TestSampleBatchWithFailedReleases(t *testing.T) {
 	}
 	if n := r.shardOf(0).h[histLatency].TotalCount(); n != 3*batchSamples {
 		t.Fatalf("%d latencies recorded, want %d", n, 3*batchSamples)
+	}
+}
+
+// A slow slot's batch is counted batchAge after its first sample, not only
+// when it is full: a slow run still counts its cycles in their window.
+func TestSampleBatchIsCountedWhenOld(t *testing.T) {
+	r := newRecorder(1)
+	cnt := r.addWorker()
+	b := &sampleBatch{sh: r.shardOf(0), cnt: cnt}
+	b.granted(0, 5, -1)
+	b.cycled(1)
+	if c := cnt.cycles.Load(); c != 0 {
+		t.Fatalf("a young batch of one was counted: %d", c)
+	}
+	b.granted(batchAge+1, 5, -1)
+	b.cycled(batchAge + 2)
+	if c := cnt.cycles.Load(); c != 2 {
+		t.Fatalf("an old batch was not counted: %d cycles", c)
 	}
 }
 

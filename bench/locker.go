@@ -183,7 +183,7 @@ func (d *lockerDriver) cycles(s int, cnt *counters, sh *shard) {
 			continue
 		}
 		grants++
-		b.granted(now-sent, r.handoffs.handoff(i, sent, now))
+		b.granted(now, now-sent, r.handoffs.handoff(i, sent, now))
 		if r.handoffs != nil {
 			r.handoffs.released(i, r.clk.now())
 		}
@@ -193,27 +193,36 @@ func (d *lockerDriver) cycles(s int, cnt *counters, sh *shard) {
 			}
 			continue
 		}
-		b.cycled()
+		b.cycled(now)
 	}
 }
 
 // sampleBatch gathers a slot's latencies and counts and hands them to its
 // shard and counters a batch at a time, as the raw driver does a read's:
 // one lock of the shard a batch, not a cycle. Samples go in before the
-// counts that include them.
+// counts that include them. A batch is handed on when full, or batchAge
+// after its first sample, so that a slow run (a busy machine, a slow
+// server) still counts its cycles in the window they were made in.
 type sampleBatch struct {
 	sh             *shard
 	cnt            *counters
 	lat, gap       [batchSamples]int64
 	n, ngap        int
 	grants, cycles int64
+	first          int64 // when the batch's first sample came (run clock)
 }
 
-const batchSamples = 16
+const (
+	batchSamples = 16
+	batchAge     = int64(10 * time.Millisecond)
+)
 
-func (b *sampleBatch) granted(lat, gap int64) {
+func (b *sampleBatch) granted(now, lat, gap int64) {
 	if b.n == batchSamples { // full: releases failed since the last flush
 		b.flush()
+	}
+	if b.n == 0 {
+		b.first = now
 	}
 	b.lat[b.n] = lat
 	b.n++
@@ -224,9 +233,9 @@ func (b *sampleBatch) granted(lat, gap int64) {
 	b.grants++
 }
 
-func (b *sampleBatch) cycled() {
+func (b *sampleBatch) cycled(now int64) {
 	b.cycles++
-	if b.n == batchSamples {
+	if b.n == batchSamples || now-b.first > batchAge {
 		b.flush()
 	}
 }

@@ -210,6 +210,26 @@ func (c *Client) next(after *conn) *conn {
 	return busy
 }
 
+// pause waits before an acquire tries the connections again: a
+// ReconnectInterval, or less when its wait (deadline) ends sooner. It
+// reports false when the wait or ctx ended.
+func (c *Client) pause(ctx context.Context, deadline time.Time) bool {
+	d := min(c.cfg.ReconnectInterval, time.Until(deadline))
+	if d <= 0 {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	case <-c.done:
+		return false
+	}
+}
+
 // rotate makes the connection after cn current; cn is being written.
 func (c *Client) rotate(cn *conn) {
 	c.cur.Store((cn.idx + 1) % uint32(len(c.conns)))
@@ -254,9 +274,12 @@ func (l *Lock) Token() uint64 { return l.token }
 
 // Acquire waits for key and returns the granted lock, which ends by itself
 // lease after the grant unless released or extended. wait bounds the time in
-// the queue (0: no bound); when it runs out the error is ErrTimeout. If ctx
-// ends first, the queued acquire is cancelled on the node (and a grant that
-// raced the cancel is released); the error is then ctx.Err().
+// the queue (0: no bound); when the node answers that it ran out the error
+// is ErrTimeout. When it runs out while no active node answered (the nodes
+// are down, frozen, or electing an active), the error is ErrNoConnection,
+// saying so. If ctx ends first, the queued acquire is cancelled on the node
+// (and a grant that raced the cancel is released); the error is then
+// ctx.Err().
 func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Duration) (*Lock, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
@@ -278,11 +301,20 @@ func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Durat
 		}
 		if cn == nil {
 			if cn = c.next(failed); cn == nil {
+				if wait > 0 && c.pause(ctx, deadline) {
+					failed = nil
+					continue // a connection may be back; the active elected
+				}
+				if wait > 0 && time.Until(deadline) <= 0 {
+					return nil, c.noConnection(noAnswer(wait, lastErr))
+				}
 				return nil, c.noConnection(lastErr)
 			}
 		}
 		if wait > 0 && time.Until(deadline) <= 0 {
-			return nil, ErrTimeout
+			// The wait ran out between attempts: no active node
+			// answered it.
+			return nil, c.noConnection(noAnswer(wait, lastErr))
 		}
 		r, err := cn.acquire(ctx, key, leaseMs, deadline)
 		if err != nil {
@@ -298,6 +330,7 @@ func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Durat
 		case 'E':
 			return nil, r.err
 		case kindRedirect:
+			lastErr = errRedirected
 			if redirects++; redirects > maxRedirects {
 				return nil, c.noConnection(errors.New("too many redirects"))
 			}
@@ -306,8 +339,21 @@ func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Durat
 				cn, failed = nil, cn
 			}
 		default:
+			if r.err == errWaitOver {
+				return nil, c.noConnection(noAnswer(wait, lastErr))
+			}
 			lastErr = r.err
 			if attempts++; attempts >= len(c.conns) {
+				// Every connection failed it. With a bounded wait, try
+				// again while it lasts: a failover, say, elects a new
+				// active meanwhile.
+				if wait > 0 && c.pause(ctx, deadline) {
+					attempts, cn, failed = 0, nil, nil
+					continue
+				}
+				if wait > 0 && time.Until(deadline) <= 0 {
+					return nil, c.noConnection(noAnswer(wait, lastErr))
+				}
 				return nil, c.noConnection(lastErr)
 			}
 			cn, failed = nil, cn
@@ -362,7 +408,7 @@ func (cn *conn) acquire(ctx context.Context, key string, leaseMs int64, deadline
 				cn.passGate(key)
 			}
 			cn.mu.Unlock()
-			return result{kind: 'T'}, nil
+			return result{kind: kindBroken, err: errWaitOver}, nil
 		}
 		waitMs = ceilMs(left)
 	}

@@ -3,6 +3,7 @@ package clientlib
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Errors returned by the client. Test with errors.Is.
@@ -26,6 +27,22 @@ var (
 	// *AuthError, or a *RefusedError with the reason "auth required".
 	ErrAuth = errors.New("clientlib: authentication failed")
 )
+
+// Causes of an ErrNoConnection from Acquire whose wait ran out while no
+// active node answered it.
+var (
+	errWaitOver   = errors.New("the wait ran out before the acquire could be sent")
+	errRedirected = errors.New("redirected: the active moved")
+)
+
+// noAnswer explains an acquire whose wait ran out with no node answering
+// it; last is why the last attempt failed.
+func noAnswer(wait time.Duration, last error) error {
+	if last == nil || last == errWaitOver {
+		return fmt.Errorf("no active node answered within the wait of %v", wait)
+	}
+	return fmt.Errorf("no active node answered within the wait of %v (last: %v)", wait, last)
+}
 
 // RefusedError is a request the node refused, with its reason.
 type RefusedError struct {

@@ -621,6 +621,12 @@ func (p *persister) stop() {
 // wait from since. It returns once no batch that started before runs.
 func (n *Node) freeze(since int64) {
 	if !n.frozen.Load() {
+		// What is read after the thaw came after the loops last read:
+		// after since, or later if they read on meanwhile (a stalled
+		// cluster goroutine, loops that served on).
+		for _, lp := range *n.loops.Load() {
+			since = max(since, lp.lastTurn.Load())
+		}
 		n.frozenSince.Store(since)
 	}
 	n.frozen.Store(true)

@@ -34,6 +34,9 @@ type loop struct {
 	// stale is the longest an acquire may have waited unread in a frozen
 	// node's input and still be decided (the failover timeout).
 	stale int64
+	// lastTurn is when the loop last read its connections (a cluster
+	// node's; node clock): what it finds later arrived after it.
+	lastTurn atomic.Int64
 	// closing is set when serve wrote an answer after which the connection
 	// ends (a redirect, a refused peer frame, a refusal before
 	// authentication): lines behind it are not executed.

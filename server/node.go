@@ -467,14 +467,17 @@ func (n *Node) OnTraffic(c gnet.Conn) gnet.Action {
 			return act
 		}
 	}
-	if cl := n.cl; cl != nil && !n.frozen.Load() {
-		if alive := cl.alive.Load(); n.now()-alive > int64(cl.timeout) {
+	if cl := n.cl; cl != nil {
+		now := n.now()
+		if alive := cl.alive.Load(); !n.frozen.Load() && now-alive > int64(cl.timeout) {
 			// The cluster's clock stood still for longer than the
 			// failover timeout: this process was frozen, or starved.
 			// Nothing is decided from what piled up until the cluster
-			// goroutine has heard whether another node took over.
-			n.selfFreeze(alive)
+			// goroutine has heard whether another node took over. What
+			// piled up came after this loop last read.
+			n.selfFreeze(max(alive, lp.lastTurn.Load()))
 		}
+		lp.lastTurn.Store(now)
 	}
 	if n.frozen.Load() {
 		// Promoting, handing over, stepping down or rejoining: requests

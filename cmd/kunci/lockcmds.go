@@ -89,7 +89,7 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, sig := interruptible(context.Background())
 	defer sig.stop()
-	client, err := clientlib.New(clientlib.Config{Addrs: addrs, Credentials: creds})
+	client, err := clientlib.New(fitToWait(clientlib.Config{Addrs: addrs, Credentials: creds}, *wait))
 	if errors.Is(err, clientlib.ErrAuth) {
 		return c.fail(exitUnavailable, "%s", describeAuthError(err))
 	}
@@ -106,6 +106,24 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintln(stdout, l.Token())
 	return exitOK
+}
+
+// fitToWait sets cfg's probe, reconnect and dial timing to fit a wait
+// (0: the library's defaults): a node that is frozen or gone is found out,
+// and another tried, well within the wait, not after the defaults' 5 s
+// probe interval and 3 s probe timeout. Exit 75 then means a node answered
+// that the wait ran out; when no active node answered in time, kunci exits
+// 69 and says so.
+func fitToWait(cfg clientlib.Config, wait time.Duration) clientlib.Config {
+	if wait <= 0 {
+		return cfg
+	}
+	part := func(d, lo, hi time.Duration) time.Duration { return min(max(d, lo), hi) }
+	cfg.ProbeInterval = part(wait/4, 50*time.Millisecond, 5*time.Second)
+	cfg.ProbeTimeout = part(wait/4, 50*time.Millisecond, 3*time.Second)
+	cfg.ReconnectInterval = part(wait/8, 20*time.Millisecond, 3*time.Second)
+	cfg.DialTimeout = part(wait/2, 100*time.Millisecond, 2*time.Second)
+	return cfg
 }
 
 // acquireErrorCode maps an error of clientlib.Acquire to an exit status.
@@ -138,6 +156,8 @@ func describeAcquireError(key string, addrs []string, wait time.Duration, err er
 		return fmt.Sprintf("%s: %s", key, describeAuthError(err))
 	case errors.As(err, &refused):
 		return fmt.Sprintf("%s: the node refused the acquire: %s", key, refused.Reason)
+	case errors.Is(err, clientlib.ErrNoConnection) && wait > 0 && strings.Contains(err.Error(), "no active node answered"):
+		return fmt.Sprintf("%s: %s (addresses %s): nothing was granted", key, strings.TrimPrefix(err.Error(), "clientlib: no usable connection: "), strings.Join(addrs, ","))
 	case errors.Is(err, clientlib.ErrNoConnection):
 		return fmt.Sprintf("cannot reach the cluster at %s: %v%s", strings.Join(addrs, ","), err, whyUnreachable(addrs))
 	}

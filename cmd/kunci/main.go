@@ -22,6 +22,7 @@ const (
 	exitOK          = 0
 	exitFailed      = 1  // the request was answered, but not as hoped (STALE; some nodes silent)
 	exitUsage       = 2  // bad command line
+	exitSplit       = 3  // status: more than one node says it is active
 	exitUnavailable = 69 // no node could be reached, or the node refused the request (E)
 	exitTimeout     = 75 // the wait ran out: nothing was granted
 	exitLost        = 76 // kunci run: the lock was lost before the command finished

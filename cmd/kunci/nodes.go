@@ -38,15 +38,24 @@ type answer struct {
 	token              uint64
 	text               string // E's reason, M's address
 	role, self, active string // I
+	state              string // I: a node between roles (state=…), "" otherwise
 	op, key            string // E
 }
 
 func copyAnswer(a *wire.Answer) answer {
-	return answer{
+	an := answer{
 		kind: a.Kind, ok: a.OK, token: a.Token, text: string(a.Text),
 		role: string(a.Role), self: string(a.Self), active: string(a.Active),
 		op: string(a.Op), key: string(a.Key),
 	}
+	if a.Kind == 'I' {
+		for _, f := range strings.Fields(an.text) {
+			if v, ok := strings.CutPrefix(f, "state="); ok {
+				an.state = v
+			}
+		}
+	}
+	return an
 }
 
 // exchange sends line to the node at addr and returns its answer. With

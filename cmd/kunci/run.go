@@ -142,7 +142,7 @@ func (r *runner) run() int {
 		r.say("cannot become the child subreaper (%v): orphans of a killed command are not waited for", err)
 	}
 
-	client, err := clientlib.New(clientlib.Config{Addrs: r.addrs, Credentials: r.creds})
+	client, err := clientlib.New(fitToWait(clientlib.Config{Addrs: r.addrs, Credentials: r.creds}, r.wait))
 	if errors.Is(err, clientlib.ErrAuth) {
 		return r.fail(exitUnavailable, "%s", describeAuthError(err))
 	}

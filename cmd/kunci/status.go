@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -19,11 +20,15 @@ per node: the address asked, whether it answers (and if not, why), its role
 none), and the round trip of the I request. Every node is asked directly,
 whatever its role; nothing is redirected.
 
-A healthy cluster has one active, and every node names it. kunci status warns
-on stderr when several nodes say they are active (a split that the cluster
-resolves by itself: the lower-priority one steps down) or when nodes name
-different actives. It exits 0 when every node answered, 1 when some did not,
-69 when none did.
+A healthy cluster has one active, and every node names it. A node between
+roles says so after its role: promoting (it takes over), handing over (it
+gives the role to the node it names), demoting (it steps down for the node it
+names) or rejoining (it was cut off, and is learning whether another node
+took over). kunci status warns on stderr when several nodes say they are
+active (a split that the cluster resolves by itself) or when nodes name
+different actives. It exits 0 when every node answered and at most one says
+it is active, 3 when several say so, 1 when some did not answer, 69 when none
+did.
 
 With --wait, kunci status asks again every 100 ms, for at most that long,
 until the cluster has settled: every node answers and all name the same
@@ -115,7 +120,11 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		if s.a.role == "active" {
 			claimActive = append(claimActive, s.addr)
 		}
-		fmt.Fprintf(tw, "%s\tyes\t%s\t%s\t%s\n", s.addr, s.a.role, active, roundRTT(s.rtt))
+		role := s.a.role
+		if s.a.state != "" {
+			role += " (" + strings.ReplaceAll(s.a.state, "-", " ") + ")"
+		}
+		fmt.Fprintf(tw, "%s\tyes\t%s\t%s\t%s\n", s.addr, role, active, roundRTT(s.rtt))
 	}
 	_ = tw.Flush()
 	if len(claimActive) > 1 {
@@ -129,6 +138,8 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kunci status: warning: nodes name different actives: %v\n", names)
 	}
 	switch {
+	case answered == len(st) && len(claimActive) > 1:
+		return exitSplit
 	case answered == len(st):
 		return exitOK
 	case answered == 0:

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kunci/kunci/server"
+)
+
+// Exit codes during an outage (issue 12, point 6): 75 means a node answered
+// that the wait ran out; when no active node answered within the wait —
+// the active frozen or unreachable, or the cluster electing a new one —
+// kunci exits 69 and says so, within about its wait.
+
+// frozenNode accepts connections and reads them, but answers nothing, as a
+// node whose process was stopped (SIGSTOP) looks to a client.
+func frozenNode(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					if _, err := r.ReadString('\n'); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+func TestAcquireAgainstAFrozenNodeExits69WithinItsWait(t *testing.T) {
+	addr := frozenNode(t)
+	start := time.Now()
+	code, _, errs := kunci(t, nil, "acquire", "k", "--wait", "1s", "--addrs", addr)
+	took := time.Since(start)
+	t.Logf("exit %d after %v: %s", code, took, strings.TrimSpace(errs))
+	if code != exitUnavailable || !strings.Contains(errs, "no active node answered") {
+		t.Fatalf("exit %d, stderr %q; want %d and why", code, errs, exitUnavailable)
+	}
+	if took > 4*time.Second {
+		t.Errorf("kunci took %v to give up on a wait of 1s", took)
+	}
+}
+
+// During a crash failover, until a standby promotes itself, no node is
+// active: an acquire whose wait ends meanwhile was not answered T by
+// anyone. (Here the active is down and its standby has not promoted itself
+// yet: a node waits a failover timeout before it does.)
+func TestAcquireDuringAFailoverExits69(t *testing.T) {
+	var addrs []string
+	for i := 0; i < 2; i++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs = append(addrs, l.Addr().String())
+		l.Close()
+	}
+	standby, err := server.New(server.Config{Listen: addrs[1], Peers: addrs, DataDir: t.TempDir(), ClusterKey: []byte("a test cluster key, 32 bytes lng"),
+		Heartbeat: 50 * time.Millisecond, FailoverTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := standby.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = standby.Stop(context.Background()) })
+	code, _, errs := kunci(t, nil, "acquire", "k", "--wait", "1s", "--addrs", strings.Join(addrs, ","))
+	if code != exitUnavailable || !strings.Contains(errs, "no active node answered") {
+		t.Fatalf("exit %d, stderr %q; want %d and why", code, errs, exitUnavailable)
+	}
+}
+
+// fakeInfo answers every I with line.
+func fakeInfo(t *testing.T, line string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					if _, err := r.ReadString('\n'); err != nil {
+						return
+					}
+					_, _ = c.Write([]byte(line + "\n"))
+				}
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+func TestStatusShowsANodeBetweenRolesAndExits3OnTwoActives(t *testing.T) {
+	a := startNode(t)
+	b := startNode(t) // two single nodes: both say they are active
+	code, out, errs := kunci(t, nil, "status", "--addrs", a+","+b)
+	if code != exitSplit || !strings.Contains(errs, "2 nodes say they are active") {
+		t.Fatalf("two actives: exit %d, stdout %q, stderr %q; want %d", code, out, errs, exitSplit)
+	}
+	leaving := fakeInfo(t, "I standby 10.0.0.1:7070 10.0.0.2:7070 state=handing-over")
+	code, out, errs = kunci(t, nil, "status", "--addrs", leaving)
+	if code != exitOK || !strings.Contains(out, "standby (handing over)") {
+		t.Fatalf("a node handing over: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
