@@ -57,10 +57,6 @@ const (
 	DefaultTLSMaxHandshakes    = 256
 )
 
-// refuseTimeout bounds the write of a refusal before a connection reaches
-// the loops.
-const refuseTimeout = time.Second
-
 // Why the terminator dropped a connection: the index of its counter in
 // terminator.dropped.
 const (
@@ -287,15 +283,8 @@ func (t *terminator) serve(raw *net.TCPConn) {
 		t.log.Debug().Err(err).Str("remote", raw.RemoteAddr().String()).Str("reason", tlsDropNames[reason]).Msg("TLS handshake failed")
 		return
 	}
-	if t.n.Conns() >= t.n.cfg.MaxConns {
-		// Refused before it costs the loops anything; OnOpen refuses
-		// the ones that race past.
-		t.n.refused.count(errTooManyConns)
-		_ = raw.SetWriteDeadline(time.Now().Add(refuseTimeout))
-		_, _ = tc.Write(errTooManyConnsLine)
-		_ = raw.Close()
-		return
-	}
+	// The connection limits (node-wide, per source, the peers' reserve)
+	// are OnOpen's, as for TCP.
 	st := tc.ConnectionState()
 	h := &handoff{tc: tc, mem: mem, identity: identityOf(&st)}
 	mem.inLoop = true // from here on only the loop touches tc
@@ -315,8 +304,6 @@ func (t *terminator) serve(raw *net.TCPConn) {
 	case <-t.ctx.Done():
 	}
 }
-
-var errTooManyConnsLine = []byte("E - - too many connections\n")
 
 // dialPeerTransport connects to a peer: plain TCP, or with Config.PeerTLS
 // TLS to the peer's TLS address, verified against the peer CA and

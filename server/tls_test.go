@@ -834,6 +834,29 @@ func TestTLSConfigIsChecked(t *testing.T) {
 	}
 }
 
+// TLS connections count against the node's connection limits like TCP
+// ones, and one past them is told so, encrypted, and closed.
+func TestTLSConnectionLimits(t *testing.T) {
+	p := newPKI(t)
+	n := startNode(t, p.serve(false, func(c *server.Config) { c.MaxConns = 2 }))
+	dialTLS(t, n.TLSAddr(), p.client("")).roundTrip()
+	dial(t, n.Addr()).roundTrip()
+	extra := dialTLS(t, n.TLSAddr(), p.client(""))
+	extra.expect("E - - too many connections")
+	extra.expectClosed()
+	if got := n.Metrics().Refused["too many connections"]; got != 1 {
+		t.Fatalf("%d refusals counted, want 1", got)
+	}
+
+	// The limit per source counts a TLS client under its own address.
+	m := startNode(t, p.serve(false, func(c *server.Config) { c.MaxConnsPerIP = 1 }))
+	dialTLS(t, m.TLSAddr(), p.client("")).roundTrip()
+	plain := dial(t, m.Addr())
+	plain.send("I")
+	plain.expect("E - - too many connections from this address")
+	plain.expectClosed()
+}
+
 // With an auth file, a verified client certificate whose name is a
 // credential's authenticates the connection as that credential, with its
 // key prefixes, until a reload revokes it; other TLS clients authenticate
