@@ -86,7 +86,7 @@ type handoff struct {
 	// identity is the verified client certificate's subject common name,
 	// else its first DNS or URI SAN; "" without a verified certificate.
 	identity string
-	at       time.Time
+	at       time.Time // when a peer link was dialled, to forget one never adopted
 }
 
 // terminator serves TLS on Config.TLSListen. Its goroutines: the accept
@@ -108,7 +108,7 @@ type terminator struct {
 	loopsOnce sync.Once
 	wg        sync.WaitGroup // every goroutine of the terminator
 
-	mu       sync.Mutex
+	mu       sync.Mutex          // guards dialled
 	dialled  map[string]*handoff // peer links dialled, by local address, until OnOpen
 	dropped  [tlsDropReasons]atomic.Uint64
 	stopOnce sync.Once
