@@ -11,7 +11,7 @@ LISTEN   ?= 127.0.0.1:7070
 ADMIN    ?= 127.0.0.1:7071
 FUZZTIME ?= 30s
 
-.PHONY: build run test cgo vet bench bench-load bench-compare bench-handoff fuzz clean
+.PHONY: build run test cgo vet bench bench-load bench-compare bench-handoff bench-tls fuzz clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
@@ -57,6 +57,14 @@ bench-handoff:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
 	$(GO) run ./bench/handoff --kuncid bin/kuncid
 	$(GO) run ./bench/handoff --kuncid bin/kuncid --semi-sync
+
+# What TLS costs: one node serving TCP and mutual TLS, loads interleaved
+# (needs openssl for the certificates). ROUNDS=5 for more rounds.
+ROUNDS ?= 3
+bench-tls:
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
+	$(GO) build -o bin/bench ./bench
+	bench/tls.sh $(ROUNDS)
 
 fuzz:
 	$(GO) test -run=NONE -fuzz=FuzzParseRequest -fuzztime=$(FUZZTIME) ./wire/

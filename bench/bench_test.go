@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kunci/kunci/internal/testcert"
 	"github.com/kunci/kunci/server"
 )
 
@@ -83,6 +84,43 @@ func TestUncontended(t *testing.T) {
 			checkCycles(t, s)
 			noErrors(t, s)
 		})
+	}
+}
+
+// With --tls-ca (and a client certificate for a node that asks for one)
+// the load runs over TLS, in both modes.
+func TestOverTLS(t *testing.T) {
+	ca := testcert.NewCA(t, "bench CA")
+	dir := t.TempDir()
+	cert, key := ca.Issue(t, "node", testcert.Options{}).Write(t, dir, "node")
+	caFile := ca.Write(t, dir, "ca")
+	clientCert, clientKey := ca.Issue(t, "bench", testcert.Options{}).Write(t, dir, "bench")
+	n, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: zerolog.Nop(),
+		TLSListen: "127.0.0.1:0", TLSCert: cert, TLSKey: key, TLSClientCA: caFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	for _, mode := range []string{modeRaw, modeClient} {
+		t.Run(mode, func(t *testing.T) {
+			s := run(t, Config{Target: n.TLSAddr(), Mode: mode, Conns: 2, Depth: 4, Ops: 500,
+				TLSCA: caFile, TLSCert: clientCert, TLSKey: clientKey})
+			checkCycles(t, s)
+			noErrors(t, s)
+			if !s.TLS || s.Cycles != 500 {
+				t.Errorf("TLS %v, cycles %d", s.TLS, s.Cycles)
+			}
+		})
+	}
+	// Without the client certificate the run fails at once, and says why.
+	cfg := Config{Target: n.TLSAddr(), Conns: 1, Depth: 1, Ops: 1, TLSCA: caFile}
+	if _, err := Run(context.Background(), cfg, nil); err == nil {
+		t.Fatal("a run without the client certificate a node asks for succeeded")
+	} else {
+		t.Log(err)
 	}
 }
 

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -64,9 +66,15 @@ type Config struct {
 	// asks for credentials; "" uses KUNCI_CREDENTIALS_FILE if set.
 	Credentials string
 
+	// TLS (kunci only): the CA that signed the node's certificate, and a
+	// client certificate and key for a node that asks for one. Any of them
+	// makes every connection TLS.
+	TLSCA, TLSCert, TLSKey string
+
 	kind  string // targetKunci or targetRedis
 	addr  string // host:port
 	creds *clientlib.Credentials
+	tls   *tls.Config // made from TLSCA, TLSCert, TLSKey; nil: plain TCP
 }
 
 // normalize fills defaults and checks c.
@@ -177,6 +185,38 @@ func (c *Config) normalize() error {
 			return err
 		}
 		c.creds = creds
+	}
+	return c.loadTLS()
+}
+
+// loadTLS makes c.tls from the TLS files.
+func (c *Config) loadTLS() error {
+	if c.TLSCA == "" && c.TLSCert == "" && c.TLSKey == "" {
+		return nil
+	}
+	if c.kind != targetKunci {
+		return errors.New("--tls-ca, --tls-cert and --tls-key are for kunci targets")
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("a client certificate needs both --tls-cert and --tls-key")
+	}
+	c.tls = &tls.Config{MinVersion: tls.VersionTLS12}
+	if c.TLSCA != "" {
+		pem, err := os.ReadFile(c.TLSCA)
+		if err != nil {
+			return fmt.Errorf("--tls-ca: %v", err)
+		}
+		c.tls.RootCAs = x509.NewCertPool()
+		if !c.tls.RootCAs.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("--tls-ca: %s holds no PEM certificate", c.TLSCA)
+		}
+	}
+	if c.TLSCert != "" {
+		kp, err := tls.LoadX509KeyPair(c.TLSCert, c.TLSKey)
+		if err != nil {
+			return fmt.Errorf("--tls-cert, --tls-key: %v", err)
+		}
+		c.tls.Certificates = []tls.Certificate{kp}
 	}
 	return nil
 }

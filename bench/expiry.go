@@ -117,7 +117,7 @@ func newRawExpiry(r *runner) (*rawExpiry, error) {
 	d := &rawExpiry{r: r}
 	n, conns := r.cfg.Keys, r.cfg.Conns
 	for c := range conns {
-		l, err := dialLine(r.cfg.addr, r.cfg.creds)
+		l, err := dialLine(r.cfg)
 		if err != nil {
 			d.close()
 			return nil, err

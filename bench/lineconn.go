@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -25,18 +26,25 @@ type lineConn struct {
 
 const lineConnBuf = 64 << 10
 
-// dialLine connects to the node at addr, and authenticates with creds when
-// they are given.
-func dialLine(addr string, creds *clientlib.Credentials) (*lineConn, error) {
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
+// dialLine connects to the node at c's address, with TLS when c says so,
+// and authenticates with c's credentials when they are given.
+func dialLine(c *Config) (*lineConn, error) {
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	var nc net.Conn
+	var err error
+	if c.tls != nil {
+		nc, err = (&tls.Dialer{NetDialer: d, Config: c.tls}).Dial("tcp", c.addr)
+	} else {
+		nc, err = d.Dial("tcp", c.addr)
+	}
 	if err != nil {
 		return nil, err
 	}
 	l := &lineConn{nc: nc, in: make([]byte, lineConnBuf), out: make([]byte, 0, lineConnBuf)}
-	if creds != nil {
-		if err := l.authenticate(creds); err != nil {
+	if c.creds != nil {
+		if err := l.authenticate(c.creds); err != nil {
 			_ = nc.Close()
-			return nil, fmt.Errorf("kunci at %s: %w", addr, err)
+			return nil, fmt.Errorf("kunci at %s: %w", c.addr, err)
 		}
 	}
 	return l, nil

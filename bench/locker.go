@@ -63,7 +63,7 @@ func newKunciLocker(r *runner) (*kunciLocker, error) {
 	for i := range addrs {
 		addrs[i] = r.cfg.addr
 	}
-	l, err := dialLine(r.cfg.addr, r.cfg.creds)
+	l, err := dialLine(r.cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func newKunciLocker(r *runner) (*kunciLocker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kunci at %s: %w", r.cfg.addr, err)
 	}
-	c, err := clientlib.New(clientlib.Config{Addrs: addrs, Credentials: r.cfg.creds})
+	c, err := clientlib.New(clientlib.Config{Addrs: addrs, Credentials: r.cfg.creds, TLS: r.cfg.tls})
 	if err != nil {
 		return nil, err
 	}

@@ -107,6 +107,9 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.JSON, "json", "", "also write the summary to `FILE` as JSON")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write the load client's CPU profile to `FILE`")
 	fs.StringVar(&c.Credentials, "credentials", "", "`FILE` holding \"name secret\" (mode 600) for a kunci node started with --auth-file (default $KUNCI_CREDENTIALS_FILE)")
+	fs.StringVar(&c.TLSCA, "tls-ca", "", "kunci over TLS: the CA certificates (PEM `file`) that signed the node's certificate")
+	fs.StringVar(&c.TLSCert, "tls-cert", "", "kunci over TLS: a client certificate (PEM `file`), with --tls-key, for a node that asks for one")
+	fs.StringVar(&c.TLSKey, "tls-key", "", "the client certificate's private key (PEM `file`)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}

@@ -19,7 +19,7 @@ type rawCycles struct {
 func newRawCycles(r *runner) (*rawCycles, error) {
 	d := &rawCycles{r: r}
 	for c := range r.cfg.Conns {
-		l, err := dialLine(r.cfg.addr, r.cfg.creds)
+		l, err := dialLine(r.cfg)
 		if err != nil {
 			d.close()
 			return nil, err

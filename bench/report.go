@@ -21,6 +21,7 @@ type Summary struct {
 	Target   string    `json:"target"`
 	Kind     string    `json:"kind"` // kunci or redis
 	Mode     string    `json:"mode"`
+	TLS      bool      `json:"tls,omitempty"` // kunci over TLS
 	Workload string    `json:"workload"`
 	Conns    int       `json:"conns"`
 	Depth    int       `json:"depth"`
@@ -85,6 +86,9 @@ func writeJSON(path string, s *Summary) error {
 func writeSummary(w io.Writer, s *Summary) {
 	p := func(f string, a ...any) { fmt.Fprintf(w, f, a...) }
 	p("%s %s %s: %d conns × %d", s.Kind, s.Mode, s.Workload, s.Conns, s.Depth)
+	if s.TLS {
+		p(", TLS")
+	}
 	if s.Mode == modeClient {
 		p(" (%d goroutines)", s.Slots)
 	}

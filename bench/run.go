@@ -188,7 +188,7 @@ loop:
 
 	wall := winEnd.Sub(winStart)
 	s := &Summary{
-		Label: cfg.Label, Target: cfg.Target, Kind: cfg.kind, Mode: cfg.Mode,
+		Label: cfg.Label, Target: cfg.Target, Kind: cfg.kind, Mode: cfg.Mode, TLS: cfg.tls != nil,
 		Workload: cfg.Workload, Conns: cfg.Conns, Depth: cfg.Depth, Slots: cfg.slots(),
 		Keys: cfg.Keys, LeaseMs: r.leaseMs, WaitMs: r.waitMs, Seed: cfg.Seed, Prefix: cfg.Prefix,
 		Start:   started.UTC().Truncate(time.Second),

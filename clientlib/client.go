@@ -2,6 +2,7 @@ package clientlib
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -43,6 +44,10 @@ type Config struct {
 	// *AuthError (errors.Is(err, ErrAuth)); a connection refused so is
 	// tried again every ReconnectInterval.
 	Credentials *Credentials
+	// TLS, when set, makes every connection TLS with this configuration
+	// (the nodes' TLS addresses go in Addrs, and redirects name them too).
+	// Without ServerName, each address's host is verified. Nil: plain TCP.
+	TLS *tls.Config
 }
 
 func (c *Config) setDefaults() error {
@@ -158,6 +163,11 @@ func (c *Client) dial(addr string) (net.Conn, error) {
 		case <-ctx.Done():
 		}
 	}()
+	if c.cfg.TLS != nil {
+		// DialTimeout bounds the handshake too.
+		d := tls.Dialer{NetDialer: &c.dialer, Config: c.cfg.TLS}
+		return d.DialContext(ctx, "tcp", addr)
+	}
 	return c.dialer.DialContext(ctx, "tcp", addr)
 }
 

@@ -102,6 +102,7 @@ var (
 	descErrors      = desc("errors_total", "Requests refused with E, by reason.", "reason")
 	descSlowClosed  = desc("slow_clients_closed_total", "Connections closed for not reading their answers.")
 	descAuthFailed  = desc("auth_failures_total", "Client authentications refused: bad credentials, or a source past its failure allowance.")
+	descTLSDropped  = desc("tls_dropped_total", "TLS connections dropped before they were served: failed handshake (error), none within the handshake timeout (timeout), too many handshakes at once (busy).", "reason")
 	descKeys        = desc("keys_held", "Keys held now.")
 	descQueued      = desc("waiters_queued", "Acquires queued now.")
 	descConns       = desc("connections", "Client connections open now.")
@@ -121,7 +122,7 @@ var (
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descGrants, descReleases, descExtends, descExpiries,
-		descTimeouts, descCancels, descWithdrawn, descErrors, descSlowClosed, descAuthFailed, descKeys,
+		descTimeouts, descCancels, descWithdrawn, descErrors, descSlowClosed, descAuthFailed, descTLSDropped, descKeys,
 		descQueued, descConns, descTokens, descRole, descLag, descSynced, descPromotions, descWait, descHold, descPeerRefused, descPeerDropped, descDropped,
 		descStorageOK, descStorageErr} {
 		ch <- d
@@ -155,6 +156,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descErrors, e.Unavailable, wire.Reason(engine.ErrStorageUnavailable))
 	counter(descSlowClosed, m.SlowClosed)
 	counter(descAuthFailed, m.AuthFailures)
+	for reason, v := range m.TLSDropped {
+		counter(descTLSDropped, v, reason)
+	}
 	gauge(descKeys, float64(m.Keys))
 	gauge(descQueued, float64(m.Queued))
 	gauge(descConns, float64(m.Conns))

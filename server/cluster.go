@@ -425,6 +425,7 @@ func (cl *cluster) dial(i int) {
 		cl.mu.Unlock()
 	}
 	nc, inc, err := cl.dialPeer(i, cl.dialTimeout())
+	nc, err = n.peerLink(nc, err) // a TLS link: its TCP socket, for gnet
 	if err != nil {
 		var ne net.Error
 		if !errors.As(err, &ne) {

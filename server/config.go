@@ -80,7 +80,29 @@ type Config struct {
 	// PeerDialer, when set, opens the connections to peers instead of
 	// net.DialTimeout (a proxy, a test's network that can be cut).
 	PeerDialer func(network, addr string, timeout time.Duration) (net.Conn, error)
-	Logger     zerolog.Logger
+
+	// TLSListen, when set, is a second address for clients, served with
+	// TLS: TLSCert and TLSKey are the node's certificate and key (PEM
+	// files). A TLS connection is served by the same loops, with the same
+	// limits, as a connection to Listen. TLSClientCA, when set, makes it
+	// mutual TLS: a client must present a certificate signed by a CA in
+	// that file; with AuthFile, a certificate whose name (subject common
+	// name, else first DNS or URI SAN) is a credential's authenticates the
+	// connection as that credential. The files are read again by ReloadTLS.
+	TLSListen, TLSCert, TLSKey, TLSClientCA string
+	// TLSHandshakeTimeout bounds a TLS handshake; at most TLSMaxHandshakes
+	// run at once, and connections beyond are closed at once.
+	TLSHandshakeTimeout time.Duration
+	TLSMaxHandshakes    int
+	// PeerTLS makes the links between cluster nodes TLS: Peers (and
+	// Advertise, which defaults to TLSListen) name the nodes' TLS
+	// addresses; a node dials its peers with TLS, verifies them against
+	// PeerTLSCA (default TLSClientCA) and presents its own certificate.
+	// The cluster key is proved over it as without TLS.
+	PeerTLS   bool
+	PeerTLSCA string
+
+	Logger zerolog.Logger
 
 	// tokenBlock, for tests only (export_test.go), makes the node reserve
 	// this many tokens at a time instead of tokenBlock, so that a test
@@ -168,6 +190,9 @@ func (c *Config) setDefaults() error {
 	if c.InputLimit == 0 {
 		c.InputLimit = DefaultInputLimit
 	}
+	if err := c.checkTLS(); err != nil {
+		return err
+	}
 	switch {
 	case c.Loops < 0 || c.Loops > 4*runtime.NumCPU()+64:
 		return fmt.Errorf("server: loops %d out of range 1..%d", c.Loops, 4*runtime.NumCPU()+64)
@@ -201,6 +226,37 @@ func (c *Config) setDefaults() error {
 			return fmt.Errorf("server: peer %s is listed twice", p)
 		}
 		seen[p] = true
+	}
+	return nil
+}
+
+// checkTLS checks the TLS settings and fills their defaults.
+func (c *Config) checkTLS() error {
+	if c.TLSHandshakeTimeout == 0 {
+		c.TLSHandshakeTimeout = DefaultTLSHandshakeTimeout
+	}
+	if c.TLSMaxHandshakes == 0 {
+		c.TLSMaxHandshakes = DefaultTLSMaxHandshakes
+	}
+	switch {
+	case c.TLSListen == "" && (c.TLSCert != "" || c.TLSKey != "" || c.TLSClientCA != "" || c.PeerTLS || c.PeerTLSCA != ""):
+		return errors.New("server: TLS settings given without a TLS listen address (--tls-listen)")
+	case c.TLSListen == "":
+		return nil
+	case c.TLSCert == "" || c.TLSKey == "":
+		return errors.New("server: TLS needs a certificate and its key (--tls-cert, --tls-key)")
+	case c.TLSHandshakeTimeout < 0 || c.TLSMaxHandshakes < 0:
+		return errors.New("server: TLS handshake timeout and limit must be positive")
+	case c.PeerTLS && len(c.Peers) == 0:
+		return errors.New("server: peer TLS (--peer-tls) without peers (--peers)")
+	case c.PeerTLS && c.PeerTLSCA == "" && c.TLSClientCA == "":
+		return errors.New("server: peer TLS needs a CA to verify peers with (--peer-tls-ca or --tls-client-ca)")
+	}
+	if _, _, err := net.SplitHostPort(c.TLSListen); err != nil {
+		return fmt.Errorf("server: bad TLS listen address %q: %w", c.TLSListen, err)
+	}
+	if c.PeerTLS && c.Advertise == "" {
+		c.Advertise = c.TLSListen // the peer list names TLS addresses
 	}
 	return nil
 }

@@ -56,6 +56,10 @@ type conn struct {
 	// and closed at rejectAt (node clock).
 	rejected error
 	rejectAt int64
+	// identity is the verified TLS client certificate's name (subject
+	// common name, else first DNS or URI SAN); "" for plain TCP or without
+	// a client certificate. Set in OnOpen; read-only after.
+	identity string
 	// Idleness. active: it sent something since the last idle scan;
 	// quietSince: the scan that last found it busy or active. queued:
 	// acquires sent and not yet answered (A, T or E). holdUntil: a grant

@@ -24,5 +24,11 @@
 // (idle.go). Failed authentications are answered and closed by the ticker
 // too, after a delay, so that no loop ever sleeps.
 //
+// TLS. gnet has no TLS: with Config.TLSListen a terminator (tls.go) accepts
+// TLS connections and runs their handshakes on goroutines of its own, then
+// hands the sockets to the loops, which serve them as TCP connections with
+// the records decrypted and encrypted in memory (tlsConn): the same
+// parser, limits and ordering, and no goroutine per connection.
+//
 // Node's methods are safe for concurrent use.
 package server

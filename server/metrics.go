@@ -60,6 +60,11 @@ type Metrics struct {
 	// token ceiling); StorageErrors counts the failed attempts.
 	StorageOK     bool
 	StorageErrors uint64
+	// TLSDropped counts TLS connections dropped before they were served,
+	// by reason: "error" (the handshake failed), "timeout" (it did not end
+	// within Config.TLSHandshakeTimeout), "busy" (Config.TLSMaxHandshakes
+	// were in progress). Nil without TLS.
+	TLSDropped map[string]uint64
 }
 
 // Metrics takes a snapshot, locking each shard in turn for a moment.
@@ -96,6 +101,12 @@ func (n *Node) Metrics() Metrics {
 		}
 	}
 	count(&n.refused)
+	if n.term != nil {
+		m.TLSDropped = make(map[string]uint64, tlsDropReasons)
+		for i := range n.term.dropped {
+			m.TLSDropped[tlsDropNames[i]] = n.term.dropped[i].Load()
+		}
+	}
 	for _, lp := range *n.loops.Load() {
 		count(&lp.refused)
 	}

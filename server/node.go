@@ -49,6 +49,8 @@ type Node struct {
 	admin     *http.Server
 	adminAddr string
 
+	term *terminator // serves Config.TLSListen; nil without
+
 	data        *dataDir      // nil without Config.DataDir
 	tokenBlock  uint64        // tokens reserved at a time; set by New
 	storage     storageHealth // whether tokens can be reserved; safe for concurrent use
@@ -171,7 +173,13 @@ func New(cfg Config) (*Node, error) {
 	// and a reserve of slots for peers that dial in while the clients'
 	// slots are full (connTable).
 	others := max(len(cfg.Peers)-1, 0)
-	n.cfg.MaxConns = fitConnsToFDs(cfg.MaxConns, 4*others, n.log)
+	extra := 4 * others
+	if cfg.TLSListen != "" {
+		// Connections in their TLS handshake, and the duplicate gnet
+		// makes of a socket it adopts.
+		extra += 2 * cfg.TLSMaxHandshakes
+	}
+	n.cfg.MaxConns = fitConnsToFDs(cfg.MaxConns, extra, n.log)
 	n.conns.init(n.cfg.MaxConns, 2*others, others)
 	n.sources.init(cfg.MaxConnsPerIP)
 	per := func(total int) int { return (total + cfg.Shards - 1) / cfg.Shards }
@@ -200,12 +208,20 @@ func (n *Node) Start() error {
 			return err
 		}
 	}
+	if n.cfg.TLSListen != "" {
+		t, err := newTerminator(n)
+		if err != nil {
+			n.closeTokens(context.Background())
+			return err
+		}
+		n.term = t
+	}
 	go func() {
 		defer close(n.runDone)
 		n.runErr = gnet.Run(n, "tcp://"+n.cfg.Listen,
 			gnet.WithNumEventLoop(n.cfg.Loops),
 			gnet.WithLoadBalancing(gnet.LeastConnections),
-			gnet.WithTicker(len(n.cfg.Peers) > 0),
+			gnet.WithTicker(len(n.cfg.Peers) > 0 || n.term != nil),
 			gnet.WithReuseAddr(true),
 			gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 			gnet.WithLogger(gnetLogger{n.log}),
@@ -215,6 +231,7 @@ func (n *Node) Start() error {
 	case <-n.booted:
 	case <-n.runDone:
 		n.closeTokens(context.Background())
+		n.stopTLS()
 		if n.runErr == nil {
 			return ErrStopped
 		}
@@ -223,10 +240,14 @@ func (n *Node) Start() error {
 	if n.bootErr != nil {
 		<-n.runDone
 		n.closeTokens(context.Background())
+		n.stopTLS()
 		return n.bootErr
 	}
 	n.ticking = true
 	go n.ticker()
+	if n.term != nil {
+		n.term.start()
+	}
 	if n.cl != nil {
 		// Peer links are adopted into the loops, which gnet starts after
 		// OnBoot: its ticker's first call says they run.
@@ -234,6 +255,7 @@ func (n *Node) Start() error {
 		case <-n.cl.loopsUp:
 		case <-n.runDone:
 			n.closeTokens(context.Background())
+			n.stopTLS()
 			return ErrStopped
 		}
 		go n.cl.run()
@@ -253,6 +275,7 @@ func (n *Node) Start() error {
 		Str("auth_file", n.cfg.AuthFile).
 		Str("data_dir", n.cfg.DataDir).Uint64("token_floor", n.tokens.Last()).
 		Strs("peers", n.cfg.Peers).Str("role", n.Role()).
+		Str("tls_addr", n.TLSAddr()).Bool("mutual_tls", n.cfg.TLSClientCA != "").Bool("peer_tls", n.cfg.PeerTLS).
 		Msg("kunci node started")
 	if n.cl != nil && n.keys == nil {
 		n.log.Warn().Msg("peer links are NOT authenticated (--insecure-peers): anyone who reaches this node's port can pose as a peer, take its locks and stop the cluster")
@@ -282,6 +305,9 @@ func (n *Node) Stop(ctx context.Context) error {
 		if n.ticking {
 			<-n.tickDone
 		}
+		if n.term != nil {
+			n.term.closeListener()
+		}
 		err = n.eng.Stop(ctx)
 		select {
 		case <-n.runDone:
@@ -290,6 +316,7 @@ func (n *Node) Stop(ctx context.Context) error {
 				err = ctx.Err()
 			}
 		}
+		n.stopTLS()
 		n.closeTokens(ctx)
 		keys, queued := n.Stats()
 		n.log.Info().Str("addr", n.addr).Int("keys", keys).Int("queued", queued).
@@ -349,22 +376,56 @@ func (n *Node) OnBoot(eng gnet.Engine) gnet.Action {
 	return gnet.None
 }
 
-// OnTick implements gnet.EventHandler. gnet ticks only for a cluster node,
-// whose first tick tells Start that the loops run; the node's own ticker
-// does the rest.
+// OnTick implements gnet.EventHandler. gnet ticks only for a cluster node
+// or one serving TLS, whose first tick tells Start (or the TLS terminator)
+// that the loops run; the node's own ticker does the rest.
 func (n *Node) OnTick() (time.Duration, gnet.Action) {
-	n.cl.loopsOnce.Do(func() { close(n.cl.loopsUp) })
+	if n.cl != nil {
+		n.cl.loopsOnce.Do(func() { close(n.cl.loopsUp) })
+	}
+	if n.term != nil {
+		n.term.loopsOnce.Do(func() { close(n.term.loopsUp) })
+	}
 	return time.Hour, gnet.None
 }
 
 // OnOpen implements gnet.EventHandler: it admits the connection or refuses
 // it when the node is at its connection limit, or its source at
 // Config.MaxConnsPerIP. A cluster node may still take a refused one into
-// the peers' reserve, on probation (peerauth.go).
+// the peers' reserve, on probation (peerauth.go). A TLS connection, its
+// handshake done by the terminator, is served through a tlsConn.
 func (n *Node) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	if pc, ok := c.Context().(*peerConn); ok {
+		if h := n.term.takeDialled(c); h != nil {
+			t := newTLSConn(c, h)
+			_, _ = t.Write(n.onPeerOpen(pc, t))
+			_ = t.Wake(nil) // for what came with the handshake
+			return nil, gnet.None
+		}
 		return n.onPeerOpen(pc, c), gnet.None
 	}
+	h, ok := c.Context().(*handoff)
+	if !ok {
+		return n.openClient(c, "")
+	}
+	t := newTLSConn(c, h)
+	out, act := n.openClient(t, h.identity)
+	if len(out) > 0 {
+		_, _ = t.Write(out)
+	}
+	if act == gnet.Close {
+		t.closeNotify()
+		return nil, act
+	}
+	// What the client sent with the end of its handshake may wait in the
+	// tls.Conn already: have OnTraffic look.
+	_ = t.Wake(nil)
+	return nil, act
+}
+
+// openClient is OnOpen for a client connection, c a *tlsConn for TLS whose
+// verified client certificate names identity.
+func (n *Node) openClient(c gnet.Conn, identity string) ([]byte, gnet.Action) {
 	now := n.now()
 	src := sourceOf(c.RemoteAddr())
 	var cs *conn
@@ -392,6 +453,11 @@ func (n *Node) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	cs.openedAt = now
 	cs.src, cs.perSource = src, perSource
 	cs.authed = n.auth.Load() == nil
+	cs.identity = identity
+	if identity != "" && !cs.authed {
+		// A verified certificate naming a credential stands for it.
+		n.authenticateAs(cs, identity)
+	}
 	cs.active = true
 	cs.lp.addConn(cs)
 	c.SetContext(cs)
@@ -418,6 +484,9 @@ func hostOf(a net.Addr) string {
 // OnClose implements gnet.EventHandler: the connection's queued acquires
 // leave their queues; its grants stay.
 func (n *Node) OnClose(c gnet.Conn, _ error) gnet.Action {
+	if t := tlsOf(c); t != nil {
+		t.closed = true
+	}
 	if pc, ok := c.Context().(*peerConn); ok {
 		n.onPeerClose(pc)
 		return gnet.None
@@ -444,8 +513,29 @@ func (n *Node) OnClose(c gnet.Conn, _ error) gnet.Action {
 	return gnet.None
 }
 
-// OnTraffic implements gnet.EventHandler.
+// OnTraffic implements gnet.EventHandler. A TLS connection's bytes are
+// decrypted first, and its tlsConn is served in place of c.
 func (n *Node) OnTraffic(c gnet.Conn) gnet.Action {
+	t := tlsOf(c)
+	if t == nil {
+		return n.onTraffic(c)
+	}
+	if err := t.decrypt(); err != nil {
+		n.log.Debug().Err(err).Stringer("remote", c.RemoteAddr()).Msg("closing a TLS connection")
+		return gnet.Close
+	}
+	act := n.onTraffic(t)
+	t.recycle()
+	if act == gnet.None && t.eof && t.InboundBuffered() == 0 {
+		act = gnet.Close // the client is done sending, and is answered: as on TCP
+	}
+	if act == gnet.Close {
+		t.closeNotify()
+	}
+	return act
+}
+
+func (n *Node) onTraffic(c gnet.Conn) gnet.Action {
 	cs, ok := c.Context().(*conn)
 	if !ok {
 		return n.onPeerTraffic(c.Context().(*peerConn))
@@ -491,7 +581,7 @@ func (n *Node) OnTraffic(c gnet.Conn) gnet.Action {
 	if cs.paused {
 		if c.InboundBuffered() > n.cfg.InputLimit {
 			n.slowClosed.Add(1)
-			n.log.Debug().Str("remote", c.RemoteAddr().String()).Msg("closing a connection that does not read its answers")
+			n.log.Debug().Str("remote", c.RemoteAddr().String()).Str("identity", cs.identity).Msg("closing a connection that does not read its answers")
 			return gnet.Close
 		}
 		return gnet.None
@@ -549,7 +639,7 @@ func (n *Node) loopOf(el gnet.EventLoop) *loop {
 	if lp := n.byLoop[el]; lp != nil {
 		return lp
 	}
-	lp := newLoop(n, el)
+	lp := newLoop(n, tlsAwareLoop{el})
 	n.byLoop[el] = lp
 	old := *n.loops.Load()
 	all := append(old[:len(old):len(old)], lp)
@@ -738,3 +828,10 @@ func (g gnetLogger) Infof(f string, a ...any)  { g.l.Debug().Msgf(f, a...) }
 func (g gnetLogger) Warnf(f string, a ...any)  { g.l.Warn().Msgf(f, a...) }
 func (g gnetLogger) Errorf(f string, a ...any) { g.l.Error().Msgf(f, a...) }
 func (g gnetLogger) Fatalf(f string, a ...any) { g.l.Fatal().Msgf(f, a...) }
+
+// stopTLS stops the TLS terminator, if any, and waits for its goroutines.
+func (n *Node) stopTLS() {
+	if n.term != nil {
+		n.term.stop()
+	}
+}

@@ -143,11 +143,7 @@ func (lp *loop) expireProbation() {
 func (cl *cluster) dialPeer(i int, timeout time.Duration) (net.Conn, uint64, error) {
 	n := cl.n
 	addr := cl.addrs[i]
-	dial := n.cfg.PeerDialer
-	if dial == nil {
-		dial = net.DialTimeout
-	}
-	nc, err := dial("tcp", addr, timeout)
+	nc, err := n.dialPeerTransport(addr, timeout)
 	if err != nil {
 		return nil, 0, err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -89,7 +90,7 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, sig := interruptible(context.Background())
 	defer sig.stop()
-	client, err := clientlib.New(fitToWait(clientlib.Config{Addrs: addrs, Credentials: creds}, *wait))
+	client, err := clientlib.New(fitToWait(clientlib.Config{Addrs: addrs, Credentials: creds, TLS: c.tls}, *wait))
 	if errors.Is(err, clientlib.ErrAuth) {
 		return c.fail(exitUnavailable, "%s", describeAuthError(err))
 	}
@@ -102,7 +103,7 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 		if s := sig.received(); s != nil {
 			return c.fail(128+int(s.(syscall.Signal)), "interrupted by %v while waiting: nothing was granted", s)
 		}
-		return c.fail(acquireErrorCode(err), "%s", describeAcquireError(key, addrs, *wait, err))
+		return c.fail(acquireErrorCode(err), "%s", describeAcquireError(key, addrs, c.tls, *wait, err))
 	}
 	fmt.Fprintln(stdout, l.Token())
 	return exitOK
@@ -146,7 +147,7 @@ func describeAuthError(err error) string {
 	return strings.TrimPrefix(err.Error(), "clientlib: ")
 }
 
-func describeAcquireError(key string, addrs []string, wait time.Duration, err error) string {
+func describeAcquireError(key string, addrs []string, tc *tls.Config, wait time.Duration, err error) string {
 	var refused *clientlib.RefusedError
 	var auth *clientlib.AuthError
 	switch {
@@ -159,7 +160,7 @@ func describeAcquireError(key string, addrs []string, wait time.Duration, err er
 	case errors.Is(err, clientlib.ErrNoConnection) && wait > 0 && strings.Contains(err.Error(), "no active node answered"):
 		return fmt.Sprintf("%s: %s (addresses %s): nothing was granted", key, strings.TrimPrefix(err.Error(), "clientlib: no usable connection: "), strings.Join(addrs, ","))
 	case errors.Is(err, clientlib.ErrNoConnection):
-		return fmt.Sprintf("cannot reach the cluster at %s: %v%s", strings.Join(addrs, ","), err, whyUnreachable(addrs))
+		return fmt.Sprintf("cannot reach the cluster at %s: %v%s", strings.Join(addrs, ","), err, whyUnreachable(tc, addrs))
 	}
 	return fmt.Sprintf("%s: %v", key, err)
 }
@@ -184,7 +185,7 @@ func cmdRelease(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, sig := interruptible(context.Background())
 	defer sig.stop()
-	a, err := ask(ctx, addrs, creds, wire.AppendRelease(nil, []byte(key), token))
+	a, err := ask(ctx, c.tls, addrs, creds, wire.AppendRelease(nil, []byte(key), token))
 	return c.tokenAnswer("release", key, token, a, err, sig)
 }
 
@@ -213,7 +214,7 @@ func cmdExtend(args []string, stdout, stderr io.Writer) int {
 	ctx, sig := interruptible(context.Background())
 	defer sig.stop()
 	ms := int64((*lease + time.Millisecond - 1) / time.Millisecond) // never shorter than asked
-	a, err := ask(ctx, addrs, creds, wire.AppendExtend(nil, []byte(key), token, ms))
+	a, err := ask(ctx, c.tls, addrs, creds, wire.AppendExtend(nil, []byte(key), token, ms))
 	return c.tokenAnswer("extend", key, token, a, err, sig)
 }
 

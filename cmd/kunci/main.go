@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -51,6 +53,10 @@ const addrsHelp = `Node addresses come from --addrs or the environment variable 
 comma-separated list of host:port (default ` + defaultAddrs + `); --addrs wins.
 Nodes started with --auth-file need credentials: --credentials FILE, or
 KUNCI_CREDENTIALS_FILE, names a file holding "name secret" (mode 600).
+TLS: --tls-ca (or KUNCI_TLS_CA) names the CA that signed the nodes'
+certificates (without it, the system's CAs); --tls-cert and --tls-key (or
+KUNCI_TLS_CERT, KUNCI_TLS_KEY) a client certificate for nodes that ask for one.
+Any of them makes kunci speak TLS, to the nodes' --tls-listen addresses.
 Durations are Go durations (30s, 1m30s, 250ms) or plain seconds (30, 0.5).
 `
 
@@ -120,19 +126,26 @@ func usage(w io.Writer) {
 // cli is what every command shares: its flag set, the node addresses, and
 // how it prints its help and errors.
 type cli struct {
-	name   string // "kunci acquire"
-	help   string // printed by --help, before the flags
-	fs     *flag.FlagSet
-	addrs  string
-	creds  string // --credentials
-	stdout io.Writer
-	stderr io.Writer
+	name  string // "kunci acquire"
+	help  string // printed by --help, before the flags
+	fs    *flag.FlagSet
+	addrs string
+	creds string // --credentials
+	// TLS files from the flags; tls is what nodeAddrs made of them and
+	// of KUNCI_TLS_*: nil for plain TCP.
+	tlsCA, tlsCert, tlsKey string
+	tls                    *tls.Config
+	stdout                 io.Writer
+	stderr                 io.Writer
 }
 
 func newCLI(name, help string, stdout, stderr io.Writer) *cli {
 	c := newLocalCLI(name, help, stdout, stderr)
 	c.fs.StringVar(&c.addrs, "addrs", "", "comma-separated node `addresses` (host:port); default $KUNCI_ADDRS, else "+defaultAddrs)
 	c.fs.StringVar(&c.creds, "credentials", "", "`file` holding \"name secret\" on one line (mode 600), for nodes that ask for credentials; default $KUNCI_CREDENTIALS_FILE")
+	c.fs.StringVar(&c.tlsCA, "tls-ca", "", "use TLS, verifying the nodes against the CA certificates in this PEM `file`; default $KUNCI_TLS_CA")
+	c.fs.StringVar(&c.tlsCert, "tls-cert", "", "use TLS, presenting the client certificate in this PEM `file` (with --tls-key); default $KUNCI_TLS_CERT")
+	c.fs.StringVar(&c.tlsKey, "tls-key", "", "the client certificate's private key (PEM `file`); default $KUNCI_TLS_KEY")
 	return c
 }
 
@@ -244,8 +257,11 @@ func shellQuote(args []string) string {
 }
 
 // nodeAddrs returns the node addresses from --addrs, else KUNCI_ADDRS, else
-// the default.
+// the default; and it sets c.tls from the TLS flags and variables.
 func (c *cli) nodeAddrs() ([]string, error) {
+	if err := c.loadTLS(); err != nil {
+		return nil, err
+	}
 	s, from := c.addrs, "--addrs"
 	if s == "" {
 		if v, ok := os.LookupEnv("KUNCI_ADDRS"); ok && strings.TrimSpace(v) != "" {
@@ -269,6 +285,46 @@ func (c *cli) nodeAddrs() ([]string, error) {
 		return nil, fmt.Errorf("%s: no address", from)
 	}
 	return addrs, nil
+}
+
+// loadTLS makes c.tls from --tls-ca, --tls-cert and --tls-key, each else
+// its KUNCI_TLS_ variable; none of them: plain TCP.
+func (c *cli) loadTLS() error {
+	pick := func(flagged *string, flagName, env string) (string, string) {
+		if *flagged != "" {
+			return *flagged, "--" + flagName
+		}
+		return os.Getenv(env), env
+	}
+	ca, caFrom := pick(&c.tlsCA, "tls-ca", "KUNCI_TLS_CA")
+	cert, certFrom := pick(&c.tlsCert, "tls-cert", "KUNCI_TLS_CERT")
+	key, keyFrom := pick(&c.tlsKey, "tls-key", "KUNCI_TLS_KEY")
+	if ca == "" && cert == "" && key == "" {
+		return nil
+	}
+	if (cert == "") != (key == "") {
+		return errors.New("a client certificate needs both --tls-cert and --tls-key (or KUNCI_TLS_CERT and KUNCI_TLS_KEY)")
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return fmt.Errorf("%s: %v", caFrom, err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return fmt.Errorf("%s: %s holds no PEM certificate", caFrom, ca)
+		}
+	}
+	if cert != "" {
+		kp, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return fmt.Errorf("%s, %s: %v", certFrom, keyFrom, err)
+		}
+		cfg.Certificates = []tls.Certificate{kp}
+	}
+	c.tls = cfg
+	return nil
 }
 
 // credentials reads the credentials file named by --credentials, else by

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -58,12 +59,22 @@ func copyAnswer(a *wire.Answer) answer {
 	return an
 }
 
+// dial connects to addr: with TLS when tc is not nil (the handshake within
+// dialTimeout too).
+func dial(ctx context.Context, tc *tls.Config, addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: dialTimeout}
+	if tc != nil {
+		td := tls.Dialer{NetDialer: &d, Config: tc}
+		return td.DialContext(ctx, "tcp", addr)
+	}
+	return d.DialContext(ctx, "tcp", addr)
+}
+
 // exchange sends line to the node at addr and returns its answer. With
 // creds, line goes behind "U name secret" on the same connection; a node
 // that refuses the credentials answers the U with E, which is returned.
-func exchange(ctx context.Context, addr string, creds *clientlib.Credentials, line []byte) (answer, time.Duration, error) {
-	d := net.Dialer{Timeout: dialTimeout}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+func exchange(ctx context.Context, tc *tls.Config, addr string, creds *clientlib.Credentials, line []byte) (answer, time.Duration, error) {
+	nc, err := dial(ctx, tc, addr)
 	if err != nil {
 		return answer{}, 0, err
 	}
@@ -119,12 +130,12 @@ func readAnswer(ctx context.Context, r *bufio.Reader) (answer, error) {
 // ask sends the request line to the cluster and returns the answer of the
 // active node: it tries addrs in order and follows redirects; when no node
 // answers it tries again every 200 ms for 5 s.
-func ask(ctx context.Context, addrs []string, creds *clientlib.Credentials, line []byte) (answer, error) {
+func ask(ctx context.Context, tc *tls.Config, addrs []string, creds *clientlib.Credentials, line []byte) (answer, error) {
 	until := time.Now().Add(retryFor)
 	for {
 		var errs []string
 		for _, addr := range addrs {
-			a, err := askNode(ctx, addr, creds, line)
+			a, err := askNode(ctx, tc, addr, creds, line)
 			if err == nil {
 				return a, nil
 			}
@@ -147,9 +158,9 @@ func ask(ctx context.Context, addrs []string, creds *clientlib.Credentials, line
 }
 
 // askNode sends line to addr, following redirects to the active.
-func askNode(ctx context.Context, addr string, creds *clientlib.Credentials, line []byte) (answer, error) {
+func askNode(ctx context.Context, tc *tls.Config, addr string, creds *clientlib.Credentials, line []byte) (answer, error) {
 	for range maxRedirects {
-		a, _, err := exchange(ctx, addr, creds, line)
+		a, _, err := exchange(ctx, tc, addr, creds, line)
 		if err != nil {
 			return answer{}, fmt.Errorf("%s: %s", addr, shortError(err))
 		}
@@ -185,10 +196,10 @@ func shortError(err error) string {
 
 // whyUnreachable dials every address once and says how each failed, as
 // " (addr: reason; ...)", or "" when they all connect now.
-func whyUnreachable(addrs []string) string {
+func whyUnreachable(tc *tls.Config, addrs []string) string {
 	var why []string
 	for _, addr := range addrs {
-		nc, err := net.DialTimeout("tcp", addr, dialTimeout)
+		nc, err := dial(context.Background(), tc, addr)
 		if err != nil {
 			why = append(why, addr+": "+shortError(err))
 			continue

@@ -142,7 +142,7 @@ func (r *runner) run() int {
 		r.say("cannot become the child subreaper (%v): orphans of a killed command are not waited for", err)
 	}
 
-	client, err := clientlib.New(fitToWait(clientlib.Config{Addrs: r.addrs, Credentials: r.creds}, r.wait))
+	client, err := clientlib.New(fitToWait(clientlib.Config{Addrs: r.addrs, Credentials: r.creds, TLS: r.tls}, r.wait))
 	if errors.Is(err, clientlib.ErrAuth) {
 		return r.fail(exitUnavailable, "%s", describeAuthError(err))
 	}
@@ -250,7 +250,7 @@ func (r *runner) acquire(client *clientlib.Client) (code int, ok bool) {
 	select {
 	case g := <-got:
 		if g.err != nil {
-			return r.fail(acquireErrorCode(g.err), "%s", describeAcquireError(r.key, r.addrs, r.wait, g.err)), false
+			return r.fail(acquireErrorCode(g.err), "%s", describeAcquireError(r.key, r.addrs, r.tls, r.wait, g.err)), false
 		}
 		r.lock = g.l
 		return 0, true

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"strings"
@@ -82,7 +83,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, sig := interruptible(context.Background())
 	defer sig.stop()
-	st := askAll(ctx, addrs, creds, *timeout)
+	st := askAll(ctx, c.tls, addrs, creds, *timeout)
 	if *wait > 0 {
 		until := time.Now().Add(*wait)
 		for !settled(st) && ctx.Err() == nil && time.Now().Before(until) {
@@ -93,7 +94,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 				t.Stop()
 			}
 			if ctx.Err() == nil {
-				st = askAll(ctx, addrs, creds, *timeout)
+				st = askAll(ctx, c.tls, addrs, creds, *timeout)
 			}
 		}
 		if !settled(st) && ctx.Err() == nil {
@@ -164,7 +165,7 @@ func settled(st []nodeStatus) bool {
 }
 
 // askAll sends I to every address at once.
-func askAll(ctx context.Context, addrs []string, creds *clientlib.Credentials, timeout time.Duration) []nodeStatus {
+func askAll(ctx context.Context, tc *tls.Config, addrs []string, creds *clientlib.Credentials, timeout time.Duration) []nodeStatus {
 	st := make([]nodeStatus, len(addrs))
 	var wg sync.WaitGroup
 	for i, addr := range addrs {
@@ -173,7 +174,7 @@ func askAll(ctx context.Context, addrs []string, creds *clientlib.Credentials, t
 			defer wg.Done()
 			actx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
-			a, rtt, err := exchange(actx, addr, creds, []byte("I\n"))
+			a, rtt, err := exchange(actx, tc, addr, creds, []byte("I\n"))
 			switch {
 			case err == nil && a.kind == 'E':
 				err = fmt.Errorf("refused: %s", a.text)

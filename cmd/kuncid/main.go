@@ -52,7 +52,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	// SIGHUP re-reads the auth file; it never stops the node.
+	// SIGHUP re-reads the auth file and the TLS files; it never stops the
+	// node.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -60,7 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		log.Error().Err(err).Msg("kunci node failed to start")
 		return 1
 	}
-	go reloadOnHangup(hup, node, cfg.AuthFile, log)
+	go reloadOnHangup(hup, node, cfg.AuthFile, cfg.TLSListen != "", log)
 	select {
 	case <-ctx.Done():
 	case <-node.Done():
@@ -76,18 +77,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// reloadOnHangup re-reads the auth file at each SIGHUP until the node
-// stops. ReloadAuth logs what it did; a file that does not parse leaves the
-// credentials in force.
-func reloadOnHangup(hup <-chan os.Signal, node *server.Node, authFile string, log zerolog.Logger) {
+// reloadOnHangup re-reads the auth file and the TLS certificate, key and
+// client CA at each SIGHUP until the node stops. ReloadAuth logs what it
+// did, ReloadTLS what it read; a file that cannot be used leaves what is
+// in force.
+func reloadOnHangup(hup <-chan os.Signal, node *server.Node, authFile string, tls bool, log zerolog.Logger) {
 	for {
 		select {
 		case <-hup:
-			if authFile == "" {
-				log.Info().Msg("SIGHUP: nothing to re-read (no --auth-file)")
+			if authFile == "" && !tls {
+				log.Info().Msg("SIGHUP: nothing to re-read (no --auth-file, no TLS)")
 				continue
 			}
-			_ = node.ReloadAuth()
+			if authFile != "" {
+				_ = node.ReloadAuth()
+			}
+			if tls {
+				if err := node.ReloadTLS(); err != nil {
+					log.Error().Err(err).Msg("TLS files not reloaded: the certificates in force stay")
+				}
+			}
 		case <-node.Done():
 			return
 		}
@@ -150,6 +159,13 @@ func parseFlags(args []string, help io.Writer) (server.Config, options, error) {
 	fs.StringVar(&cfg.DataDir, "data-dir", "./kunci-data", "`directory` for what must outlive the process (the token ceiling, so tokens keep increasing across restarts); locked against a second node; refused when its group or others may write it; empty: none")
 	fs.StringVar(&cfg.Admin, "admin", "", "`address` (host:port) of the HTTP admin endpoint: /metrics, /healthz, /readyz (off when empty); GET and HEAD only")
 	fs.BoolVar(&cfg.AdminPprof, "admin-pprof", false, "also serve Go's profiles on the admin endpoint, /debug/pprof/ (they show the node's internals: keep the admin address private)")
+	fs.StringVar(&cfg.TLSListen, "tls-listen", "", "`address` (host:port) to serve clients with TLS on, beside --listen (off when empty)")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "the node's TLS certificate (PEM `file`; a chain: the node's first); SIGHUP re-reads it")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "the TLS certificate's private key (PEM `file`); SIGHUP re-reads it")
+	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "CA certificates (PEM `file`): TLS clients must present a certificate they signed (mutual TLS); one naming a credential of --auth-file stands for it; SIGHUP re-reads it")
+	fs.DurationVar(&cfg.TLSHandshakeTimeout, "tls-handshake-timeout", server.DefaultTLSHandshakeTimeout, "a TLS connection that has not completed its handshake within this long is closed")
+	fs.BoolVar(&cfg.PeerTLS, "peer-tls", false, "links between cluster nodes use TLS (the cluster key is proved over it): --peers and --advertise name the nodes' --tls-listen addresses")
+	fs.StringVar(&cfg.PeerTLSCA, "peer-tls-ca", "", "CA certificates (PEM `file`) to verify peers with under --peer-tls; default: --tls-client-ca")
 	fs.StringVar(&cfg.AuthFile, "auth-file", "", "`file` of client credentials, one \"name secret [prefix,...]\" a line, mode 600: a client must then authenticate first (U name secret), and may touch only keys under its prefixes if it has some; SIGHUP re-reads it (empty: no authentication)")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a client connection that has sent nothing for this long while it holds no grant and has no acquire queued (answered 'E - - idle'); 0: never")
 	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", server.DefaultMaxConnsPerIP, "client connections from one source (an IPv4 address, or an IPv6 /64); more are answered 'E - - too many connections from this address' and closed")

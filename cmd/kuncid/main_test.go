@@ -47,7 +47,8 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 		}
 		for _, f := range []string{"listen", "advertise", "peers", "heartbeat", "failover-timeout", "semi-sync", "loops", "shards", "max-lease", "max-wait", "max-conns",
 			"max-waiters", "max-keys", "max-queued", "log-level", "log-format", "version", "KUNCI_",
-			"auth-file", "idle-timeout", "max-conns-per-ip", "admin-pprof"} {
+			"auth-file", "idle-timeout", "max-conns-per-ip", "admin-pprof",
+			"tls-listen", "tls-cert", "tls-key", "tls-client-ca", "tls-handshake-timeout", "peer-tls", "peer-tls-ca"} {
 			if !strings.Contains(stdout.String(), f) {
 				t.Errorf("%s does not mention %s", arg, f)
 			}
@@ -156,9 +157,10 @@ func TestEnvironmentSetsFlagsAndCommandLineWins(t *testing.T) {
 
 // process is a kuncid running as a child process with JSON logs.
 type process struct {
-	cmd  *exec.Cmd
-	addr string
-	logs *bufio.Scanner
+	cmd     *exec.Cmd
+	addr    string
+	tlsAddr string // "" without TLS
+	logs    *bufio.Scanner
 }
 
 func start(t *testing.T, shell string, args ...string) *process {
@@ -186,9 +188,12 @@ func startBin(t *testing.T, bin, shell string, args ...string) *process {
 	p := &process{cmd: cmd, logs: bufio.NewScanner(stderr)}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	for p.logs.Scan() {
-		var line struct{ Message, Addr string }
+		var line struct {
+			Message, Addr string
+			TLSAddr       string `json:"tls_addr"`
+		}
 		if json.Unmarshal(p.logs.Bytes(), &line) == nil && line.Message == "kunci node started" {
-			p.addr = line.Addr
+			p.addr, p.tlsAddr = line.Addr, line.TLSAddr
 			return p
 		}
 	}
