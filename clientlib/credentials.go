@@ -164,6 +164,9 @@ func (c *Client) noConnection(cause error) error {
 		}
 		return ErrNoConnection
 	}
+	if ae := c.authErr.Load(); ae != nil && errors.Is(cause, errNoAnswer) {
+		return fmt.Errorf("%w: %w: %w", ErrNoConnection, cause, ae)
+	}
 	return fmt.Errorf("%w: %v", ErrNoConnection, cause)
 }
 

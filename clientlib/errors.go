@@ -33,15 +33,16 @@ var (
 var (
 	errWaitOver   = errors.New("the wait ran out before the acquire could be sent")
 	errRedirected = errors.New("redirected: the active moved")
+	errNoAnswer   = errors.New("no active node answered within the wait")
 )
 
 // noAnswer explains an acquire whose wait ran out with no node answering
 // it; last is why the last attempt failed.
 func noAnswer(wait time.Duration, last error) error {
 	if last == nil || last == errWaitOver {
-		return fmt.Errorf("no active node answered within the wait of %v", wait)
+		return fmt.Errorf("%w of %v", errNoAnswer, wait)
 	}
-	return fmt.Errorf("no active node answered within the wait of %v (last: %v)", wait, last)
+	return fmt.Errorf("%w of %v (last: %v)", errNoAnswer, wait, last)
 }
 
 // RefusedError is a request the node refused, with its reason.
