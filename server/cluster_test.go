@@ -702,3 +702,43 @@ func keysOf(lo, hi int) []string {
 	}
 	return out
 }
+
+// Point 2 of issue 12: with --semi-sync, an active cut off from its
+// standbys (silently: nothing closes) holds answers at most a failover
+// timeout and a heartbeat, then drops the silent standbys and answers on;
+// I is answered throughout, never held.
+func TestClusterSemiSyncActiveCutOffFromItsStandbys(t *testing.T) {
+	pn := newPeerNet(t)
+	tc := newCluster(t, 3, func(c *server.Config) {
+		c.SemiSync = true
+		c.PeerDialer = pn.Dialer(c.Listen)
+	})
+	tc.startAll()
+	tc.waitActive(0)
+	c := dial(t, tc.addrs[0])
+	c.send("A before 30 0")
+	c.expectGrant("before")
+	for i := 1; i < 3; i++ {
+		pn.Partition(tc.addrs[0], tc.addrs[i], true)
+	}
+	info := dial(t, tc.addrs[0])
+	var worst time.Duration
+	for i := 0; i < 10; i++ {
+		k := fmt.Sprintf("k%d", i)
+		start := time.Now()
+		c.send("A " + k + " 30 0")
+		// While the answer is held, I is answered.
+		info.send("I")
+		if line := info.next(); !strings.HasPrefix(line, "I ") {
+			t.Fatalf("I during the hold: %q", line)
+		}
+		c.expectGrant(k)
+		worst = max(worst, time.Since(start))
+	}
+	t.Logf("longest held answer %v (failover timeout %v, heartbeat %v)", worst, testFailover, testHeartbeat)
+	// Generous for a busy machine; the stall this guards against lasted
+	// the whole cut.
+	if worst > 3*(testFailover+testHeartbeat) {
+		t.Errorf("an answer was held %v", worst)
+	}
+}

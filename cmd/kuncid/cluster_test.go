@@ -116,3 +116,91 @@ func TestClusterOfProcessesHandsOverOnSIGTERM(t *testing.T) {
 		t.Fatalf("release on the successor: %q", got)
 	}
 }
+
+// Point 3 of issue 12, with real processes: the active is frozen
+// (SIGSTOP), a standby takes over, and clients that still write to the
+// frozen node pile requests up in its input. When it continues (SIGCONT),
+// it must not decide anything from that backlog, nor make the new active
+// step down and drop a live client's grant: it yields, and only takes its
+// role back through a lossless handoff.
+func TestFrozenActiveYieldsWhenItContinues(t *testing.T) {
+	addrs := freeAddrs(t, 3)
+	cmds := make([]*exec.Cmd, 3)
+	for i := range addrs {
+		cmds[i] = startPeer(t, addrs, i, t.TempDir())
+	}
+	waitInfo(t, addrs[0], "I active "+addrs[0]+" "+addrs[0]+"\n")
+	waitInfo(t, addrs[1], "I standby "+addrs[1]+" "+addrs[0]+"\n")
+
+	_ = cmds[0].Process.Signal(syscall.SIGSTOP)
+	t.Cleanup(func() { _ = cmds[0].Process.Signal(syscall.SIGCONT) })
+	waitInfo(t, addrs[1], "I active "+addrs[1]+" "+addrs[1]+"\n")
+	holder, err := net.Dial("tcp", addrs[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	hr := bufio.NewReader(holder)
+	_ = holder.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = holder.Write([]byte("A shared 60 0\n"))
+	grant, _ := hr.ReadString('\n')
+	token, ok := strings.CutPrefix(strings.TrimSpace(grant), "A shared ")
+	if !ok {
+		t.Fatalf("the new active's grant: %q", grant)
+	}
+
+	// A client that still believes node 0 active: its requests wait in the
+	// frozen node's input. One more connection sends and leaves.
+	ghost, err := net.Dial("tcp", addrs[0]) // the kernel accepts it for the frozen process
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ghost.Close()
+	_, _ = ghost.Write([]byte("A shared 60 0\nA ghost 60 0\nA ghost2 60 0.5\n"))
+	if gone, err := net.Dial("tcp", addrs[0]); err == nil {
+		_, _ = gone.Write([]byte("A gone 60 0\n"))
+		gone.Close()
+	}
+	time.Sleep(time.Second) // the backlog ages past the failover timeout
+	_ = cmds[0].Process.Signal(syscall.SIGCONT)
+
+	// The frozen node's backlog is never granted: it is redirected.
+	gr := bufio.NewReader(ghost)
+	_ = ghost.SetDeadline(time.Now().Add(10 * time.Second))
+	for {
+		line, err := gr.ReadString('\n')
+		if err != nil {
+			break
+		}
+		if strings.HasPrefix(line, "A ") {
+			t.Fatalf("the frozen node granted from its backlog: %q", line)
+		}
+	}
+	// The grant made on node 1 survives, wherever the active now is.
+	addr := addrs[1]
+	for range 5 {
+		got := roundTrip(t, addr, "R shared "+token+"\n")
+		if got == "R shared OK\n" {
+			break
+		}
+		next, ok := strings.CutPrefix(strings.TrimSpace(got), "M ")
+		if !ok || next == "-" {
+			t.Fatalf("release of the new active's grant: %q", got)
+		}
+		addr = next
+	}
+	for _, k := range []string{"ghost", "gone"} {
+		// Free: nothing was granted from the backlog.
+		for addr := addrs[0]; ; {
+			got := roundTrip(t, addr, "A "+k+" 1 0.1\n")
+			if next, ok := strings.CutPrefix(strings.TrimSpace(got), "M "); ok && next != "-" {
+				addr = next
+				continue
+			}
+			if !strings.HasPrefix(got, "A "+k+" ") {
+				t.Fatalf("%s after the thaw: %q (held by a grant from the backlog?)", k, got)
+			}
+			break
+		}
+	}
+}
