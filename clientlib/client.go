@@ -220,6 +220,18 @@ func (c *Client) next(after *conn) *conn {
 	return busy
 }
 
+// waitOver is an acquire's error when its wait ran out in the client:
+// ErrTimeout when no attempt failed for want of a node (the client itself
+// was slow, or waited its turn behind another acquire of the key), and
+// ErrNoConnection saying that no active node answered when last says why
+// attempts failed.
+func (c *Client) waitOver(wait time.Duration, last error) error {
+	if last == nil {
+		return ErrTimeout
+	}
+	return c.noConnection(noAnswer(wait, last))
+}
+
 // pause waits before an acquire tries the connections again: a
 // ReconnectInterval, or less when its wait (deadline) ends sooner. It
 // reports false when the wait or ctx ended.
@@ -311,20 +323,21 @@ func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Durat
 		}
 		if cn == nil {
 			if cn = c.next(failed); cn == nil {
+				if lastErr == nil {
+					lastErr = errNotUp
+				}
 				if wait > 0 && c.pause(ctx, deadline) {
 					failed = nil
 					continue // a connection may be back; the active elected
 				}
 				if wait > 0 && time.Until(deadline) <= 0 {
-					return nil, c.noConnection(noAnswer(wait, lastErr))
+					return nil, c.waitOver(wait, lastErr)
 				}
 				return nil, c.noConnection(lastErr)
 			}
 		}
 		if wait > 0 && time.Until(deadline) <= 0 {
-			// The wait ran out between attempts: no active node
-			// answered it.
-			return nil, c.noConnection(noAnswer(wait, lastErr))
+			return nil, c.waitOver(wait, lastErr)
 		}
 		r, err := cn.acquire(ctx, key, leaseMs, deadline)
 		if err != nil {
@@ -350,7 +363,7 @@ func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Durat
 			}
 		default:
 			if r.err == errWaitOver {
-				return nil, c.noConnection(noAnswer(wait, lastErr))
+				return nil, c.waitOver(wait, lastErr)
 			}
 			lastErr = r.err
 			if attempts++; attempts >= len(c.conns) {
@@ -362,7 +375,7 @@ func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Durat
 					continue
 				}
 				if wait > 0 && time.Until(deadline) <= 0 {
-					return nil, c.noConnection(noAnswer(wait, lastErr))
+					return nil, c.waitOver(wait, lastErr)
 				}
 				return nil, c.noConnection(lastErr)
 			}

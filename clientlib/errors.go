@@ -31,7 +31,7 @@ var (
 // Causes of an ErrNoConnection from Acquire whose wait ran out while no
 // active node answered it.
 var (
-	errWaitOver   = errors.New("the wait ran out before the acquire could be sent")
+	errWaitOver   = errors.New("the wait ran out before the acquire could be sent") // a marker for Acquire
 	errRedirected = errors.New("redirected: the active moved")
 	errNoAnswer   = errors.New("no active node answered within the wait")
 )
@@ -39,9 +39,6 @@ var (
 // noAnswer explains an acquire whose wait ran out with no node answering
 // it; last is why the last attempt failed.
 func noAnswer(wait time.Duration, last error) error {
-	if last == nil || last == errWaitOver {
-		return fmt.Errorf("%w of %v", errNoAnswer, wait)
-	}
 	return fmt.Errorf("%w of %v (last: %v)", errNoAnswer, wait, last)
 }
 
