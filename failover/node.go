@@ -188,6 +188,11 @@ type PromotedBy struct{ From int }
 // Leave: the node is asked to stop; an active hands its role over first.
 type Leave struct{}
 
+// LinkUp: a link with peer Peer came up (dialled or accepted): it hears
+// this node's heartbeat at once, not at the next tick, so that a heal
+// converges in round trips.
+type LinkUp struct{ Peer int }
+
 func (Heard) event()          {}
 func (CeilingDurable) event() {}
 func (CeilingFailed) event()  {}
@@ -201,6 +206,7 @@ func (TakeoverAsked) event()  {}
 func (HandoffRecord) event()  {}
 func (PromotedBy) event()     {}
 func (Leave) event()          {}
+func (LinkUp) event()         {}
 
 // hbRing is how many of its recent heartbeats a node remembers the send
 // time of, to tell a fresh echo from a stale one.
@@ -476,6 +482,10 @@ func (n *Node) step(e Event) {
 		if n.state == StateLeaving && e.From == n.succ {
 			n.handedOver()
 		}
+	case LinkUp:
+		if e.Peer != n.cfg.Self && e.Peer >= 0 && e.Peer < len(n.cfg.Peers) && n.hb > 0 {
+			n.heartbeatTo(e.Peer)
+		}
 	case Leave:
 		n.stopped = true
 		switch {
@@ -674,9 +684,11 @@ func (n *Node) promote() {
 	n.advance()
 }
 
-// issue moves the tokens to n.next.
+// issue moves the tokens to n.next. The peers hear at once: a node that
+// steps down waits for the winner's tokens to pass its own.
 func (n *Node) issue() {
 	n.issuing, n.next = n.next, Range{}
+	n.announce = true
 	n.emit(Action{Kind: Issue, Range: n.issuing})
 }
 

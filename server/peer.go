@@ -73,6 +73,7 @@ func (n *Node) adoptPeer(cs *conn, c gnet.Conn) *peerConn {
 	if old != nil {
 		_ = old.c.Close()
 	}
+	cl.mail.post(-1, failover.LinkUp{Peer: pc.idx})
 	n.log.Debug().Str("peer", hs.Peer).Str("remote", c.RemoteAddr().String()).Msg("peer link authenticated")
 	return pc
 }
@@ -93,7 +94,7 @@ func (n *Node) onPeerOpen(pc *peerConn, c gnet.Conn) []byte {
 	if old != nil {
 		_ = old.c.Close()
 	}
-	cl.mail.wake()
+	cl.mail.post(-1, failover.LinkUp{Peer: pc.idx})
 	return nil
 }
 
