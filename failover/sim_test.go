@@ -3,7 +3,6 @@ package failover
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -787,8 +786,4 @@ func (s *sim) startAll() {
 	for i := range s.nodes {
 		s.start(i)
 	}
-}
-
-func hasKind(as []Action, k ActionKind) bool {
-	return slices.ContainsFunc(as, func(a Action) bool { return a.Kind == k })
 }

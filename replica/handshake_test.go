@@ -10,7 +10,6 @@ import (
 var (
 	keyA = []byte("0123456789abcdef0123456789abcdef")
 	keyB = []byte("fedcba9876543210fedcba9876543210")
-	keyC = []byte("a third key, never shared with A")
 )
 
 func ring(t *testing.T, keys ...[]byte) *Keyring {

@@ -39,7 +39,6 @@ type cluster struct {
 	fo        *failover.Node // (run)
 	frozen    bool           // (run) as the failover.Node last asked
 	leaveDone chan struct{}  // (run) closed when a stop's handoff is over
-	hbBuf     []byte         // (run)
 
 	mail    mailbox
 	persist persister

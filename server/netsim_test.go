@@ -18,7 +18,6 @@ type peerNet struct {
 	mu  sync.Mutex
 	cut map[[2]string]bool // from → to: bytes from the dialler's side to the peer (and back, see Cut) stand still
 	cv  *sync.Cond
-	ls  []net.Listener
 }
 
 func newPeerNet(t testing.TB) *peerNet {

@@ -434,13 +434,6 @@ func noLeak(t testing.TB, ignore goleak.Option) {
 }
 
 // waitForLong is waitFor with a bound of d.
-func waitForLong(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	if !waitUntil(d, cond) {
-		t.Fatalf("timed out waiting for %s", what)
-	}
-}
-
 // A TLS connection that never completes its handshake is dropped after
 // the handshake timeout, never before, and holds no connection slot.
 func TestTLSHandshakeTimeout(t *testing.T) {

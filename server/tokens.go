@@ -80,7 +80,6 @@ func (n *Node) tokenRange(floor uint64) (lo, hi uint64) {
 // and rises at most maxCeilingStep above what this node knows, so that no
 // one message can use up the token space.
 const (
-	maxToken = engine.MaxToken
 	// maxCeilingStep is 2^48 tokens: nine years of a million grants a
 	// second. A node whose peers issued more than that while it was away
 	// (or that joins with an empty data directory such a cluster) must be
@@ -88,8 +87,15 @@ const (
 	maxCeilingStep = 1 << 48
 )
 
+// The engine and the role protocol agree on the largest token (each array
+// type below has a negative length, a compile error, if they do not).
+var (
+	_ [engine.MaxToken - failover.MaxToken]struct{}
+	_ [failover.MaxToken - engine.MaxToken]struct{}
+)
+
 // maxCeiling returns the highest ceiling this node's cluster accepts: above
-// it, there is no room for a block for every node below maxToken.
+// it, there is no room for a block for every node below engine.MaxToken.
 func (n *Node) maxCeiling() uint64 {
 	return failover.MaxCeiling(len(n.cfg.Peers), n.tokenBlock)
 }
