@@ -301,7 +301,9 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 		pc.unlockShard()
 		n.resetShards()
 		pc.inSnap, pc.seq = true, f.Seq
-		cl.mail.post(-1, failover.CopyStarted{From: pc.idx})
+		if !cl.mail.post(pc.idx, failover.CopyStarted{From: pc.idx}) {
+			return false, n.dropPeer(pc, "too many events")
+		}
 		return false, gnet.None
 	case replica.Holder:
 		if !pc.inSnap {
@@ -316,7 +318,9 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 		pc.unlockShard()
 		pc.inSnap = false
 		pc.synced.Store(true)
-		cl.mail.post(-1, failover.CopyApplied{From: pc.idx})
+		if !cl.mail.post(pc.idx, failover.CopyApplied{From: pc.idx}) {
+			return false, n.dropPeer(pc, "too many events")
+		}
 		keys, _ := n.Stats()
 		n.log.Info().Str("active", cl.addrs[pc.idx]).Int("keys", keys).Uint64("seq", pc.seq).Msg("copied the active's state")
 		return true, gnet.None
@@ -325,7 +329,9 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 			n.log.Error().Uint64("want", f.Seq).Uint64("have", pc.seq).Msg("handoff before the stream caught up: refusing it")
 			return false, gnet.Close
 		}
-		cl.mail.post(-1, failover.HandoffRecord{From: pc.idx, Range: f.Range, Inc: f.Inc, HB: f.HB})
+		if !cl.mail.post(pc.idx, failover.HandoffRecord{From: pc.idx, Range: f.Range, Inc: f.Inc, HB: f.HB}) {
+			return false, n.dropPeer(pc, "too many events")
+		}
 		return false, gnet.None
 	}
 	if pc.inSnap || f.Seq != pc.seq+1 {
