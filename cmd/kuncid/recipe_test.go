@@ -201,6 +201,9 @@ func (n recipeNode) binds() map[string]string {
 	if n.cfg.Admin != "" {
 		b[n.where+" --admin"] = n.cfg.Admin
 	}
+	if n.cfg.TLSListen != "" {
+		b[n.where+" --tls-listen"] = n.cfg.TLSListen
+	}
 	return b
 }
 
@@ -286,9 +289,17 @@ func TestRecipesDoNotClash(t *testing.T) {
 				for k, v := range n.binds() {
 					binds[k] = v
 				}
-				host, _, _ := net.SplitHostPort(n.cfg.Listen)
-				if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-					onLoopback = false
+				// A node that also serves TLS on another address is a
+				// machine's, not a recipe's (its plain port is for local
+				// tools only).
+				for _, a := range []string{n.cfg.Listen, n.cfg.TLSListen} {
+					if a == "" {
+						continue
+					}
+					host, _, _ := net.SplitHostPort(a)
+					if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+						onLoopback = false
+					}
 				}
 			}
 			if onLoopback {
@@ -353,9 +364,11 @@ func TestDeployEnvFiles(t *testing.T) {
 		}
 	}
 	// Loopback addresses of different machines do not meet.
-	for k := range all {
-		if strings.HasSuffix(k, "--admin") {
-			delete(all, k)
+	for k, v := range all {
+		if host, _, err := net.SplitHostPort(v); err == nil {
+			if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+				delete(all, k)
+			}
 		}
 	}
 	checkNoClash(t, all)
