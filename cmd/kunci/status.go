@@ -32,8 +32,8 @@ it is active, 3 when several say so, 1 when some did not answer, 69 when none
 did.
 
 With --wait, kunci status asks again every 100 ms, for at most that long,
-until the cluster has settled: every node answers and all name the same
-active. Then, or when the wait runs out, it prints the table as above. Use
+until the cluster has settled: every node answers, all name the same
+active, and none is between roles. Then, or when the wait runs out, it prints the table as above. Use
 it right after starting nodes, which take a moment to listen and (in a
 cluster) to elect the active.
 
@@ -153,11 +153,12 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 // statusRetry is how often kunci status --wait asks again.
 const statusRetry = 100 * time.Millisecond
 
-// settled reports whether every node answered and all name the same
-// active (two nodes that both say they are active name themselves).
+// settled reports whether every node answered, all name the same active
+// (two nodes that both say they are active name themselves), and none is
+// between roles (a promoting active does not serve yet).
 func settled(st []nodeStatus) bool {
 	for _, s := range st {
-		if s.err != nil || s.a.active == "" || s.a.active != st[0].a.active {
+		if s.err != nil || s.a.active == "" || s.a.active != st[0].a.active || s.a.state != "" {
 			return false
 		}
 	}
