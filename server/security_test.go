@@ -261,9 +261,9 @@ func TestOutsiderCannotDemoteTheActiveOrAskForItsRole(t *testing.T) {
 		o.expectClosed()
 	}
 	expectNothingAll(3*testFailover, c)
-	if r := tc.nodes[1].Role(); r != "active" {
-		t.Fatalf("node 1 is %s", r)
-	}
+	// Still the active (a busy machine may have it rejoin for a moment
+	// after a stalled tick: it comes back active).
+	waitFor(t, "node 1 active", func() bool { return tc.nodes[1].Role() == "active" })
 	c.send(fmt.Sprintf("X held %d 30", tok))
 	c.expect("X held OK")
 }

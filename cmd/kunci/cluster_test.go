@@ -37,7 +37,7 @@ func TestStatusOfACluster(t *testing.T) {
 		t.Cleanup(func() { _ = n.Stop(context.Background()) })
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for nodes[0].Role() != "active" || nodes[1].Active() != addrs[0] {
+	for nodes[0].Role() != "active" || nodes[0].State() != "" || nodes[1].Active() != addrs[0] {
 		if time.Now().After(deadline) {
 			t.Fatal("no active")
 		}

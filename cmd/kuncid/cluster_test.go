@@ -98,21 +98,23 @@ func TestClusterOfProcessesHandsOverOnSIGTERM(t *testing.T) {
 		t.Fatalf("grant: %q", grant)
 	}
 	// Let the standbys have it, then stop the active: it hands over to
-	// node 1 and sends its clients there.
+	// a standby that copied its state (node 1 unless node 1 is still
+	// copying it on a busy machine) and sends its clients there.
 	time.Sleep(200 * time.Millisecond)
 	start := time.Now()
 	_ = cmds[0].Process.Signal(syscall.SIGTERM)
 	redirect, _ := r.ReadString('\n')
-	if redirect != "M "+addrs[1]+"\n" {
+	succ, _ := strings.CutPrefix(strings.TrimSpace(redirect), "M ")
+	if succ != addrs[1] && succ != addrs[2] {
 		t.Fatalf("after SIGTERM the active wrote %q", redirect)
 	}
-	t.Logf("redirect %v after SIGTERM", time.Since(start))
+	t.Logf("redirect to %s %v after SIGTERM", succ, time.Since(start))
 	if err := cmds[0].Wait(); err != nil {
 		t.Fatalf("stopped active: %v", err)
 	}
-	waitInfo(t, addrs[1], "I active "+addrs[1]+" "+addrs[1]+"\n")
+	waitInfo(t, succ, "I active "+succ+" "+succ+"\n")
 	token := strings.TrimSpace(strings.TrimPrefix(grant, "A k "))
-	if got := roundTrip(t, addrs[1], "R k "+token+"\n"); got != "R k OK\n" {
+	if got := roundTrip(t, succ, "R k "+token+"\n"); got != "R k OK\n" {
 		t.Fatalf("release on the successor: %q", got)
 	}
 }

@@ -402,7 +402,11 @@ func TestClusterRecipeRuns(t *testing.T) {
 	if err := os.Symlink(kuncid, filepath.Join(bin, "kuncid")); err != nil {
 		t.Fatal(err)
 	}
+	// Each address of the recipe gets a free port of its own: the
+	// listeners that found them stay open until all are found, or the
+	// kernel could hand the same port out twice.
 	ports := map[string]string{}
+	var held []net.Listener
 	script := []string{"set -e", `export PATH="` + bin + `:$PATH"`}
 	for _, line := range recipe {
 		if strings.HasPrefix(line, "make ") {
@@ -410,11 +414,19 @@ func TestClusterRecipeRuns(t *testing.T) {
 		}
 		line = regexp.MustCompile(`127\.0\.0\.1:\d+`).ReplaceAllStringFunc(line, func(a string) string {
 			if ports[a] == "" {
-				ports[a] = "127.0.0.1:" + freePort(t)
+				l, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					t.Fatal(err)
+				}
+				held = append(held, l)
+				ports[a] = l.Addr().String()
 			}
 			return ports[a]
 		})
 		script = append(script, line)
+	}
+	for _, l := range held {
+		l.Close()
 	}
 	// Stop the nodes as the README says, also when a line failed.
 	script = slices.Insert(script, 1, `trap 'set +e; kill %2 %3; wait %2 %3; kill %1; wait' EXIT`)
@@ -450,14 +462,3 @@ func TestClusterRecipeRuns(t *testing.T) {
 	}
 }
 
-// freePort returns a loopback port nothing listens on now.
-func freePort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
-}

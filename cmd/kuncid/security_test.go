@@ -48,6 +48,15 @@ func startClusterNode(t *testing.T, shell string, addrs []string, key string) *p
 
 func alive(p *process) bool { return p.cmd.Process.Signal(syscall.Signal(0)) == nil }
 
+// dumpLogs stops p and logs what it wrote after its start line.
+func dumpLogs(t *testing.T, p *process) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	for p.logs.Scan() {
+		t.Log(p.logs.Text())
+	}
+}
+
 // Attack 5 of issue 11: connections that sent only "P " were taken for
 // peers, escaped --max-conns, and exhausted the file descriptors until gnet
 // stopped and the node exited without a handoff.
@@ -82,7 +91,9 @@ func TestPeerPrefixFloodDoesNotStopTheNode(t *testing.T) {
 	_ = held.SetDeadline(time.Now().Add(5 * time.Second))
 	fmt.Fprintf(held, "I\n")
 	if line, err := heldR.ReadString('\n'); err != nil || !strings.HasPrefix(line, "I active ") {
-		t.Fatalf("a client connected before the flood: %q %v", line, err)
+		t.Errorf("a client connected before the flood: %q %v", line, err)
+		dumpLogs(t, p)
+		t.FailNow()
 	}
 	for _, c := range flood {
 		c.Close()
