@@ -461,4 +461,3 @@ func TestClusterRecipeRuns(t *testing.T) {
 		t.Fatalf("kunci status shows no settled cluster:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 	}
 }
-
