@@ -1,19 +1,29 @@
 package wire
 
 // Answer is one parsed answer line, for clients. Which fields are set
-// depends on Kind; the others are zero. Key, Op, Text, Role, Self and Active
-// alias the buffer given to ParseAnswer and are valid only until the caller
-// reuses that buffer.
+// depends on Kind; the others are zero. Key, Op, Text, Role, Self, Active
+// and Owner alias the buffer given to ParseAnswer and are valid only until
+// the caller reuses that buffer.
 type Answer struct {
-	Kind  byte   // 'A', 'T', 'R', 'X', 'C', 'I', 'U', 'E' or 'M'
-	Key   []byte // A T R X C, and E's key echo (nil for "-")
-	Token uint64 // A
+	Kind  byte   // 'A', 'T', 'R', 'X', 'C', 'Q', 'H', 'L', 'I', 'U', 'E' or 'M'
+	Key   []byte // A T R X C Q H, and E's key echo (nil for "-")
+	Token uint64 // A; Q and H: the holder's grant (Q: 0 for "FREE")
 	OK    bool   // R X: OK rather than STALE; C: OK rather than NONE; U: always (U OK)
 	Op    []byte // E: the op echo (nil for "-")
 	// Text is E's reason, M's address (nil for "-"), and for I everything
 	// after "I ", extra name=value fields included.
 	Text               []byte
 	Role, Self, Active []byte // I; Active is nil for "-"
+
+	// Q and H: what is left of the grant's lease, in milliseconds; the
+	// acquires queued behind it; its owner (nil when it has none).
+	Left    int64
+	Waiters uint64
+	Owner   []byte
+	// L, the end of a listing: how many H lines it had, and whether the
+	// limit cut it short with more held keys left unlisted.
+	Count uint64
+	More  bool
 }
 
 // ParseAnswer parses the first line of buf into *a, which it overwrites
@@ -77,6 +87,37 @@ func ParseAnswer(buf []byte, a *Answer) (n int, err error) {
 		a.Kind, a.Key = kind, key
 		return n, nil
 
+	case 'Q', 'H':
+		key, rest, more, ok := cutKey(rest)
+		if !ok || !more {
+			return n, ErrBadAnswer
+		}
+		if kind == 'Q' && string(rest) == "FREE" {
+			a.Kind, a.Key = kind, key
+			return n, nil
+		}
+		if !parseHolding(rest, a) {
+			*a = Answer{}
+			return n, ErrBadAnswer
+		}
+		a.Kind, a.Key = kind, key
+		return n, nil
+
+	case 'L':
+		count, ok, end := scanCount(rest)
+		if !ok {
+			return n, ErrBadAnswer
+		}
+		switch string(rest[end:]) {
+		case "":
+		case " more":
+			a.More = true
+		default:
+			return n, ErrBadAnswer
+		}
+		a.Kind, a.Count = kind, count
+		return n, nil
+
 	case 'E':
 		op, rest, more, ok := cutKey(rest)
 		if !ok || !more || len(op) > maxEchoOp || !isPrint(op) {
@@ -127,6 +168,59 @@ func ParseAnswer(buf []byte, a *Answer) (n int, err error) {
 		return n, nil
 	}
 	return n, ErrBadAnswer
+}
+
+// parseHolding parses the fields of a Q or H answer after the key: "token
+// left waiters", then name=value fields, of which owner= is the owner and
+// the others are skipped (fields a newer node may add).
+func parseHolding(b []byte, a *Answer) bool {
+	token, ok, end := scanToken(b)
+	if !ok || end == len(b) {
+		return false
+	}
+	b = b[end+1:]
+	left, ok, end := scanSeconds(b)
+	if !ok || end == len(b) {
+		return false
+	}
+	b = b[end+1:]
+	waiters, ok, end := scanCount(b)
+	if !ok {
+		return false
+	}
+	a.Token, a.Left, a.Waiters = token, left, waiters
+	for rest := b[end:]; len(rest) > 0; {
+		// rest is " field…": the space before the next field.
+		f, _, more := cut(rest[1:])
+		switch {
+		case len(f) >= len(ownerField) && string(f[:len(ownerField)]) == ownerField:
+			if a.Owner != nil || !ValidOwner(f[len(ownerField):]) {
+				return false
+			}
+			a.Owner = f[len(ownerField):]
+		case !isNameValue(f):
+			return false
+		}
+		if !more {
+			break
+		}
+		rest = rest[1+len(f):]
+	}
+	return true
+}
+
+// isNameValue reports whether f is a name=value field: key bytes, with an
+// '=' after at least one byte.
+func isNameValue(f []byte) bool {
+	if !isField(f) {
+		return false
+	}
+	for i, c := range f {
+		if c == '=' {
+			return i > 0
+		}
+	}
+	return false
 }
 
 // dash returns nil for the field "-", which stands for "none", else b.
@@ -206,6 +300,55 @@ func appendOutcome(dst []byte, kind byte, key []byte, ok bool, not string) []byt
 	}
 	dst = append(dst, ' ')
 	dst = append(dst, not...)
+	return append(dst, '\n')
+}
+
+// AppendInspected appends the answer "Q key token left waiters", with
+// " owner=OWNER" when owner is not empty: key is held under the grant
+// token, whose lease ends in leftMs milliseconds, with waiters acquires
+// queued behind it.
+func AppendInspected(dst, key []byte, token uint64, leftMs int64, waiters uint64, owner []byte) []byte {
+	return appendHolding(dst, 'Q', key, token, leftMs, waiters, owner)
+}
+
+// AppendFree appends the answer "Q key FREE": nobody holds key (and so
+// nobody waits for it).
+func AppendFree(dst, key []byte) []byte {
+	dst = append(dst, 'Q', ' ')
+	dst = append(dst, key...)
+	return append(dst, " FREE\n"...)
+}
+
+// AppendListed appends a listing's line for one held key, "H key token
+// left waiters [owner=OWNER]": the fields of AppendInspected.
+func AppendListed(dst, key []byte, token uint64, leftMs int64, waiters uint64, owner []byte) []byte {
+	return appendHolding(dst, 'H', key, token, leftMs, waiters, owner)
+}
+
+func appendHolding(dst []byte, kind byte, key []byte, token uint64, leftMs int64, waiters uint64, owner []byte) []byte {
+	dst = append(dst, kind, ' ')
+	dst = append(dst, key...)
+	dst = append(dst, ' ')
+	dst = appendUint(dst, token)
+	dst = append(dst, ' ')
+	dst = AppendSeconds(dst, max(leftMs, 0))
+	dst = append(dst, ' ')
+	dst = appendUint(dst, waiters)
+	if len(owner) > 0 {
+		dst = append(dst, " "+ownerField...)
+		dst = append(dst, owner...)
+	}
+	return append(dst, '\n')
+}
+
+// AppendListEnd appends the last line of a listing, "L count", or "L count
+// more" when the listing's limit left held keys unlisted.
+func AppendListEnd(dst []byte, count uint64, more bool) []byte {
+	dst = append(dst, 'L', ' ')
+	dst = appendUint(dst, count)
+	if more {
+		dst = append(dst, " more"...)
+	}
 	return append(dst, '\n')
 }
 

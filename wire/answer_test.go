@@ -16,8 +16,8 @@ type ansResult struct {
 
 func (r ansResult) String() string {
 	a := r.a
-	return fmt.Sprintf("n=%d err=%v kind=%q key=%q token=%d ok=%v op=%q text=%q role=%q self=%q active=%q",
-		r.n, r.err, a.Kind, a.Key, a.Token, a.OK, a.Op, a.Text, a.Role, a.Self, a.Active)
+	return fmt.Sprintf("n=%d err=%v kind=%q key=%q token=%d ok=%v op=%q text=%q role=%q self=%q active=%q left=%d waiters=%d owner=%q count=%d more=%v",
+		r.n, r.err, a.Kind, a.Key, a.Token, a.OK, a.Op, a.Text, a.Role, a.Self, a.Active, a.Left, a.Waiters, a.Owner, a.Count, a.More)
 }
 
 func detachAnswer(n int, err error, a *Answer) ansResult {
@@ -25,7 +25,7 @@ func detachAnswer(n int, err error, a *Answer) ansResult {
 		n = -1
 	}
 	c := *a
-	for _, p := range []*[]byte{&c.Key, &c.Op, &c.Text, &c.Role, &c.Self, &c.Active} {
+	for _, p := range []*[]byte{&c.Key, &c.Op, &c.Text, &c.Role, &c.Self, &c.Active, &c.Owner} {
 		*p = bytes.Clone(*p)
 	}
 	return ansResult{n: n, err: err, a: c}
@@ -35,7 +35,8 @@ func detachAnswer(n int, err error, a *Answer) ansResult {
 func equalAnswer(a, b *Answer) bool {
 	eq := func(x, y []byte) bool { return bytes.Equal(x, y) && (x == nil) == (y == nil) }
 	return a.Kind == b.Kind && a.Token == b.Token && a.OK == b.OK && eq(a.Key, b.Key) && eq(a.Op, b.Op) &&
-		eq(a.Text, b.Text) && eq(a.Role, b.Role) && eq(a.Self, b.Self) && eq(a.Active, b.Active)
+		eq(a.Text, b.Text) && eq(a.Role, b.Role) && eq(a.Self, b.Self) && eq(a.Active, b.Active) &&
+		a.Left == b.Left && a.Waiters == b.Waiters && eq(a.Owner, b.Owner) && a.Count == b.Count && a.More == b.More
 }
 
 func equalAnsResult(a, b ansResult) bool {
@@ -77,6 +78,15 @@ func TestParseAnswer(t *testing.T) {
 			Text: b("standby node2:7070 -")}},
 		{"I active n1:7070 n1:7070 epoch=4 keys=10\n", Answer{Kind: 'I', Role: b("active"), Self: b("n1:7070"),
 			Active: b("n1:7070"), Text: b("active n1:7070 n1:7070 epoch=4 keys=10")}},
+		{"Q orders/42 FREE\n", Answer{Kind: 'Q', Key: b("orders/42")}},
+		{"Q orders/42 7 28.14 2\n", Answer{Kind: 'Q', Key: b("orders/42"), Token: 7, Left: 28140, Waiters: 2}},
+		{"Q k 1 0 0 owner=web-3:4121\r\n", Answer{Kind: 'Q', Key: b("k"), Token: 1, Owner: b("web-3:4121")}},
+		{"Q k 1 0 0 since=3 owner=a x=y\n", Answer{Kind: 'Q', Key: b("k"), Token: 1, Owner: b("a")}},
+		{"H FREE 18446744073709551615 86400 4096 owner=" + strings.Repeat("o", MaxOwner) + "\n",
+			Answer{Kind: 'H', Key: b("FREE"), Token: 1<<64 - 1, Left: 86400000, Waiters: 4096, Owner: b(strings.Repeat("o", MaxOwner))}},
+		{"H k 3 0.001 0\n", Answer{Kind: 'H', Key: b("k"), Token: 3, Left: 1}},
+		{"L 0\n", Answer{Kind: 'L'}},
+		{"L 1000 more\r\n", Answer{Kind: 'L', Count: 1000, More: true}},
 	} {
 		buf := []byte(tc.in + "garbage")
 		var a Answer
@@ -102,6 +112,11 @@ func TestParseAnswerBad(t *testing.T) {
 		"I\n", "I \n", "I active\n", "I active n1\n", "I active n1 \n", "I active n1 n2 \n",
 		"I active n1 n2  x=1\n", "I active  n2\n", "I active n1 n2 x\x01\n",
 		"U\n", "U \n", "U ok\n", "U OK \n", "U OK x\n", "U NO\n", "U  OK\n",
+		"Q\n", "Q k\n", "Q k \n", "Q k free\n", "Q k FREE x\n", "Q k 0 1 1\n", "Q k 1 1\n", "Q k 1 1 \n",
+		"Q k 1 x 1\n", "Q k 1 1 1 \n", "Q k 1 1 1 owner=\n", "Q k 1 1 1 owner=a owner=b\n", "Q k 1 1 1 x\n",
+		"Q k 1 1 1 =x\n", "Q k 1 1 1 owner=é\n", "Q k 1 1 1  owner=a\n", "Q k 1 1.0001 1\n", "Q k 1 1 -1\n",
+		"H k FREE\n", "H k 1 1\n", "H k 0 1 1\n",
+		"L\n", "L \n", "L x\n", "L 1 \n", "L 1 More\n", "L 1 more x\n", "L -1\n", "L 18446744073709551616\n",
 	} {
 		var a Answer
 		n, err := ParseAnswer([]byte(in), &a)
@@ -154,6 +169,12 @@ func TestAnswerEncoders(t *testing.T) {
 		{string(AppendRedirect(nil, "node1:7070")), "M node1:7070\n"},
 		{string(AppendRedirect(nil, "")), "M -\n"},
 		{string(AppendAuthOK(nil)), "U OK\n"},
+		{string(AppendInspected(nil, k, 7, 28140, 2, nil)), "Q orders/42 7 28.14 2\n"},
+		{string(AppendInspected(nil, k, 7, -5, 0, b("web-3:4121"))), "Q orders/42 7 0 0 owner=web-3:4121\n"},
+		{string(AppendFree(nil, k)), "Q orders/42 FREE\n"},
+		{string(AppendListed(nil, k, 1, 1, 4096, b("a"))), "H orders/42 1 0.001 4096 owner=a\n"},
+		{string(AppendListEnd(nil, 0, false)), "L 0\n"},
+		{string(AppendListEnd(nil, 100, true)), "L 100 more\n"},
 		{string(AppendError(nil, []byte("A"), k, "too many fields")), "E A orders/42 too many fields\n"},
 		{string(AppendError(nil, nil, []byte{}, "line too long")), "E - - line too long\n"},
 		{string(AppendError(nil, nil, nil, "")), "E - - error\n"},
@@ -188,6 +209,12 @@ func TestAnswerRoundTrip(t *testing.T) {
 		{Kind: 'I', Role: b("standby"), Self: b("n2:7070"), Active: b("n1:7070"), Text: b("standby n2:7070 n1:7070")},
 		{Kind: 'I', Role: b("standby"), Self: b("n2:7070"), Text: b("standby n2:7070 -")},
 		{Kind: 'I', Role: b("active"), Self: b("n1:7070"), Active: b("n1:7070"), Text: b("active n1:7070 n1:7070 epoch=4")},
+		{Kind: 'Q', Key: b("k")},
+		{Kind: 'Q', Key: b(long), Token: 1<<64 - 1, Left: 86400000, Waiters: 1<<64 - 1, Owner: b(strings.Repeat("~", MaxOwner))},
+		{Kind: 'H', Key: b("orders/42"), Token: 7, Left: 1, Waiters: 0},
+		{Kind: 'H', Key: b(long), Token: 1, Left: 0, Waiters: 3, Owner: b("web-3:4121")},
+		{Kind: 'L', Count: 0},
+		{Kind: 'L', Count: 1<<64 - 1, More: true},
 	} {
 		line := appendAnswer(nil, &want)
 		var got Answer
@@ -220,6 +247,15 @@ func appendAnswer(dst []byte, a *Answer) []byte {
 	case 'I':
 		fields := strings.Split(string(a.Text), " ")
 		return AppendInfo(dst, string(a.Role), string(a.Self), string(a.Active), fields[3:]...)
+	case 'Q':
+		if a.Token == 0 {
+			return AppendFree(dst, a.Key)
+		}
+		return AppendInspected(dst, a.Key, a.Token, a.Left, a.Waiters, a.Owner)
+	case 'H':
+		return AppendListed(dst, a.Key, a.Token, a.Left, a.Waiters, a.Owner)
+	case 'L':
+		return AppendListEnd(dst, a.Count, a.More)
 	}
 	panic(fmt.Sprintf("appendAnswer: kind %q", a.Kind))
 }
@@ -228,6 +264,7 @@ func TestParseAnswerAllocs(t *testing.T) {
 	for _, line := range []string{
 		"A orders/42 1001\n", "T orders/42\n", "R orders/42 OK\n", "X orders/42 STALE\n", "C orders/42 NONE\n",
 		"E A orders/42 too many waiters\n", "M node1:7070\n", "I active n1:7070 n1:7070 epoch=4\n", "A k 0\n", "U OK\n",
+		"Q orders/42 FREE\n", "Q orders/42 7 28.14 2 owner=web-3:4121\n", "H orders/42 7 28.14 2 x=y\n", "L 100 more\n", "Q k 1 1 1 x\n",
 	} {
 		buf := []byte(line)
 		var a Answer
@@ -242,21 +279,28 @@ func TestEncoderAllocs(t *testing.T) {
 	k := []byte("orders/42")
 	req := &Request{EchoOp: []byte("A"), EchoKey: k}
 	for name, f := range map[string]func(){
-		"AppendGrant":       func() { dst = AppendGrant(dst[:0], k, 1<<63) },
-		"AppendTimeout":     func() { dst = AppendTimeout(dst[:0], k) },
-		"AppendReleased":    func() { dst = AppendReleased(dst[:0], k, false) },
-		"AppendExtended":    func() { dst = AppendExtended(dst[:0], k, true) },
-		"AppendCancelled":   func() { dst = AppendCancelled(dst[:0], k, false) },
-		"AppendInfo":        func() { dst = AppendInfo(dst[:0], "active", "n1:7070", "", "epoch=4", "keys=10") },
-		"AppendRedirect":    func() { dst = AppendRedirect(dst[:0], "node1:7070") },
-		"AppendError":       func() { dst = AppendError(dst[:0], nil, k, "too many waiters") },
-		"AppendRefusal":     func() { dst = AppendRefusal(dst[:0], req, ErrBadLease) },
-		"AppendAcquire":     func() { dst = AppendAcquire(dst[:0], k, 30000, 2125) },
-		"AppendRelease":     func() { dst = AppendRelease(dst[:0], k, 1001) },
-		"AppendExtend":      func() { dst = AppendExtend(dst[:0], k, 1001, 500) },
-		"AppendCancel":      func() { dst = AppendCancel(dst[:0], k) },
-		"AppendInfoRequest": func() { dst = AppendInfoRequest(dst[:0]) },
-		"AppendSeconds":     func() { dst = AppendSeconds(dst[:0], 86399999) },
+		"AppendGrant":        func() { dst = AppendGrant(dst[:0], k, 1<<63) },
+		"AppendTimeout":      func() { dst = AppendTimeout(dst[:0], k) },
+		"AppendReleased":     func() { dst = AppendReleased(dst[:0], k, false) },
+		"AppendExtended":     func() { dst = AppendExtended(dst[:0], k, true) },
+		"AppendCancelled":    func() { dst = AppendCancelled(dst[:0], k, false) },
+		"AppendInfo":         func() { dst = AppendInfo(dst[:0], "active", "n1:7070", "", "epoch=4", "keys=10") },
+		"AppendRedirect":     func() { dst = AppendRedirect(dst[:0], "node1:7070") },
+		"AppendError":        func() { dst = AppendError(dst[:0], nil, k, "too many waiters") },
+		"AppendRefusal":      func() { dst = AppendRefusal(dst[:0], req, ErrBadLease) },
+		"AppendAcquire":      func() { dst = AppendAcquire(dst[:0], k, 30000, 2125) },
+		"AppendRelease":      func() { dst = AppendRelease(dst[:0], k, 1001) },
+		"AppendExtend":       func() { dst = AppendExtend(dst[:0], k, 1001, 500) },
+		"AppendCancel":       func() { dst = AppendCancel(dst[:0], k) },
+		"AppendInfoRequest":  func() { dst = AppendInfoRequest(dst[:0]) },
+		"AppendSeconds":      func() { dst = AppendSeconds(dst[:0], 86399999) },
+		"AppendInspected":    func() { dst = AppendInspected(dst[:0], k, 1001, 28140, 2, k) },
+		"AppendFree":         func() { dst = AppendFree(dst[:0], k) },
+		"AppendListed":       func() { dst = AppendListed(dst[:0], k, 1001, 28140, 2, nil) },
+		"AppendListEnd":      func() { dst = AppendListEnd(dst[:0], 1000, true) },
+		"AppendAcquireOwner": func() { dst = AppendAcquireOwner(dst[:0], k, k, 30000, NoWait) },
+		"AppendInspect":      func() { dst = AppendInspect(dst[:0], k) },
+		"AppendList":         func() { dst = AppendList(dst[:0], 100, k) },
 	} {
 		if n := testing.AllocsPerRun(100, f); n != 0 {
 			t.Errorf("%s: %v allocs", name, n)

@@ -1,8 +1,17 @@
 // Package wire is kunci's client protocol, version 1, as bytes: a parser for
 // request lines, encoders for answer lines, and the reverse pair (request
 // encoders and an answer parser) for clients, the command-line tool, the
-// benchmark and round-trip tests. The binding contract is
-// shared/spec/PROTOCOL.md; this package is its only implementation.
+// benchmark and round-trip tests. The protocol is described in full in the
+// repository's docs/PROTOCOL.md,
+// https://github.com/kunci/kunci/blob/main/docs/PROTOCOL.md (every request,
+// answer, refusal reason, limit and ordering rule, and how the peer protocol
+// is secured); this package is its only implementation.
+//
+// Besides A, R, X, C, I and U, the requests are Q key (inspect a key: its
+// holder, lease left, waiters and owner), L limit [prefix] (list the held
+// keys: H lines ending with an L line), an acquire's wait "-" (NoWait: a
+// try-lock, answered at once) and its optional owner=VALUE field (Owner,
+// at most MaxOwner bytes).
 //
 // Parsing is a function over bytes, in the style of bufio.SplitFunc:
 //

@@ -155,6 +155,24 @@ func parseToken(b []byte) (uint64, bool) {
 	return t, true
 }
 
+// scanCount parses a count field (a listing's limit or size): one or more
+// ASCII digits, 0 to math.MaxUint64, ending at the first space or at the
+// end of b, as scanToken does.
+func scanCount(b []byte) (c uint64, ok bool, end int) {
+	c, _, end = scanToken(b)
+	return c, end > 0 && (c != 0 || allZeros(b[:end])), end
+}
+
+// allZeros reports whether b is one or more '0' digits.
+func allZeros(b []byte) bool {
+	for _, d := range b {
+		if d != '0' {
+			return false
+		}
+	}
+	return len(b) > 0
+}
+
 // scanToken parses the token field at the start of b, which ends at the
 // first space or at the end of b, as scanSeconds does.
 func scanToken(b []byte) (t uint64, ok bool, end int) {

@@ -15,7 +15,8 @@ var (
 	ErrLineTooLong = errors.New("wire: line too long")
 	// ErrEmpty: the line holds nothing before its line ending.
 	ErrEmpty = errors.New("wire: empty request")
-	// ErrUnknownOp: the op field is not exactly one of A, R, X, C, I, U.
+	// ErrUnknownOp: the op field is not exactly one of A, R, X, C, Q, L,
+	// I, U.
 	ErrUnknownOp = errors.New("wire: unknown op")
 	// ErrBadKey: the key field is empty, longer than MaxKey bytes, or holds
 	// a byte outside 0x21–0x7E and 0x80–0xFF.
@@ -29,8 +30,8 @@ var (
 	ErrBadLease = errors.New("wire: bad lease")
 	// ErrLeaseTooLong: the lease is above Limits.MaxLease.
 	ErrLeaseTooLong = errors.New("wire: lease too long")
-	// ErrBadWait: the wait is not seconds with at most 3 fraction digits or
-	// does not fit in an int64 count of milliseconds.
+	// ErrBadWait: the wait is neither "-" nor seconds with at most 3
+	// fraction digits, or does not fit in an int64 count of milliseconds.
 	ErrBadWait = errors.New("wire: bad wait")
 	// ErrWaitTooLong: the wait is above Limits.MaxWait.
 	ErrWaitTooLong = errors.New("wire: wait too long")
@@ -41,6 +42,14 @@ var (
 	ErrBadName = errors.New("wire: bad name")
 	// ErrBadSecret: U's secret field breaks the same rules.
 	ErrBadSecret = errors.New("wire: bad secret")
+	// ErrBadOwner: an acquire's owner=VALUE field has a VALUE that is
+	// empty, longer than MaxOwner bytes, or holds a byte outside
+	// 0x21–0x7E.
+	ErrBadOwner = errors.New("wire: bad owner")
+	// ErrBadLimit: L's limit is not a decimal count of 0 to 2^64−1.
+	ErrBadLimit = errors.New("wire: bad limit")
+	// ErrBadPrefix: L's prefix breaks the rules of a key.
+	ErrBadPrefix = errors.New("wire: bad prefix")
 )
 
 // ErrBadAnswer is returned by ParseAnswer for a line that is not a

@@ -43,6 +43,20 @@ var requestSeeds = []string{
 	"U  s3cret\n",
 	"U app s3\x01cret\n",
 	"U " + strings.Repeat("n", 250) + " " + strings.Repeat("s", 250) + "\n",
+	"A orders/42 30 -\n",
+	"A orders/42 30 - owner=web-3:4121\n",
+	"A orders/42 30 5 owner=web-3:4121\r\n",
+	"A k 30 0 owner=\n",
+	"A k 30 0 owner=a b\n",
+	"A k 30 -- owner=a\n",
+	"A " + strings.Repeat("k", 250) + " 86400 86400 owner=" + strings.Repeat("o", 64) + "\n",
+	"Q orders/42\n",
+	"Q orders/42 x\n",
+	"L 100\n",
+	"L 0 orders/\r\n",
+	"L x orders/\n",
+	"L 10 a b\n",
+	"L 18446744073709551616\n",
 }
 
 func FuzzParseRequest(f *testing.F) {
@@ -128,6 +142,16 @@ var answerSeeds = []string{
 	"E A k auth required\n",
 	"E A k key forbidden\n",
 	"E - - idle\n",
+	"Q orders/42 FREE\n",
+	"Q orders/42 7 28.14 2\n",
+	"Q orders/42 7 28.14 2 owner=web-3:4121\r\n",
+	"Q orders/42 7 28.14 2 since=1 owner=a\n",
+	"H orders/42 7 28.14 2 owner=web-3:4121\n",
+	"H k 1 0 0\n",
+	"L 2\n",
+	"L 1000 more\n",
+	"E Q orders/42 key forbidden\n",
+	"E L x bad limit\n",
 }
 
 func FuzzParseAnswer(f *testing.F) {

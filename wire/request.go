@@ -12,6 +12,16 @@ const MaxLine = 512
 // MaxKey is the longest key, in bytes.
 const MaxKey = 250
 
+// MaxOwner is the longest owner an acquire may carry, in bytes.
+const MaxOwner = 64
+
+// NoWait is Request.Wait for an acquire that does not queue: its wait
+// field is "-", and it is answered at once, granted or T (a try-lock).
+const NoWait = -1
+
+// ownerField starts an acquire's optional owner field, "owner=VALUE".
+const ownerField = "owner="
+
 // maxEchoOp is the longest op field that a refusal echoes.
 const maxEchoOp = 16
 
@@ -26,6 +36,8 @@ const (
 	OpCancel  Op = 'C' // C key
 	OpInfo    Op = 'I' // I
 	OpAuth    Op = 'U' // U name secret
+	OpInspect Op = 'Q' // Q key
+	OpList    Op = 'L' // L limit [prefix]
 )
 
 // String returns the op as its one-byte wire form, such as "A".
@@ -43,21 +55,34 @@ func (op Op) String() string {
 		return "I"
 	case OpAuth:
 		return "U"
+	case OpInspect:
+		return "Q"
+	case OpList:
+		return "L"
 	}
 	return "?"
 }
 
 // Request is one parsed request.
 //
-// Key, Name, Secret, EchoOp and EchoKey alias the buffer given to
-// ParseRequest and are valid only until the caller reuses that buffer: copy
-// a key where it is kept (in a lock table, a waiter, a replication record).
+// Key, Owner, Prefix, Name, Secret, EchoOp and EchoKey alias the buffer
+// given to ParseRequest and are valid only until the caller reuses that
+// buffer: copy a key where it is kept (in a lock table, a waiter, a
+// replication record).
 type Request struct {
 	Op    Op
-	Key   []byte // A R X C
+	Key   []byte // A R X C Q
 	Lease int64  // milliseconds, A and X; > 0
-	Wait  int64  // milliseconds, A; 0 = unbounded
+	Wait  int64  // milliseconds, A; 0 = unbounded, NoWait = do not queue
 	Token uint64 // R and X; ≥ 1
+	// Owner is an acquire's optional owner ("owner=VALUE" on the wire):
+	// 1 to MaxOwner bytes in 0x21–0x7E, nil when the acquire has none.
+	Owner []byte
+
+	// Limit and Prefix are a listing's (L): at most Limit held keys (0:
+	// no limit) whose keys start with Prefix (nil: every key).
+	Limit  uint64
+	Prefix []byte
 
 	// Name and Secret are U's credentials. They are never echoed: a U
 	// request's EchoKey is always nil, so that no refusal repeats a secret
@@ -140,7 +165,9 @@ func ParseRequest(buf []byte, lim *Limits, req *Request) (n int, err error) {
 	}
 	op := Op(opf[0])
 	switch op {
-	case OpAcquire, OpExtend, OpRelease, OpCancel:
+	case OpAcquire, OpExtend, OpRelease, OpCancel, OpInspect:
+	case OpList:
+		return n, parseList(req, hasKey, more, keyf, rest)
 	case OpAuth:
 		return n, parseAuth(req, hasKey, keyOK, more, keyf, rest)
 	case OpInfo:
@@ -164,7 +191,7 @@ func ParseRequest(buf []byte, lim *Limits, req *Request) (n int, err error) {
 	// The fields after the key, parsed as they are split. Their faults are
 	// reported only after the field count has been checked.
 	switch op {
-	case OpCancel:
+	case OpCancel, OpInspect:
 		if more {
 			return n, ErrTooManyFields
 		}
@@ -189,15 +216,28 @@ func ParseRequest(buf []byte, lim *Limits, req *Request) (n int, err error) {
 			return n, ErrMissingField
 		}
 		rest = rest[end+1:]
-		wait, waitOK, end := scanSeconds(rest)
+		wait, waitOK, end := scanWait(rest)
+		var owner []byte
 		if end < len(rest) {
-			return n, ErrTooManyFields
+			// A fourth field is an owner, or one field too many.
+			var extra bool
+			owner, _, extra = cut(rest[end+1:])
+			if extra || len(owner) < len(ownerField) || string(owner[:len(ownerField)]) != ownerField {
+				return n, ErrTooManyFields
+			}
+			owner = owner[len(ownerField):]
 		}
 		if req.Lease, err = checkLease(lease, leaseOK, lim); err != nil {
 			return n, err
 		}
 		if req.Wait, err = checkWait(wait, waitOK, lim); err != nil {
 			return n, err
+		}
+		if owner != nil {
+			if !ValidOwner(owner) {
+				return n, ErrBadOwner
+			}
+			req.Owner = owner
 		}
 	case OpExtend:
 		if !more {
@@ -221,6 +261,33 @@ func ParseRequest(buf []byte, lim *Limits, req *Request) (n int, err error) {
 		}
 	}
 	return n, nil
+}
+
+// parseList finishes an L line, "L limit [prefix]", whose limit field (the
+// key field's place) has been cut: hasKey, more, limf and rest are what
+// cutKey gave for it.
+func parseList(req *Request, hasKey, more bool, limf, rest []byte) error {
+	req.Op = OpList
+	if !hasKey {
+		return ErrMissingField
+	}
+	var prefix []byte
+	if more {
+		var extra bool
+		prefix, _, extra = cut(rest)
+		if extra {
+			return ErrTooManyFields
+		}
+	}
+	limit, ok, end := scanCount(limf)
+	if !ok || end != len(limf) {
+		return ErrBadLimit
+	}
+	if more && !ValidKey(prefix) {
+		return ErrBadPrefix
+	}
+	req.Limit, req.Prefix = limit, prefix
+	return nil
 }
 
 // parseAuth finishes a U line, "U name secret", whose name field (the key
@@ -324,6 +391,21 @@ func ValidKey(k []byte) bool {
 	return true
 }
 
+// ValidOwner reports whether b is an owner the protocol accepts: 1 to
+// MaxOwner bytes, each in 0x21–0x7E (printable ASCII, no space).
+func ValidOwner(b []byte) bool {
+	return len(b) > 0 && len(b) <= MaxOwner && isPrint(b)
+}
+
+// scanWait is scanSeconds for a wait field, which may also be "-"
+// (NoWait).
+func scanWait(b []byte) (ms int64, ok bool, end int) {
+	if len(b) > 0 && b[0] == '-' && (len(b) == 1 || b[1] == ' ') {
+		return NoWait, true, 1
+	}
+	return scanSeconds(b)
+}
+
 // checkLease applies the lease rules to a scanned lease field.
 func checkLease(ms int64, ok bool, lim *Limits) (int64, error) {
 	if !ok || ms <= 0 {
@@ -344,6 +426,9 @@ func checkWait(ms int64, ok bool, lim *Limits) (int64, error) {
 	if !ok {
 		return 0, ErrBadWait
 	}
+	if ms == NoWait {
+		return ms, nil
+	}
 	max := int64(DefaultMaxMs)
 	if lim != nil && lim.MaxWait != 0 {
 		max = lim.MaxWait
@@ -355,14 +440,53 @@ func checkWait(ms int64, ok bool, lim *Limits) (int64, error) {
 }
 
 // AppendAcquire appends the request line "A key lease wait", leaseMs and
-// waitMs in milliseconds (waitMs 0: wait without bound).
+// waitMs in milliseconds (waitMs 0: wait without bound; NoWait: do not
+// queue, written "-").
 func AppendAcquire(dst, key []byte, leaseMs, waitMs int64) []byte {
+	return AppendAcquireOwner(dst, key, nil, leaseMs, waitMs)
+}
+
+// AppendAcquireOwner appends the request line "A key lease wait
+// owner=OWNER", or AppendAcquire's line when owner is empty. owner must be
+// a ValidOwner.
+func AppendAcquireOwner(dst, key, owner []byte, leaseMs, waitMs int64) []byte {
 	dst = append(dst, 'A', ' ')
 	dst = append(dst, key...)
 	dst = append(dst, ' ')
 	dst = AppendSeconds(dst, leaseMs)
 	dst = append(dst, ' ')
-	dst = AppendSeconds(dst, waitMs)
+	dst = AppendWait(dst, waitMs)
+	if len(owner) > 0 {
+		dst = append(dst, " "+ownerField...)
+		dst = append(dst, owner...)
+	}
+	return append(dst, '\n')
+}
+
+// AppendWait appends a wait field: AppendSeconds, or "-" for NoWait.
+func AppendWait(dst []byte, waitMs int64) []byte {
+	if waitMs == NoWait {
+		return append(dst, '-')
+	}
+	return AppendSeconds(dst, waitMs)
+}
+
+// AppendInspect appends the request line "Q key".
+func AppendInspect(dst, key []byte) []byte {
+	dst = append(dst, 'Q', ' ')
+	dst = append(dst, key...)
+	return append(dst, '\n')
+}
+
+// AppendList appends the request line "L limit prefix", or "L limit" when
+// prefix is empty (limit 0: no limit).
+func AppendList(dst []byte, limit uint64, prefix []byte) []byte {
+	dst = append(dst, 'L', ' ')
+	dst = appendUint(dst, limit)
+	if len(prefix) > 0 {
+		dst = append(dst, ' ')
+		dst = append(dst, prefix...)
+	}
 	return append(dst, '\n')
 }
 

@@ -18,6 +18,9 @@ type reqWant struct {
 	token  uint64
 	name   string // U
 	secret string // U
+	owner  string // A
+	limit  uint64 // L
+	prefix string // L
 	e      string // for a refusal: the E line AppendRefusal writes
 }
 
@@ -53,6 +56,18 @@ func TestParseRequestValid(t *testing.T) {
 		{"U a b\r\n", reqWant{op: OpAuth, name: "a", secret: "b"}},
 		{"U " + long + " " + long + "\n", reqWant{op: OpAuth, name: long, secret: long}},
 		{"U é \x80\xff\n", reqWant{op: OpAuth, name: "é", secret: "\x80\xff"}},
+		// Try-lock: wait "-".
+		{"A k 30 -\n", reqWant{op: OpAcquire, key: "k", lease: 30000, wait: NoWait}},
+		{"A k 30 -\r\n", reqWant{op: OpAcquire, key: "k", lease: 30000, wait: NoWait}},
+		// Owners.
+		{"A k 30 5 owner=web-3:4121\n", reqWant{op: OpAcquire, key: "k", lease: 30000, wait: 5000, owner: "web-3:4121"}},
+		{"A k 30 - owner=x\n", reqWant{op: OpAcquire, key: "k", lease: 30000, wait: NoWait, owner: "x"}},
+		{"A k 1 0 owner=" + strings.Repeat("o", MaxOwner) + "\r\n", reqWant{op: OpAcquire, key: "k", lease: 1000, owner: strings.Repeat("o", MaxOwner)}},
+		{"A k 1 0 owner=owner=!~\n", reqWant{op: OpAcquire, key: "k", lease: 1000, owner: "owner=!~"}},
+		// Inspect.
+		{"Q orders/42\n", reqWant{op: OpInspect, key: "orders/42"}},
+		{"Q k\r\n", reqWant{op: OpInspect, key: "k"}},
+		{"Q " + long + "\n", reqWant{op: OpInspect, key: long}},
 	} {
 		checkRequest(t, tc.in, nil, tc.want)
 	}
@@ -184,6 +199,43 @@ func TestParseRequestRefusals(t *testing.T) {
 		{"U name\x01 top secret\n", "E U - bad name"},
 		{"UU name topsecret\n", "E UU name unknown op"},
 		{"u name topsecret\n", "E u name unknown op"},
+		// Try-lock and owners.
+		{"A k 30 --\n", "E A k bad wait"},
+		{"A k 30 -1\n", "E A k bad wait"},
+		{"A k 30 -0.5\n", "E A k bad wait"},
+		{"A k 30 - lots\n", "E A k too many fields"},
+		{"A k 30 0 owner=a b\n", "E A k too many fields"},
+		{"A k 30 0 owner=a \n", "E A k too many fields"},
+		{"A k 30 0 Owner=a\n", "E A k too many fields"},
+		{"A k 30 0 owner\n", "E A k too many fields"},
+		{"A k 30 0 who=a\n", "E A k too many fields"},
+		{"A k 30 0 \n", "E A k too many fields"},
+		{"A k 30 0 owner=\n", "E A k bad owner"},
+		{"A k 30 0 owner=" + strings.Repeat("o", MaxOwner+1) + "\n", "E A k bad owner"},
+		{"A k 30 0 owner=é\n", "E A k bad owner"},
+		{"A k 30 0 owner=a\x01\n", "E A k bad owner"},
+		{"A k 30 0 owner=a\x7f\n", "E A k bad owner"},
+		{"A k 0 0 owner=\n", "E A k bad lease"},
+		{"A k 30 x owner=\n", "E A k bad wait"},
+		// Inspect.
+		{"Q\n", "E Q - missing field"},
+		{"Q \n", "E Q - bad key"},
+		{"Q k x\n", "E Q k too many fields"},
+		{"Q " + long + "\n", "E Q - bad key"},
+		{"QQ k\n", "E QQ k unknown op"},
+		// Listing.
+		{"L\n", "E L - missing field"},
+		{"L \n", "E L - bad limit"},
+		{"L x\n", "E L x bad limit"},
+		{"L -1\n", "E L -1 bad limit"},
+		{"L 1.5\n", "E L 1.5 bad limit"},
+		{"L 18446744073709551616\n", "E L 18446744073709551616 bad limit"},
+		{"L 10 \n", "E L 10 bad prefix"},
+		{"L 10 a\x01\n", "E L 10 bad prefix"},
+		{"L 10 " + long + "\n", "E L 10 bad prefix"},
+		{"L 10 a b\n", "E L 10 too many fields"},
+		{"L x a b\n", "E L x too many fields"},
+		{"L x a\x01\n", "E L x bad limit"},
 	} {
 		checkRequest(t, tc.in, nil, reqWant{e: tc.e})
 	}
@@ -202,6 +254,7 @@ func TestParseRequestLimits(t *testing.T) {
 		{"X k 1 60.001\n", lease, reqWant{e: "E X k lease too long"}},
 		{"A k 86400 1\n", wait, reqWant{op: OpAcquire, key: "k", lease: 86400000, wait: 1000}},
 		{"A k 1 1.001\n", wait, reqWant{e: "E A k wait too long"}},
+		{"A k 1 -\n", &Limits{MaxLease: 1000, MaxWait: 1}, reqWant{op: OpAcquire, key: "k", lease: 1000, wait: NoWait}},
 		{"A k 86400.001 1\n", wait, reqWant{e: "E A k lease too long"}},
 		{"A k 1 0\n", &Limits{MaxLease: 1, MaxWait: 1}, reqWant{e: "E A k lease too long"}},
 		{"A k 0.001 0.002\n", &Limits{MaxLease: 1, MaxWait: 1}, reqWant{e: "E A k wait too long"}},
@@ -239,12 +292,19 @@ func checkRequest(t *testing.T, in string, lim *Limits, want reqWant) {
 	}
 	if req.Op != want.op || string(req.Key) != want.key || req.Lease != want.lease ||
 		req.Wait != want.wait || req.Token != want.token ||
-		string(req.Name) != want.name || string(req.Secret) != want.secret {
-		t.Errorf("%q: got %v %q lease %d wait %d token %d, want %v %q lease %d wait %d token %d", in,
-			req.Op, req.Key, req.Lease, req.Wait, req.Token,
-			want.op, want.key, want.lease, want.wait, want.token)
+		string(req.Name) != want.name || string(req.Secret) != want.secret ||
+		string(req.Owner) != want.owner || req.Limit != want.limit || string(req.Prefix) != want.prefix {
+		t.Errorf("%q: got %v %q lease %d wait %d token %d owner %q limit %d prefix %q, want %+v", in,
+			req.Op, req.Key, req.Lease, req.Wait, req.Token, req.Owner, req.Limit, req.Prefix, want)
 	}
-	if want.op == OpInfo || want.op == OpAuth {
+	if (want.owner == "") != (req.Owner == nil) || (want.prefix == "") != (req.Prefix == nil) {
+		t.Errorf("%q: owner %q prefix %q: nil stands for none", in, req.Owner, req.Prefix)
+	}
+	if want.op == OpList {
+		if req.Key != nil {
+			t.Errorf("%q: L has key %q", in, req.Key)
+		}
+	} else if want.op == OpInfo || want.op == OpAuth {
 		if req.Key != nil || req.EchoKey != nil {
 			t.Errorf("%q: I has key %q, echo %q", in, req.Key, req.EchoKey)
 		}
@@ -355,8 +415,9 @@ type reqResult struct {
 }
 
 func (r reqResult) String() string {
-	return fmt.Sprintf("n=%d err=%v op=%q key=%q lease=%d wait=%d token=%d name=%q secret=%q echo=%q/%q",
-		r.n, r.err, byte(r.req.Op), r.req.Key, r.req.Lease, r.req.Wait, r.req.Token, r.req.Name, r.req.Secret, r.req.EchoOp, r.req.EchoKey)
+	return fmt.Sprintf("n=%d err=%v op=%q key=%q lease=%d wait=%d token=%d name=%q secret=%q owner=%q limit=%d prefix=%q echo=%q/%q",
+		r.n, r.err, byte(r.req.Op), r.req.Key, r.req.Lease, r.req.Wait, r.req.Token, r.req.Name, r.req.Secret,
+		r.req.Owner, r.req.Limit, r.req.Prefix, r.req.EchoOp, r.req.EchoKey)
 }
 
 func detach(n int, err error, req *Request) reqResult {
@@ -444,8 +505,10 @@ func equalReqResult(a, b reqResult) bool {
 }
 
 func equalRequest(a, b *Request) bool {
+	eq := func(x, y []byte) bool { return bytes.Equal(x, y) && (x == nil) == (y == nil) }
 	return a.Op == b.Op && bytes.Equal(a.Key, b.Key) && a.Lease == b.Lease && a.Wait == b.Wait && a.Token == b.Token &&
-		bytes.Equal(a.Name, b.Name) && bytes.Equal(a.Secret, b.Secret)
+		bytes.Equal(a.Name, b.Name) && bytes.Equal(a.Secret, b.Secret) &&
+		eq(a.Owner, b.Owner) && a.Limit == b.Limit && eq(a.Prefix, b.Prefix)
 }
 
 const pipeline = "A orders/42 30 5\r\n" +
@@ -493,6 +556,14 @@ func TestRequestRoundTrip(t *testing.T) {
 		{Op: OpCancel, Key: []byte("k")},
 		{Op: OpCancel, Key: long},
 		{Op: OpInfo},
+		{Op: OpAcquire, Key: []byte("k"), Lease: 1, Wait: NoWait},
+		{Op: OpAcquire, Key: long, Lease: 86400000, Wait: 86399999, Owner: bytes.Repeat([]byte{'~'}, MaxOwner)},
+		{Op: OpAcquire, Key: []byte("k"), Lease: 30000, Wait: NoWait, Owner: []byte("web-3:4121")},
+		{Op: OpInspect, Key: []byte("k")},
+		{Op: OpInspect, Key: long},
+		{Op: OpList},
+		{Op: OpList, Limit: 1<<64 - 1, Prefix: long},
+		{Op: OpList, Limit: 100, Prefix: []byte("orders/")},
 	} {
 		line := appendRequest(nil, &want)
 		var got Request
@@ -510,7 +581,11 @@ func TestRequestRoundTrip(t *testing.T) {
 func appendRequest(dst []byte, req *Request) []byte {
 	switch req.Op {
 	case OpAcquire:
-		return AppendAcquire(dst, req.Key, req.Lease, req.Wait)
+		return AppendAcquireOwner(dst, req.Key, req.Owner, req.Lease, req.Wait)
+	case OpInspect:
+		return AppendInspect(dst, req.Key)
+	case OpList:
+		return AppendList(dst, req.Limit, req.Prefix)
 	case OpRelease:
 		return AppendRelease(dst, req.Key, req.Token)
 	case OpExtend:
@@ -536,6 +611,13 @@ func TestRequestEncoders(t *testing.T) {
 		{string(AppendCancel(nil, k)), "C orders/42\n"},
 		{string(AppendInfoRequest(nil)), "I\n"},
 		{string(AppendAuth(nil, []byte("app"), []byte("s3cret"))), "U app s3cret\n"},
+		{string(AppendAcquire(nil, k, 30000, NoWait)), "A orders/42 30 -\n"},
+		{string(AppendAcquireOwner(nil, k, []byte("web-3:4121"), 30000, 0)), "A orders/42 30 0 owner=web-3:4121\n"},
+		{string(AppendAcquireOwner(nil, k, nil, 30000, NoWait)), "A orders/42 30 -\n"},
+		{string(AppendWait(nil, 1500)), "1.5"},
+		{string(AppendInspect(nil, k)), "Q orders/42\n"},
+		{string(AppendList(nil, 0, nil)), "L 0\n"},
+		{string(AppendList(nil, 100, []byte("orders/"))), "L 100 orders/\n"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
@@ -544,7 +626,8 @@ func TestRequestEncoders(t *testing.T) {
 }
 
 func TestOpString(t *testing.T) {
-	for op, s := range map[Op]string{OpAcquire: "A", OpRelease: "R", OpExtend: "X", OpCancel: "C", OpInfo: "I", OpAuth: "U", 'z': "?"} {
+	for op, s := range map[Op]string{OpAcquire: "A", OpRelease: "R", OpExtend: "X", OpCancel: "C", OpInfo: "I", OpAuth: "U",
+		OpInspect: "Q", OpList: "L", 'z': "?"} {
 		if op.String() != s {
 			t.Errorf("Op(%q).String() = %q", byte(op), op.String())
 		}
@@ -571,6 +654,7 @@ func TestParseRequestAllocs(t *testing.T) {
 	for _, line := range []string{
 		"A orders/42 30 5\n", "R orders/42 1001\n", "X orders/42 1001 2.5\n", "C orders/42\n", "I\n",
 		"U app s3cret\n", "U app\n", "U app s3cret x\n", "A orders/42 30 0 lots\n", "Z\n", "A k 30", strings.Repeat("x", 600),
+		"A orders/42 30 - owner=web-3:4121\n", "A k 30 0 owner=\x01\n", "Q orders/42\n", "L 100 orders/\n", "L x\n",
 	} {
 		buf := []byte(line)
 		var req Request
