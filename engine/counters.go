@@ -11,6 +11,7 @@ type Counters struct {
 	StaleExtends  uint64 // X answered STALE
 	Expiries      uint64 // leases that ran out: a sign of dead or paused holders
 	Timeouts      uint64 // queued acquires whose wait ran out (T)
+	TriesBusy     uint64 // tries (a negative wait) of a held key, answered T at once
 	Cancels       uint64 // queued acquires withdrawn by C
 	Withdrawn     uint64 // queued acquires dropped because their connection closed
 	TooManyKeys   uint64 // acquires refused: ErrTooManyKeys
@@ -32,6 +33,7 @@ func (c *Counters) Add(o *Counters) {
 	c.StaleExtends += o.StaleExtends
 	c.Expiries += o.Expiries
 	c.Timeouts += o.Timeouts
+	c.TriesBusy += o.TriesBusy
 	c.Cancels += o.Cancels
 	c.Withdrawn += o.Withdrawn
 	c.TooManyKeys += o.TooManyKeys

@@ -32,11 +32,11 @@ func (s *Shard) Open(c *Cursor) {
 	s.locks.scans = append(s.locks.scans, c)
 }
 
-// Scan visits at most max keys from where c stands, with their grant and
-// lease deadline, and reports whether c is done; a done cursor is closed.
-// fn must not keep key, nor call into the shard. A cursor whose shard was
-// Reset since Open is done at once.
-func (s *Shard) Scan(c *Cursor, max int, fn func(key string, token uint64, deadline int64)) (done bool) {
+// Scan visits at most max keys from where c stands, with their grant, and
+// reports whether c is done; a done cursor is closed. fn must not keep h's
+// strings, nor call into the shard. A cursor whose shard was Reset since
+// Open is done at once.
+func (s *Shard) Scan(c *Cursor, max int, fn func(h Held)) (done bool) {
 	if !c.open {
 		panic("engine: Scan of a cursor that is not open")
 	}
@@ -47,7 +47,7 @@ func (s *Shard) Scan(c *Cursor, max int, fn func(key string, token uint64, deadl
 	for ; max > 0 && len(c.behind) > 0; max-- {
 		l := c.behind[len(c.behind)-1]
 		c.behind = c.behind[:len(c.behind)-1]
-		fn(l.key, l.token, l.lease.When())
+		fn(l.held())
 	}
 	slots := s.locks.slots
 	for ; max > 0 && c.pos < len(slots); c.pos++ {
@@ -59,7 +59,7 @@ func (s *Shard) Scan(c *Cursor, max int, fn func(key string, token uint64, deadl
 			c.ahead = slices.Delete(c.ahead, i, i+1)
 			continue
 		}
-		fn(l.key, l.token, l.lease.When())
+		fn(l.held())
 		max--
 	}
 	if c.pos < len(slots) || len(c.behind) > 0 {
@@ -68,6 +68,9 @@ func (s *Shard) Scan(c *Cursor, max int, fn func(key string, token uint64, deadl
 	s.Close(c)
 	return true
 }
+
+// Cursors returns how many cursors are open on s.
+func (s *Shard) Cursors() int { return len(s.locks.scans) }
 
 // Close ends c's walk. Closing a closed cursor does nothing.
 func (s *Shard) Close(c *Cursor) {

@@ -63,8 +63,8 @@ func cursorRun(t *testing.T, rng *rand.Rand) {
 	size := len(sh.locks.slots)
 	grew := false
 	for done := false; !done; {
-		done = sh.Scan(&c, 1+rng.IntN(4), func(key string, token uint64, _ int64) {
-			key = strings.Clone(key) // it aliases the lock's memory
+		done = sh.Scan(&c, 1+rng.IntN(4), func(h Held) {
+			key, token := strings.Clone(h.Key), h.Token // Key aliases the lock's memory
 			visited[fmt.Sprint(key, "#", inst[key])]++
 			if held[key] != token {
 				t.Fatalf("visited %s with token %d, its grant is %d", key, token, held[key])
@@ -123,7 +123,7 @@ func cursorRun(t *testing.T, rng *rand.Rand) {
 	// A Reset ends an open cursor.
 	sh.Open(&c)
 	sh.Reset(now)
-	if !sh.Scan(&c, 10, func(string, uint64, int64) { t.Fatal("visited after Reset") }) {
+	if !sh.Scan(&c, 10, func(Held) { t.Fatal("visited after Reset") }) {
 		t.Fatal("a cursor outlived Reset")
 	}
 }
@@ -132,7 +132,7 @@ func TestCursorOnAnEmptyShardIsDone(t *testing.T) {
 	sh := NewShard(Config{}, new(Tokens), 0)
 	var c Cursor
 	sh.Open(&c)
-	if !sh.Scan(&c, 10, func(string, uint64, int64) { t.Fatal("visited") }) {
+	if !sh.Scan(&c, 10, func(Held) { t.Fatal("visited") }) {
 		t.Fatal("not done")
 	}
 	sh.Open(&c) // closed by the Scan that was done

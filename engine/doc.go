@@ -12,6 +12,12 @@
 // answers in the order they appear: on one connection, answers about the same
 // key must reach the client in the order the shard decided them.
 //
+// An acquire with a negative wait is a try: a held key is answered TimedOut
+// at once and nothing is queued. A grant may name its owner (AcquireBy), a
+// short text the grant carries until it ends: Inspect shows it with the
+// grant, Scan and Each with every held key, and the grant's Record carries
+// it to standbys.
+//
 // Tokens come from one Tokens allocator shared by every shard of a node, so
 // each grant carries a token larger than every token issued before it.
 //

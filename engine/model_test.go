@@ -54,11 +54,13 @@ type mWaiter struct {
 	conn  ConnID
 	lease int64
 	until int64 // wait deadline; 0: no bound
+	owner string
 }
 
 type mLock struct {
 	token uint64
 	until int64 // lease deadline
+	owner string
 	queue []mWaiter
 }
 
@@ -75,6 +77,7 @@ type mRecord struct {
 	key      string
 	token    uint64
 	deadline int64
+	owner    string // grants
 }
 
 type model struct {
@@ -124,19 +127,23 @@ func (m *model) answer(conn ConnID, kind AnswerKind, key string, token uint64, e
 }
 
 func (m *model) record(kind RecordKind, key string, token uint64, deadline int64) {
+	m.recordOwner(kind, key, token, deadline, "")
+}
+
+func (m *model) recordOwner(kind RecordKind, key string, token uint64, deadline int64, owner string) {
 	if m.wantRecords {
-		m.records = append(m.records, mRecord{kind, key, token, deadline})
+		m.records = append(m.records, mRecord{kind, key, token, deadline, owner})
 	}
 }
 
 // tokenLeft reports whether a grant can have a token.
 func (m *model) tokenLeft() bool { return m.ceiling == 0 || m.last < m.ceiling }
 
-func (m *model) grant(now int64, key string, l *mLock, conn ConnID, lease int64) {
+func (m *model) grant(now int64, key string, l *mLock, conn ConnID, lease int64, owner string) {
 	m.last++
-	l.token, l.until = m.last, now+lease
+	l.token, l.until, l.owner = m.last, now+lease, owner
 	m.answer(conn, Granted, key, l.token, nil)
-	m.record(RecordGrant, key, l.token, l.until)
+	m.recordOwner(RecordGrant, key, l.token, l.until, owner)
 }
 
 // handOff gives key, whose grant ended at the instant at, to the first waiter
@@ -154,13 +161,13 @@ func (m *model) handOff(now, at int64, key string, l *mLock) {
 			m.answer(w.conn, Refused, key, 0, ErrStorageUnavailable)
 			continue
 		}
-		m.grant(now, key, l, w.conn, w.lease)
+		m.grant(now, key, l, w.conn, w.lease, w.owner)
 		return
 	}
 	delete(m.locks, key)
 }
 
-func (m *model) acquire(now int64, conn ConnID, key string, lease, wait int64) {
+func (m *model) acquire(now int64, conn ConnID, key, owner string, lease, wait int64) {
 	l := m.locks[key]
 	switch {
 	case l == nil && len(m.locks) >= m.maxKeys:
@@ -170,13 +177,15 @@ func (m *model) acquire(now int64, conn ConnID, key string, lease, wait int64) {
 	case l == nil:
 		l = new(mLock)
 		m.locks[key] = l
-		m.grant(now, key, l, conn, lease)
+		m.grant(now, key, l, conn, lease, owner)
 	case slices.ContainsFunc(l.queue, func(w mWaiter) bool { return w.conn == conn }):
 		m.answer(conn, Refused, key, 0, ErrAlreadyQueued)
+	case wait < 0: // a try of a held key
+		m.answer(conn, TimedOut, key, 0, nil)
 	case len(l.queue) >= m.maxWaiters || m.nqueue >= m.maxQueued:
 		m.answer(conn, Refused, key, 0, ErrTooManyWaiters)
 	default:
-		w := mWaiter{conn: conn, lease: lease}
+		w := mWaiter{conn: conn, lease: lease, owner: owner}
 		if wait > 0 {
 			w.until = now + wait
 		}
@@ -299,6 +308,7 @@ type op struct {
 	kind  opKind
 	conn  ConnID
 	key   string
+	owner string
 	token uint64
 	lease int64
 	wait  int64
@@ -312,7 +322,7 @@ func (o op) String() string {
 	}
 	switch o.kind {
 	case opAcquire:
-		return fmt.Sprintf("now=%d conn%d A %s lease=%d wait=%d", o.now, o.conn, key, o.lease, o.wait)
+		return fmt.Sprintf("now=%d conn%d A %s lease=%d wait=%d owner=%q", o.now, o.conn, key, o.lease, o.wait, o.owner)
 	case opRelease:
 		return fmt.Sprintf("now=%d conn%d R %s %d", o.now, o.conn, key, o.token)
 	case opExtend:
@@ -484,9 +494,14 @@ func (r *modelRun) step() {
 	case n < 35:
 		o.kind = opAcquire
 		o.lease = r.duration()
-		if r.rng.IntN(3) > 0 {
+		switch r.rng.IntN(6) {
+		case 0: // wait without bound
+		case 1:
+			o.wait = -1 // a try
+		default:
 			o.wait = r.duration()
 		}
+		o.owner = modelOwners[r.rng.IntN(len(modelOwners))]
 	case n < 55:
 		o.kind, o.token = opRelease, r.token(o.key)
 	case n < 63:
@@ -520,8 +535,12 @@ func (r *modelRun) step() {
 	key := []byte(o.key)
 	switch o.kind {
 	case opAcquire:
-		r.sh.Acquire(r.now, o.conn, key, o.lease, o.wait, &r.out)
-		r.m.acquire(r.now, o.conn, o.key, o.lease, o.wait)
+		if o.owner == "" && r.rng.IntN(2) == 0 {
+			r.sh.Acquire(r.now, o.conn, key, o.lease, o.wait, &r.out)
+		} else {
+			r.sh.AcquireBy(r.now, o.conn, key, []byte(o.owner), o.lease, o.wait, &r.out)
+		}
+		r.m.acquire(r.now, o.conn, o.key, o.owner, o.lease, o.wait)
 	case opRelease:
 		r.sh.Release(r.now, o.conn, key, o.token, &r.out)
 		r.m.release(r.now, o.conn, o.key, o.token)
@@ -642,7 +661,7 @@ func (r *modelRun) compare() {
 		var gotRec []mRecord
 		for i := range r.out.Records {
 			rc := &r.out.Records[i]
-			gotRec = append(gotRec, mRecord{rc.Kind, string(r.out.RecordKey(rc)), rc.Token, rc.Deadline})
+			gotRec = append(gotRec, mRecord{rc.Kind, string(r.out.RecordKey(rc)), rc.Token, rc.Deadline, string(r.out.RecordOwner(rc))})
 		}
 		for i := range r.m.records {
 			if tok, ok := remap[r.m.records[i].token]; ok && r.m.records[i].kind == RecordGrant {
@@ -672,9 +691,24 @@ func (r *modelRun) compare() {
 			return
 		}
 		var want []ConnID
+		if l == nil {
+			var out Output
+			if r.sh.Inspect(1, []byte(key), &out); out.Answers[0].Kind != InspectedFree {
+				r.fail("%.12q inspected as %d, want FREE", key, out.Answers[0].Kind)
+				return
+			}
+		}
 		if l != nil {
 			if tok != l.token || until != l.until {
 				r.fail("%.12q holder: engine token %d until %d, model token %d until %d", key, tok, until, l.token, l.until)
+				return
+			}
+			var out Output
+			r.sh.Inspect(1, []byte(key), &out)
+			if a := &out.Answers[0]; a.Kind != Inspected || a.Token != l.token || a.Deadline != l.until ||
+				int(a.Waiters) != len(l.queue) || string(out.Owner(a)) != l.owner {
+				r.fail("%.12q inspected: engine %d token %d until %d waiters %d owner %q, model token %d until %d waiters %d owner %q",
+					key, a.Kind, a.Token, a.Deadline, a.Waiters, out.Owner(a), l.token, l.until, len(l.queue), l.owner)
 				return
 			}
 			for _, w := range l.queue {
@@ -690,6 +724,10 @@ func (r *modelRun) compare() {
 		r.fail("Stats: engine %d keys %d queued, model %d keys %d queued", k, q, len(r.m.locks), r.m.nqueue)
 	}
 }
+
+// modelOwners are the owners acquires name: none, short ones, and one long
+// enough to make a lock's key memory grow.
+var modelOwners = []string{"", "", "o1", "o2", "host-" + strings.Repeat("x", 59)}
 
 func countGrants(as []mAnswer) int {
 	n := 0

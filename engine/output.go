@@ -9,25 +9,29 @@ type AnswerKind uint8
 
 // Answer kinds, one per protocol answer the engine decides.
 const (
-	Granted      AnswerKind = iota + 1 // A key token
-	TimedOut                           // T key: a queued acquire ended without a grant
-	Released                           // R key OK
-	ReleaseStale                       // R key STALE
-	Extended                           // X key OK
-	ExtendStale                        // X key STALE
-	Cancelled                          // C key OK (preceded by the acquire's T key)
-	CancelNone                         // C key NONE
-	Refused                            // E: Err says why
+	Granted       AnswerKind = iota + 1 // A key token
+	TimedOut                            // T key: a queued acquire ended without a grant
+	Released                            // R key OK
+	ReleaseStale                        // R key STALE
+	Extended                            // X key OK
+	ExtendStale                         // X key STALE
+	Cancelled                           // C key OK (preceded by the acquire's T key)
+	CancelNone                          // C key NONE
+	Refused                             // E: Err says why
+	Inspected                           // Q key token left waiters [owner]: Token, Deadline, Waiters, Owner
+	InspectedFree                       // Q key FREE
 )
 
 // Answer is one answer for one connection.
 type Answer struct {
-	Conn  ConnID
-	Kind  AnswerKind
-	Token uint64 // Granted
+	Conn     ConnID
+	Kind     AnswerKind
+	ownerLen uint8  // Inspected: the owner follows the key in Output.keys
+	Waiters  uint32 // Inspected: acquires queued behind the grant
+	Token    uint64 // Granted, Inspected
 	// Deadline is when the grant's lease ends, in the caller's now units:
-	// Granted, and Extended (the new end). A server uses it to tell whether
-	// a connection may still hold a grant.
+	// Granted, Extended (the new end) and Inspected. A server uses it to
+	// tell whether a connection may still hold a grant.
 	Deadline int64
 	Err      error // Refused
 	keyOff   uint32
@@ -48,6 +52,7 @@ const (
 // Record is a change of lock state, in the order the shard made it.
 type Record struct {
 	Kind     RecordKind
+	ownerLen uint8 // Grant: the owner follows the key in Output.keys
 	Token    uint64
 	Deadline int64 // lease end, in the caller's now units; Grant and Extend
 	keyOff   uint32
@@ -73,6 +78,24 @@ func (o *Output) Key(a *Answer) []byte { return o.keys[a.keyOff : a.keyOff+a.key
 
 // RecordKey returns the key a record is about.
 func (o *Output) RecordKey(r *Record) []byte { return o.keys[r.keyOff : r.keyOff+r.keyLen] }
+
+// Owner returns the owner an Inspected answer shows, nil for none.
+func (o *Output) Owner(a *Answer) []byte {
+	if a.ownerLen == 0 {
+		return nil
+	}
+	end := a.keyOff + a.keyLen
+	return o.keys[end : end+uint32(a.ownerLen)]
+}
+
+// RecordOwner returns the owner of a Grant record's grant, nil for none.
+func (o *Output) RecordOwner(r *Record) []byte {
+	if r.ownerLen == 0 {
+		return nil
+	}
+	end := r.keyOff + r.keyLen
+	return o.keys[end : end+uint32(r.ownerLen)]
+}
 
 // Reset empties the output, keeping its memory.
 func (o *Output) Reset() {
@@ -103,6 +126,14 @@ func (o *Output) answerUntil(conn ConnID, kind AnswerKind, key string, token uin
 	o.Answers = append(o.Answers, Answer{Conn: conn, Kind: kind, Token: token, Deadline: deadline, keyOff: off, keyLen: n})
 }
 
+// inspected is answer for Inspected, with h's owner after the key.
+func (o *Output) inspected(conn ConnID, h Held) {
+	off, n := o.keyRef(h.Key)
+	o.keys = append(o.keys, h.Owner...)
+	o.Answers = append(o.Answers, Answer{Conn: conn, Kind: Inspected, Token: h.Token, Deadline: h.Deadline,
+		Waiters: uint32(h.Waiters), ownerLen: uint8(len(h.Owner)), keyOff: off, keyLen: n})
+}
+
 func (o *Output) refuse(conn ConnID, key string, err error) {
 	off, n := o.keyRef(key)
 	o.Answers = append(o.Answers, Answer{Conn: conn, Kind: Refused, Err: err, keyOff: off, keyLen: n})
@@ -114,4 +145,14 @@ func (o *Output) record(kind RecordKind, key string, token uint64, deadline int6
 	}
 	off, n := o.keyRef(key)
 	o.Records = append(o.Records, Record{Kind: kind, Token: token, Deadline: deadline, keyOff: off, keyLen: n})
+}
+
+// recordGrant is record for a grant, with its owner after the key.
+func (o *Output) recordGrant(key, owner string, token uint64, deadline int64) {
+	if !o.WantRecords {
+		return
+	}
+	off, n := o.keyRef(key)
+	o.keys = append(o.keys, owner...)
+	o.Records = append(o.Records, Record{Kind: RecordGrant, ownerLen: uint8(len(owner)), Token: token, Deadline: deadline, keyOff: off, keyLen: n})
 }

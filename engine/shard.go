@@ -30,34 +30,79 @@ const (
 	shrinkMin = 4096
 )
 
+// MaxOwner is the longest owner a grant may carry, in bytes.
+const MaxOwner = 255
+
 // lock is a held key. A lock in Shard.locks always has a holder: when its
 // grant ends with nobody queued, the key leaves the map.
+//
+// The grant's owner, when it has one, is kept in the key's own memory right
+// after the key, its length in ownerLen: a grant without an owner costs no
+// byte more than before owners existed, and the lock stays 80 bytes (a Go
+// size class; one more field would make it 96).
 type lock struct {
-	lease   wheel.Timer[*lock] // the grant's lease deadline
-	key     string             // aliases memory owned by the lock, see setKey
-	token   uint64             // the current grant
-	last    *waiter            // FIFO queue of acquires: a ring, last.next is the first
-	nwait   int32
-	keyCap  int32
-	granted int64 // when the current grant was made
+	lease    wheel.Timer[*lock] // the grant's lease deadline
+	key      string             // aliases memory owned by the lock, see setKey
+	token    uint64             // the current grant
+	last     *waiter            // FIFO queue of acquires: a ring, last.next is the first
+	nwait    int32
+	keyCap   uint16 // the capacity of key's memory: key, then owner
+	ownerLen uint8  // the owner's length, 0 without one
+	granted  int64  // when the current grant was made
 }
 
 func (l *lock) WheelTimer() *wheel.Timer[*lock] { return &l.lease }
 
-// setKey copies key into memory the lock owns, reusing the previous key's
-// memory when it is large enough. Only call it while the lock is in no map.
-func (l *lock) setKey(key []byte) {
-	if len(key) > int(l.keyCap) {
-		c := (len(key) + 15) &^ 15
-		b := make([]byte, len(key), c)
-		l.keyCap = int32(c)
-		copy(b, key)
-		l.key = unsafe.String(unsafe.SliceData(b), len(key))
-		return
+// setKey copies key and the grant's owner into memory the lock owns,
+// reusing the previous key's memory when it is large enough. Only call it
+// while the lock is in no table.
+func (l *lock) setKey(key, owner []byte) {
+	if len(key)+len(owner) > int(l.keyCap) {
+		l.grow(len(key) + len(owner))
 	}
 	b := unsafe.Slice(unsafe.StringData(l.key), l.keyCap)
 	copy(b, key)
+	copy(b[len(key):], owner)
 	l.key = unsafe.String(unsafe.SliceData(b), len(key))
+	l.ownerLen = uint8(len(owner))
+}
+
+// setOwner replaces the grant's owner, keeping the key. The lock may be in
+// the table: the key's bytes do not change.
+func (l *lock) setOwner(owner []byte) {
+	if len(owner) == 0 {
+		l.ownerLen = 0
+		return
+	}
+	if len(l.key)+len(owner) > int(l.keyCap) {
+		key := l.key
+		l.grow(len(key) + len(owner))
+		b := unsafe.Slice(unsafe.StringData(l.key), l.keyCap)
+		copy(b, key)
+		l.key = unsafe.String(unsafe.SliceData(b), len(key))
+	}
+	b := unsafe.Slice(unsafe.StringData(l.key), l.keyCap)
+	copy(b[len(l.key):], owner)
+	l.ownerLen = uint8(len(owner))
+}
+
+// grow gives l new memory for at least n bytes; l.key points to it, with
+// its old length and undefined content.
+func (l *lock) grow(n int) {
+	c := (n + 15) &^ 15
+	b := make([]byte, c)
+	l.keyCap = uint16(c)
+	l.key = unsafe.String(unsafe.SliceData(b), len(l.key))
+}
+
+// owner returns the grant's owner, "" without one. It aliases the lock's
+// memory.
+func (l *lock) owner() string {
+	if l.ownerLen == 0 {
+		return ""
+	}
+	b := unsafe.Slice(unsafe.StringData(l.key), l.keyCap)
+	return unsafe.String(&b[len(l.key)], int(l.ownerLen))
 }
 
 // first returns the head of l's queue, or nil.
@@ -113,6 +158,20 @@ type queueKey struct {
 	l    *lock
 }
 
+// Held is a held key as Scan, Each and Inspect show it. Key and Owner
+// alias the shard's memory: they are valid only until the shard changes.
+type Held struct {
+	Key      string
+	Owner    string // "" when the grant has none
+	Token    uint64
+	Deadline int64 // when the lease ends, in the caller's now units
+	Waiters  int   // acquires queued behind the grant
+}
+
+func (l *lock) held() Held {
+	return Held{Key: l.key, Owner: l.owner(), Token: l.token, Deadline: l.lease.When(), Waiters: int(l.nwait)}
+}
+
 // Shard is the lock state of a part of the key space. It is not safe for
 // concurrent use: one goroutine at a time owns it.
 type Shard struct {
@@ -124,6 +183,7 @@ type Shard struct {
 	waits  *wheel.Wheel[*waiter]
 	queued map[queueKey]*waiter // each connection's queued acquire per key
 	byConn map[ConnID]*waiter   // head of each connection's waiters here
+	owners map[*waiter]string   // the owners of queued acquires that have one
 	nqueue int
 
 	freeLocks   []*lock
@@ -159,6 +219,7 @@ func NewShard(cfg Config, tokens *Tokens, now int64) *Shard {
 		waits:  wheel.New[*waiter](cfg.Tick, wheelSlots, now),
 		queued: make(map[queueKey]*waiter),
 		byConn: make(map[ConnID]*waiter),
+		owners: make(map[*waiter]string),
 	}
 	s.locks.init()
 	s.fireLease = s.expire
@@ -168,9 +229,20 @@ func NewShard(cfg Config, tokens *Tokens, now int64) *Shard {
 
 // Acquire asks for key on behalf of conn: a grant now if the key is free,
 // otherwise a place at the back of its queue for at most wait (0: no bound).
-// lease and wait are durations in now units. The grant, a refusal, or later a
-// grant or timeout, is answered in out.
+// A negative wait is a try: a held key is answered TimedOut at once, and
+// nothing is queued. lease and wait are durations in now units. The grant, a
+// refusal, or later a grant or timeout, is answered in out.
 func (s *Shard) Acquire(now int64, conn ConnID, key []byte, lease, wait int64, out *Output) {
+	s.AcquireBy(now, conn, key, nil, lease, wait, out)
+}
+
+// AcquireBy is Acquire for a grant that names its owner (at most MaxOwner
+// bytes; empty: none), which the grant carries for Inspect, Scan and its
+// replication record.
+func (s *Shard) AcquireBy(now int64, conn ConnID, key, owner []byte, lease, wait int64, out *Output) {
+	if len(owner) > MaxOwner {
+		panic("engine: owner longer than MaxOwner")
+	}
 	h := hashKey(key)
 	l := s.locks.get(h, key)
 	if l == nil {
@@ -185,7 +257,7 @@ func (s *Shard) Acquire(now int64, conn ConnID, key []byte, lease, wait int64, o
 			out.refuse(conn, unsafeString(key), ErrStorageUnavailable)
 			return
 		}
-		l = s.newLock(key)
+		l = s.newLock(key, owner)
 		s.locks.insert(h, l)
 		s.grant(now, 0, l, conn, lease, token, out)
 		return
@@ -194,6 +266,11 @@ func (s *Shard) Acquire(now int64, conn ConnID, key []byte, lease, wait int64, o
 	if _, dup := s.queued[qk]; dup {
 		s.counters.AlreadyQueued++
 		out.refuse(conn, unsafeString(key), ErrAlreadyQueued)
+		return
+	}
+	if wait < 0 {
+		s.counters.TriesBusy++
+		out.answer(conn, TimedOut, l.key, 0)
 		return
 	}
 	if int(l.nwait) >= s.cfg.MaxWaiters || s.nqueue >= s.cfg.MaxQueued {
@@ -210,6 +287,9 @@ func (s *Shard) Acquire(now int64, conn ConnID, key []byte, lease, wait int64, o
 	}
 	s.byConn[conn] = w
 	s.queued[qk] = w
+	if len(owner) > 0 {
+		s.owners[w] = string(owner)
+	}
 	s.nqueue++
 	if wait > 0 {
 		s.waits.Add(w, now+wait)
@@ -264,6 +344,18 @@ func (s *Shard) Cancel(now int64, conn ConnID, key []byte, out *Output) {
 	out.answer(conn, CancelNone, unsafeString(key), 0)
 }
 
+// Inspect answers conn with key's grant, Inspected (token, lease deadline,
+// waiters and owner), or InspectedFree when nobody holds it. It changes
+// nothing.
+func (s *Shard) Inspect(conn ConnID, key []byte, out *Output) {
+	l := s.locks.get(hashKey(key), key)
+	if l == nil {
+		out.answer(conn, InspectedFree, unsafeString(key), 0)
+		return
+	}
+	out.inspected(conn, l.held())
+}
+
 // Disconnect withdraws every acquire conn has queued in this shard. They are
 // never granted and not answered. Grants conn holds are not touched.
 func (s *Shard) Disconnect(conn ConnID) {
@@ -287,6 +379,7 @@ func (s *Shard) Advance(now int64, out *Output) {
 		// The queue indexes are Go maps, which never shrink: start afresh.
 		s.queued = make(map[queueKey]*waiter)
 		s.byConn = make(map[ConnID]*waiter)
+		s.owners = make(map[*waiter]string)
 	}
 }
 
@@ -318,7 +411,7 @@ func (s *Shard) grant(now, since int64, l *lock, conn ConnID, lease int64, token
 	l.token = token
 	s.leases.Add(l, now+lease)
 	out.answerUntil(conn, Granted, l.key, l.token, now+lease)
-	out.record(RecordGrant, l.key, l.token, now+lease)
+	out.recordGrant(l.key, l.owner(), l.token, now+lease)
 }
 
 // handOff passes l, whose grant ended at the instant at, to its first waiter
@@ -331,6 +424,10 @@ func (s *Shard) handOff(now, at int64, h uint64, l *lock, out *Output) {
 	for w := l.first(); w != nil; w = l.first() {
 		late := w.wait.Scheduled() && w.wait.When() <= at
 		conn, lease, since := w.conn, w.lease, w.since
+		var owner string
+		if len(s.owners) > 0 {
+			owner = s.owners[w]
+		}
 		s.dequeue(w)
 		s.freeWaiter(w)
 		if late {
@@ -344,6 +441,7 @@ func (s *Shard) handOff(now, at int64, h uint64, l *lock, out *Output) {
 			out.refuse(conn, l.key, ErrStorageUnavailable)
 			continue
 		}
+		l.setOwner(unsafeBytes(owner))
 		s.grant(now, since, l, conn, lease, token, out)
 		return
 	}
@@ -371,11 +469,14 @@ func (s *Shard) dequeue(w *waiter) {
 		w.cnext.cprev = w.cprev
 	}
 	delete(s.queued, queueKey{w.conn, l})
+	if len(s.owners) > 0 {
+		delete(s.owners, w)
+	}
 	s.nqueue--
 	s.waits.Cancel(w)
 }
 
-func (s *Shard) newLock(key []byte) *lock {
+func (s *Shard) newLock(key, owner []byte) *lock {
 	var l *lock
 	if n := len(s.freeLocks); n > 0 {
 		l = s.freeLocks[n-1]
@@ -384,7 +485,7 @@ func (s *Shard) newLock(key []byte) *lock {
 	} else {
 		l = new(lock)
 	}
-	l.setKey(key)
+	l.setKey(key, owner)
 	return l
 }
 
@@ -413,19 +514,26 @@ func (s *Shard) freeWaiter(w *waiter) {
 
 // Install makes token the holder of key with its lease ending at deadline,
 // replacing whatever grant the key had: a standby applies its active's
-// grants and extends this way. The key's queue, if any, is kept. It makes
-// no answers and no records.
-func (s *Shard) Install(now int64, key []byte, token uint64, deadline int64) error {
+// grants and extends this way. A new grant takes owner (empty: none); the
+// grant the key has already (the same token: an extend) keeps its own. The
+// key's queue, if any, is kept. It makes no answers and no records.
+func (s *Shard) Install(now int64, key []byte, token uint64, deadline int64, owner []byte) error {
+	if len(owner) > MaxOwner {
+		panic("engine: owner longer than MaxOwner")
+	}
 	h := hashKey(key)
 	l := s.locks.get(h, key)
 	if l == nil {
 		if s.locks.len() >= s.cfg.MaxKeys {
 			return ErrTooManyKeys
 		}
-		l = s.newLock(key)
+		l = s.newLock(key, owner)
 		s.locks.insert(h, l)
 	} else {
 		s.leases.Cancel(l)
+		if l.token != token {
+			l.setOwner(owner)
+		}
 	}
 	if l.token != token {
 		l.granted = now
@@ -496,10 +604,10 @@ func (s *Shard) Waiters(key []byte) []ConnID {
 	return out
 }
 
-// Each calls fn for every held key with its grant and lease deadline, in no
-// particular order. fn must not keep key.
-func (s *Shard) Each(fn func(key string, token uint64, deadline int64)) {
-	s.locks.each(func(l *lock) { fn(l.key, l.token, l.lease.When()) })
+// Each calls fn for every held key, in no particular order. fn must not
+// keep h's strings, nor call into the shard.
+func (s *Shard) Each(fn func(h Held)) {
+	s.locks.each(func(l *lock) { fn(l.held()) })
 }
 
 // ShardOf maps key to one of n shards (FNV-1a).
@@ -518,3 +626,6 @@ func ShardOf(key []byte, n int) int {
 // unsafeString views b as a string without copying; the string must not
 // outlive b's contents.
 func unsafeString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// unsafeBytes views s as bytes without copying, to be read only.
+func unsafeBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }

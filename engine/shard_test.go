@@ -62,6 +62,16 @@ func (s *story) acquire(conn ConnID, key string, lease, wait int64) {
 	s.sh.Acquire(s.now, conn, []byte(key), lease, wait, &s.out)
 }
 
+func (s *story) acquireBy(conn ConnID, key, owner string, lease, wait int64) {
+	s.t.Helper()
+	s.sh.AcquireBy(s.now, conn, []byte(key), []byte(owner), lease, wait, &s.out)
+}
+
+func (s *story) inspect(conn ConnID, key string) {
+	s.t.Helper()
+	s.sh.Inspect(conn, []byte(key), &s.out)
+}
+
 func (s *story) release(conn ConnID, key string, token uint64) {
 	s.t.Helper()
 	s.sh.Release(s.now, conn, []byte(key), token, &s.out)
@@ -120,6 +130,13 @@ func formatAnswer(out *Output, a *Answer) string {
 		body = "C " + key + " NONE"
 	case Refused:
 		body = "E A " + key + " " + strings.TrimPrefix(a.Err.Error(), "engine: ")
+	case Inspected:
+		body = fmt.Sprintf("Q %s %d until=%v waiters=%d", key, a.Token, time.Duration(a.Deadline-storyStart), a.Waiters)
+		if o := out.Owner(a); o != nil {
+			body += " owner=" + string(o)
+		}
+	case InspectedFree:
+		body = "Q " + key + " FREE"
 	default:
 		body = fmt.Sprintf("?%d %s", a.Kind, key)
 	}
@@ -130,6 +147,9 @@ func formatRecord(out *Output, r *Record, start int64) string {
 	key := string(out.RecordKey(r))
 	switch r.Kind {
 	case RecordGrant:
+		if o := out.RecordOwner(r); o != nil {
+			return fmt.Sprintf("grant %s %d until %v owner=%s", key, r.Token, time.Duration(r.Deadline-start), o)
+		}
 		return fmt.Sprintf("grant %s %d until %v", key, r.Token, time.Duration(r.Deadline-start))
 	case RecordRelease:
 		return fmt.Sprintf("release %s %d", key, r.Token)
@@ -974,8 +994,8 @@ func TestEach(t *testing.T) {
 	s.acquire(1, "b", 20*sec, 0)
 	s.expect("conn1: A a 1", "conn1: A b 2")
 	var got []string
-	s.sh.Each(func(key string, token uint64, deadline int64) {
-		got = append(got, fmt.Sprintf("%s %d %v", key, token, time.Duration(deadline-s.start)))
+	s.sh.Each(func(h Held) {
+		got = append(got, fmt.Sprintf("%s %d %v", h.Key, h.Token, time.Duration(h.Deadline-s.start)))
 	})
 	slices.Sort(got)
 	if want := []string{"a 1 10s", "b 2 20s"}; !slices.Equal(got, want) {

@@ -23,9 +23,11 @@
 // On a link over which a standby asked for the stream, the active answers:
 //
 //	B seq                       a snapshot of the state after record seq begins
-//	H key token remaining       a held key in the snapshot
+//	H key token remaining [owner]
+//	                            a held key in the snapshot
 //	Z                           the snapshot ends; records follow
-//	G seq key token remaining   granted
+//	G seq key token remaining [owner]
+//	                            granted
 //	R seq key token             released
 //	E seq key token             lease ran out
 //	X seq key token remaining   extended
@@ -36,7 +38,11 @@
 // remaining is a lease's time left in microseconds, rounded up: deadlines
 // cross the wire as durations, never as instants, because clocks differ
 // between machines. A lease on a standby therefore ends a little after the
-// active's (by the transit time), never before.
+// active's (by the transit time), never before. owner is the grant's owner
+// as the client named it (wire.ValidOwner), absent when it named none; an
+// extend keeps the grant's owner. A standby of a version before owners
+// refuses a G or H with an owner (a bad frame) and copies the state afresh
+// in a loop until it is upgraded: upgrade standbys before the active.
 package replica
 
 import (
@@ -45,6 +51,7 @@ import (
 	"strconv"
 
 	"github.com/kunci/kunci/failover"
+	"github.com/kunci/kunci/wire"
 )
 
 // Kind is a frame's kind, its first byte (a peer request's second).
@@ -71,15 +78,16 @@ const (
 // Roles as heartbeats carry them.
 var roleBytes = [...]byte{failover.Standby: 's', failover.Active: 'a', failover.Leaving: 'l', failover.Rejoining: 'r'}
 
-// Frame is one parsed frame. Key, From and Active alias the parsed line
-// (Beat.Active is a copy).
+// Frame is one parsed frame. Key, Owner, From and Active alias the parsed
+// line (Beat.Active is a copy).
 type Frame struct {
 	Peer      bool // a P line: from the peer that dialled the link, or a heartbeat
 	Kind      Kind
 	Seq       uint64
 	Key       []byte
 	Token     uint64
-	Remaining int64 // ns
+	Remaining int64  // ns
+	Owner     []byte // H and G: the grant's owner, nil for none
 	// A heartbeat: From names its sender; Beat is what it says, but for
 	// Beat.Active, which is left empty: Active aliases the line (nil for
 	// "-").
@@ -197,12 +205,18 @@ func Parse(buf []byte, f *Frame) (n int, err error) {
 				f.Seq = num(args[0])
 			}
 		case Holder:
+			if len(args) == 4 {
+				f.Owner, args = args[3], args[:3]
+			}
 			if want(3) {
 				f.Key, f.Token, f.Remaining = args[0], num(args[1]), remaining(num(args[2]))
 			}
 		case End:
 			want(0)
 		case Grant, Extend:
+			if len(args) == 5 && f.Kind == Grant {
+				f.Owner, args = args[4], args[:4]
+			}
 			if want(4) {
 				f.Seq, f.Key, f.Token, f.Remaining = num(args[0]), args[1], num(args[2]), remaining(num(args[3]))
 			}
@@ -220,6 +234,9 @@ func Parse(buf []byte, f *Frame) (n int, err error) {
 			ok = false
 		}
 		if f.Key != nil && (len(f.Key) > 250 || f.Token == 0) {
+			ok = false
+		}
+		if f.Owner != nil && !wire.ValidOwner(f.Owner) {
 			ok = false
 		}
 	}
@@ -306,14 +323,19 @@ func AppendBegin(dst []byte, seq uint64) []byte {
 	return append(dst, '\n')
 }
 
-// AppendHolder appends a snapshot's held key; remaining is in ns.
-func AppendHolder(dst []byte, key string, token uint64, remaining int64) []byte {
+// AppendHolder appends a snapshot's held key; remaining is in ns, owner
+// "" for none.
+func AppendHolder(dst []byte, key string, token uint64, remaining int64, owner string) []byte {
 	dst = append(dst, "H "...)
 	dst = append(dst, key...)
 	dst = append(dst, ' ')
 	dst = strconv.AppendUint(dst, token, 10)
 	dst = append(dst, ' ')
 	dst = strconv.AppendUint(dst, micros(remaining), 10)
+	if owner != "" {
+		dst = append(dst, ' ')
+		dst = append(dst, owner...)
+	}
 	return append(dst, '\n')
 }
 
@@ -321,8 +343,8 @@ func AppendHolder(dst []byte, key string, token uint64, remaining int64) []byte 
 func AppendEnd(dst []byte) []byte { return append(dst, "Z\n"...) }
 
 // AppendRecord appends a record frame; remaining (ns) is used by Grant and
-// Extend.
-func AppendRecord(dst []byte, k Kind, seq uint64, key []byte, token uint64, remaining int64) []byte {
+// Extend, owner (nil for none) by Grant.
+func AppendRecord(dst []byte, k Kind, seq uint64, key []byte, token uint64, remaining int64, owner []byte) []byte {
 	dst = append(dst, byte(k), ' ')
 	dst = strconv.AppendUint(dst, seq, 10)
 	dst = append(dst, ' ')
@@ -332,6 +354,10 @@ func AppendRecord(dst []byte, k Kind, seq uint64, key []byte, token uint64, rema
 	if k == Grant || k == Extend {
 		dst = append(dst, ' ')
 		dst = strconv.AppendUint(dst, micros(remaining), 10)
+	}
+	if k == Grant && len(owner) > 0 {
+		dst = append(dst, ' ')
+		dst = append(dst, owner...)
 	}
 	return append(dst, '\n')
 }

@@ -14,11 +14,13 @@ func TestFramesRoundTrip(t *testing.T) {
 	b = AppendPeer(b, Sync)
 	b = AppendAck(b, 42)
 	b = AppendBegin(b, 5)
-	b = AppendHolder(b, "k/1", 3, 1500) // 1.5 µs rounds up to 2
+	b = AppendHolder(b, "k/1", 3, 1500, "") // 1.5 µs rounds up to 2
 	b = AppendEnd(b)
-	b = AppendRecord(b, Grant, 6, []byte("k/2"), 4, 30e9)
-	b = AppendRecord(b, Release, 7, []byte("k/2"), 4, 0)
+	b = AppendRecord(b, Grant, 6, []byte("k/2"), 4, 30e9, nil)
+	b = AppendRecord(b, Release, 7, []byte("k/2"), 4, 0, []byte("ignored"))
 	b = AppendHandoff(b, 8, 7, 9, failover.Range{Lo: 1 << 20, Hi: 2 << 20})
+	b = AppendHolder(b, "k/3", 10, 1e9, "web-3:4121")
+	b = AppendRecord(b, Grant, 9, []byte("k/4"), 11, 1e9, []byte("batch-7"))
 	var got []Frame
 	for len(b) > 0 {
 		var f Frame
@@ -27,6 +29,7 @@ func TestFramesRoundTrip(t *testing.T) {
 			t.Fatalf("Parse(%q): %d %v", b, n, err)
 		}
 		f.Key, f.From, f.Active = append([]byte(nil), f.Key...), append([]byte(nil), f.From...), append([]byte(nil), f.Active...)
+		f.Owner = append([]byte(nil), f.Owner...)
 		got = append(got, f)
 		b = b[n:]
 	}
@@ -42,8 +45,17 @@ func TestFramesRoundTrip(t *testing.T) {
 	if g := got[6]; g.Kind != Grant || g.Seq != 6 || string(g.Key) != "k/2" || g.Token != 4 || g.Remaining != 30e9 {
 		t.Fatalf("grant %+v", g)
 	}
-	if r, o := got[7], got[8]; r.Kind != Release || r.Token != 4 || o.Inc != 7 || o.HB != 9 || o.Range != (failover.Range{Lo: 1 << 20, Hi: 2 << 20}) {
+	if r, o := got[7], got[8]; r.Kind != Release || r.Token != 4 || len(r.Owner) != 0 || o.Inc != 7 || o.HB != 9 || o.Range != (failover.Range{Lo: 1 << 20, Hi: 2 << 20}) {
 		t.Fatalf("%+v %+v", r, o)
+	}
+	if h := got[9]; h.Kind != Holder || string(h.Key) != "k/3" || string(h.Owner) != "web-3:4121" || h.Remaining != 1e9 {
+		t.Fatalf("holder with an owner %+v", h)
+	}
+	if g := got[10]; g.Kind != Grant || string(g.Key) != "k/4" || g.Token != 11 || string(g.Owner) != "batch-7" {
+		t.Fatalf("grant with an owner %+v", g)
+	}
+	if len(got[4].Owner) != 0 || len(got[6].Owner) != 0 {
+		t.Fatalf("owners where none was given: %q %q", got[4].Owner, got[6].Owner)
 	}
 }
 
@@ -52,6 +64,8 @@ func TestParseRefusesBadFrames(t *testing.T) {
 		"Q 1\n", "G 1 k\n", "G x k 1 1\n", "P H a b\n", "P H a x - 1 1 1 1\n", "R 1 k 0\n",
 		"P A\n", "Z extra\n", "G 1 k  1 1\n", "P Q\n", "K 1 2\n", "O 1 2 3 5 4\n",
 		"P H a x - 1 1 1 1 1 0 0\n", "P H a a - 1 1 1 1 2 0 0\n",
+		"G 1 k 1 1 o x\n", "G 1 k 1 1 " + string(make([]byte, 65)) + "\n", "X 1 k 1 1 o\n", "R 1 k 1 o\n",
+		"H k 1 1 o x\n", "H k 1 1 o\x01\n", "G 1 k 1 1 é\n",
 	} {
 		var f Frame
 		if _, err := Parse([]byte(line), &f); err == nil {
@@ -83,14 +97,14 @@ func TestHubSequencesAndSnapshots(t *testing.T) {
 		t.Fatalf("begin %q", begin)
 	}
 	// A record made while the snapshot is being sent waits for it.
-	sh.Acquire(0, 1, []byte("after"), 10e9, 0, &out)
+	sh.AcquireBy(0, 1, []byte("after"), []byte("web-3:4121"), 10e9, 0, &out)
 	h.Records(0, &out)
 	if woken != 0 {
 		t.Fatal("woken during the snapshot")
 	}
 	h.SnapshotDone(s)
 	got := string(h.Take(s))
-	want := "G 2 after 2 10000000\n"
+	want := "G 2 after 2 10000000 web-3:4121\n"
 	if got != want || woken != 1 {
 		t.Fatalf("stream %q (woken %d), want %q", got, woken, want)
 	}

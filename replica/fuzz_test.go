@@ -24,6 +24,12 @@ var frameSeeds = []string{
 	"B 1\nH k 1 1\nZ\nG 2 k 2 5\nR 3 k 2\n",
 	strings.Repeat("x", 600) + "\nZ\n",
 	"G 1 k 1 1",
+	"H orders/42 3145729 29999706 web-3:4121\n",
+	"G 18 orders/42 3145730 30000000 web-3:4121\n",
+	"G 18 orders/42 3145730 30000000 " + strings.Repeat("o", 65) + "\n",
+	"X 21 k 5 60000000 web-3\n",
+	"H k 1 1 a b\n",
+	"B 1\nH k 1 1 o\nZ\nG 2 k 2 5 o2\nX 3 k 2 9\nR 4 k 2\n",
 }
 
 func FuzzParse(f *testing.F) {
@@ -108,7 +114,7 @@ func parseAll(data, cuts []byte) []string {
 func show(f *Frame) string {
 	g := *f
 	return strings.NewReplacer("\n", `\n`).Replace(
-		string(appendFrame(nil, &g)) + "|" + string(g.Key) + "|" + string(g.From) + "|" + string(g.Active) + "|" + fmt.Sprint(g.Beat))
+		string(appendFrame(nil, &g)) + "|" + string(g.Key) + "|" + string(g.Owner) + "|" + string(g.From) + "|" + string(g.Active) + "|" + fmt.Sprint(g.Beat))
 }
 
 func checkFrame(t *testing.T, f *Frame) {
@@ -121,6 +127,9 @@ func checkFrame(t *testing.T, f *Frame) {
 	}
 	if f.Remaining < 0 {
 		t.Fatalf("negative remaining %d", f.Remaining)
+	}
+	if f.Owner != nil && (f.Kind != Holder && f.Kind != Grant || len(f.Owner) == 0 || len(f.Owner) > 64 || bytes.ContainsAny(f.Owner, " \n")) {
+		t.Fatalf("an owner %q on %c", f.Owner, f.Kind)
 	}
 }
 
@@ -141,13 +150,13 @@ func appendFrame(dst []byte, f *Frame) []byte {
 	case Begin:
 		return AppendBegin(dst, f.Seq)
 	case Holder:
-		return AppendHolder(dst, string(f.Key), f.Token, f.Remaining)
+		return AppendHolder(dst, string(f.Key), f.Token, f.Remaining, string(f.Owner))
 	case End:
 		return AppendEnd(dst)
 	case Handoff:
 		return AppendHandoff(dst, f.Seq, f.Inc, f.HB, f.Range)
 	}
-	return AppendRecord(dst, f.Kind, f.Seq, f.Key, f.Token, f.Remaining)
+	return AppendRecord(dst, f.Kind, f.Seq, f.Key, f.Token, f.Remaining, f.Owner)
 }
 
 // FuzzHandshake feeds arbitrary lines to both sides of the handshake: no

@@ -102,7 +102,7 @@ func (h *Hub) Records(now int64, out *engine.Output) uint64 {
 		case engine.RecordExtend:
 			k = Extend
 		}
-		enc = AppendRecord(enc, k, h.seq, out.RecordKey(r), r.Token, r.Deadline-now)
+		enc = AppendRecord(enc, k, h.seq, out.RecordKey(r), r.Token, r.Deadline-now, out.RecordOwner(r))
 	}
 	h.enc = enc
 	h.queueLocked(enc)

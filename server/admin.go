@@ -19,8 +19,8 @@ import (
 
 // startAdmin serves the admin endpoints on addr: /metrics (Prometheus),
 // /healthz (the process serves and can reserve tokens), /readyz (200 only
-// on the active) and, with Config.AdminPprof, /debug/pprof/. Every path
-// answers GET and HEAD only.
+// on the active), /locks (the held keys as JSON: list.go) and, with
+// Config.AdminPprof, /debug/pprof/. Every path answers GET and HEAD only.
 func (n *Node) startAdmin(addr string) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{n}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -33,6 +33,7 @@ func (n *Node) startAdmin(addr string) error {
 		}
 		fmt.Fprintln(w, "ok")
 	})
+	mux.HandleFunc("/locks", n.serveLocks)
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if role := n.Role(); role != "active" {
 			http.Error(w, role, http.StatusServiceUnavailable)
@@ -97,6 +98,7 @@ var (
 	descExtends     = desc("extends_total", "Extend requests, by result (ok, stale).", "result")
 	descExpiries    = desc("expiries_total", "Leases that ran out before a release: a sign of dead or paused holders.")
 	descTimeouts    = desc("wait_timeouts_total", "Queued acquires whose wait ran out (answered T).")
+	descTriesBusy   = desc("tries_busy_total", "Try-acquires (wait -) of a held key, answered T at once.")
 	descCancels     = desc("cancels_total", "Queued acquires withdrawn by C.")
 	descWithdrawn   = desc("withdrawn_total", "Queued acquires dropped because their connection closed.")
 	descErrors      = desc("errors_total", "Requests refused with E, by reason.", "reason")
@@ -122,7 +124,7 @@ var (
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descGrants, descReleases, descExtends, descExpiries,
-		descTimeouts, descCancels, descWithdrawn, descErrors, descSlowClosed, descAuthFailed, descTLSDropped, descKeys,
+		descTimeouts, descTriesBusy, descCancels, descWithdrawn, descErrors, descSlowClosed, descAuthFailed, descTLSDropped, descKeys,
 		descQueued, descConns, descTokens, descRole, descLag, descSynced, descPromotions, descWait, descHold, descPeerRefused, descPeerDropped, descDropped,
 		descStorageOK, descStorageErr} {
 		ch <- d
@@ -145,6 +147,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descExtends, e.StaleExtends, "stale")
 	counter(descExpiries, e.Expiries)
 	counter(descTimeouts, e.Timeouts)
+	counter(descTriesBusy, e.TriesBusy)
 	counter(descCancels, e.Cancels)
 	counter(descWithdrawn, e.Withdrawn)
 	for reason, v := range m.Refused {

@@ -70,6 +70,8 @@ func TestAdminEndpoint(t *testing.T) {
 	b.expectGrant("k")
 	a.send("A k 30 0", "C k")
 	a.expect("T k", "C k OK")
+	a.send("A k 30 -", "A y 30 0 owner=")
+	a.expect("T k", "E A y bad owner")
 
 	_, after := get(t, base+"/metrics")
 	for name, delta := range map[string]float64{
@@ -79,6 +81,8 @@ func TestAdminEndpoint(t *testing.T) {
 		`kunci_extends_total{result="ok"}`:       1,
 		"kunci_wait_timeouts_total":              1, // b's bounded wait (a cancel counts as a cancel)
 		"kunci_cancels_total":                    1,
+		"kunci_tries_busy_total":                 1, // a's try of k, held by b
+		`kunci_errors_total{reason="bad owner"}`: 1,
 		`kunci_errors_total{reason="bad lease"}`: 1,
 		"kunci_wait_seconds_count":               2,
 		"kunci_hold_seconds_count":               1,

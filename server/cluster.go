@@ -920,25 +920,3 @@ func (lp *loop) runHeld(context.Context) error {
 	lp.writeHeld()
 	return nil
 }
-
-// Holding is a held key's grant as a node sees it.
-type Holding struct {
-	Token     uint64
-	Remaining time.Duration // lease left
-}
-
-// Holders returns every held key with its grant: on a standby, its copy of
-// the active's state.
-func (n *Node) Holders() map[string]Holding {
-	out := make(map[string]Holding)
-	for i := range n.shards {
-		b := &n.shards[i]
-		b.mu.Lock()
-		now := n.now()
-		b.sh.Each(func(key string, token uint64, deadline int64) {
-			out[key] = Holding{Token: token, Remaining: time.Duration(deadline - now)}
-		})
-		b.mu.Unlock()
-	}
-	return out
-}

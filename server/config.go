@@ -108,6 +108,8 @@ type Config struct {
 	// this many tokens at a time instead of tokenBlock, so that a test
 	// reaches the end of its reserved tokens after a few grants.
 	tokenBlock uint64
+	// listStall, for tests only, replaces listStall (list.go).
+	listStall time.Duration
 }
 
 // Defaults.

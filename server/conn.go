@@ -45,6 +45,9 @@ type conn struct {
 	// hello and was challenged; its next line must be the proof.
 	hs   *replica.Accepting
 	held int // answers held for a standby's acknowledgement (semi-sync), bytes
+	// list is the listing (L) being written, nil when none: until it
+	// ends, the connection's requests are not read (list.go).
+	list *listing
 
 	// What a hostile client is held to (see auth.go, idle.go).
 	src       netip.Addr  // its source (sources.go)

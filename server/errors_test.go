@@ -42,7 +42,8 @@ func TestRefusals(t *testing.T) {
 		{"r k 1", "E r k unknown op"},
 		{"Z k", "E Z k unknown op"},
 		{"AA k 5 0", "E AA k unknown op"},
-		{"Q", "E Q - unknown op"},
+		{"Q", "E Q - missing field"}, // Q key: inspect
+		{"G k", "E G k unknown op"},
 		{"M addr", "E M addr unknown op"},
 		{" A k 5 0", "E - A unknown op"},
 		{"\x01 k", "E - k unknown op"},

@@ -1,6 +1,10 @@
 package server
 
-import "context"
+import (
+	"context"
+	"sync"
+	"time"
+)
 
 // Crash stops n the way a crash would look to its peers and clients: no
 // handoff, no redirect; connections just close.
@@ -31,3 +35,65 @@ func (n *Node) TickRounds() uint64 { return n.tickRounds.Load() }
 // SetTokenBlock makes a node of cfg reserve tokens b at a time (default
 // 1<<20), so that a test uses up its reserved tokens after a few grants.
 func SetTokenBlock(cfg *Config, b uint64) { cfg.tokenBlock = b }
+
+// SetListStall makes a node of cfg close a client that has read nothing of
+// its listing for d (default 30 s).
+func SetListStall(cfg *Config, d time.Duration) { cfg.listStall = d }
+
+// ListingWindow returns the unsent bytes before a listing waits.
+func ListingWindow() int { return listWindow }
+
+// Unsent returns the largest output a client connection has not yet sent:
+// what the node holds in memory for a client that does not read.
+func (n *Node) Unsent() int {
+	var mu sync.Mutex
+	most := 0
+	n.onEachLoop(func(lp *loop) {
+		for _, cs := range lp.conns {
+			mu.Lock()
+			most = max(most, cs.c.OutboundBuffered()+cs.held)
+			mu.Unlock()
+		}
+	})
+	return most
+}
+
+// Listings returns how many listings run, and the keys they listed so far.
+func (n *Node) Listings() (running int, listed uint64) {
+	var mu sync.Mutex
+	n.onEachLoop(func(lp *loop) {
+		for _, cs := range lp.conns {
+			if cs.list != nil {
+				mu.Lock()
+				running++
+				listed += cs.list.count
+				mu.Unlock()
+			}
+		}
+	})
+	return running, listed
+}
+
+// Cursors returns the cursors open on the node's shards.
+func (n *Node) Cursors() int {
+	total := 0
+	for i := range n.shards {
+		b := &n.shards[i]
+		b.mu.Lock()
+		total += b.sh.Cursors()
+		b.mu.Unlock()
+	}
+	return total
+}
+
+// SetSendBuffers sets the kernel's send buffer of every client connection
+// open now to bytes (which ends its autotuning, up to megabytes): a test
+// of what the node holds for a client that does not read sees it after a
+// few kilobytes rather than after what the kernel would take first.
+func (n *Node) SetSendBuffers(bytes int) {
+	n.onEachLoop(func(lp *loop) {
+		for _, cs := range lp.conns {
+			_ = cs.c.SetWriteBuffer(bytes)
+		}
+	})
+}

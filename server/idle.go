@@ -61,7 +61,7 @@ func (lp *loop) closeIdle(now int64) {
 			slow = append(slow, cs)
 			continue
 		}
-		if cs.active || cs.queued != 0 || now < cs.holdUntil || cs.paused || cs.held > 0 || cs.rejected != nil {
+		if cs.active || cs.queued != 0 || now < cs.holdUntil || cs.paused || cs.list != nil || cs.held > 0 || cs.rejected != nil {
 			cs.active = false
 			cs.quietSince = now
 			continue

@@ -48,6 +48,11 @@ type loop struct {
 	tickQueued atomic.Bool
 	hasPaused  atomic.Bool // paused is not empty, for the ticker
 
+	// lists are connections whose listing waits for them to read, or for
+	// the node to be active again (list.go).
+	lists    []*conn
+	hasLists atomic.Bool
+
 	// snapshots are standbys' links whose snapshot waits for them to read
 	// (snapshot.go).
 	snapshots    []*peerConn
@@ -74,14 +79,15 @@ type loop struct {
 	heldTask   gnet.Runnable
 }
 
-// request is a parsed request waiting for its shard. key aliases the read
-// buffer or the connection's carry until the batch is done.
+// request is a parsed request waiting for its shard. key and owner alias
+// the read buffer or the connection's carry until the batch is done.
 type request struct {
 	op     wire.Op
 	shard  int32
 	key    []byte
-	lease  int64 // ns
-	wait   int64 // ns
+	owner  []byte // A: the grant's owner, nil for none
+	lease  int64  // ns
+	wait   int64  // ns
 	token  uint64
 	err    error
 	echoOp []byte
@@ -137,7 +143,8 @@ func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 		off = i + 1
 	}
 	tooLong := false
-	for off < len(buf) && off < serveBudget && !lp.closing && cs.rejected == nil {
+	// A listing (L) is answered before any line sent after it is read.
+	for off < len(buf) && off < serveBudget && !lp.closing && cs.rejected == nil && cs.list == nil {
 		m, err := lp.parse(cs, buf[off:])
 		if err == wire.ErrLineTooLong {
 			tooLong = true
@@ -168,15 +175,20 @@ func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 		return n.lineTooLong(cs)
 	}
 	if len(buf) < avail || bytes.IndexByte(buf[off:], '\n') >= 0 {
-		// Complete lines may be left: keep them in gnet's buffer for later.
+		// Complete lines may be left: keep them in gnet's buffer for later
+		// (after the listing, if one started: it wakes the connection).
 		cs.carry = cs.carry[:0]
 		_, _ = c.Discard(off)
-		cs.more = true
-		return gnet.None
+		cs.more = cs.list == nil
+	} else {
+		// Keep a partial line for the next read; gnet's buffer is let go.
+		cs.carry = append(cs.carry[:0], buf[off:]...)
+		_, _ = c.Discard(-1)
 	}
-	// Keep a partial line for the next read; gnet's buffer is let go.
-	cs.carry = append(cs.carry[:0], buf[off:]...)
-	_, _ = c.Discard(-1)
+	if cs.list != nil && !cs.list.started {
+		lp.flush() // the answers before the listing go first
+		lp.stepList(cs)
+	}
 	return gnet.None
 }
 
@@ -229,13 +241,15 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 		cs.out = wire.AppendRedirect(cs.out, lp.n.activeOf())
 		lp.markDirty(cs)
 		lp.closing = true
+	case req.Op == wire.OpList:
+		lp.startList(cs, &req)
 	case cs.cred != nil && !cs.cred.allows(req.Key):
 		lp.refused.count(errKeyForbidden)
 		lp.batch = append(lp.batch, request{op: req.Op, key: req.Key, err: errKeyForbidden, echoOp: req.EchoOp})
 	default:
 		r := request{
-			op: req.Op, key: req.Key, token: req.Token,
-			lease: req.Lease * ms, wait: req.Wait * ms,
+			op: req.Op, key: req.Key, owner: req.Owner, token: req.Token,
+			lease: req.Lease * ms, wait: req.Wait * ms, // NoWait stays negative: a try
 		}
 		if req.Op == wire.OpAcquire {
 			cs.acquired = true
@@ -357,13 +371,15 @@ func (lp *loop) apply(sh *engine.Shard, cs *conn, r *request, now int64) {
 		cs.out = wire.AppendTimeout(cs.out, r.key)
 		lp.markDirty(cs)
 	case r.op == wire.OpAcquire:
-		sh.Acquire(now, cs.id, r.key, r.lease, r.wait, out)
+		sh.AcquireBy(now, cs.id, r.key, r.owner, r.lease, r.wait, out)
 	case r.op == wire.OpRelease:
 		sh.Release(now, cs.id, r.key, r.token, out)
 	case r.op == wire.OpExtend:
 		sh.Extend(now, cs.id, r.key, r.token, r.lease, out)
 	case r.op == wire.OpCancel:
 		sh.Cancel(now, cs.id, r.key, out)
+	case r.op == wire.OpInspect:
+		sh.Inspect(cs.id, r.key, out)
 	}
 }
 
@@ -384,6 +400,7 @@ func (lp *loop) deliver(cs *conn) {
 	if lp.inbox.pending.Load() {
 		lp.drainInbox()
 	}
+	var now int64 // read once, for the first answer that needs it
 	for i := range out.Answers {
 		a := &out.Answers[i]
 		target := cs
@@ -392,21 +409,27 @@ func (lp *loop) deliver(cs *conn) {
 				continue // closed since
 			}
 		}
+		if a.Kind == engine.Inspected && now == 0 {
+			now = lp.n.now()
+		}
 		if target.lp != lp {
-			target.lp.post(target, a, out.Key(a))
+			target.lp.post(target, out, a, now)
 			continue
 		}
 		if target.closed {
 			continue
 		}
 		target.note(a.Kind, a.Deadline)
-		target.out = appendAnswer(target.out, a, out.Key(a))
+		target.out = appendAnswer(target.out, out, a, now)
 		lp.markDirty(target)
 	}
 	out.Reset()
 }
 
-func appendAnswer(dst []byte, a *engine.Answer, key []byte) []byte {
+// appendAnswer encodes the engine's answer a, from out; now is the node's
+// clock for an Inspected answer's lease left.
+func appendAnswer(dst []byte, out *engine.Output, a *engine.Answer, now int64) []byte {
+	key := out.Key(a)
 	switch a.Kind {
 	case engine.Granted:
 		return wire.AppendGrant(dst, key, a.Token)
@@ -420,11 +443,24 @@ func appendAnswer(dst []byte, a *engine.Answer, key []byte) []byte {
 		return wire.AppendCancelled(dst, key, a.Kind == engine.Cancelled)
 	case engine.Refused:
 		return wire.AppendError(dst, opAcquire, key, wire.Reason(a.Err))
+	case engine.Inspected:
+		return wire.AppendInspected(dst, key, a.Token, ceilMs(a.Deadline-now), uint64(a.Waiters), out.Owner(a))
+	case engine.InspectedFree:
+		return wire.AppendFree(dst, key)
 	}
 	panic("server: unknown answer kind")
 }
 
 var opAcquire = []byte{'A'}
+
+// ceilMs converts a duration in ns to whole ms, rounding up: a lease left
+// is never shown shorter than it is.
+func ceilMs(ns int64) int64 {
+	if ns <= 0 {
+		return 0
+	}
+	return (ns + ms - 1) / ms
+}
 
 func (lp *loop) markDirty(cs *conn) {
 	if !cs.dirty {
@@ -515,6 +551,7 @@ func (lp *loop) runTick(context.Context) error {
 	}
 	lp.flush()
 	lp.resume()
+	lp.resumeLists()
 	lp.resumeSnapshots()
 	lp.expireProbation()
 	if lp.hasRejected.Load() || lp.scanDue.Load() {
@@ -577,10 +614,10 @@ type inboxMsg struct {
 }
 
 // post queues an answer for cs, a connection of lp, from another loop.
-func (lp *loop) post(cs *conn, a *engine.Answer, key []byte) {
+func (lp *loop) post(cs *conn, out *engine.Output, a *engine.Answer, now int64) {
 	ib := &lp.inbox
 	ib.mu.Lock()
-	ib.buf = appendAnswer(ib.buf, a, key)
+	ib.buf = appendAnswer(ib.buf, out, a, now)
 	ib.msgs = append(ib.msgs, inboxMsg{cs, len(ib.buf), a.Kind, a.Deadline})
 	first := !ib.pending.Swap(true)
 	ib.mu.Unlock()

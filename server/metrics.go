@@ -14,7 +14,7 @@ var refusalReasons = [...]error{
 	wire.ErrLineTooLong, wire.ErrEmpty, wire.ErrUnknownOp, wire.ErrBadKey,
 	wire.ErrMissingField, wire.ErrTooManyFields, wire.ErrBadLease,
 	wire.ErrLeaseTooLong, wire.ErrBadWait, wire.ErrWaitTooLong, wire.ErrBadToken,
-	wire.ErrBadName, wire.ErrBadSecret,
+	wire.ErrBadName, wire.ErrBadSecret, wire.ErrBadOwner, wire.ErrBadLimit, wire.ErrBadPrefix,
 	errTooManyConns, errPeerUnauthorized, errTooManyFromSource, errIdle, errAuthTimeout,
 	errAuthRequired, errBadCredentials, errAuthThrottled, errKeyForbidden, errRevoked, errAuthenticated,
 }

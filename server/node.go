@@ -497,6 +497,7 @@ func (n *Node) OnClose(c gnet.Conn, _ error) gnet.Action {
 	}
 	cs.closed = true
 	cs.lp.dropConn(cs)
+	n.endList(cs)
 	if cs.perSource {
 		n.sources.close(cs.src, n.now())
 	}
@@ -571,14 +572,18 @@ func (n *Node) onTraffic(c gnet.Conn) gnet.Action {
 	}
 	if n.frozen.Load() {
 		// Promoting, handing over, stepping down or rejoining: requests
-		// wait, unread, for the thaw or the redirect; I is answered.
-		n.answerInfoOnly(cs, c)
+		// wait, unread, for the thaw or the redirect; I is answered
+		// (unless a listing runs, which the lines after it wait for).
+		if cs.list == nil {
+			n.answerInfoOnly(cs, c)
+		}
 		if c.InboundBuffered() > n.cfg.InputLimit {
 			return gnet.Close
 		}
 		return gnet.None
 	}
-	if cs.paused {
+	if cs.paused || cs.list != nil {
+		// Not read until its output drains, or its listing ends.
 		if c.InboundBuffered() > n.cfg.InputLimit {
 			n.slowClosed.Add(1)
 			n.log.Debug().Str("remote", c.RemoteAddr().String()).Str("identity", cs.identity).Msg("closing a connection that does not read its answers")
@@ -746,7 +751,7 @@ func (n *Node) quiet() bool {
 		}
 	}
 	for _, lp := range *n.loops.Load() {
-		if lp.hasPaused.Load() || lp.hasSnapshots.Load() || lp.hasProbation.Load() || lp.hasRejected.Load() {
+		if lp.hasPaused.Load() || lp.hasLists.Load() || lp.hasSnapshots.Load() || lp.hasProbation.Load() || lp.hasRejected.Load() {
 			return false
 		}
 	}

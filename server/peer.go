@@ -309,7 +309,7 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 		if !pc.inSnap {
 			return false, gnet.Close
 		}
-		pc.install(f.Key, f.Token, f.Remaining)
+		pc.install(f.Key, f.Token, f.Remaining, f.Owner)
 		return false, gnet.None
 	case replica.End:
 		if !pc.inSnap {
@@ -341,7 +341,7 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 	pc.seq = f.Seq
 	switch f.Kind {
 	case replica.Grant, replica.Extend:
-		pc.install(f.Key, f.Token, f.Remaining)
+		pc.install(f.Key, f.Token, f.Remaining, f.Owner)
 	case replica.Release, replica.Expire:
 		b := pc.lockShard(f.Key)
 		b.sh.Drop(pc.now, f.Key, f.Token, &pc.rout)
@@ -350,10 +350,11 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 	return true, gnet.None
 }
 
-// install makes token the holder of key on this standby.
-func (pc *peerConn) install(key []byte, token uint64, remaining int64) {
+// install makes token the holder of key on this standby; a new grant takes
+// owner (nil: none), an extend keeps the grant's.
+func (pc *peerConn) install(key []byte, token uint64, remaining int64, owner []byte) {
 	b := pc.lockShard(key)
-	if err := b.sh.Install(pc.now, key, token, pc.now+remaining); err != nil {
+	if err := b.sh.Install(pc.now, key, token, pc.now+remaining, owner); err != nil {
 		pc.n.log.Error().Err(err).Msg("cannot hold a replicated grant")
 	}
 }

@@ -108,8 +108,8 @@ func (n *Node) sendSnapshot(pc *peerConn) {
 		}
 		now := n.now()
 		buf := sn.buf[:0]
-		done := b.sh.Scan(&sn.cur, snapshotChunk, func(key string, token uint64, deadline int64) {
-			buf = replica.AppendHolder(buf, key, token, deadline-now)
+		done := b.sh.Scan(&sn.cur, snapshotChunk, func(h engine.Held) {
+			buf = replica.AppendHolder(buf, h.Key, h.Token, h.Deadline-now, h.Owner)
 		})
 		b.mu.Unlock()
 		if done {

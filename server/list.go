@@ -1,0 +1,388 @@
+package server
+
+import (
+	"cmp"
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/panjf2000/gnet/v2"
+
+	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/wire"
+)
+
+// Holding is a held key's grant as a node sees it.
+type Holding struct {
+	Token     uint64
+	Remaining time.Duration // lease left
+	Owner     string        // "" when the grant has none
+}
+
+// Holders returns every held key with its grant: on a standby, its copy of
+// the active's state. It copies the whole table: for tests and small
+// states; a listing (L, /locks) walks the table a chunk at a time instead.
+func (n *Node) Holders() map[string]Holding {
+	out := make(map[string]Holding)
+	for i := range n.shards {
+		b := &n.shards[i]
+		b.mu.Lock()
+		now := n.now()
+		b.sh.Each(func(h engine.Held) {
+			out[h.Key] = Holding{Token: h.Token, Remaining: time.Duration(h.Deadline - now), Owner: h.Owner}
+		})
+		b.mu.Unlock()
+	}
+	return out
+}
+
+// Listings. "L limit [prefix]" lists the held keys a connection may see:
+// one "H key token left waiters [owner=…]" line each, then "L count", or
+// "L count more" when the limit left some unlisted. The admin endpoint's
+// /locks gives the same as JSON (admin.go).
+//
+// A listing never copies the lock table. It walks each shard in turn with
+// an engine.Cursor, listChunk keys at a time under the shard's mutex, as a
+// standby's snapshot does (snapshot.go), so the shards are held for a chunk
+// at a time and the node's memory for a listing is a cursor and a chunk's
+// lines. On a client connection the listing waits while more than
+// listWindow of the connection's output is unsent: a client that stops
+// reading holds up only its own listing, and is closed once it has read
+// nothing for listStall. The connection reads no request sent after the L
+// until the listing ends, so that its lines come before their answers;
+// answers to its earlier acquires (A, T) may come between them.
+const (
+	listChunk  = 256       // keys visited per shard-mutex hold
+	listStep   = 64 << 10  // bytes a listing writes per turn of its loop
+	listWindow = 256 << 10 // unsent output before a listing waits for its client
+	listStall  = pauseTimeout
+)
+
+// listWalk walks every shard's held keys for a listing. It belongs to one
+// goroutine at a time: a connection's loop, or an admin request's.
+type listWalk struct {
+	prefix string
+	limit  uint64 // 0: no limit
+	// allow, when set, says whether the listing shows key (a client's
+	// credential); it runs under the shard's mutex.
+	allow func(key []byte) bool
+	shard int           // the shard being walked
+	cur   engine.Cursor // under that shard's mutex, while open
+	open  bool
+	count uint64 // keys listed
+	more  bool   // the limit was reached with a key left to list
+}
+
+// done reports whether the walk is over: every shard walked, or the limit
+// reached with more to list.
+func (w *listWalk) done(n *Node) bool { return w.more || w.shard == len(n.shards) }
+
+// step visits up to listChunk keys of the shard being walked, under its
+// mutex, and appends each one the listing shows to dst with emit, given
+// the key's grant and its lease left in ms.
+func (w *listWalk) step(n *Node, dst []byte, emit func(dst []byte, h *engine.Held, leftMs int64) []byte) []byte {
+	b := &n.shards[w.shard]
+	b.mu.Lock()
+	if !w.open {
+		b.sh.Open(&w.cur)
+		w.open = true
+	}
+	now := n.now()
+	finished := b.sh.Scan(&w.cur, listChunk, func(h engine.Held) {
+		if w.more || !strings.HasPrefix(h.Key, w.prefix) || w.allow != nil && !w.allow(unsafeBytes(h.Key)) {
+			return
+		}
+		if w.limit != 0 && w.count == w.limit {
+			w.more = true
+			return
+		}
+		w.count++
+		dst = emit(dst, &h, ceilMs(h.Deadline-now))
+	})
+	if w.more && !finished {
+		b.sh.Close(&w.cur)
+		finished = true
+	}
+	b.mu.Unlock()
+	if finished {
+		w.open = false
+		w.shard++
+	}
+	return dst
+}
+
+// close ends the walk, closing its cursor.
+func (w *listWalk) close(n *Node) {
+	if w.open {
+		b := &n.shards[w.shard]
+		b.mu.Lock()
+		b.sh.Close(&w.cur)
+		b.mu.Unlock()
+		w.open = false
+	}
+	w.shard = len(n.shards)
+}
+
+// listing is a client connection's listing in progress, owned by the
+// connection's loop.
+type listing struct {
+	listWalk
+	started bool
+	waiting int64 // since when it waits for its client to read (node clock), 0: not
+	task    gnet.Runnable
+}
+
+// startList begins the listing req asked for on cs; serve stops reading
+// cs's lines, and steps it once the lines before it are answered.
+func (lp *loop) startList(cs *conn, req *wire.Request) {
+	ls := &listing{listWalk: listWalk{prefix: string(req.Prefix), limit: req.Limit}}
+	if cs.cred != nil {
+		ls.allow = func(key []byte) bool { return cs.cred == nil || cs.cred.allows(key) }
+	}
+	ls.task = gnet.RunnableFunc(func(context.Context) error {
+		lp.stepList(cs)
+		return nil
+	})
+	cs.list = ls
+}
+
+// stepList writes the next lines of cs's listing: until it ends, the
+// connection's unsent output passes listWindow (the ticker comes back once
+// it drains: resumeLists), or listStep bytes went out this turn (a task
+// comes back after the loop's other connections). It runs on cs's loop.
+func (lp *loop) stepList(cs *conn) {
+	n := lp.n
+	ls := cs.list
+	if ls == nil || cs.closed || ls.waiting != 0 {
+		return
+	}
+	ls.started = true
+	for sent := 0; ; {
+		if n.frozen.Load() || n.role.Load() != roleActive {
+			// Between roles: a node that stays active lists on after the
+			// thaw; one that does not redirects and closes cs.
+			lp.waitList(cs, 0)
+			return
+		}
+		if cs.c.OutboundBuffered()+cs.held > listWindow {
+			lp.waitList(cs, n.now())
+			return
+		}
+		if sent >= listStep {
+			_ = lp.el.Execute(context.Background(), ls.task)
+			return
+		}
+		if ls.done(n) {
+			cs.out = wire.AppendListEnd(cs.out, ls.count, ls.more)
+			ls.close(n)
+			cs.list = nil
+			lp.markDirty(cs)
+			lp.flush()
+			if !cs.closed {
+				_ = cs.c.Wake(nil) // read what it sent after the L
+			}
+			return
+		}
+		before := len(cs.out)
+		cs.out = ls.step(n, cs.out, appendListed)
+		sent += len(cs.out) - before
+		lp.markDirty(cs)
+		lp.flush()
+		if cs.closed {
+			return // the write failed; OnClose ended the walk
+		}
+	}
+}
+
+func appendListed(dst []byte, h *engine.Held, leftMs int64) []byte {
+	return wire.AppendListed(dst, unsafeBytes(h.Key), h.Token, leftMs, uint64(h.Waiters), unsafeBytes(h.Owner))
+}
+
+// waitList keeps cs for the ticker, which resumes its listing once its
+// client has read some of it (since: when it began to wait for that), or
+// once the node is active and thawed again (since 0).
+func (lp *loop) waitList(cs *conn, since int64) {
+	cs.list.waiting = max(since, 1)
+	if since == 0 {
+		cs.list.waiting = -1
+	}
+	lp.lists = append(lp.lists, cs)
+	lp.hasLists.Store(true)
+	if lp.n.tickIdle.Load() {
+		lp.n.wakeTicker()
+	}
+}
+
+// resumeLists continues the listings whose connections drained to half the
+// window, and closes those whose clients read nothing for listStall. It
+// runs on lp from the ticker.
+func (lp *loop) resumeLists() {
+	if len(lp.lists) == 0 {
+		return
+	}
+	n := lp.n
+	now := n.now()
+	between := n.frozen.Load() || n.role.Load() != roleActive
+	kept := lp.lists[:0]
+	var resume []*conn
+	for _, cs := range lp.lists {
+		ls := cs.list
+		switch {
+		case cs.closed || ls == nil:
+		case ls.waiting < 0: // waited for the node
+			if between {
+				kept = append(kept, cs)
+				continue
+			}
+			ls.waiting = 0
+			resume = append(resume, cs)
+		case cs.c.OutboundBuffered()+cs.held <= listWindow/2:
+			ls.waiting = 0
+			resume = append(resume, cs)
+		case now-ls.waiting > int64(cmp.Or(n.cfg.listStall, listStall)):
+			// It has not read its listing for long: let its memory go.
+			n.slowClosed.Add(1)
+			_ = cs.c.Close()
+		default:
+			kept = append(kept, cs)
+		}
+	}
+	clear(lp.lists[len(kept):])
+	lp.lists = kept
+	lp.hasLists.Store(len(kept) > 0)
+	for _, cs := range resume {
+		lp.stepList(cs)
+	}
+}
+
+// endList ends cs's listing, if one runs, as cs closes. It runs on cs's
+// loop.
+func (n *Node) endList(cs *conn) {
+	if cs.list != nil {
+		cs.list.close(n)
+		cs.list = nil
+	}
+}
+
+// unsafeBytes views s as bytes without copying, to be read only.
+func unsafeBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// Admin listings (/locks) list adminListDefault keys unless told another
+// limit; each write must go out within adminListWrite, or the listing is
+// given up.
+const (
+	adminListDefault = 1000
+	adminListWrite   = 30 * time.Second
+)
+
+// serveLocks answers /locks?prefix=P&limit=N with the held keys as JSON:
+//
+//	{"role":"active","locks":[
+//	{"key":"orders/42","token":7,"lease_left_ms":28140,"waiters":2,"owner":"web-3:4121"},
+//	…
+//	],"count":2,"more":false}
+//
+// limit defaults to adminListDefault; 0 lists every held key. It walks the
+// shards as a client's listing does, a chunk under each shard's mutex, and
+// writes each chunk before it takes the next: its memory is a chunk, and a
+// reader that stops reading for adminListWrite ends it. On a standby it
+// lists the standby's copy of the active's grants (with no waiters).
+func (n *Node) serveLocks(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	prefix := q.Get("prefix")
+	if prefix != "" && !wire.ValidKey([]byte(prefix)) {
+		http.Error(w, "bad prefix: a prefix is 1 to 250 bytes with no space or control byte", http.StatusBadRequest)
+		return
+	}
+	limit := uint64(adminListDefault)
+	if s := q.Get("limit"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			http.Error(w, "bad limit: a limit is a whole number, 0 for no limit", http.StatusBadRequest)
+			return
+		}
+		limit = v
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if r.Method == http.MethodHead {
+		return
+	}
+	rc := http.NewResponseController(w)
+	walk := listWalk{prefix: prefix, limit: limit}
+	defer walk.close(n)
+	buf := append(make([]byte, 0, 64<<10), `{"role":`...)
+	buf = appendJSONString(buf, n.Role())
+	buf = append(buf, `,"locks":[`...)
+	first := true
+	emit := func(dst []byte, h *engine.Held, leftMs int64) []byte {
+		if !first {
+			dst = append(dst, ',')
+		}
+		first = false
+		dst = append(dst, "\n{\"key\":"...)
+		dst = appendJSONString(dst, h.Key)
+		dst = append(dst, `,"token":`...)
+		dst = strconv.AppendUint(dst, h.Token, 10)
+		dst = append(dst, `,"lease_left_ms":`...)
+		dst = strconv.AppendInt(dst, leftMs, 10)
+		dst = append(dst, `,"waiters":`...)
+		dst = strconv.AppendInt(dst, int64(h.Waiters), 10)
+		if h.Owner != "" {
+			dst = append(dst, `,"owner":`...)
+			dst = appendJSONString(dst, h.Owner)
+		}
+		return append(dst, '}')
+	}
+	for !walk.done(n) {
+		buf = walk.step(n, buf, emit)
+		if len(buf) < 32<<10 && !walk.done(n) {
+			continue // a chunk visited mostly keys outside the prefix
+		}
+		_ = rc.SetWriteDeadline(time.Now().Add(adminListWrite))
+		if _, err := w.Write(buf); err != nil {
+			return
+		}
+		buf = buf[:0]
+	}
+	buf = append(buf, "\n],\"count\":"...)
+	buf = strconv.AppendUint(buf, walk.count, 10)
+	buf = append(buf, `,"more":`...)
+	buf = strconv.AppendBool(buf, walk.more)
+	buf = append(buf, "}\n"...)
+	_ = rc.SetWriteDeadline(time.Now().Add(adminListWrite))
+	_, _ = w.Write(buf)
+}
+
+// appendJSONString appends s as a JSON string. Keys are bytes, not always
+// UTF-8: a byte that is not part of valid UTF-8 is written as U+FFFD.
+func appendJSONString(dst []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	dst = append(dst, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\':
+				dst = append(dst, '\\', c)
+			case c < 0x20 || c == 0x7f:
+				dst = append(dst, '\\', 'u', '0', '0', hex[c>>4], hex[c&15])
+			default:
+				dst = append(dst, c)
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			dst = append(dst, `\ufffd`...)
+		} else {
+			dst = append(dst, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(dst, '"')
+}
