@@ -23,14 +23,14 @@ func parseHolding(t testing.TB, line string) wire.Answer {
 
 // expectHolding reads a Q answer for key held under token with waiters
 // queued and owner, and checks that its lease left is at most lease and
-// not far below it.
+// more than half of it (the test took less time than that since).
 func (c *client) expectHolding(key string, token uint64, lease time.Duration, waiters uint64, owner string) {
 	c.t.Helper()
 	line := c.next()
 	a := parseHolding(c.t, line)
 	left := time.Duration(a.Left) * time.Millisecond
 	if a.Kind != 'Q' || string(a.Key) != key || a.Token != token || a.Waiters != waiters || string(a.Owner) != owner ||
-		left > lease || left < lease-lateBound {
+		left > lease || left < lease/2 {
 		c.t.Fatalf("%s: got %q, want Q %s %d (lease left ≤ %v) %d owner=%q", c.name, line, key, token, lease, waiters, owner)
 	}
 }
@@ -69,7 +69,7 @@ func TestInspect(t *testing.T) {
 		"other":     {Token: other, Left: 5000},
 	} {
 		q := parseHolding(t, byKey[key][1])
-		if q.Kind != 'Q' || q.Token != want.Token || q.Left > want.Left || q.Left < want.Left-lateBound.Milliseconds() ||
+		if q.Kind != 'Q' || q.Token != want.Token || q.Left > want.Left || q.Left < want.Left/2 ||
 			q.Waiters != 0 || string(q.Owner) != string(want.Owner) {
 			t.Fatalf("%s: answers %q", key, byKey[key])
 		}
