@@ -7,7 +7,7 @@ import (
 )
 
 // Outcome kinds of a call, besides the answer letters 'A', 'T', 'R', 'X',
-// 'C', 'I' and 'E'.
+// 'C', 'Q', 'I' and 'E'.
 const (
 	kindBroken   = 0   // the connection broke before the answer came
 	kindStopped  = 1   // the caller's context ended first (see call)
@@ -21,6 +21,7 @@ type result struct {
 	token uint64        // A
 	at    time.Duration // when the answer was read, since the client's epoch
 	err   error         // E: the *RefusedError; broken: why
+	hold  Holder        // Q
 }
 
 // callState is where a call is in its life. It is read and written with

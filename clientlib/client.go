@@ -5,13 +5,12 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/rs/zerolog"
 
 	"github.com/kunci/kunci/wire"
 )
@@ -21,9 +20,18 @@ type Config struct {
 	// Addrs are the nodes' addresses (host:port). With one address the
 	// client keeps two connections to it.
 	Addrs []string
-	// Logger receives the client's rare log lines (connections lost and
-	// redirected, at debug level). The zero Logger logs nothing.
-	Logger zerolog.Logger
+	// Logger receives the client's rare log lines: connections lost,
+	// dials failed and redirects at debug level, refused credentials and
+	// errors the node sent about no request at warn level. Nil logs
+	// nothing. A zerolog.Logger zl fits with
+	// slog.New(zerolog.NewSlogHandler(zl)).
+	Logger *slog.Logger
+	// Owner, when set, names this client to the nodes with every acquire
+	// ("owner=OWNER"): kunci inspect, kunci locks and /locks show it with
+	// each grant it holds, so that an operator can tell which host or
+	// process holds a stuck lock. 1 to 64 bytes of printable ASCII with
+	// no space (wire.ValidOwner); ProcessOwner makes one. Empty: none.
+	Owner string
 	// DialTimeout bounds each connection attempt (default 2 s).
 	DialTimeout time.Duration
 	// WriteTimeout bounds each write to a node (default 5 s).
@@ -64,6 +72,12 @@ func (c *Config) setDefaults() error {
 			return err
 		}
 	}
+	if c.Owner != "" && !wire.ValidOwner([]byte(c.Owner)) {
+		return fmt.Errorf("clientlib: bad owner %q: 1 to %d bytes of printable ASCII, no space", c.Owner, wire.MaxOwner)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
 	set := func(d *time.Duration, def time.Duration) {
 		if *d <= 0 {
 			*d = def
@@ -83,7 +97,7 @@ func (c *Config) setDefaults() error {
 // New and Close it when done.
 type Client struct {
 	cfg    Config
-	log    zerolog.Logger
+	log    *slog.Logger
 	conns  []*conn
 	cur    atomic.Uint32 // the index of the current connection (see next)
 	done   chan struct{}
@@ -271,6 +285,12 @@ type Lock struct {
 	lease    time.Duration
 	ends     time.Time // when the grant ends on the node (after an acquire: up to one network delay late)
 	stopKeep context.CancelFunc
+	// The end of the lock, for Done: ended once it is released or known
+	// lost; done, made by the first Done, is closed then; endTimer, armed
+	// by Done, ends the lock when its lease runs out without an extend.
+	ended    bool
+	done     chan struct{}
+	endTimer *time.Timer
 }
 
 // Lock returns a handle on a grant this client did not make, from its key
@@ -309,6 +329,26 @@ func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Durat
 	if lease <= 0 || wait < 0 {
 		return nil, fmt.Errorf("clientlib: lease must be > 0 and wait >= 0 (lease %v, wait %v)", lease, wait)
 	}
+	return c.acquire(ctx, key, lease, wait, false)
+}
+
+// TryAcquire acquires key if nobody holds it, without waiting: the node
+// answers at once ("A key lease -"), and while another holds the key, or
+// an acquire of it by this client is outstanding, the error is ErrBusy.
+// The lock, like Acquire's, ends by itself lease after the grant unless
+// released or extended.
+func (c *Client) TryAcquire(ctx context.Context, key string, lease time.Duration) (*Lock, error) {
+	if err := checkKey(key); err != nil {
+		return nil, err
+	}
+	if lease <= 0 {
+		return nil, fmt.Errorf("clientlib: lease must be > 0 (got %v)", lease)
+	}
+	return c.acquire(ctx, key, lease, 0, true)
+}
+
+// acquire is Acquire, or TryAcquire when try is set (wait is then 0).
+func (c *Client) acquire(ctx context.Context, key string, lease, wait time.Duration, try bool) (*Lock, error) {
 	var deadline time.Time
 	if wait > 0 {
 		deadline = time.Now().Add(wait)
@@ -339,7 +379,7 @@ func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Durat
 		if wait > 0 && time.Until(deadline) <= 0 {
 			return nil, c.waitOver(wait, lastErr)
 		}
-		r, err := cn.acquire(ctx, key, leaseMs, deadline)
+		r, err := cn.acquire(ctx, key, leaseMs, deadline, try)
 		if err != nil {
 			return nil, err
 		}
@@ -349,6 +389,9 @@ func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Durat
 			// answer was read.
 			return &Lock{c: c, key: key, token: r.token, lease: lease, ends: c.epoch.Add(r.at + lease)}, nil
 		case 'T':
+			if try {
+				return nil, ErrBusy
+			}
 			return nil, ErrTimeout
 		case 'E':
 			return nil, r.err
@@ -386,14 +429,21 @@ func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Durat
 
 // acquire sends one acquire on cn, first waiting its turn behind an
 // acquire of the same key already outstanding on cn. It is sent with the
-// wait left until deadline (zero: no bound).
-func (cn *conn) acquire(ctx context.Context, key string, leaseMs int64, deadline time.Time) (result, error) {
+// wait left until deadline (zero: no bound), or as a try ("-"): a try has
+// no turn to wait for, and is answered T at once while an acquire of key is
+// outstanding on cn (the key is held, by this client or the one it waits
+// for).
+func (cn *conn) acquire(ctx context.Context, key string, leaseMs int64, deadline time.Time, try bool) (result, error) {
 	cn.mu.Lock()
 	if cn.nc == nil {
 		cn.mu.Unlock()
 		return result{kind: kindBroken, err: errNotUp}, nil
 	}
 	gen := cn.gen
+	if try && cn.keyBusy(key) {
+		cn.mu.Unlock()
+		return result{kind: 'T'}, nil
+	}
 	if cn.keyBusy(key) {
 		g := cn.gates[key]
 		if g == nil {
@@ -424,6 +474,9 @@ func (cn *conn) acquire(ctx context.Context, key string, leaseMs int64, deadline
 		}
 	}
 	waitMs := int64(0)
+	if try {
+		waitMs = wire.NoWait
+	}
 	if !deadline.IsZero() {
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -436,7 +489,8 @@ func (cn *conn) acquire(ctx context.Context, key string, leaseMs int64, deadline
 		waitMs = ceilMs(left)
 	}
 	c := getCall('A', key)
-	err := cn.send(ctx, c, gen, func(b []byte) []byte { return appendAcquire(b, key, leaseMs, waitMs) })
+	owner := cn.cl.cfg.Owner
+	err := cn.send(ctx, c, gen, func(b []byte) []byte { return appendAcquire(b, key, leaseMs, waitMs, owner) })
 	cn.mu.Unlock()
 	if err != nil {
 		putCall(c)
@@ -549,6 +603,7 @@ func (l *Lock) Release(ctx context.Context) error {
 			}
 			switch r.kind {
 			case 'R':
+				l.end() // released now, or ended before
 				if r.ok {
 					return nil
 				}
@@ -612,6 +667,7 @@ func (l *Lock) Extend(ctx context.Context, lease time.Duration) error {
 		switch r.kind {
 		case 'X':
 			if !r.ok {
+				l.end()
 				return ErrStale
 			}
 			l.mu.Lock()
@@ -657,13 +713,17 @@ func ceilMs(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
-func appendAcquire(b []byte, key string, leaseMs, waitMs int64) []byte {
+func appendAcquire(b []byte, key string, leaseMs, waitMs int64, owner string) []byte {
 	b = append(b, "A "...)
 	b = append(b, key...)
 	b = append(b, ' ')
 	b = wire.AppendSeconds(b, leaseMs)
 	b = append(b, ' ')
-	b = wire.AppendSeconds(b, waitMs)
+	b = wire.AppendWait(b, waitMs)
+	if owner != "" {
+		b = append(b, " owner="...)
+		b = append(b, owner...)
+	}
 	return append(b, '\n')
 }
 

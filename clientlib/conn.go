@@ -109,9 +109,9 @@ func (cn *conn) run(first chan<- struct{}) {
 			var ae *AuthError
 			if errors.As(err, &ae) {
 				cn.cl.authFailed(ae)
-				cn.cl.log.Warn().Err(err).Msg("kunci: credentials refused")
+				cn.cl.log.Warn("kunci: credentials refused", "err", err)
 			} else {
-				cn.cl.log.Debug().Err(err).Str("addr", addr).Msg("kunci: dial failed")
+				cn.cl.log.Debug("kunci: dial failed", "err", err, "addr", addr)
 			}
 			if addr != cn.home {
 				addr = cn.home // a redirect target that is gone: back to our own
@@ -141,14 +141,14 @@ func (cn *conn) run(first chan<- struct{}) {
 		case cn.cl.closing():
 			return
 		case redirect != "":
-			cn.cl.log.Debug().Str("from", addr).Str("to", redirect).Msg("kunci: redirected")
+			cn.cl.log.Debug("kunci: redirected", "from", addr, "to", redirect)
 			addr = redirect
 			// Follow a redirect at once, but not a ping-pong of them.
 			if quick && wasQuick && !cn.cl.sleep(cn.cl.cfg.ReconnectInterval) {
 				return
 			}
 		default:
-			cn.cl.log.Debug().Err(err).Str("addr", addr).Msg("kunci: connection lost")
+			cn.cl.log.Debug("kunci: connection lost", "err", err, "addr", addr)
 			addr = cn.home
 			// Try again at once after a connection that lasted; one that
 			// failed soon after it was made waits ReconnectInterval, so a
@@ -308,7 +308,7 @@ func (cn *conn) dispatch(a *wire.Answer) {
 		if len(a.Op) != 1 {
 			// About no request: the node is closing the connection
 			// (idle, credentials revoked), or could not read one.
-			cn.cl.log.Warn().Bytes("reason", a.Text).Msg("kunci: node error")
+			cn.cl.log.Warn("kunci: node error", "reason", string(a.Text))
 			return
 		}
 		op = a.Op[0]
@@ -328,10 +328,13 @@ func (cn *conn) dispatch(a *wire.Answer) {
 		c = cn.takeSent(op, a.Key)
 	}
 	if c == nil {
-		cn.cl.log.Debug().Str("kind", string(a.Kind)).Bytes("key", a.Key).Msg("kunci: answer with no request")
+		cn.cl.log.Debug("kunci: answer with no request", "kind", string(a.Kind), "key", string(a.Key))
 		return
 	}
 	r := result{kind: a.Kind, ok: a.OK, token: a.Token, at: cn.readAt}
+	if a.Kind == 'Q' {
+		r.hold = Holder{Token: a.Token, Left: time.Duration(a.Left) * time.Millisecond, Waiters: int(a.Waiters), Owner: string(a.Owner)}
+	}
 	if a.Kind == 'E' {
 		r.err = &RefusedError{Op: string(a.Op), Key: c.key, Reason: string(a.Text)}
 	}

@@ -15,5 +15,13 @@
 // Config.Credentials, every connection authenticates first ("U name
 // secret") before it carries requests.
 //
+// Beyond Acquire, Release, Extend and KeepAlive: Do runs a function while
+// holding a lock (kept alive, the function's context cancelled the moment
+// the lock is lost, released after), the Go twin of "kunci run";
+// TryAcquire takes a lock only if it is free, at once; Inspect says who
+// holds a key; Lock.Done is closed when a lock ends. Config.Owner names the
+// client's grants for operators (kunci inspect, kunci locks), and
+// Config.Logger takes a *slog.Logger.
+//
 // All methods of Client and Lock are safe for concurrent use.
 package clientlib

@@ -10,6 +10,8 @@ import (
 var (
 	// ErrTimeout: the acquire's wait ran out and nothing was granted (T).
 	ErrTimeout = errors.New("clientlib: wait ran out")
+	// ErrBusy: TryAcquire found the key held, and nothing was granted (T).
+	ErrBusy = errors.New("clientlib: key is held")
 	// ErrStale: the token is not the key's current grant (STALE): the lock
 	// was released, or its lease ran out.
 	ErrStale = errors.New("clientlib: stale token")

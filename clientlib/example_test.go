@@ -113,3 +113,161 @@ func ExampleLock_KeepAlive() {
 	// job done, lock still held
 	// keep-alive ended: <nil> false
 }
+
+// Run a job while holding a lock: Do acquires it, keeps it alive, cancels
+// the job's context the moment the lock is lost, and releases it after.
+func ExampleClient_Do() {
+	addr, stop := startExampleNode()
+	defer stop()
+
+	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}, Owner: "report-runner"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+
+	ctx := context.Background()
+	// A short lease frees the key soon if this process dies; Do extends
+	// it every third of the lease while the job runs.
+	err = c.Do(ctx, "reports/nightly", 3*time.Second, 10*time.Second, func(ctx context.Context, l *clientlib.Lock) error {
+		h, err := c.Inspect(ctx, "reports/nightly")
+		if err != nil {
+			return err
+		}
+		fmt.Println("held by:", h.Owner, "under our token:", h.Token == l.Token())
+		// The job passes l.Token() to what it writes, and stops when ctx
+		// is done: context.Cause(ctx) then wraps ErrLost.
+		return nil
+	})
+	fmt.Println("job:", err)
+	h, _ := c.Inspect(ctx, "reports/nightly")
+	fmt.Println("released after:", !h.Held())
+	// Output:
+	// held by: report-runner under our token: true
+	// job: <nil>
+	// released after: true
+}
+
+// When the lock is lost while the job runs (here another client releases
+// it), the job's context is cancelled and Do says the lock was lost.
+func ExampleClient_Do_lost() {
+	addr, stop := startExampleNode()
+	defer stop()
+
+	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	other, err := clientlib.New(clientlib.Config{Addrs: []string{addr}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer other.Close()
+
+	err = c.Do(context.Background(), "jobs/migrate", time.Second, 0, func(ctx context.Context, l *clientlib.Lock) error {
+		// Someone releases our grant (the token is the proof).
+		theirs, _ := other.Lock("jobs/migrate", l.Token(), time.Second)
+		_ = theirs.Release(ctx)
+		<-ctx.Done() // the keep-alive's next extend finds the grant gone
+		fmt.Println("job stopped:", context.Cause(ctx))
+		return ctx.Err()
+	})
+	fmt.Println("lock lost:", errors.Is(err, clientlib.ErrLost))
+	// Output:
+	// job stopped: clientlib: lock lost: jobs/migrate: clientlib: stale token
+	// lock lost: true
+}
+
+// Try a lock once, without waiting: a held key is ErrBusy at once.
+func ExampleClient_TryAcquire() {
+	addr, stop := startExampleNode()
+	defer stop()
+
+	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+
+	ctx := context.Background()
+	lock, err := c.TryAcquire(ctx, "cron/cleanup", time.Minute)
+	fmt.Println("first try:", err)
+	_, err = c.TryAcquire(ctx, "cron/cleanup", time.Minute)
+	fmt.Println("second try:", err, errors.Is(err, clientlib.ErrBusy))
+	_ = lock.Release(ctx)
+	// Output:
+	// first try: <nil>
+	// second try: clientlib: key is held true
+}
+
+// See who holds a key: its token, lease left, waiters and owner.
+func ExampleClient_Inspect() {
+	addr, stop := startExampleNode()
+	defer stop()
+
+	// ProcessOwner names this process ("host:pid"); any short name will do.
+	holder, err := clientlib.New(clientlib.Config{Addrs: []string{addr}, Owner: "web-3:4121"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer holder.Close()
+	ctx := context.Background()
+	lock, err := holder.Acquire(ctx, "orders/42", 30*time.Second, 0)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	h, err := c.Inspect(ctx, "orders/42")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("held:", h.Held(), "owner:", h.Owner, "waiters:", h.Waiters, "lease left ≤ 30s:", h.Left <= 30*time.Second)
+	_ = lock.Release(ctx)
+	h, _ = c.Inspect(ctx, "orders/42")
+	fmt.Println("held:", h.Held())
+	// Output:
+	// held: true owner: web-3:4121 waiters: 0 lease left ≤ 30s: true
+	// held: false
+}
+
+// Done is closed when the lock ends: released, found lost, or its lease
+// run out without an extend.
+func ExampleLock_Done() {
+	addr, stop := startExampleNode()
+	defer stop()
+
+	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+
+	lock, err := c.Acquire(context.Background(), "batch/7", 200*time.Millisecond, 0)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	select {
+	case <-lock.Done():
+		fmt.Println("the lease ran out: stop writing")
+	case <-time.After(10 * time.Second):
+		fmt.Println("still held")
+	}
+	// Output:
+	// the lease ran out: stop writing
+}

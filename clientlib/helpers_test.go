@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
@@ -77,7 +78,7 @@ func newClient(t testing.TB, configure func(*clientlib.Config), addrs ...string)
 	t.Helper()
 	cfg := clientlib.Config{
 		Addrs:  addrs,
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
+		Logger: testLogger(t, slog.LevelInfo),
 	}
 	if configure != nil {
 		configure(&cfg)
@@ -92,6 +93,20 @@ func newClient(t testing.TB, configure func(*clientlib.Config), addrs ...string)
 		}
 	})
 	return c
+}
+
+// testLogger is a client logger writing to t at level and above.
+func testLogger(t testing.TB, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: level}))
+}
+
+// testWriter writes each log line with t.Log.
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(b []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(strings.TrimSuffix(string(b), "\n"))
+	return len(b), nil
 }
 
 // fast makes a client reconnect and give up on releases quickly.

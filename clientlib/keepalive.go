@@ -57,6 +57,7 @@ func (l *Lock) keepAlive(ctx context.Context, lease time.Duration, validUntil ti
 		case <-t.C:
 		}
 		if time.Now().After(validUntil) {
+			l.end()
 			lost <- fmt.Errorf("%w: lease of %s ran out while no node answered", ErrLost, l.key)
 			return
 		}
@@ -72,6 +73,7 @@ func (l *Lock) keepAlive(ctx context.Context, lease time.Duration, validUntil ti
 		case ctx.Err() != nil:
 			return // released, or the caller stopped it
 		case errors.Is(err, ErrStale), errors.Is(err, ErrRefused):
+			l.end()
 			lost <- fmt.Errorf("%w: %s: %w", ErrLost, l.key, err)
 			return
 		default:

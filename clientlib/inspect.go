@@ -1,0 +1,101 @@
+package clientlib
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/kunci/kunci/wire"
+)
+
+// Holder is what Inspect finds about a key.
+type Holder struct {
+	// Token is the grant's fencing token; 0 when nobody holds the key
+	// (and so nobody waits for it).
+	Token uint64
+	// Left is what was left of the grant's lease when the node answered.
+	Left time.Duration
+	// Waiters counts the acquires queued behind the grant.
+	Waiters int
+	// Owner is the owner the grant's acquire named (Config.Owner), "" for
+	// none.
+	Owner string
+}
+
+// Held reports whether the key has a holder.
+func (h Holder) Held() bool { return h.Token != 0 }
+
+// Inspect asks the active node who holds key ("Q key"): the grant's token,
+// lease left, queued acquires and owner, or a zero Holder when the key is
+// free. It changes nothing. A credential whose key prefixes do not cover
+// key is refused (a *RefusedError, "key forbidden").
+func (c *Client) Inspect(ctx context.Context, key string) (Holder, error) {
+	if err := checkKey(key); err != nil {
+		return Holder{}, err
+	}
+	attempts, redirects := 0, 0
+	var lastErr error
+	var cn, failed *conn
+	for {
+		if c.closing() {
+			return Holder{}, ErrClosed
+		}
+		if cn == nil {
+			if cn = c.next(failed); cn == nil {
+				return Holder{}, c.noConnection(lastErr)
+			}
+		}
+		r, err := cn.do(ctx, 'Q', key, func(b []byte) []byte { return appendInspect(b, key) })
+		if err != nil {
+			return Holder{}, err
+		}
+		switch r.kind {
+		case 'Q':
+			return r.hold, nil
+		case 'E':
+			return Holder{}, r.err
+		case kindRedirect:
+			if redirects++; redirects > maxRedirects {
+				return Holder{}, c.noConnection(errors.New("too many redirects"))
+			}
+			if !cn.waitUp(ctx, c.cfg.DialTimeout) {
+				cn, failed = nil, cn
+			}
+		default:
+			lastErr = r.err
+			if attempts++; attempts >= len(c.conns) {
+				return Holder{}, c.noConnection(lastErr)
+			}
+			cn, failed = nil, cn
+		}
+	}
+}
+
+func appendInspect(b []byte, key string) []byte {
+	b = append(b, "Q "...)
+	b = append(b, key...)
+	return append(b, '\n')
+}
+
+// ProcessOwner returns an owner naming this process, "host:pid" (the host
+// name cut so that the whole fits wire.MaxOwner, bytes a owner may not hold
+// replaced by '_'), for Config.Owner.
+func ProcessOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	pid := ":" + strconv.Itoa(os.Getpid())
+	b := []byte(host)
+	if len(b) > wire.MaxOwner-len(pid) {
+		b = b[:wire.MaxOwner-len(pid)]
+	}
+	for i, c := range b {
+		if c < 0x21 || c > 0x7e {
+			b[i] = '_'
+		}
+	}
+	return string(b) + pid
+}
