@@ -60,6 +60,17 @@ func TestStatusOfACluster(t *testing.T) {
 	if _, ok := nodes[0].Holders()["job"]; !ok {
 		t.Fatal("the active does not hold the key kunci acquired")
 	}
+	// inspect and locks, given the standby first, are redirected too.
+	token := strings.TrimSpace(out)
+	env := []string{"KUNCI_ADDRS=" + addrs[1] + "," + addrs[0]}
+	code, out, errs = kunci(t, env, "inspect", "job")
+	if f := strings.Fields(out); code != 0 || len(f) < 10 || strings.Join(f[7:10], " ") != "job yes "+token {
+		t.Fatalf("inspect through the standby's address: exit %d, %q %q", code, out, errs)
+	}
+	code, out, errs = kunci(t, env, "locks")
+	if f := strings.Fields(out); code != 0 || len(f) < 8 || strings.Join(f[6:8], " ") != "job "+token {
+		t.Fatalf("locks through the standby's address: exit %d, %q %q", code, out, errs)
+	}
 }
 
 // TestStatusWaitsForTheClusterToSettle runs kunci status --wait as the

@@ -16,7 +16,7 @@ import (
 	"github.com/kunci/kunci/wire"
 )
 
-const acquireHelp = `Usage: kunci acquire KEY [--lease 30s] [--wait 0] [--addrs ...]
+const acquireHelp = `Usage: kunci acquire KEY [--lease 30s] [--wait 0 | --try] [--addrs ...]
 
 Acquires KEY and prints the grant's fencing token on stdout, alone on its
 line. kunci itself holds nothing afterwards: the grant stays in force on the
@@ -24,13 +24,14 @@ node until 'kunci release KEY TOKEN', or until its lease runs out (extend it
 with 'kunci extend KEY TOKEN'). While the key is held by someone else, the
 acquire waits in the node's FIFO queue, at most --wait (0: without bound).
 An interrupt (Ctrl-C) while waiting withdraws the acquire: nothing is
-granted.
+granted. With --try it does not wait at all: a held key exits 75 at once.
 
 Examples:
   kunci acquire orders/42                       # wait as long as it takes
   TOKEN=$(kunci acquire orders/42 --lease 5m --wait 10s) || exit
   kunci release orders/42 "$TOKEN"
   KUNCI_ADDRS=10.0.0.1:7070,10.0.0.2:7070 kunci acquire backup --wait 0.5
+  TOKEN=$(kunci acquire cron/cleanup --try) || exit 0   # another run has it
 `
 
 const releaseHelp = `Usage: kunci release KEY TOKEN [--addrs ...]
@@ -63,6 +64,7 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 	c := newCLI("acquire", acquireHelp, stdout, stderr)
 	lease := c.duration("lease", 30*time.Second, "the grant ends by itself this long after it is made, unless released or extended")
 	wait := c.duration("wait", 0, "wait at most this long in the queue; 0 waits without bound")
+	try := c.fs.Bool("try", false, "do not wait: exit 75 at once when the key is held")
 	pos, code, done := c.parse(args)
 	if done {
 		return code
@@ -79,6 +81,9 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 	}
 	if *wait < 0 {
 		return c.usageError("--wait must not be negative")
+	}
+	if *try && *wait != 0 {
+		return c.usageError("--try does not wait: give --try or --wait, not both")
 	}
 	addrs, err := c.nodeAddrs()
 	if err != nil {
@@ -98,7 +103,12 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 		return c.usageError("%v", err)
 	}
 	defer client.Close()
-	l, err := client.Acquire(ctx, key, *lease, *wait)
+	var l *clientlib.Lock
+	if *try {
+		l, err = client.TryAcquire(ctx, key, *lease)
+	} else {
+		l, err = client.Acquire(ctx, key, *lease, *wait)
+	}
 	if err != nil {
 		if s := sig.received(); s != nil {
 			return c.fail(128+int(s.(syscall.Signal)), "interrupted by %v while waiting: nothing was granted", s)
@@ -130,7 +140,7 @@ func fitToWait(cfg clientlib.Config, wait time.Duration) clientlib.Config {
 // acquireErrorCode maps an error of clientlib.Acquire to an exit status.
 func acquireErrorCode(err error) int {
 	switch {
-	case errors.Is(err, clientlib.ErrTimeout):
+	case errors.Is(err, clientlib.ErrTimeout), errors.Is(err, clientlib.ErrBusy):
 		return exitTimeout
 	case errors.Is(err, clientlib.ErrNoConnection), errors.Is(err, clientlib.ErrRefused), errors.Is(err, clientlib.ErrAuth):
 		return exitUnavailable
@@ -153,6 +163,8 @@ func describeAcquireError(key string, addrs []string, tc *tls.Config, wait time.
 	switch {
 	case errors.Is(err, clientlib.ErrTimeout):
 		return fmt.Sprintf("%s: the wait of %v ran out: nothing was granted", key, wait)
+	case errors.Is(err, clientlib.ErrBusy):
+		return fmt.Sprintf("%s is held: nothing was granted (--try does not wait)", key)
 	case errors.As(err, &auth):
 		return fmt.Sprintf("%s: %s", key, describeAuthError(err))
 	case errors.As(err, &refused):

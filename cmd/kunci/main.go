@@ -42,7 +42,7 @@ const exitCodes = `Exit status:
        is not the key's grant (STALE); status: some nodes did not answer
   2    bad command line
   69   no node could be reached, or the node refused the request (E ...)
-  75   the wait ran out: nothing was granted
+  75   the wait ran out (acquire --try: the key is held): nothing was granted
   76   (run) the lock was lost before the command finished
   126  (run) the command could not be started
   127  (run) the command was not found
@@ -77,6 +77,8 @@ func init() {
 		{"release", "release a grant, given its key and token", cmdRelease},
 		{"extend", "make a grant end a new lease from now", cmdExtend},
 		{"run", "run a command while holding a lock", cmdRun},
+		{"inspect", "show who holds a key: token, lease left, waiters, owner", cmdInspect},
+		{"locks", "list the held keys, under a prefix", cmdLocks},
 		{"status", "show every node's role and view of the active", cmdStatus},
 		{"health", "check an HTTP endpoint, such as the admin /healthz (for containers)", cmdHealth},
 	}

@@ -614,6 +614,7 @@ func TestHelp(t *testing.T) {
 	for _, args := range [][]string{
 		{"--help"}, {"help"},
 		{"acquire", "--help"}, {"release", "-h"}, {"extend", "--help"}, {"run", "--help"}, {"status", "--help"},
+		{"inspect", "--help"}, {"locks", "--help"},
 		{"help", "run"},
 	} {
 		code, out, errs := kunci(t, nil, args...)
