@@ -87,8 +87,92 @@ func Example_readme() {
 	// while held: context deadline exceeded
 }
 
-// TestREADMESnippetIsThisCode: the README's Go snippet is placeOrder above,
-// so that the snippet compiles and runs (Example_readme).
+// README (2): the second Go snippet of "Using kunci from Go", verbatim from
+// here to the end marker.
+
+// nightly runs the nightly report on one host at a time, and the cleanup
+// only where no other cleanup runs. c names its grants with Config.Owner
+// (clientlib.ProcessOwner() gives "host:pid").
+func nightly(ctx context.Context, c *clientlib.Client) error {
+	err := c.Do(ctx, "reports/nightly", 30*time.Second, time.Minute, // lease, wait
+		func(ctx context.Context, l *clientlib.Lock) error {
+			// The lock is kept alive while this runs; ctx ends the moment it is lost.
+			return writeReport(ctx, l.Token())
+		})
+	if err != nil {
+		return err // ErrTimeout; or fn's error, joined with ErrLost if the lock was lost
+	}
+
+	cleanup, err := c.TryAcquire(ctx, "cron/cleanup", time.Minute) // never waits
+	if errors.Is(err, clientlib.ErrBusy) {
+		h, err := c.Inspect(ctx, "cron/cleanup") // who holds it: token, lease left, waiters, owner
+		if err == nil {
+			fmt.Println("cleanup already runs on", h.Owner)
+		}
+		return err
+	} else if err != nil {
+		return err
+	}
+	defer cleanup.Release(ctx)
+	return cleanUp(ctx, cleanup.Token())
+}
+
+// README (2): end.
+
+// writeReport and cleanUp stand for the protected work: given the fencing
+// token, and stopping when ctx is done.
+func writeReport(ctx context.Context, token uint64) error {
+	fmt.Println("report written under a fencing token:", token > 0)
+	return ctx.Err()
+}
+
+func cleanUp(ctx context.Context, token uint64) error {
+	fmt.Println("cleaned up under a fencing token:", token > 0)
+	return ctx.Err()
+}
+
+// The README's second Go snippet, run: the report under Do, the cleanup
+// under a try-lock; then again while another host holds the cleanup.
+func Example_readmeNightly() {
+	addr, stop := startExampleNode()
+	defer stop()
+	ctx := context.Background()
+
+	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}, Owner: "report-host:77"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	if err := nightly(ctx, c); err != nil {
+		fmt.Println(err)
+	}
+
+	other, err := clientlib.New(clientlib.Config{Addrs: []string{addr}, Owner: "web-3:4121"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer other.Close()
+	held, err := other.Acquire(ctx, "cron/cleanup", time.Minute, 0)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := nightly(ctx, c); err != nil {
+		fmt.Println(err)
+	}
+	_ = held.Release(ctx)
+	// Output:
+	// report written under a fencing token: true
+	// cleaned up under a fencing token: true
+	// report written under a fencing token: true
+	// cleanup already runs on web-3:4121
+}
+
+// TestREADMESnippetIsThisCode: the README's Go snippets are placeOrder and
+// nightly above, so that they compile and run (Example_readme,
+// Example_readmeNightly).
 func TestREADMESnippetIsThisCode(t *testing.T) {
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
@@ -98,18 +182,24 @@ func TestREADMESnippetIsThisCode(t *testing.T) {
 	if !ok {
 		t.Fatal(`README has no "## Using kunci from Go" section`)
 	}
-	_, block, ok := strings.Cut(section, "\n```go\n")
-	block, _, closed := strings.Cut(block, "\n```\n")
-	if !ok || !closed {
-		t.Fatal("the Go section of README has no ```go block")
-	}
+	section, _, _ = strings.Cut(section, "\n## ")
 	src, err := os.ReadFile("readme_test.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, code, _ := strings.Cut(string(src), "verbatim from here to the\n// end marker; TestREADMESnippetIsThisCode checks that the two agree.\n\n")
-	code, _, _ = strings.Cut(code, "\n\n// README: end.")
-	if strings.TrimSpace(block) != strings.TrimSpace(code) {
-		t.Fatalf("README's Go snippet is not placeOrder in clientlib/readme_test.go:\n--- README\n%s\n--- readme_test.go\n%s", block, code)
+	for i, markers := range [][2]string{
+		{"verbatim from here to the\n// end marker; TestREADMESnippetIsThisCode checks that the two agree.\n\n", "\n\n// README: end."},
+		{"verbatim from\n// here to the end marker.\n\n", "\n\n// README (2): end."},
+	} {
+		_, block, ok := strings.Cut(section, "\n```go\n")
+		block, section, _ = strings.Cut(block, "\n```\n")
+		if !ok {
+			t.Fatalf("the Go section of README has no ```go block number %d", i+1)
+		}
+		_, code, _ := strings.Cut(string(src), markers[0])
+		code, _, _ = strings.Cut(code, markers[1])
+		if strings.TrimSpace(block) != strings.TrimSpace(code) {
+			t.Fatalf("README's Go snippet %d is not its code in clientlib/readme_test.go:\n--- README\n%s\n--- readme_test.go\n%s", i+1, block, code)
+		}
 	}
 }

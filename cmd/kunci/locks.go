@@ -96,7 +96,7 @@ func cmdLocks(args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case end.More:
-		c.warn("listed the first %d held keys; more are held (--limit 0 lists them all)", end.Count)
+		c.warn("more keys are held than the %d listed (--limit 0 lists them all)", end.Count)
 	case end.Count == 0 && *prefix != "":
 		c.warn("no key held under %s", *prefix)
 	case end.Count == 0:
