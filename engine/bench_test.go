@@ -20,14 +20,22 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		tk.SetCeiling(1<<62, 1<<61)
 		benchAcquireRelease(b, 1000, tk)
 	})
+	// Grants that name their owner.
+	b.Run("keys=1000/owner", func(b *testing.B) {
+		benchAcquireReleaseBy(b, 1000, new(Tokens), []byte("web-3:4121"))
+	})
 }
 
 func benchAcquireRelease(b *testing.B, n int, tokens *Tokens) {
+	benchAcquireReleaseBy(b, n, tokens, nil)
+}
+
+func benchAcquireReleaseBy(b *testing.B, n int, tokens *Tokens, owner []byte) {
 	keys := keyRing(n)
 	sh := NewShard(Config{}, tokens, 0)
 	var out Output
 	for _, key := range keys { // warm
-		sh.Acquire(0, 1, key, 30*sec, 0, &out)
+		sh.AcquireBy(0, 1, key, owner, 30*sec, 0, &out)
 		sh.Release(0, 1, key, out.Answers[0].Token, &out)
 		out.Reset()
 	}
@@ -38,8 +46,23 @@ func benchAcquireRelease(b *testing.B, n int, tokens *Tokens) {
 		if i++; i == len(keys) {
 			i = 0
 		}
-		sh.Acquire(0, 1, key, 30*sec, 0, &out)
+		sh.AcquireBy(0, 1, key, owner, 30*sec, 0, &out)
 		sh.Release(0, 1, key, out.Answers[0].Token, &out)
+		out.Reset()
+	}
+}
+
+// BenchmarkInspect is one Q of a held key with an owner and waiters.
+func BenchmarkInspect(b *testing.B) {
+	sh := NewShard(Config{}, new(Tokens), 0)
+	var out Output
+	key := []byte("orders/42")
+	sh.AcquireBy(0, 1, key, []byte("web-3:4121"), 30*sec, 0, &out)
+	sh.Acquire(0, 2, key, 30*sec, 0, &out)
+	out.Reset()
+	b.ReportAllocs()
+	for b.Loop() {
+		sh.Inspect(3, key, &out)
 		out.Reset()
 	}
 }
