@@ -84,7 +84,7 @@ func TestListing(t *testing.T) {
 	if h := all["a/1"]; string(h.Owner) != "web-3:4121" || h.Waiters != 0 {
 		t.Fatalf("a/1 listed as %+v", h)
 	}
-	if h := all["b/1"]; h.Owner != nil && len(h.Owner) != 0 || h.Waiters != 1 {
+	if h := all["b/1"]; len(h.Owner) != 0 || h.Waiters != 1 {
 		t.Fatalf("b/1 listed as %+v", h)
 	}
 
