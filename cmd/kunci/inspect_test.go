@@ -102,7 +102,7 @@ func TestLocksCommand(t *testing.T) {
 		t.Fatalf("orders/2 listed as %q", f)
 	}
 	code, out, errs = kunci(t, env, "locks", "--limit", "2")
-	if code != 0 || strings.Count(out, "\n") != 3 || !strings.Contains(errs, "more are held") {
+	if code != 0 || strings.Count(out, "\n") != 3 || !strings.Contains(errs, "more keys are held") {
 		t.Fatalf("locks --limit 2: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 
