@@ -215,8 +215,8 @@ func dialSmallWindow(t testing.TB, addr string) *client {
 func TestListingManyKeysBoundedByTheReader(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, func(cfg *server.Config) { cfg.Shards = 2 })
-	const count = 20000
-	long := strings.Repeat("x", 100) + "/" // about 2.5 MB of H lines
+	const count = 12000
+	long := strings.Repeat("x", 100) + "/" // about 1.5 MB of H lines, six windows
 	tokens := holdMany(t, n.Addr(), long, count)
 
 	// A reader, while another connection takes and frees other keys.
