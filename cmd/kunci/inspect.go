@@ -44,22 +44,15 @@ func cmdInspect(args []string, stdout, stderr io.Writer) int {
 	if err := checkKey(key); err != nil {
 		return c.usageError("%v", err)
 	}
-	addrs, err := c.nodeAddrs()
-	if err != nil {
-		return c.usageError("%v", err)
-	}
-	creds, err := c.credentials()
+	addrs, creds, err := c.target()
 	if err != nil {
 		return c.usageError("%v", err)
 	}
 	ctx, sig := interruptible(context.Background())
 	defer sig.stop()
-	client, err := clientlib.New(clientlib.Config{Addrs: addrs, Credentials: creds, TLS: c.tls})
-	if errors.Is(err, clientlib.ErrAuth) {
-		return c.fail(exitUnavailable, "%s", describeAuthError(err))
-	}
-	if err != nil {
-		return c.usageError("%v", err)
+	client, code, ok := c.newClient(clientlib.Config{Addrs: addrs, Credentials: creds, TLS: c.tls})
+	if !ok {
+		return code
 	}
 	defer client.Close()
 	h, err := client.Inspect(ctx, key)

@@ -85,22 +85,15 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 	if *try && *wait != 0 {
 		return c.usageError("--try does not wait: give --try or --wait, not both")
 	}
-	addrs, err := c.nodeAddrs()
-	if err != nil {
-		return c.usageError("%v", err)
-	}
-	creds, err := c.credentials()
+	addrs, creds, err := c.target()
 	if err != nil {
 		return c.usageError("%v", err)
 	}
 	ctx, sig := interruptible(context.Background())
 	defer sig.stop()
-	client, err := clientlib.New(fitToWait(clientlib.Config{Addrs: addrs, Credentials: creds, TLS: c.tls}, *wait))
-	if errors.Is(err, clientlib.ErrAuth) {
-		return c.fail(exitUnavailable, "%s", describeAuthError(err))
-	}
-	if err != nil {
-		return c.usageError("%v", err)
+	client, code, ok := c.newClient(fitToWait(clientlib.Config{Addrs: addrs, Credentials: creds, TLS: c.tls}, *wait))
+	if !ok {
+		return code
 	}
 	defer client.Close()
 	var l *clientlib.Lock
@@ -187,11 +180,7 @@ func cmdRelease(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	addrs, err := c.nodeAddrs()
-	if err != nil {
-		return c.usageError("%v", err)
-	}
-	creds, err := c.credentials()
+	addrs, creds, err := c.target()
 	if err != nil {
 		return c.usageError("%v", err)
 	}
@@ -215,11 +204,7 @@ func cmdExtend(args []string, stdout, stderr io.Writer) int {
 	if *lease <= 0 {
 		return c.usageError("--lease must be more than 0")
 	}
-	addrs, err := c.nodeAddrs()
-	if err != nil {
-		return c.usageError("%v", err)
-	}
-	creds, err := c.credentials()
+	addrs, creds, err := c.target()
 	if err != nil {
 		return c.usageError("%v", err)
 	}

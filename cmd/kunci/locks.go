@@ -58,11 +58,7 @@ func cmdLocks(args []string, stdout, stderr io.Writer) int {
 	if *prefix != "" && !wire.ValidKey([]byte(*prefix)) {
 		return c.usageError("bad --prefix %q: 1 to %d bytes with no space or control byte", *prefix, wire.MaxKey)
 	}
-	addrs, err := c.nodeAddrs()
-	if err != nil {
-		return c.usageError("%v", err)
-	}
-	creds, err := c.credentials()
+	addrs, creds, err := c.target()
 	if err != nil {
 		return c.usageError("%v", err)
 	}

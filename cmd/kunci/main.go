@@ -258,6 +258,34 @@ func shellQuote(args []string) string {
 	return strings.Join(q, " ")
 }
 
+// target is the cluster a command talks to: its addresses (which also loads
+// any TLS settings) and the credentials to present there.
+func (c *cli) target() ([]string, *clientlib.Credentials, error) {
+	addrs, err := c.nodeAddrs()
+	if err != nil {
+		return nil, nil, err
+	}
+	creds, err := c.credentials()
+	if err != nil {
+		return nil, nil, err
+	}
+	return addrs, creds, nil
+}
+
+// newClient opens a client with cfg. When it cannot, it says why and returns
+// the exit status with ok false: credentials the node refused make the
+// cluster unavailable to us, anything else is a usage error.
+func (c *cli) newClient(cfg clientlib.Config) (client *clientlib.Client, code int, ok bool) {
+	client, err := clientlib.New(cfg)
+	if errors.Is(err, clientlib.ErrAuth) {
+		return nil, c.fail(exitUnavailable, "%s", describeAuthError(err)), false
+	}
+	if err != nil {
+		return nil, c.usageError("%v", err), false
+	}
+	return client, 0, true
+}
+
 // nodeAddrs returns the node addresses from --addrs, else KUNCI_ADDRS, else
 // the default; and it sets c.tls from the TLS flags and variables.
 func (c *cli) nodeAddrs() ([]string, error) {

@@ -80,11 +80,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if *wait < 0 || *grace < 0 {
 		return c.usageError("--wait and --grace must not be negative")
 	}
-	addrs, err := c.nodeAddrs()
-	if err != nil {
-		return c.usageError("%v", err)
-	}
-	creds, err := c.credentials()
+	addrs, creds, err := c.target()
 	if err != nil {
 		return c.usageError("%v", err)
 	}
@@ -142,12 +138,9 @@ func (r *runner) run() int {
 		r.say("cannot become the child subreaper (%v): orphans of a killed command are not waited for", err)
 	}
 
-	client, err := clientlib.New(fitToWait(clientlib.Config{Addrs: r.addrs, Credentials: r.creds, TLS: r.tls}, r.wait))
-	if errors.Is(err, clientlib.ErrAuth) {
-		return r.fail(exitUnavailable, "%s", describeAuthError(err))
-	}
-	if err != nil {
-		return r.usageError("%v", err)
+	client, code, ok := r.newClient(fitToWait(clientlib.Config{Addrs: r.addrs, Credentials: r.creds, TLS: r.tls}, r.wait))
+	if !ok {
+		return code
 	}
 	defer client.Close()
 	if code, ok := r.acquire(client); !ok {

@@ -73,11 +73,7 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	if *wait < 0 {
 		return c.usageError("--wait must not be negative")
 	}
-	addrs, err := c.nodeAddrs()
-	if err != nil {
-		return c.usageError("%v", err)
-	}
-	creds, err := c.credentials()
+	addrs, creds, err := c.target()
 	if err != nil {
 		return c.usageError("%v", err)
 	}
