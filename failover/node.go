@@ -866,8 +866,11 @@ func (n *Node) advanceDemoting() {
 	w := n.winner
 	h, ok := n.el.Heartbeat(w)
 	if !ok || !n.el.Live(w, n.now) || h.Role != Active {
-		// The winner is gone: this node stays the active.
+		// The winner is gone: this node stays the active — and tells its
+		// driver so, which it may have told it was rejoining or handing
+		// over.
 		n.state, n.winner = StateActive, -1
+		n.setRole(Active, n.cfg.Self, "the active it stepped down for is gone")
 		n.thaw()
 		return
 	}
