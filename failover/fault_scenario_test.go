@@ -44,3 +44,49 @@ func TestSimRejoinedLoserWhoseWinnerCrashesServesAgain(t *testing.T) {
 	}
 	s.check()
 }
+
+// The old active of a handback is frozen (SIGSTOP) right after it sent the
+// order to take over; the successor promotes itself, and its confirmation
+// waits, unread, until the old node continues — rejoining, it steps down
+// for the successor instead. Later the successor crashes and the old node,
+// now its standby, is promoted: it must go on issuing tokens block after
+// block, not stay stuck in the handoff it began long ago.
+func TestSimOldActiveFrozenMidHandbackLaterIssuesEveryBlock(t *testing.T) {
+	cfg := defaultSim(3)
+	s := newSim(t, cfg, 13)
+	s.traceOn = true
+	s.start(1)
+	s.start(2)
+	if a, _ := s.waitSettled(3 * cfg.timeout); a != 1 {
+		t.Fatalf("node %d active, want 1", a)
+	}
+	s.start(0)
+	for deadline := s.now + 3*cfg.timeout; s.nodes[1].n.State() != StateLeaving; s.run(ms, nil) {
+		if s.now > deadline {
+			t.Fatalf("node 1 never handed over: %s", s.states())
+		}
+	}
+	s.freezeProcess(1, true)
+	s.run(3*cfg.timeout/2, nil)
+	s.freezeProcess(1, false)
+	if a, _ := s.waitSettled(3 * cfg.timeout); a != 0 {
+		t.Fatalf("node %d active, want 0", a)
+	}
+	s.run(cfg.timeout, nil) // node 1 copies node 0's state
+	s.crash(0)
+	if a, _ := s.waitSettled(3 * cfg.timeout); a != 1 {
+		t.Fatalf("node %d active after node 0 crashed, want 1", a)
+	}
+	from := len(s.grants)
+	s.run(cfg.timeout, func() {
+		for range 5 {
+			s.acquire(1, 0)
+		}
+	})
+	granted := len(s.grants) - from
+	t.Logf("node 1 granted %d of %d acquires (block %d)", granted, 5*cfg.timeout/ms, cfg.block)
+	if uint64(granted) < 2*cfg.block {
+		t.Errorf("node 1 granted %d acquires: it stopped at its first block\n%s", granted, s.lastTrace(30))
+	}
+	s.check()
+}

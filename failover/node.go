@@ -858,6 +858,9 @@ func (n *Node) handoffRecord(e HandoffRecord) {
 func (n *Node) demote(w int) {
 	n.state = StateDemoting
 	n.winner = w
+	// A handoff it began (it may have been frozen mid-handoff, and is
+	// rejoining) is over: whatever role it has next starts afresh.
+	n.handing, n.succ = 0, -1
 	n.freeze(n.now)
 	n.advanceDemoting()
 }
