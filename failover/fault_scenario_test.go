@@ -8,6 +8,66 @@ import (
 // More scenarios over the simulated network: faults that strike in the
 // middle of a role change.
 
+// overlap runs d and returns how long two nodes were active and serving at
+// once (the network is whole meanwhile: no partition excuses it).
+func (s *sim) overlap(d int64, each func()) int64 {
+	var both int64
+	s.run(d, func() {
+		if len(s.actives()) > 1 {
+			both += ms
+		}
+		if each != nil {
+			each()
+		}
+	})
+	return both
+}
+
+// A handback whose successor crashes after the old active froze and sent
+// the order to take over: the old active waits for a confirmation that
+// never comes, the third node promotes itself once the successor is silent
+// for a failover timeout, and then the old active must not take the role
+// back beside it.
+func TestSimHandbackSuccessorCrashesMidHandoff(t *testing.T) {
+	cfg := defaultSim(3)
+	s := newSim(t, cfg, 11)
+	s.traceOn = true
+	s.start(1)
+	s.start(2)
+	if a, _ := s.waitSettled(3 * cfg.timeout); a != 1 {
+		t.Fatalf("node %d active, want 1", a)
+	}
+	load := s.load(rand.New(rand.NewPCG(11, 1)))
+	s.run(100*ms, load)
+	s.start(0)
+	for deadline := s.now + 3*cfg.timeout; s.nodes[1].n.State() != StateLeaving; {
+		if s.now > deadline {
+			t.Fatalf("node 1 never handed over: %s", s.states())
+		}
+		s.run(ms, load)
+	}
+	s.crash(0) // the order to take over is lost with it
+	both := s.overlap(4*cfg.timeout, load)
+	a, _ := s.waitSettled(3 * cfg.timeout)
+	t.Logf("node %d active; two actives at once for %.0fms", a, float64(both)/float64(ms))
+	if both > 0 {
+		t.Errorf("two nodes were active at once for %.0fms after the successor crashed mid-handoff\n%s", float64(both)/float64(ms), s.lastTrace(60))
+	}
+	// Nor did a node grant, after another granted, a token below that
+	// node's: the old active must not serve from the range and state it
+	// froze with.
+	for _, g := range s.grants {
+		for _, o := range s.grants {
+			if o.node != g.node && o.at < g.at && o.token > g.token && g.at > o.at+cfg.timeout/2 {
+				t.Errorf("n%d granted %d at %.0fms, below n%d's %d granted at %.0fms", g.node, g.token, float64(g.at)/float64(ms), o.node, o.token, float64(o.at)/float64(ms))
+				s.check()
+				return
+			}
+		}
+	}
+	s.check()
+}
+
 // An active cut off from every peer comes back, finds that another node
 // became active meanwhile and steps down for it — and that winner crashes
 // before its tokens passed the loser's. The loser stays the active: it must

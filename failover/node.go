@@ -615,15 +615,28 @@ func (n *Node) advance() {
 		n.advanceActive()
 	case StateLeaving:
 		if n.now-n.handAt > 2*n.cfg.Timeout {
-			// The successor did not confirm: this node stays active.
-			// Clients whose requests waited re-send them here.
-			n.state, n.handing, n.succ = StateActive, 0, -1
+			// The successor did not confirm.
+			n.handing, n.succ = 0, -1
+			if n.stopped {
+				// Its standbys take over after the failover timeout; it
+				// decides nothing more.
+				n.stop()
+				return
+			}
+			if a := n.activePeer(); a >= 0 {
+				// Another node became active meanwhile (the successor,
+				// whose confirmation was lost, or a standby that promoted
+				// itself once the successor fell silent) and has served
+				// since: this node steps down for it, as after a cut.
+				n.demote(a)
+				return
+			}
+			// Nobody took over: this node stays active. Clients whose
+			// requests waited re-send them here.
+			n.state = StateActive
 			n.setRole(Active, n.cfg.Self, "the successor did not confirm the handoff")
 			n.emit(Action{Kind: RedirectAll, Peer: n.cfg.Self})
 			n.thaw()
-			if n.stopped {
-				n.stop()
-			}
 		}
 	case StateDemoting:
 		n.advanceDemoting()
@@ -686,6 +699,20 @@ func (n *Node) issue() {
 // this node lately.)
 func (n *Node) higherActive() int {
 	for i := 0; i < n.cfg.Self; i++ {
+		if h, ok := n.el.Heartbeat(i); ok && h.Role == Active && n.el.Live(i, n.now) && n.fresh(h, 0) {
+			return i
+		}
+	}
+	return -1
+}
+
+// activePeer returns the highest-priority live peer that says it is active
+// and has heard this node lately, or -1.
+func (n *Node) activePeer() int {
+	for i := range n.cfg.Peers {
+		if i == n.cfg.Self {
+			continue
+		}
 		if h, ok := n.el.Heartbeat(i); ok && h.Role == Active && n.el.Live(i, n.now) && n.fresh(h, 0) {
 			return i
 		}
