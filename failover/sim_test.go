@@ -503,6 +503,12 @@ func (s *sim) ready(sn *simNode) {
 			sn.leaveDone = true
 		}
 	}
+	// What the driver was told matches where the node stands: an active
+	// serves, a standby does not.
+	switch st := sn.n.State(); {
+	case st == StateActive && sn.role != Active, st == StateStandby && sn.role != Standby:
+		s.fail("n%d is %v but its driver was told %v", sn.i, st, sn.role)
+	}
 }
 
 // redirect sends node sn's clients to node to: answers held for
