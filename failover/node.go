@@ -154,8 +154,12 @@ type CopyApplied struct{ From int }
 type StreamLost struct{ From int }
 
 // StandbySynced: as the active, peer From applied its snapshot and follows
-// the stream.
-type StandbySynced struct{ From int }
+// the stream; it acknowledged every record up to Acked (its snapshot's
+// sequence number, or later).
+type StandbySynced struct {
+	From  int
+	Acked uint64
+}
 
 // StandbyGone: as the active, the stream to From ended.
 type StandbyGone struct{ From int }
@@ -454,8 +458,11 @@ func (n *Node) step(e Event) {
 			n.lostAt = n.now
 		}
 	case StandbySynced:
+		// What it acknowledged counts from now, not from the last
+		// Progress, taken before it synced.
 		s := &n.standbys[e.From]
 		s.streamed, s.synced = true, true
+		s.acked = max(s.acked, e.Acked)
 	case StandbyGone:
 		n.standbys[e.From] = standby{}
 	case Progress:

@@ -368,7 +368,7 @@ func (s *sim) receive(sn *simNode, m msg) {
 		sn.acked[m.from] = max(sn.acked[m.from], m.seq)
 		if !sn.synced[m.from] {
 			sn.synced[m.from] = true
-			n.Step(s.now, StandbySynced{From: m.from})
+			n.Step(s.now, StandbySynced{From: m.from, Acked: m.seq})
 		}
 	case mHandoff:
 		if sn.following != m.from || sn.streamOf != m.conn {
