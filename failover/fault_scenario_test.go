@@ -150,3 +150,34 @@ func TestSimOldActiveFrozenMidHandbackLaterIssuesEveryBlock(t *testing.T) {
 	}
 	s.check()
 }
+
+// A standby whose disk is full cannot make a ceiling durable, so it cannot
+// issue tokens. When the active crashes, a standby that can must take over:
+// the cluster must not wait forever on a node promoting itself in vain —
+// whether the full disk was noticed before the crash (it failed to keep a
+// ceiling it heard) or only once it promoted itself.
+func TestSimStandbyWithAFullDiskDoesNotStrandTheCluster(t *testing.T) {
+	for _, early := range []bool{true, false} {
+		cfg := defaultSim(3)
+		s := newSim(t, cfg, 14)
+		s.traceOn = true
+		s.startAll()
+		s.waitSettled(3 * cfg.timeout)
+		load := s.load(rand.New(rand.NewPCG(14, 1)))
+		s.run(200*ms, load)
+		if early {
+			s.nodes[1].full = true
+		}
+		s.run(2*cfg.timeout, load)
+		s.nodes[1].full = true
+		s.crash(0)
+		a, took := s.waitSettled(5 * cfg.timeout)
+		t.Logf("full disk noticed before the crash %v: node %d active %.0fms after node 0 crashed", early, a, float64(took)/float64(ms))
+		from := len(s.grants)
+		s.run(cfg.timeout, load)
+		if len(s.grants) == from {
+			t.Fatalf("nothing granted after node 0 crashed: %s\n%s", s.states(), s.lastTrace(30))
+		}
+		s.check()
+	}
+}

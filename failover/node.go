@@ -260,10 +260,14 @@ type Node struct {
 	// next starts above it.
 	durable    uint64 // the ceiling in this node's data directory
 	persisting uint64 // the ceiling of an outstanding Persist; 0 none
-	issuing    Range  // the range tokens come from (Active)
-	next       Range  // the range being made durable everywhere (Promoting, Active)
-	nextAt     int64  // since when next waits
-	last       uint64 // the highest token issued or seen
+	// diskFails: the last Persist failed and none succeeded since (the
+	// disk is full, say). Such a node cannot issue tokens: it is no heir
+	// while another node is, and gives up promoting itself.
+	diskFails bool
+	issuing   Range  // the range tokens come from (Active)
+	next      Range  // the range being made durable everywhere (Promoting, Active)
+	nextAt    int64  // since when next waits
+	last      uint64 // the highest token issued or seen
 
 	// Handing the role over.
 	succ      int   // -1 none
@@ -438,6 +442,7 @@ func (n *Node) step(e Event) {
 		n.heard(e)
 	case CeilingDurable:
 		n.durable = max(n.durable, e.Ceiling)
+		n.diskFails = false
 		if n.persisting <= e.Ceiling {
 			n.persisting = 0
 		}
@@ -446,6 +451,10 @@ func (n *Node) step(e Event) {
 	case CeilingFailed:
 		if n.persisting == e.Ceiling {
 			n.persisting = 0 // asked again at the next tick
+		}
+		if !n.diskFails {
+			n.diskFails = true
+			n.announce = true // no heir now: the peers hear it at once
 		}
 	case CopyStarted:
 		n.copyOf, n.lostAt = -1, 0
@@ -615,6 +624,13 @@ func (n *Node) advance() {
 			n.issue()
 			n.state = StateActive
 			n.thaw()
+		} else if n.diskFails && n.now-n.nextAt >= n.cfg.Timeout {
+			// Its own disk cannot hold its first ceiling: it cannot issue
+			// a token. It issued none, and steps back, so that a standby
+			// that can takes over.
+			n.state, n.next = StateStandby, Range{}
+			n.setRole(Standby, -1, "cannot make its first ceiling durable: its disk fails")
+			n.thaw()
 		} else {
 			n.ensure(n.next.Hi)
 		}
@@ -660,14 +676,15 @@ func (n *Node) advanceStandby() {
 		// stays the best there is.)
 		n.copyOf, n.lostAt = -1, 0
 	}
-	d := n.el.Decide(n.now, n.copyOf >= 0)
+	heir := n.copyOf >= 0 && !n.diskFails
+	d := n.el.Decide(n.now, heir)
 	switch d.Move {
 	case Follow:
 		if n.active != d.Peer {
 			n.setRole(Standby, d.Peer, "following the active")
 			n.emit(Action{Kind: SendSync, Peer: d.Peer})
 		}
-		if d.Peer > n.cfg.Self && n.copyOf == d.Peer && (n.askedAt == 0 || n.now-n.askedAt > n.cfg.Timeout) {
+		if d.Peer > n.cfg.Self && n.copyOf == d.Peer && heir && (n.askedAt == 0 || n.now-n.askedAt > n.cfg.Timeout) {
 			// This node outranks the active and holds its state: ask
 			// for the role, which the active hands over without losing a
 			// grant.
@@ -997,7 +1014,7 @@ func (n *Node) heartbeat() {
 func (n *Node) heartbeatTo(i int) {
 	h := Heartbeat{
 		Role: n.Role(), Inc: n.cfg.Inc, HB: n.hb,
-		Ceiling: n.durable, Synced: n.Synced(),
+		Ceiling: n.durable, Synced: n.Synced() && !n.diskFails,
 	}
 	if n.active >= 0 {
 		h.Active = n.cfg.Peers[n.active]

@@ -88,6 +88,7 @@ type simNode struct {
 	stopped bool // SIGSTOP: no ticks, nothing read
 	next    int64
 	disk    uint64 // the data directory's ceiling: survives a crash
+	full    bool   // the data directory's disk is full: persisting fails
 
 	// What the driver keeps.
 	role      Role
@@ -202,7 +203,7 @@ func (s *sim) fail(format string, args ...any) {
 // start starts (or restarts) node i's process.
 func (s *sim) start(i int) {
 	sn := s.nodes[i]
-	*sn = simNode{i: i, disk: sn.disk, active: -1, following: -1, up: true,
+	*sn = simNode{i: i, disk: sn.disk, full: sn.full, active: -1, following: -1, up: true,
 		inc: uint64(s.now) + uint64(i) + 1, acked: make([]uint64, s.cfg.nodes),
 		streamed: map[int]int{}, synced: map[int]bool{}, cutSince: map[int]int64{}}
 	sn.n = NewNode(Config{
@@ -292,6 +293,11 @@ func (s *sim) run(d int64, each func()) {
 			for len(sn.persists) > 0 && sn.persists[0].at <= s.now {
 				p := sn.persists[0]
 				sn.persists = sn.persists[1:]
+				if sn.full {
+					sn.n.Step(s.now, CeilingFailed{p.c})
+					s.ready(sn)
+					continue
+				}
 				sn.disk = max(sn.disk, p.c)
 				sn.n.Step(s.now, CeilingDurable{p.c})
 				s.ready(sn)
