@@ -216,6 +216,9 @@ type standby struct {
 	acked    uint64
 }
 
+// echo names a peer's heartbeat: its incarnation and number.
+type echo struct{ inc, hb uint64 }
+
 // mark is the stream's position at a tick (semi-sync): every standby must
 // have acknowledged seq within a failover timeout of at.
 type mark struct {
@@ -253,6 +256,7 @@ type Node struct {
 	sentAt   [hbRing]int64 // when heartbeat k was sent, at k % hbRing
 	sentHB   [hbRing]uint64
 	rejoinHB uint64 // the first heartbeat sent while rejoining
+	echoed   []echo // by peer: its heartbeat this node last echoed to it
 	rejoinAt int64
 
 	// Tokens. A range is issued only once its ceiling is durable here and
@@ -301,6 +305,7 @@ func NewNode(cfg Config, now int64, durable uint64) *Node {
 		winner:   -1,
 		durable:  durable,
 		standbys: make([]standby, len(cfg.Peers)),
+		echoed:   make([]echo, len(cfg.Peers)),
 	}
 }
 
@@ -537,8 +542,10 @@ func (n *Node) heard(e Heard) {
 	// whichever node is promoted next starts above it, even after a
 	// restart.
 	n.ensure(n.el.Ceiling())
-	if e.HB.Role == Rejoining && e.HB.EchoInc == n.cfg.Inc {
-		// It waits to hear that this node hears it: answer now.
+	if e.HB.Role == Rejoining && e.HB.EchoInc == n.cfg.Inc && n.echoed[e.From] != (echo{e.HB.Inc, e.HB.HB}) {
+		// It waits to hear that this node hears it: answer now — once
+		// (the heartbeat comes on every link, and an answer to an
+		// answer would flood two rejoining nodes).
 		n.heartbeatTo(e.From)
 	}
 	// What a peer says is acted on at once, not at the next tick: after a
@@ -1024,6 +1031,7 @@ func (n *Node) heartbeatTo(i int) {
 	}
 	if p, ok := n.el.Heartbeat(i); ok {
 		h.EchoInc, h.EchoHB = p.Inc, p.HB
+		n.echoed[i] = echo{p.Inc, p.HB}
 	}
 	n.emit(Action{Kind: SendHeartbeat, Peer: i, HB: h})
 }

@@ -94,3 +94,55 @@ func TestSemiSyncDoesNotDropAStandbyThatJustSynced(t *testing.T) {
 		t.Fatalf("a standby that acknowledged nothing for over a failover timeout was not dropped")
 	}
 }
+
+func (u *unitNode) sentTo(p int) int {
+	k := 0
+	for _, a := range u.got {
+		if a.Kind == SendHeartbeat && a.Peer == p {
+			k++
+		}
+	}
+	return k
+}
+
+// A rejoining node waits to hear that its peers hear it, so a node answers
+// a rejoining peer's heartbeat at once. It answers each heartbeat once:
+// heartbeats go on both links between two nodes and so come twice, and two
+// rejoining nodes that answered every copy of each other's answers would
+// double their heartbeats every round trip.
+func TestARejoiningPeersHeartbeatIsAnsweredOnce(t *testing.T) {
+	cfg := Config{Peers: []string{"a", "b", "c"}, Self: 0, Heartbeat: 100 * ms, Timeout: 1000 * ms, Block: 1000, Inc: 7}
+	u := newUnitNode(t, cfg)
+	start := u.now
+	for k := int64(1); u.n.State() != StateActive; k++ {
+		if k > 30 {
+			t.Fatalf("not active: %v", u.n.State())
+		}
+		u.tick(start+k*cfg.Heartbeat, 0, nil)
+	}
+	u.tick(u.now+2*cfg.Timeout, 0, nil) // frozen a while: it rejoins
+	if u.n.State() != StateRejoining {
+		t.Fatalf("state %v, want rejoining", u.n.State())
+	}
+	hb := Heartbeat{Role: Rejoining, Inc: 5, HB: 40, EchoInc: 7, EchoHB: u.n.hb}
+	for copy := 1; copy <= 2; copy++ {
+		u.got = nil
+		u.n.Step(u.now, Heard{From: 1, HB: hb})
+		u.do()
+		want := 1
+		if copy == 2 {
+			want = 0
+		}
+		if got := u.sentTo(1); got != want {
+			t.Fatalf("copy %d of the peer's heartbeat answered with %d heartbeats, want %d", copy, got, want)
+		}
+	}
+	// Its next heartbeat is answered again.
+	u.got = nil
+	hb.HB++
+	u.n.Step(u.now, Heard{From: 1, HB: hb})
+	u.do()
+	if got := u.sentTo(1); got != 1 {
+		t.Fatalf("the peer's next heartbeat answered with %d heartbeats, want 1", got)
+	}
+}
