@@ -496,11 +496,15 @@ func (m *mailbox) init(peers int) {
 	m.kick = make(chan struct{}, 1)
 }
 
-// heard posts peer i's heartbeat.
+// heard posts peer i's heartbeat. Of the peer's heartbeats waiting, the
+// newest stands for the others: they come on two links, whose loops may
+// hand them over out of order.
 func (m *mailbox) heard(i int, h failover.Heartbeat) {
 	m.mu.Lock()
 	if k := m.heardAt[i]; k >= 0 {
-		m.events[k].ev = failover.Heard{From: i, HB: h}
+		if w := m.events[k].ev.(failover.Heard).HB; h.Inc > w.Inc || h.Inc == w.Inc && h.HB >= w.HB {
+			m.events[k].ev = failover.Heard{From: i, HB: h}
+		}
 	} else {
 		m.heardAt[i] = len(m.events)
 		m.events = append(m.events, mail{i, failover.Heard{From: i, HB: h}})
