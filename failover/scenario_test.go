@@ -251,9 +251,16 @@ func simFaults(t *testing.T, seed uint64, semi bool, length int64) {
 	cfg := defaultSim(3)
 	cfg.semiSync = semi
 	cfg.delay = 1 * ms
+	// Ticks run late on a busy machine, and heartbeats come twice (on
+	// both links between two nodes), out of order.
+	cfg.jitter = 15 * ms
+	cfg.dupHB, cfg.dupDelay = true, 30*ms
 	s := newSim(t, cfg, seed)
 	s.traceOn = true
 	rng := rand.New(rand.NewPCG(seed, 1))
+	if testing.Verbose() {
+		t.Logf("seed %d semi-sync %v: starting", seed, semi)
+	}
 	s.startAll()
 	s.waitSettled(3 * cfg.timeout)
 	load := s.load(rand.New(rand.NewPCG(seed, 2)))
@@ -268,11 +275,21 @@ func simFaults(t *testing.T, seed uint64, semi bool, length int64) {
 			s.freezeProcess(i, false)
 		}
 	}
+	// granted returns the highest token node i granted.
+	granted := func(i int) uint64 {
+		var m uint64
+		for _, g := range s.grants {
+			if g.node == i {
+				m = max(m, g.token)
+			}
+		}
+		return m
+	}
 	for end := s.now + length; s.now < end; {
 		s.run(int64(100+rng.IntN(1500))*ms, load)
 		i, j := rng.IntN(3), rng.IntN(3)
 		hold := rng.IntN(2) == 0
-		switch f := rng.IntN(9); f {
+		switch f := rng.IntN(12); f {
 		case 0:
 			faults["isolate"]++
 			s.isolate(i, true, hold)
@@ -322,6 +339,55 @@ func simFaults(t *testing.T, seed uint64, semi bool, length int64) {
 			faults["bridge"]++
 			s.setCut(a, b, true, hold)
 			s.setCut(b, a, true, hold)
+		case 9:
+			// i's disk is full for a while: it cannot make a ceiling
+			// durable.
+			faults["disk full"]++
+			s.nodes[i].full = true
+			s.run(int64(300+rng.IntN(3000))*ms, load)
+			s.nodes[i].full = false
+		case 10:
+			// i restarts with an older data directory (restored from a
+			// backup, a volume that lagged): its own ceiling is older than
+			// tokens it granted, which its peers know of — it must learn
+			// them before it issues any.
+			sn := s.nodes[i]
+			if len(sn.disks) == 0 {
+				break
+			}
+			old := sn.disks[rng.IntN(len(sn.disks))].disk
+			var known uint64
+			for j, o := range s.nodes {
+				if j != i && o.up {
+					known = max(known, o.disk)
+				}
+			}
+			if known < granted(i) {
+				break // nobody else knows what it granted: that data is lost
+			}
+			faults["older data directory"]++
+			heal()
+			s.crash(i)
+			s.run(int64(rng.IntN(1500))*ms, load)
+			sn.disk, sn.full = old, false
+			s.start(i)
+			s.run(2*cfg.timeout, load)
+		case 11:
+			// A stop that comes while a node is between roles.
+			faults["stop between roles"]++
+			for deadline := s.now + 3*cfg.timeout; s.now < deadline; s.run(ms, load) {
+				k := slices.IndexFunc(s.nodes, func(sn *simNode) bool {
+					st := sn.n.State()
+					return sn.up && !sn.stopped && (st == StatePromoting || st == StateLeaving || st == StateDemoting || st == StateRejoining)
+				})
+				if k >= 0 {
+					faults["stop between roles: "+s.nodes[k].n.State().String()]++
+					s.leave(k)
+					s.run(int64(100+rng.IntN(500))*ms, load)
+					s.start(k)
+					break
+				}
+			}
 		}
 	}
 	heal()
@@ -332,7 +398,7 @@ func simFaults(t *testing.T, seed uint64, semi bool, length int64) {
 	}
 	a, took := s.waitSettled(6 * cfg.timeout)
 	s.run(500*ms, load)
-	if s.cfg.semiSync && s.maxHold > cfg.timeout+cfg.heartbeat+5*ms {
+	if s.cfg.semiSync && s.maxHold > cfg.timeout+cfg.heartbeat+cfg.jitter+5*ms {
 		s.dumpAround = s.maxHoldGrant.at
 	}
 	t.Logf("seed %d semi-sync %v: faults %v; %d grants; settled on node %d %.0fms after the last heal; longest semi-sync hold %.0fms",
