@@ -181,3 +181,33 @@ func TestSimStandbyWithAFullDiskDoesNotStrandTheCluster(t *testing.T) {
 		s.check()
 	}
 }
+
+// A node's incarnation is its start time by the wall clock, which may have
+// gone back across a restart (a VM booted with its clock behind, an NTP
+// step). Its peers must hear the restarted process all the same: a node
+// they do not hear, which hears them, promotes itself beside the standby
+// they promote when the active crashes, and nothing ever makes one of the
+// two step down.
+func TestSimNodeRestartedWithItsClockBehindIsHeard(t *testing.T) {
+	for _, restarted := range []int{1, 0} {
+		cfg := defaultSim(3)
+		s := newSim(t, cfg, 16)
+		s.traceOn = true
+		s.startAll()
+		s.waitSettled(3 * cfg.timeout)
+		load := s.load(rand.New(rand.NewPCG(16, 1)))
+		s.run(500*ms, load)
+		old := s.nodes[restarted].inc
+		s.crash(restarted)
+		s.run(200*ms, load)
+		s.startInc(restarted, old/2) // its clock behind
+		s.waitSettled(5 * cfg.timeout)
+		s.run(cfg.timeout, load)
+		a, _ := s.settled()
+		s.crash(a)
+		b, took := s.waitSettled(5 * cfg.timeout)
+		t.Logf("node %d restarted with its clock behind; node %d active %.0fms after node %d crashed", restarted, b, float64(took)/float64(ms), a)
+		s.run(cfg.timeout, load)
+		s.check()
+	}
+}

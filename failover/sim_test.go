@@ -215,10 +215,15 @@ func (s *sim) fail(format string, args ...any) {
 }
 
 // start starts (or restarts) node i's process.
-func (s *sim) start(i int) {
+func (s *sim) start(i int) { s.startInc(i, uint64(s.now)+uint64(i)+1) }
+
+// startInc starts node i's process as incarnation inc (kunci takes the
+// wall clock's reading at start: a restart may take a lower one, should the
+// clock have gone back).
+func (s *sim) startInc(i int, inc uint64) {
 	sn := s.nodes[i]
 	*sn = simNode{i: i, disk: sn.disk, disks: sn.disks, full: sn.full, active: -1, following: -1, up: true,
-		inc: uint64(s.now) + uint64(i) + 1, acked: make([]uint64, s.cfg.nodes),
+		inc: inc, acked: make([]uint64, s.cfg.nodes),
 		streamed: map[int]int{}, synced: map[int]bool{}, cutSince: map[int]int64{}}
 	sn.n = NewNode(Config{
 		Peers: s.addrs, Self: i, Heartbeat: s.cfg.heartbeat, Timeout: s.cfg.timeout,
