@@ -321,7 +321,13 @@ func simFaults(t *testing.T, seed uint64, semi bool, length int64) {
 			faults["crash"]++
 			s.crash(i)
 			s.run(int64(200+rng.IntN(1500))*ms, load)
-			s.start(i)
+			if rng.IntN(3) == 0 {
+				// Its clock went back meanwhile: a lower incarnation.
+				faults["crash: restarted with its clock behind"]++
+				s.startInc(i, s.nodes[i].inc/2)
+			} else {
+				s.start(i)
+			}
 		case 6:
 			if s.nodes[i].up {
 				faults["stop"]++
