@@ -211,3 +211,44 @@ func TestSimNodeRestartedWithItsClockBehindIsHeard(t *testing.T) {
 		s.check()
 	}
 }
+
+// A bridge: nodes 0 and 1 do not hear each other, both hear node 2, so
+// both are active (each hears of the other's ceiling through node 2). The
+// cluster is idle. Each active must not keep raising its ceiling above the
+// other's, a disk write on every node each round trip, for as long as the
+// bridge lasts.
+func TestSimBridgedActivesDoNotRaiseTheirCeilingsWithoutEnd(t *testing.T) {
+	cfg := defaultSim(3)
+	s := newSim(t, cfg, 17)
+	s.startAll()
+	s.waitSettled(3 * cfg.timeout)
+	s.setCut(0, 1, true, false)
+	s.setCut(1, 0, true, false)
+	s.run(3*cfg.timeout, nil)
+	if len(s.actives()) != 2 {
+		t.Fatalf("nodes 0 and 1 should both be active: %s", s.states())
+	}
+	var writes [3]int
+	for i, sn := range s.nodes {
+		writes[i] = len(sn.disks)
+	}
+	s.run(5*cfg.timeout, nil)
+	for i, sn := range s.nodes {
+		writes[i] = len(sn.disks) - writes[i]
+	}
+	t.Logf("disk writes in 5 s of an idle bridge: %v", writes)
+	for i, w := range writes {
+		if w > 20 {
+			t.Errorf("node %d wrote its ceiling %d times in 5 s of an idle bridge", i, w)
+		}
+	}
+	// When the bridge heals, node 1 steps down for node 0 and node 0
+	// continues above both.
+	s.setCut(0, 1, false, false)
+	s.setCut(1, 0, false, false)
+	if a, _ := s.waitSettled(3 * cfg.timeout); a != 0 {
+		t.Fatalf("node %d active after the heal, want 0", a)
+	}
+	s.run(cfg.timeout, s.load(rand.New(rand.NewPCG(17, 1))))
+	s.check()
+}

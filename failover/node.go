@@ -272,6 +272,7 @@ type Node struct {
 	next      Range  // the range being made durable everywhere (Promoting, Active)
 	nextAt    int64  // since when next waits
 	last      uint64 // the highest token issued or seen
+	raisedAt  int64  // Active: when it last moved above a peer\'s ceiling
 
 	// Handing the role over.
 	succ      int   // -1 none
@@ -764,10 +765,17 @@ func (n *Node) advanceActive() {
 	// Tokens: above every ceiling a peer reports (it may have issued up to
 	// it), and the next block before this one runs out.
 	if n.next.IsZero() && n.handing == 0 {
-		if c := n.el.Ceiling(); c > n.issuing.Hi {
-			n.next, n.nextAt = n.blockRange(c, n.cfg.Self), n.now
-		} else if n.last+n.cfg.Block/2 >= n.issuing.Hi {
-			n.next, n.nextAt = n.blockRange(n.issuing.Hi, n.cfg.Self), n.now
+		c := n.el.Ceiling()
+		switch {
+		case c > n.issuing.Hi && (n.now-n.raisedAt >= n.cfg.Timeout || n.loserBelow()):
+			// At once when a node stepping down waits for it; else at
+			// most once a failover timeout: two actives that do not hear
+			// each other but share a standby (a bridge) hear of each
+			// other's ceilings, and would raise above each other without
+			// end, a disk write on every node each round trip.
+			n.next, n.nextAt, n.raisedAt = n.blockRange(c, n.cfg.Self), n.now, n.now
+		case n.last+n.cfg.Block/2 >= n.issuing.Hi:
+			n.next, n.nextAt = n.blockRange(max(c, n.issuing.Hi), n.cfg.Self), n.now
 		}
 	}
 	if !n.next.IsZero() {
@@ -797,6 +805,17 @@ func (n *Node) advanceActive() {
 			n.ensure(n.succRange.Hi)
 		}
 	}
+}
+
+// loserBelow reports whether a live peer that steps down (or hands its role
+// over) waits for this node's tokens to pass its ceiling.
+func (n *Node) loserBelow() bool {
+	for i := range n.cfg.Peers {
+		if h, ok := n.el.Heartbeat(i); ok && i != n.cfg.Self && h.Role == Leaving && h.Ceiling > n.issuing.Hi && n.el.Live(i, n.now) {
+			return true
+		}
+	}
+	return false
 }
 
 // allSilent reports whether no peer was heard within the timeout.
