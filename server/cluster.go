@@ -189,9 +189,8 @@ func (cl *cluster) tick() {
 	now := n.now()
 	cl.fo.Step(now, failover.Progress{Seq: cl.hub.Seq(), Acked: cl.ackedByPeer(), Last: n.tokens.Last()})
 	cl.fo.Tick(now)
-	cl.do(cl.fo.Ready())
+	cl.apply()
 	cl.alive.Store(now)
-	cl.state.Store(int32(cl.fo.State()))
 	cl.manageLinks(now)
 	cl.ensureStream()
 }
@@ -205,8 +204,22 @@ func (cl *cluster) drain() {
 
 func (cl *cluster) step(e failover.Event) {
 	cl.fo.Step(cl.n.now(), e)
+	cl.apply()
+}
+
+// apply carries out what the failover.Node decided, and publishes its state
+// for I around it, so that a node is never seen as a settled active while
+// it is still between roles: a state between roles shows before the role
+// that comes with it (a promoting node is "active state=promoting" from
+// the moment it says active), a settled one once the actions are done.
+func (cl *cluster) apply() {
+	st := cl.fo.State()
+	switch st {
+	case failover.StatePromoting, failover.StateLeaving, failover.StateDemoting, failover.StateRejoining:
+		cl.state.Store(int32(st))
+	}
 	cl.do(cl.fo.Ready())
-	cl.state.Store(int32(cl.fo.State()))
+	cl.state.Store(int32(st))
 }
 
 // ackedByPeer returns what each standby acknowledged, by peer index.
