@@ -2,6 +2,7 @@ package failover
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -251,4 +252,54 @@ func TestSimBridgedActivesDoNotRaiseTheirCeilingsWithoutEnd(t *testing.T) {
 	}
 	s.run(cfg.timeout, s.load(rand.New(rand.NewPCG(17, 1))))
 	s.check()
+}
+
+// A graceful handoff whose order to take over comes a little after the
+// heartbeat that says the old active is leaving (heartbeats go on both
+// links; the order on one, behind the stream). The successor must wait for
+// the order, not promote itself the slow way as if the active had died —
+// the old active would then wait, frozen with its clients, for a
+// confirmation that never comes.
+func TestSimHandoffOrderOvertakenByTheLeavingHeartbeat(t *testing.T) {
+	for _, stop := range []bool{true, false} {
+		cfg := defaultSim(3)
+		cfg.handoffLater = 2 * ms
+		s := newSim(t, cfg, 18)
+		s.traceOn = true
+		var from int64
+		if stop {
+			s.startAll()
+			s.waitSettled(3 * cfg.timeout)
+			s.run(100*ms, nil)
+			from = s.now
+			s.leave(0)
+		} else {
+			s.start(1)
+			s.start(2)
+			s.waitSettled(3 * cfg.timeout)
+			s.start(0)
+			for deadline := s.now + 3*cfg.timeout; s.nodes[1].n.State() != StateLeaving; s.run(ms, nil) {
+				if s.now > deadline {
+					t.Fatalf("node 1 never handed over: %s", s.states())
+				}
+			}
+			from = s.now
+			for deadline := s.now + 3*cfg.timeout; s.nodes[1].n.State() == StateLeaving && s.now < deadline; {
+				s.run(ms, nil)
+			}
+		}
+		took := s.now - from
+		succ := 1
+		if !stop {
+			succ = 0
+		}
+		t.Logf("stop %v: the old active was frozen %.0fms; node %d: %v", stop, float64(took)/float64(ms), succ, s.nodes[succ].why)
+		if !slices.Contains(s.nodes[succ].why, "handoff from "+s.addrs[1-succ]) {
+			t.Errorf("stop %v: node %d did not take the handoff: %v\n%s", stop, succ, s.nodes[succ].why, s.lastTrace(20))
+		}
+		if took > 10*cfg.delay+cfg.persist+cfg.handoffLater {
+			t.Errorf("stop %v: the old active was frozen %.0fms", stop, float64(took)/float64(ms))
+		}
+		s.check()
+	}
 }

@@ -700,12 +700,31 @@ func (n *Node) advanceStandby() {
 			n.emit(Action{Kind: SendTakeover, Peer: d.Peer})
 		}
 	case Promote:
+		if n.handedToMe() {
+			// The active is handing its role to this node: the order
+			// comes behind the last record of the stream, perhaps a
+			// moment after the heartbeat that says so. (If it never
+			// comes, the active takes its role back, or stops and falls
+			// silent.)
+			break
+		}
 		n.promote()
 	case Stay:
 		if n.active >= 0 && !n.el.Live(n.active, n.now) {
 			n.setRole(Standby, -1, "the active is silent")
 		}
 	}
+}
+
+// handedToMe reports whether a live peer says it is leaving its role to this
+// node.
+func (n *Node) handedToMe() bool {
+	for i := range n.cfg.Peers {
+		if h, ok := n.el.Heartbeat(i); ok && i != n.cfg.Self && h.Role == Leaving && h.Active == n.cfg.Peers[n.cfg.Self] && n.el.Live(i, n.now) {
+			return true
+		}
+	}
+	return false
 }
 
 // promote makes this standby the active: frozen until its first range is

@@ -255,6 +255,7 @@ func simFaults(t *testing.T, seed uint64, semi bool, length int64) {
 	// both links between two nodes), out of order.
 	cfg.jitter = 15 * ms
 	cfg.dupHB, cfg.dupDelay = true, 30*ms
+	cfg.handoffLater = int64(seed%4) * ms // the heartbeat saying so may overtake the order to take over
 	s := newSim(t, cfg, seed)
 	s.traceOn = true
 	rng := rand.New(rand.NewPCG(seed, 1))

@@ -35,6 +35,9 @@ type simConfig struct {
 	// so they come twice, and out of order).
 	dupHB    bool
 	dupDelay int64
+	// handoffLater: the order to take over comes this much after the
+	// heartbeats sent with it (they go on another link, or ahead of it).
+	handoffLater int64
 }
 
 func defaultSim(nodes int) simConfig {
@@ -551,7 +554,7 @@ func (s *sim) ready(sn *simNode) {
 			}
 		case Handoff:
 			if conn, ok := sn.streamed[a.Peer]; ok {
-				s.send(msg{from: sn.i, to: a.Peer, kind: mHandoff, rng: a.Range, hb: Heartbeat{Inc: sn.inc}, mark: a.Mark, conn: conn}, false)
+				s.send(msg{from: sn.i, to: a.Peer, kind: mHandoff, rng: a.Range, hb: Heartbeat{Inc: sn.inc}, mark: a.Mark, conn: conn, later: s.cfg.handoffLater}, false)
 			}
 		case Stopped:
 			sn.leaveDone = true
