@@ -1,6 +1,7 @@
 package failover
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -22,6 +23,19 @@ func (s *sim) overlap(d int64, each func()) int64 {
 		}
 	})
 	return both
+}
+
+// backwards returns, if a node granted a token below one another node had
+// granted more than slack before, what it granted; "" if none did.
+func (s *sim) backwards(slack int64) string {
+	for _, g := range s.grants {
+		for _, o := range s.grants {
+			if o.node != g.node && o.token > g.token && g.at > o.at+slack {
+				return fmt.Sprintf("n%d granted %d at %.0fms, below n%d's %d granted at %.0fms", g.node, g.token, float64(g.at)/float64(ms), o.node, o.token, float64(o.at)/float64(ms))
+			}
+		}
+	}
+	return ""
 }
 
 // A handback whose successor crashes after the old active froze and sent
@@ -57,14 +71,8 @@ func TestSimHandbackSuccessorCrashesMidHandoff(t *testing.T) {
 	// Nor did a node grant, after another granted, a token below that
 	// node's: the old active must not serve from the range and state it
 	// froze with.
-	for _, g := range s.grants {
-		for _, o := range s.grants {
-			if o.node != g.node && o.at < g.at && o.token > g.token && g.at > o.at+cfg.timeout/2 {
-				t.Errorf("n%d granted %d at %.0fms, below n%d's %d granted at %.0fms", g.node, g.token, float64(g.at)/float64(ms), o.node, o.token, float64(o.at)/float64(ms))
-				s.check()
-				return
-			}
-		}
+	if e := s.backwards(cfg.timeout / 2); e != "" {
+		t.Error(e)
 	}
 	s.check()
 }
@@ -302,4 +310,39 @@ func TestSimHandoffOrderOvertakenByTheLeavingHeartbeat(t *testing.T) {
 		}
 		s.check()
 	}
+}
+
+// The successor of a handback is frozen (SIGSTOP) just as the order to
+// take over reaches it. The old active waits two failover timeouts, hears
+// of no new active, and takes its role back, serving on. When the successor
+// continues it finds the order waiting in its input: it must not act on it
+// — an order older than its freeze promotes it beside a serving active,
+// with a copy of the state that misses what the active granted since.
+func TestSimSuccessorFrozenWithTheHandoffOrderDoesNotActOnItLater(t *testing.T) {
+	cfg := defaultSim(3)
+	s := newSim(t, cfg, 19)
+	s.traceOn = true
+	s.start(1)
+	s.start(2)
+	s.waitSettled(3 * cfg.timeout)
+	s.start(0)
+	for deadline := s.now + 3*cfg.timeout; s.nodes[1].n.State() != StateLeaving; s.run(ms, nil) {
+		if s.now > deadline {
+			t.Fatalf("node 1 never handed over: %s", s.states())
+		}
+	}
+	s.freezeProcess(0, true)
+	load := s.load(rand.New(rand.NewPCG(19, 1)))
+	s.run(5*cfg.timeout/2, load)
+	if a := s.actives(); len(a) != 1 || a[0] != 1 {
+		t.Fatalf("node 1 should have taken its role back: %s", s.states())
+	}
+	s.freezeProcess(0, false)
+	both := s.overlap(3*cfg.timeout, load)
+	t.Logf("node 0: %v; two actives at once for %.0fms", s.nodes[0].why, float64(both)/float64(ms))
+	if e := s.backwards(0); e != "" {
+		t.Errorf("%s: node 0 acted on a handoff order that waited in its input through a freeze\n%s", e, s.lastTrace(40))
+	}
+	s.waitSettled(3 * cfg.timeout)
+	s.check()
 }

@@ -240,6 +240,7 @@ type Node struct {
 	el      *Elector
 	now     int64
 	ticked  int64 // when Tick last ran; 0 before the first
+	gapAt   int64 // when it last found its clock jumped (frozen); 0 never
 	frozen  bool
 	state   State
 	prev    State // Rejoining: the state it came from
@@ -405,6 +406,7 @@ func (n *Node) checkGap() {
 // requests piled up unread, from clients that may have left.
 func (n *Node) gap(since int64) {
 	n.el.Restart(n.now)
+	n.gapAt = n.now
 	switch n.state {
 	case StateActive, StatePromoting, StateLeaving, StateDemoting:
 		n.rejoin(since)
@@ -930,6 +932,12 @@ func (n *Node) dropStandbys() {
 // handoffRecord: the active this standby follows hands its role over.
 func (n *Node) handoffRecord(e HandoffRecord) {
 	if n.state != StateStandby || e.From != n.active || n.copyOf != e.From {
+		return
+	}
+	if n.gapAt != 0 && n.now-n.gapAt < n.cfg.Timeout {
+		// This node was frozen: the order may have waited in its input
+		// through the freeze, while the old active gave up on it and took
+		// its role back. It asks again later.
 		return
 	}
 	n.el.Ignore(e.From, e.Inc, e.HB)
