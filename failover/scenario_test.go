@@ -290,7 +290,7 @@ func simFaults(t *testing.T, seed uint64, semi bool, length int64) {
 		s.run(int64(100+rng.IntN(1500))*ms, load)
 		i, j := rng.IntN(3), rng.IntN(3)
 		hold := rng.IntN(2) == 0
-		switch f := rng.IntN(12); f {
+		switch f := rng.IntN(13); f {
 		case 0:
 			faults["isolate"]++
 			s.isolate(i, true, hold)
@@ -379,6 +379,39 @@ func simFaults(t *testing.T, seed uint64, semi bool, length int64) {
 			sn.disk, sn.full = old, false
 			s.start(i)
 			s.run(2*cfg.timeout, load)
+		case 12:
+			// A freeze or a crash that strikes a handoff: the old active
+			// or its successor, as the order goes out.
+			for deadline := s.now + 3*cfg.timeout; s.now < deadline; s.run(ms, load) {
+				k := slices.IndexFunc(s.nodes, func(sn *simNode) bool { return sn.up && !sn.stopped && sn.n.State() == StateLeaving })
+				if k < 0 {
+					if rng.IntN(500) == 0 {
+						// Provoke one: the active hands its role to its
+						// highest standby when asked to stop.
+						if a := s.actives(); len(a) == 1 {
+							s.leave(a[0])
+							s.start(a[0])
+						}
+					}
+					continue
+				}
+				victim := k
+				if rng.IntN(2) == 0 && s.nodes[k].n.succ >= 0 {
+					victim = s.nodes[k].n.succ
+				}
+				if rng.IntN(3) == 0 {
+					faults["handoff: crash"]++
+					s.crash(victim)
+					s.run(int64(200+rng.IntN(1500))*ms, load)
+					s.start(victim)
+				} else {
+					faults["handoff: freeze"]++
+					s.freezeProcess(victim, true)
+					s.run(int64(500+rng.IntN(3000))*ms, load)
+					s.freezeProcess(victim, false)
+				}
+				break
+			}
 		case 11:
 			// A stop that comes while a node is between roles.
 			faults["stop between roles"]++
