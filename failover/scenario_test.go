@@ -259,9 +259,11 @@ func simFaults(t *testing.T, seed uint64, semi bool, length int64) {
 	s := newSim(t, cfg, seed)
 	s.traceOn = true
 	rng := rand.New(rand.NewPCG(seed, 1))
-	if testing.Verbose() {
-		t.Logf("seed %d semi-sync %v: starting", seed, semi)
-	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("KUNCI_SIM_SEED=%d replays this schedule (semi-sync %v)", seed, semi)
+		}
+	}()
 	s.startAll()
 	s.waitSettled(3 * cfg.timeout)
 	load := s.load(rand.New(rand.NewPCG(seed, 2)))

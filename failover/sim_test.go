@@ -2,6 +2,7 @@ package failover
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -453,7 +454,11 @@ func (s *sim) checkStreams() {
 		if !a.up {
 			continue
 		}
-		for p, conn := range a.streamed {
+		for _, p := range slices.Sorted(maps.Keys(a.streamed)) {
+			conn, ok := a.streamed[p]
+			if !ok {
+				continue
+			}
 			silent := s.cut[a.i][p] || s.cut[p][a.i] || !s.nodes[p].up || s.nodes[p].stopped || a.stopped
 			if !silent {
 				delete(a.cutSince, p)
@@ -546,7 +551,11 @@ func (s *sim) ready(sn *simNode) {
 				s.fail("n%d issues (%d, %d] above its disk's ceiling %d", sn.i, a.Range.Lo, a.Range.Hi, sn.disk)
 			}
 		case DropStandby:
-			for p, conn := range sn.streamed {
+			for _, p := range slices.Sorted(maps.Keys(sn.streamed)) {
+				conn, ok := sn.streamed[p]
+				if !ok {
+					continue
+				}
 				if a.Peer == -1 || p == a.Peer {
 					sn.endStream(p)
 					s.send(msg{from: sn.i, to: p, kind: mStreamEnd, conn: conn}, true)
@@ -630,7 +639,8 @@ func (s *sim) decide(sn *simNode, r request, from int64) {
 	s.tokens[sn.last] = sn.i
 	sn.seq++
 	g := grant{node: sn.i, token: sn.last, at: s.now, req: r, redirect: sn.redirects}
-	for p, conn := range sn.streamed {
+	for _, p := range slices.Sorted(maps.Keys(sn.streamed)) {
+		conn := sn.streamed[p]
 		s.send(msg{from: sn.i, to: p, kind: mRecord, seq: sn.seq, conn: conn}, false)
 	}
 	if s.cfg.semiSync && len(sn.synced) > 0 {
