@@ -287,6 +287,8 @@ type Node struct {
 	standbys []standby // Active: by peer index
 	marks    []mark    // Active, semi-sync
 	seq      uint64    // Active: the stream's last record
+	seqAt    int64     // when Progress last came (0 never)
+	seqSince int64     // when the Progress before it came: seq's records were made since
 
 	out []Action
 }
@@ -483,6 +485,7 @@ func (n *Node) step(e Event) {
 	case StandbyGone:
 		n.standbys[e.From] = standby{}
 	case Progress:
+		n.seqSince, n.seqAt = n.seqAt, n.now
 		n.seq = e.Seq
 		n.last = max(n.last, e.Last)
 		for i := range n.standbys {
@@ -861,7 +864,18 @@ func (n *Node) semiSync() {
 		return
 	}
 	if len(n.marks) == 0 || n.marks[len(n.marks)-1].seq != n.seq {
-		n.marks = append(n.marks, mark{n.seq, n.now})
+		// The records up to seq were made after the Progress before the
+		// one that told of them: an answer held for them has waited since
+		// then at most (a tick may run late: counting from the later one
+		// would hold it up to a heartbeat longer).
+		at := n.now
+		if n.seqSince != 0 {
+			at = min(at, n.seqSince)
+		}
+		if k := len(n.marks); k > 0 {
+			at = max(at, n.marks[k-1].at)
+		}
+		n.marks = append(n.marks, mark{n.seq, at})
 	}
 	for len(n.marks) > 0 && n.now-n.marks[0].at >= n.cfg.Timeout {
 		m := n.marks[0]

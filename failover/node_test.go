@@ -146,3 +146,40 @@ func TestARejoiningPeersHeartbeatIsAnsweredOnce(t *testing.T) {
 		t.Fatalf("the peer's next heartbeat answered with %d heartbeats, want 1", got)
 	}
 }
+
+// Semi-sync: an answer waits at most a failover timeout and a heartbeat
+// (and a tick's lateness) for a standby that does not acknowledge. The
+// record below is made just after a tick; the next tick, which notes it,
+// runs late; the standby's heartbeats come only at its own ticks.
+func TestSemiSyncHoldIsBoundedWhenATickRunsLate(t *testing.T) {
+	cfg := Config{Peers: []string{"a", "b"}, Self: 0, Heartbeat: 100 * ms, Timeout: 1000 * ms, SemiSync: true, Block: 1000, Inc: 7}
+	u := newUnitNode(t, cfg)
+	start := u.now
+	for k := int64(1); u.n.State() != StateActive; k++ {
+		if k > 30 {
+			t.Fatalf("not active: %v", u.n.State())
+		}
+		u.hear(1, false)
+		u.tick(start+k*cfg.Heartbeat, 0, []uint64{0, 0})
+	}
+	u.n.Step(u.now, StandbySynced{From: 1})
+	u.do()
+	base := u.now
+	made := base + 1*ms // record 1, just after the tick at base
+	const late = 15 * ms
+	u.got = nil
+	for k := int64(1); k <= 15 && !u.dropped(1); k++ {
+		at := base + k*cfg.Heartbeat
+		if k == 1 {
+			at += late
+		}
+		u.hear(1, true)
+		u.tick(at, 1, []uint64{0, 0})
+	}
+	if !u.dropped(1) {
+		t.Fatal("the silent standby was never dropped")
+	}
+	if hold := u.now - made; hold > cfg.Timeout+cfg.Heartbeat+late {
+		t.Fatalf("the answer to record 1 was held %.0fms (timeout %.0fms, heartbeat %.0fms, the tick %.0fms late)", float64(hold)/float64(ms), float64(cfg.Timeout)/float64(ms), float64(cfg.Heartbeat)/float64(ms), float64(late)/float64(ms))
+	}
+}
