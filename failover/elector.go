@@ -89,12 +89,19 @@ func (e *Elector) Index(addr string) int {
 // Heard records peer i's heartbeat, received at now. A heartbeat older than
 // the last Ignore mark of the same incarnation, or than one already heard,
 // is dropped; it returns whether h was taken.
+//
+// An incarnation is a process's start time by its wall clock, so one that
+// started later normally has a higher number. A lower one is a straggler
+// of an older process — or a process restarted after its clock went back
+// (a VM booted with its clock behind, an NTP step): it is taken once the
+// incarnation known has been silent for a timeout, or the peer would never
+// be heard again.
 func (e *Elector) Heard(i int, h Heartbeat, now int64) bool {
 	p := &e.peers[i]
-	if h.Inc == p.minInc && h.HB < p.minHB || h.Inc < p.minInc {
+	if h.Inc == p.minInc && h.HB < p.minHB {
 		return false
 	}
-	if p.known && (h.Inc < p.hb.Inc || h.Inc == p.hb.Inc && h.HB < p.hb.HB) {
+	if p.known && (h.Inc == p.hb.Inc && h.HB < p.hb.HB || h.Inc < p.hb.Inc && now-p.heard < e.timeout) {
 		return false // reordered: an older one
 	}
 	p.heard, p.hb, p.known = now, h, true

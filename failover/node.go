@@ -154,8 +154,12 @@ type CopyApplied struct{ From int }
 type StreamLost struct{ From int }
 
 // StandbySynced: as the active, peer From applied its snapshot and follows
-// the stream.
-type StandbySynced struct{ From int }
+// the stream; it acknowledged every record up to Acked (its snapshot's
+// sequence number, or later).
+type StandbySynced struct {
+	From  int
+	Acked uint64
+}
 
 // StandbyGone: as the active, the stream to From ended.
 type StandbyGone struct{ From int }
@@ -218,6 +222,9 @@ type standby struct {
 	acked    uint64
 }
 
+// echo names a peer's heartbeat: its incarnation and number.
+type echo struct{ inc, hb uint64 }
+
 // mark is the stream's position at a tick (semi-sync): every standby must
 // have acknowledged seq within a failover timeout of at.
 type mark struct {
@@ -239,6 +246,7 @@ type Node struct {
 	el      *Elector
 	now     int64
 	ticked  int64 // when Tick last ran; 0 before the first
+	gapAt   int64 // when it last found its clock jumped (frozen); 0 never
 	frozen  bool
 	state   State
 	prev    State // Rejoining: the state it came from
@@ -255,6 +263,7 @@ type Node struct {
 	sentAt   [hbRing]int64 // when heartbeat k was sent, at k % hbRing
 	sentHB   [hbRing]uint64
 	rejoinHB uint64 // the first heartbeat sent while rejoining
+	echoed   []echo // by peer: its heartbeat this node last echoed to it
 	rejoinAt int64
 
 	// Tokens. A range is issued only once its ceiling is durable here and
@@ -262,10 +271,15 @@ type Node struct {
 	// next starts above it.
 	durable    uint64 // the ceiling in this node's data directory
 	persisting uint64 // the ceiling of an outstanding Persist; 0 none
-	issuing    Range  // the range tokens come from (Active)
-	next       Range  // the range being made durable everywhere (Promoting, Active)
-	nextAt     int64  // since when next waits
-	last       uint64 // the highest token issued or seen
+	// diskFails: the last Persist failed and none succeeded since (the
+	// disk is full, say). Such a node cannot issue tokens: it is no heir
+	// while another node is, and gives up promoting itself.
+	diskFails bool
+	issuing   Range  // the range tokens come from (Active)
+	next      Range  // the range being made durable everywhere (Promoting, Active)
+	nextAt    int64  // since when next waits
+	last      uint64 // the highest token issued or seen
+	raisedAt  int64  // Active: when it last moved above a peer\'s ceiling
 
 	// Handing the role over.
 	succ      int   // -1 none
@@ -279,6 +293,8 @@ type Node struct {
 	standbys []standby // Active: by peer index
 	marks    []mark    // Active, semi-sync
 	seq      uint64    // Active: the stream's last record
+	seqAt    int64     // when Progress last came (0 never)
+	seqSince int64     // when the Progress before it came: seq's records were made since
 
 	out []Action
 }
@@ -299,6 +315,7 @@ func NewNode(cfg Config, now int64, durable uint64) *Node {
 		winner:   -1,
 		durable:  durable,
 		standbys: make([]standby, len(cfg.Peers)),
+		echoed:   make([]echo, len(cfg.Peers)),
 	}
 }
 
@@ -397,6 +414,7 @@ func (n *Node) checkGap() {
 // requests piled up unread, from clients that may have left.
 func (n *Node) gap(since int64) {
 	n.el.Restart(n.now)
+	n.gapAt = n.now
 	switch n.state {
 	case StateActive, StatePromoting, StateLeaving, StateDemoting:
 		n.rejoin(since)
@@ -440,6 +458,7 @@ func (n *Node) step(e Event) {
 		n.heard(e)
 	case CeilingDurable:
 		n.durable = max(n.durable, e.Ceiling)
+		n.diskFails = false
 		if n.persisting <= e.Ceiling {
 			n.persisting = 0
 		}
@@ -448,6 +467,10 @@ func (n *Node) step(e Event) {
 	case CeilingFailed:
 		if n.persisting == e.Ceiling {
 			n.persisting = 0 // asked again at the next tick
+		}
+		if !n.diskFails {
+			n.diskFails = true
+			n.announce = true // no heir now: the peers hear it at once
 		}
 	case CopyStarted:
 		n.copyOf, n.lostAt = -1, 0
@@ -460,11 +483,15 @@ func (n *Node) step(e Event) {
 			n.lostAt = n.now
 		}
 	case StandbySynced:
+		// What it acknowledged counts from now, not from the last
+		// Progress, taken before it synced.
 		s := &n.standbys[e.From]
 		s.streamed, s.synced = true, true
+		s.acked = max(s.acked, e.Acked)
 	case StandbyGone:
 		n.standbys[e.From] = standby{}
 	case Progress:
+		n.seqSince, n.seqAt = n.seqAt, n.now
 		n.seq = e.Seq
 		n.last = max(n.last, e.Last)
 		for i := range n.standbys {
@@ -531,8 +558,10 @@ func (n *Node) heard(e Heard) {
 	// whichever node is promoted next starts above it, even after a
 	// restart.
 	n.ensure(n.el.Ceiling())
-	if e.HB.Role == Rejoining && e.HB.EchoInc == n.cfg.Inc {
-		// It waits to hear that this node hears it: answer now.
+	if e.HB.Role == Rejoining && e.HB.EchoInc == n.cfg.Inc && n.echoed[e.From] != (echo{e.HB.Inc, e.HB.HB}) {
+		// It waits to hear that this node hears it: answer now — once
+		// (the heartbeat comes on every link, and an answer to an
+		// answer would flood two rejoining nodes).
 		n.heartbeatTo(e.From)
 	}
 	// What a peer says is acted on at once, not at the next tick: after a
@@ -618,6 +647,13 @@ func (n *Node) advance() {
 			n.issue()
 			n.state = StateActive
 			n.thaw()
+		} else if n.diskFails && n.now-n.nextAt >= n.cfg.Timeout {
+			// Its own disk cannot hold its first ceiling: it cannot issue
+			// a token. It issued none, and steps back, so that a standby
+			// that can takes over.
+			n.state, n.next = StateStandby, Range{}
+			n.setRole(Standby, -1, "cannot make its first ceiling durable: its disk fails")
+			n.thaw()
 		} else {
 			n.ensure(n.next.Hi)
 		}
@@ -625,15 +661,28 @@ func (n *Node) advance() {
 		n.advanceActive()
 	case StateLeaving:
 		if n.now-n.handAt > 2*n.cfg.Timeout {
-			// The successor did not confirm: this node stays active.
-			// Clients whose requests waited re-send them here.
-			n.state, n.handing, n.succ = StateActive, 0, -1
+			// The successor did not confirm.
+			n.handing, n.succ = 0, -1
+			if n.stopped {
+				// Its standbys take over after the failover timeout; it
+				// decides nothing more.
+				n.stop()
+				return
+			}
+			if a := n.activePeer(); a >= 0 {
+				// Another node became active meanwhile (the successor,
+				// whose confirmation was lost, or a standby that promoted
+				// itself once the successor fell silent) and has served
+				// since: this node steps down for it, as after a cut.
+				n.demote(a)
+				return
+			}
+			// Nobody took over: this node stays active. Clients whose
+			// requests waited re-send them here.
+			n.state = StateActive
 			n.setRole(Active, n.cfg.Self, "the successor did not confirm the handoff")
 			n.emit(Action{Kind: RedirectAll, Peer: n.cfg.Self})
 			n.thaw()
-			if n.stopped {
-				n.stop()
-			}
 		}
 	case StateDemoting:
 		n.advanceDemoting()
@@ -650,14 +699,15 @@ func (n *Node) advanceStandby() {
 		// stays the best there is.)
 		n.copyOf, n.lostAt = -1, 0
 	}
-	d := n.el.Decide(n.now, n.copyOf >= 0)
+	heir := n.copyOf >= 0 && !n.diskFails
+	d := n.el.Decide(n.now, heir)
 	switch d.Move {
 	case Follow:
 		if n.active != d.Peer {
 			n.setRole(Standby, d.Peer, "following the active")
 			n.emit(Action{Kind: SendSync, Peer: d.Peer})
 		}
-		if d.Peer > n.cfg.Self && n.copyOf == d.Peer && (n.askedAt == 0 || n.now-n.askedAt > n.cfg.Timeout) {
+		if d.Peer > n.cfg.Self && n.copyOf == d.Peer && heir && (n.askedAt == 0 || n.now-n.askedAt > n.cfg.Timeout) {
 			// This node outranks the active and holds its state: ask
 			// for the role, which the active hands over without losing a
 			// grant.
@@ -665,12 +715,31 @@ func (n *Node) advanceStandby() {
 			n.emit(Action{Kind: SendTakeover, Peer: d.Peer})
 		}
 	case Promote:
+		if n.handedToMe() {
+			// The active is handing its role to this node: the order
+			// comes behind the last record of the stream, perhaps a
+			// moment after the heartbeat that says so. (If it never
+			// comes, the active takes its role back, or stops and falls
+			// silent.)
+			break
+		}
 		n.promote()
 	case Stay:
 		if n.active >= 0 && !n.el.Live(n.active, n.now) {
 			n.setRole(Standby, -1, "the active is silent")
 		}
 	}
+}
+
+// handedToMe reports whether a live peer says it is leaving its role to this
+// node.
+func (n *Node) handedToMe() bool {
+	for i := range n.cfg.Peers {
+		if h, ok := n.el.Heartbeat(i); ok && i != n.cfg.Self && h.Role == Leaving && h.Active == n.cfg.Peers[n.cfg.Self] && n.el.Live(i, n.now) {
+			return true
+		}
+	}
+	return false
 }
 
 // promote makes this standby the active: frozen until its first range is
@@ -705,6 +774,20 @@ func (n *Node) higherActive() int {
 	return -1
 }
 
+// activePeer returns the highest-priority live peer that says it is active
+// and has heard this node lately, or -1.
+func (n *Node) activePeer() int {
+	for i := range n.cfg.Peers {
+		if i == n.cfg.Self {
+			continue
+		}
+		if h, ok := n.el.Heartbeat(i); ok && h.Role == Active && n.el.Live(i, n.now) && n.fresh(h, 0) {
+			return i
+		}
+	}
+	return -1
+}
+
 func (n *Node) advanceActive() {
 	// A higher-priority active wins: two actives only exist after a
 	// partition.
@@ -718,10 +801,17 @@ func (n *Node) advanceActive() {
 	// Tokens: above every ceiling a peer reports (it may have issued up to
 	// it), and the next block before this one runs out.
 	if n.next.IsZero() && n.handing == 0 {
-		if c := n.el.Ceiling(); c > n.issuing.Hi {
-			n.next, n.nextAt = n.blockRange(c, n.cfg.Self), n.now
-		} else if n.last+n.cfg.Block/2 >= n.issuing.Hi {
-			n.next, n.nextAt = n.blockRange(n.issuing.Hi, n.cfg.Self), n.now
+		c := n.el.Ceiling()
+		switch {
+		case c > n.issuing.Hi && (n.now-n.raisedAt >= n.cfg.Timeout || n.loserBelow()):
+			// At once when a node stepping down waits for it; else at
+			// most once a failover timeout: two actives that do not hear
+			// each other but share a standby (a bridge) hear of each
+			// other's ceilings, and would raise above each other without
+			// end, a disk write on every node each round trip.
+			n.next, n.nextAt, n.raisedAt = n.blockRange(c, n.cfg.Self), n.now, n.now
+		case n.last+n.cfg.Block/2 >= n.issuing.Hi:
+			n.next, n.nextAt = n.blockRange(max(c, n.issuing.Hi), n.cfg.Self), n.now
 		}
 	}
 	if !n.next.IsZero() {
@@ -753,6 +843,17 @@ func (n *Node) advanceActive() {
 	}
 }
 
+// loserBelow reports whether a live peer that steps down (or hands its role
+// over) waits for this node's tokens to pass its ceiling.
+func (n *Node) loserBelow() bool {
+	for i := range n.cfg.Peers {
+		if h, ok := n.el.Heartbeat(i); ok && i != n.cfg.Self && h.Role == Leaving && h.Ceiling > n.issuing.Hi && n.el.Live(i, n.now) {
+			return true
+		}
+	}
+	return false
+}
+
 // allSilent reports whether no peer was heard within the timeout.
 func (n *Node) allSilent() bool {
 	if len(n.cfg.Peers) < 2 {
@@ -775,7 +876,18 @@ func (n *Node) semiSync() {
 		return
 	}
 	if len(n.marks) == 0 || n.marks[len(n.marks)-1].seq != n.seq {
-		n.marks = append(n.marks, mark{n.seq, n.now})
+		// The records up to seq were made after the Progress before the
+		// one that told of them: an answer held for them has waited since
+		// then at most (a tick may run late: counting from the later one
+		// would hold it up to a heartbeat longer).
+		at := n.now
+		if n.seqSince != 0 {
+			at = min(at, n.seqSince)
+		}
+		if k := len(n.marks); k > 0 {
+			at = max(at, n.marks[k-1].at)
+		}
+		n.marks = append(n.marks, mark{n.seq, at})
 	}
 	for len(n.marks) > 0 && n.now-n.marks[0].at >= n.cfg.Timeout {
 		m := n.marks[0]
@@ -848,6 +960,12 @@ func (n *Node) handoffRecord(e HandoffRecord) {
 	if n.state != StateStandby || e.From != n.active || n.copyOf != e.From {
 		return
 	}
+	if n.gapAt != 0 && n.now-n.gapAt < n.cfg.Timeout {
+		// This node was frozen: the order may have waited in its input
+		// through the freeze, while the old active gave up on it and took
+		// its role back. It asks again later.
+		return
+	}
 	n.el.Ignore(e.From, e.Inc, e.HB)
 	r := e.Range
 	if r.Hi-r.Lo != n.cfg.Block || r != n.blockRange(r.Lo, n.cfg.Self) || r.Lo < n.last || n.durable < r.Hi {
@@ -870,6 +988,9 @@ func (n *Node) handoffRecord(e HandoffRecord) {
 func (n *Node) demote(w int) {
 	n.state = StateDemoting
 	n.winner = w
+	// A handoff it began (it may have been frozen mid-handoff, and is
+	// rejoining) is over: whatever role it has next starts afresh.
+	n.handing, n.succ = 0, -1
 	n.freeze(n.now)
 	n.advanceDemoting()
 }
@@ -878,8 +999,11 @@ func (n *Node) advanceDemoting() {
 	w := n.winner
 	h, ok := n.el.Heartbeat(w)
 	if !ok || !n.el.Live(w, n.now) || h.Role != Active {
-		// The winner is gone: this node stays the active.
+		// The winner is gone: this node stays the active — and tells its
+		// driver so, which it may have told it was rejoining or handing
+		// over.
 		n.state, n.winner = StateActive, -1
+		n.setRole(Active, n.cfg.Self, "the active it stepped down for is gone")
 		n.thaw()
 		return
 	}
@@ -969,7 +1093,7 @@ func (n *Node) heartbeat() {
 func (n *Node) heartbeatTo(i int) {
 	h := Heartbeat{
 		Role: n.Role(), Inc: n.cfg.Inc, HB: n.hb,
-		Ceiling: n.durable, Synced: n.Synced(),
+		Ceiling: n.durable, Synced: n.Synced() && !n.diskFails,
 	}
 	if n.active >= 0 {
 		h.Active = n.cfg.Peers[n.active]
@@ -979,6 +1103,7 @@ func (n *Node) heartbeatTo(i int) {
 	}
 	if p, ok := n.el.Heartbeat(i); ok {
 		h.EchoInc, h.EchoHB = p.Inc, p.HB
+		n.echoed[i] = echo{p.Inc, p.HB}
 	}
 	n.emit(Action{Kind: SendHeartbeat, Peer: i, HB: h})
 }

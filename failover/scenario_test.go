@@ -251,9 +251,19 @@ func simFaults(t *testing.T, seed uint64, semi bool, length int64) {
 	cfg := defaultSim(3)
 	cfg.semiSync = semi
 	cfg.delay = 1 * ms
+	// Ticks run late on a busy machine, and heartbeats come twice (on
+	// both links between two nodes), out of order.
+	cfg.jitter = 15 * ms
+	cfg.dupHB, cfg.dupDelay = true, 30*ms
+	cfg.handoffLater = int64(seed%4) * ms // the heartbeat saying so may overtake the order to take over
 	s := newSim(t, cfg, seed)
 	s.traceOn = true
 	rng := rand.New(rand.NewPCG(seed, 1))
+	defer func() {
+		if t.Failed() {
+			t.Logf("KUNCI_SIM_SEED=%d replays this schedule (semi-sync %v)", seed, semi)
+		}
+	}()
 	s.startAll()
 	s.waitSettled(3 * cfg.timeout)
 	load := s.load(rand.New(rand.NewPCG(seed, 2)))
@@ -268,11 +278,21 @@ func simFaults(t *testing.T, seed uint64, semi bool, length int64) {
 			s.freezeProcess(i, false)
 		}
 	}
+	// granted returns the highest token node i granted.
+	granted := func(i int) uint64 {
+		var m uint64
+		for _, g := range s.grants {
+			if g.node == i {
+				m = max(m, g.token)
+			}
+		}
+		return m
+	}
 	for end := s.now + length; s.now < end; {
 		s.run(int64(100+rng.IntN(1500))*ms, load)
 		i, j := rng.IntN(3), rng.IntN(3)
 		hold := rng.IntN(2) == 0
-		switch f := rng.IntN(9); f {
+		switch f := rng.IntN(13); f {
 		case 0:
 			faults["isolate"]++
 			s.isolate(i, true, hold)
@@ -304,7 +324,13 @@ func simFaults(t *testing.T, seed uint64, semi bool, length int64) {
 			faults["crash"]++
 			s.crash(i)
 			s.run(int64(200+rng.IntN(1500))*ms, load)
-			s.start(i)
+			if rng.IntN(3) == 0 {
+				// Its clock went back meanwhile: a lower incarnation.
+				faults["crash: restarted with its clock behind"]++
+				s.startInc(i, s.nodes[i].inc/2)
+			} else {
+				s.start(i)
+			}
 		case 6:
 			if s.nodes[i].up {
 				faults["stop"]++
@@ -322,6 +348,88 @@ func simFaults(t *testing.T, seed uint64, semi bool, length int64) {
 			faults["bridge"]++
 			s.setCut(a, b, true, hold)
 			s.setCut(b, a, true, hold)
+		case 9:
+			// i's disk is full for a while: it cannot make a ceiling
+			// durable.
+			faults["disk full"]++
+			s.nodes[i].full = true
+			s.run(int64(300+rng.IntN(3000))*ms, load)
+			s.nodes[i].full = false
+		case 10:
+			// i restarts with an older data directory (restored from a
+			// backup, a volume that lagged): its own ceiling is older than
+			// tokens it granted, which its peers know of — it must learn
+			// them before it issues any.
+			sn := s.nodes[i]
+			if len(sn.disks) == 0 {
+				break
+			}
+			old := sn.disks[rng.IntN(len(sn.disks))].disk
+			var known uint64
+			for j, o := range s.nodes {
+				if j != i && o.up {
+					known = max(known, o.disk)
+				}
+			}
+			if known < granted(i) {
+				break // nobody else knows what it granted: that data is lost
+			}
+			faults["older data directory"]++
+			heal()
+			s.crash(i)
+			s.run(int64(rng.IntN(1500))*ms, load)
+			sn.disk, sn.full = old, false
+			s.start(i)
+			s.run(2*cfg.timeout, load)
+		case 12:
+			// A freeze or a crash that strikes a handoff: the old active
+			// or its successor, as the order goes out.
+			for deadline := s.now + 3*cfg.timeout; s.now < deadline; s.run(ms, load) {
+				k := slices.IndexFunc(s.nodes, func(sn *simNode) bool { return sn.up && !sn.stopped && sn.n.State() == StateLeaving })
+				if k < 0 {
+					if rng.IntN(500) == 0 {
+						// Provoke one: the active hands its role to its
+						// highest standby when asked to stop.
+						if a := s.actives(); len(a) == 1 {
+							s.leave(a[0])
+							s.start(a[0])
+						}
+					}
+					continue
+				}
+				victim := k
+				if rng.IntN(2) == 0 && s.nodes[k].n.succ >= 0 {
+					victim = s.nodes[k].n.succ
+				}
+				if rng.IntN(3) == 0 {
+					faults["handoff: crash"]++
+					s.crash(victim)
+					s.run(int64(200+rng.IntN(1500))*ms, load)
+					s.start(victim)
+				} else {
+					faults["handoff: freeze"]++
+					s.freezeProcess(victim, true)
+					s.run(int64(500+rng.IntN(3000))*ms, load)
+					s.freezeProcess(victim, false)
+				}
+				break
+			}
+		case 11:
+			// A stop that comes while a node is between roles.
+			faults["stop between roles"]++
+			for deadline := s.now + 3*cfg.timeout; s.now < deadline; s.run(ms, load) {
+				k := slices.IndexFunc(s.nodes, func(sn *simNode) bool {
+					st := sn.n.State()
+					return sn.up && !sn.stopped && (st == StatePromoting || st == StateLeaving || st == StateDemoting || st == StateRejoining)
+				})
+				if k >= 0 {
+					faults["stop between roles: "+s.nodes[k].n.State().String()]++
+					s.leave(k)
+					s.run(int64(100+rng.IntN(500))*ms, load)
+					s.start(k)
+					break
+				}
+			}
 		}
 	}
 	heal()
@@ -332,7 +440,7 @@ func simFaults(t *testing.T, seed uint64, semi bool, length int64) {
 	}
 	a, took := s.waitSettled(6 * cfg.timeout)
 	s.run(500*ms, load)
-	if s.cfg.semiSync && s.maxHold > cfg.timeout+cfg.heartbeat+5*ms {
+	if s.cfg.semiSync && s.maxHold > cfg.timeout+cfg.heartbeat+cfg.jitter+5*ms {
 		s.dumpAround = s.maxHoldGrant.at
 	}
 	t.Logf("seed %d semi-sync %v: faults %v; %d grants; settled on node %d %.0fms after the last heal; longest semi-sync hold %.0fms",

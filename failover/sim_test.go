@@ -2,6 +2,7 @@ package failover
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -28,6 +29,15 @@ type simConfig struct {
 	persist   int64 // how long a ceiling takes to reach the disk
 	block     uint64
 	semiSync  bool
+	jitter    int64 // a tick runs up to this late (a busy machine's ticker)
+	// dupHB: every heartbeat also goes on a second link, which carries it
+	// up to dupDelay later (heartbeats go on both links between two nodes,
+	// so they come twice, and out of order).
+	dupHB    bool
+	dupDelay int64
+	// handoffLater: the order to take over comes this much after the
+	// heartbeats sent with it (they go on another link, or ahead of it).
+	handoffLater int64
 }
 
 func defaultSim(nodes int) simConfig {
@@ -44,6 +54,7 @@ type msg struct {
 	rng      Range  // handoff
 	mark     uint64 // handoff
 	conn     int    // stream connection number, to drop what an old stream carried
+	later    int64  // delivered this much later than the network's delay
 }
 
 type msgKind uint8
@@ -83,10 +94,13 @@ type simNode struct {
 	i       int
 	n       *Node
 	inc     uint64
-	up      bool // the process runs
-	stopped bool // SIGSTOP: no ticks, nothing read
-	next    int64
-	disk    uint64 // the data directory's ceiling: survives a crash
+	up      bool     // the process runs
+	stopped bool     // SIGSTOP: no ticks, nothing read
+	next    int64    // when the ticker fires next
+	due     int64    // when that tick runs: next, or a little later (jitter)
+	disk    uint64   // the data directory's ceiling: survives a crash
+	disks   []diskAt // what the data directory held, over time
+	full    bool     // the data directory's disk is full: persisting fails
 
 	// What the driver keeps.
 	role      Role
@@ -129,6 +143,11 @@ func (s *sim) stoppedDuring(i int, from, to int64) int64 {
 		}
 	}
 	return d
+}
+
+type diskAt struct {
+	at   int64
+	disk uint64
 }
 
 type persistOp struct {
@@ -199,16 +218,21 @@ func (s *sim) fail(format string, args ...any) {
 }
 
 // start starts (or restarts) node i's process.
-func (s *sim) start(i int) {
+func (s *sim) start(i int) { s.startInc(i, uint64(s.now)+uint64(i)+1) }
+
+// startInc starts node i's process as incarnation inc (kunci takes the
+// wall clock's reading at start: a restart may take a lower one, should the
+// clock have gone back).
+func (s *sim) startInc(i int, inc uint64) {
 	sn := s.nodes[i]
-	*sn = simNode{i: i, disk: sn.disk, active: -1, following: -1, up: true,
-		inc: uint64(s.now) + uint64(i) + 1, acked: make([]uint64, s.cfg.nodes),
+	*sn = simNode{i: i, disk: sn.disk, disks: sn.disks, full: sn.full, active: -1, following: -1, up: true,
+		inc: inc, acked: make([]uint64, s.cfg.nodes),
 		streamed: map[int]int{}, synced: map[int]bool{}, cutSince: map[int]int64{}}
 	sn.n = NewNode(Config{
 		Peers: s.addrs, Self: i, Heartbeat: s.cfg.heartbeat, Timeout: s.cfg.timeout,
 		SemiSync: s.cfg.semiSync, Block: s.cfg.block, Inc: sn.inc,
 	}, s.now, sn.disk)
-	sn.next = s.now
+	sn.next, sn.due = s.now, s.now
 	s.logf("n%d starts (disk %d)", i, sn.disk)
 }
 
@@ -242,11 +266,22 @@ func (s *sim) endStreamsOf(i int) {
 // send puts m in flight. A cut link drops it, or holds it for the heal;
 // force sends it anyway (a connection reset reaches the other side).
 func (s *sim) send(m msg, force bool) {
-	m.at = s.now + s.cfg.delay
+	m.at = s.now + s.cfg.delay + m.later
 	if !force && s.cut[m.from][m.to] {
 		if s.hold[m.from][m.to] {
 			s.held[m.from][m.to] = append(s.held[m.from][m.to], m)
 		}
+		return
+	}
+	s.flight = append(s.flight, m)
+}
+
+// sendFIN sends a connection's close: TCP retransmits it until the cut
+// heals.
+func (s *sim) sendFIN(m msg) {
+	m.at = s.now + s.cfg.delay
+	if s.cut[m.from][m.to] {
+		s.held[m.from][m.to] = append(s.held[m.from][m.to], m)
 		return
 	}
 	s.flight = append(s.flight, m)
@@ -262,7 +297,7 @@ func (s *sim) setCut(i, j int, on, hold bool) {
 	s.hold[i][j] = hold
 	if !on {
 		for _, m := range s.held[i][j] {
-			m.at = s.now + s.cfg.delay
+			m.at = s.now + s.cfg.delay + m.later
 			s.flight = append(s.flight, m)
 		}
 		s.held[i][j] = nil
@@ -291,12 +326,25 @@ func (s *sim) run(d int64, each func()) {
 			for len(sn.persists) > 0 && sn.persists[0].at <= s.now {
 				p := sn.persists[0]
 				sn.persists = sn.persists[1:]
-				sn.disk = max(sn.disk, p.c)
+				if sn.full {
+					sn.n.Step(s.now, CeilingFailed{p.c})
+					s.ready(sn)
+					continue
+				}
+				if p.c > sn.disk {
+					sn.disk = p.c
+					sn.disks = append(sn.disks, diskAt{s.now, p.c})
+				}
 				sn.n.Step(s.now, CeilingDurable{p.c})
 				s.ready(sn)
 			}
-			if s.now >= sn.next {
-				sn.next = s.now + s.cfg.heartbeat
+			if s.now >= sn.due {
+				// A time.Ticker: a late tick does not move the schedule.
+				sn.next = max(sn.next+s.cfg.heartbeat, s.now+ms)
+				sn.due = sn.next
+				if s.cfg.jitter > 0 {
+					sn.due += s.rng.Int64N(s.cfg.jitter/ms+1) * ms
+				}
 				s.tick(sn)
 			}
 		}
@@ -367,7 +415,7 @@ func (s *sim) receive(sn *simNode, m msg) {
 		sn.acked[m.from] = max(sn.acked[m.from], m.seq)
 		if !sn.synced[m.from] {
 			sn.synced[m.from] = true
-			n.Step(s.now, StandbySynced{From: m.from})
+			n.Step(s.now, StandbySynced{From: m.from, Acked: m.seq})
 		}
 	case mHandoff:
 		if sn.following != m.from || sn.streamOf != m.conn {
@@ -405,7 +453,11 @@ func (s *sim) checkStreams() {
 		if !a.up {
 			continue
 		}
-		for p, conn := range a.streamed {
+		for _, p := range slices.Sorted(maps.Keys(a.streamed)) {
+			conn, ok := a.streamed[p]
+			if !ok {
+				continue
+			}
 			silent := s.cut[a.i][p] || s.cut[p][a.i] || !s.nodes[p].up || s.nodes[p].stopped || a.stopped
 			if !silent {
 				delete(a.cutSince, p)
@@ -453,6 +505,9 @@ func (s *sim) ready(sn *simNode) {
 		switch a.Kind {
 		case SendHeartbeat:
 			s.send(msg{from: sn.i, to: a.Peer, kind: mHeartbeat, hb: a.HB}, false)
+			if s.cfg.dupHB {
+				s.send(msg{from: sn.i, to: a.Peer, kind: mHeartbeat, hb: a.HB, later: s.rng.Int64N(s.cfg.dupDelay/ms+1) * ms}, false)
+			}
 		case SendSync:
 			sn.following, sn.streamOf = a.Peer, 0
 			s.send(msg{from: sn.i, to: a.Peer, kind: mSync}, false)
@@ -464,6 +519,13 @@ func (s *sim) ready(sn *simNode) {
 			sn.role, sn.active = a.Role, a.Peer
 			sn.why = append(sn.why, a.Why)
 			if a.Role == Standby && a.Peer != sn.following {
+				if a.Peer >= 0 && sn.following >= 0 && sn.streamOf != 0 {
+					// It follows another active now: the driver closes
+					// the link the old one streamed on (follow), and the
+					// old active hears of it once the network lets the
+					// FIN through.
+					s.sendFIN(msg{from: sn.i, to: sn.following, kind: mStreamEnd, conn: sn.streamOf})
+				}
 				sn.following, sn.streamOf = -1, 0
 			}
 			if a.Role == Active {
@@ -488,7 +550,11 @@ func (s *sim) ready(sn *simNode) {
 				s.fail("n%d issues (%d, %d] above its disk's ceiling %d", sn.i, a.Range.Lo, a.Range.Hi, sn.disk)
 			}
 		case DropStandby:
-			for p, conn := range sn.streamed {
+			for _, p := range slices.Sorted(maps.Keys(sn.streamed)) {
+				conn, ok := sn.streamed[p]
+				if !ok {
+					continue
+				}
 				if a.Peer == -1 || p == a.Peer {
 					sn.endStream(p)
 					s.send(msg{from: sn.i, to: p, kind: mStreamEnd, conn: conn}, true)
@@ -496,11 +562,17 @@ func (s *sim) ready(sn *simNode) {
 			}
 		case Handoff:
 			if conn, ok := sn.streamed[a.Peer]; ok {
-				s.send(msg{from: sn.i, to: a.Peer, kind: mHandoff, rng: a.Range, hb: Heartbeat{Inc: sn.inc}, mark: a.Mark, conn: conn}, false)
+				s.send(msg{from: sn.i, to: a.Peer, kind: mHandoff, rng: a.Range, hb: Heartbeat{Inc: sn.inc}, mark: a.Mark, conn: conn, later: s.cfg.handoffLater}, false)
 			}
 		case Stopped:
 			sn.leaveDone = true
 		}
+	}
+	// What the driver was told matches where the node stands: an active
+	// serves, a standby does not.
+	switch st := sn.n.State(); {
+	case st == StateActive && sn.role != Active, st == StateStandby && sn.role != Standby:
+		s.fail("n%d is %v but its driver was told %v", sn.i, st, sn.role)
 	}
 }
 
@@ -566,7 +638,8 @@ func (s *sim) decide(sn *simNode, r request, from int64) {
 	s.tokens[sn.last] = sn.i
 	sn.seq++
 	g := grant{node: sn.i, token: sn.last, at: s.now, req: r, redirect: sn.redirects}
-	for p, conn := range sn.streamed {
+	for _, p := range slices.Sorted(maps.Keys(sn.streamed)) {
+		conn := sn.streamed[p]
 		s.send(msg{from: sn.i, to: p, kind: mRecord, seq: sn.seq, conn: conn}, false)
 	}
 	if s.cfg.semiSync && len(sn.synced) > 0 {
@@ -632,7 +705,7 @@ func (s *sim) freezeProcess(i int, on bool) {
 		sn.frozeAt = s.now
 	} else {
 		sn.frozen_ = append(sn.frozen_, span{sn.frozeAt, s.now})
-		sn.next = s.now // its ticker fires at once on SIGCONT
+		sn.next, sn.due = s.now, s.now // its ticker fires at once on SIGCONT
 	}
 }
 
@@ -741,7 +814,7 @@ func (s *sim) check() {
 			}
 		}
 	}
-	if s.cfg.semiSync && s.maxHold > s.cfg.timeout+s.cfg.heartbeat+5*ms {
+	if s.cfg.semiSync && s.maxHold > s.cfg.timeout+s.cfg.heartbeat+s.cfg.jitter+5*ms {
 		g := s.maxHoldGrant
 		s.fail("a semi-sync answer was held %.1fms: n%d's grant of %d at %.1fms", float64(s.maxHold)/float64(ms), g.node, g.token, float64(g.at)/float64(ms))
 	}

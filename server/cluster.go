@@ -188,9 +188,8 @@ func (cl *cluster) tick() {
 	now := n.now()
 	cl.fo.Step(now, failover.Progress{Seq: cl.hub.Seq(), Acked: cl.ackedByPeer(), Last: n.tokens.Last()})
 	cl.fo.Tick(now)
-	cl.do(cl.fo.Ready())
+	cl.apply()
 	cl.alive.Store(now)
-	cl.state.Store(int32(cl.fo.State()))
 	cl.manageLinks(now)
 	cl.ensureStream()
 }
@@ -204,8 +203,22 @@ func (cl *cluster) drain() {
 
 func (cl *cluster) step(e failover.Event) {
 	cl.fo.Step(cl.n.now(), e)
+	cl.apply()
+}
+
+// apply carries out what the failover.Node decided, and publishes its state
+// for I around it, so that a node is never seen as a settled active while
+// it is still between roles: a state between roles shows before the role
+// that comes with it (a promoting node is "active state=promoting" from
+// the moment it says active), a settled one once the actions are done.
+func (cl *cluster) apply() {
+	st := cl.fo.State()
+	switch st {
+	case failover.StatePromoting, failover.StateLeaving, failover.StateDemoting, failover.StateRejoining:
+		cl.state.Store(int32(st))
+	}
 	cl.do(cl.fo.Ready())
-	cl.state.Store(int32(cl.fo.State()))
+	cl.state.Store(int32(st))
 }
 
 // ackedByPeer returns what each standby acknowledged, by peer index.
@@ -495,11 +508,15 @@ func (m *mailbox) init(peers int) {
 	m.kick = make(chan struct{}, 1)
 }
 
-// heard posts peer i's heartbeat.
+// heard posts peer i's heartbeat. Of the peer's heartbeats waiting, the
+// newest stands for the others: they come on two links, whose loops may
+// hand them over out of order.
 func (m *mailbox) heard(i int, h failover.Heartbeat) {
 	m.mu.Lock()
 	if k := m.heardAt[i]; k >= 0 {
-		m.events[k].ev = failover.Heard{From: i, HB: h}
+		if w := m.events[k].ev.(failover.Heard).HB; h.Inc > w.Inc || h.Inc == w.Inc && h.HB >= w.HB {
+			m.events[k].ev = failover.Heard{From: i, HB: h}
+		}
 	} else {
 		m.heardAt[i] = len(m.events)
 		m.events = append(m.events, mail{i, failover.Heard{From: i, HB: h}})

@@ -214,7 +214,7 @@ func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
 			if !pc.sub.Synced() {
 				cl.syncedSubs.Add(1)
 				pc.sub.Ack(f.Seq)
-				if !cl.mail.post(pc.idx, failover.StandbySynced{From: pc.idx}) {
+				if !cl.mail.post(pc.idx, failover.StandbySynced{From: pc.idx, Acked: f.Seq}) {
 					return n.dropPeer(pc, "too many events")
 				}
 			}

@@ -1,0 +1,185 @@
+package failover
+
+import "testing"
+
+// unitNode is a Node driven by hand: a test steps it and reads its actions.
+type unitNode struct {
+	t     *testing.T
+	n     *Node
+	now   int64
+	peerH uint64
+	got   []Action
+}
+
+func newUnitNode(t *testing.T, cfg Config) *unitNode {
+	u := &unitNode{t: t, now: 1_000 * ms}
+	u.n = NewNode(cfg, u.now, 0)
+	return u
+}
+
+func (u *unitNode) do() {
+	for _, a := range u.n.Ready() {
+		u.got = append(u.got, a)
+		if a.Kind == Persist {
+			u.n.Step(u.now, CeilingDurable{a.Ceiling})
+		}
+	}
+}
+
+// hear steps a standby heartbeat from peer p.
+func (u *unitNode) hear(p int, synced bool) {
+	u.peerH++
+	u.n.Step(u.now, Heard{From: p, HB: Heartbeat{Role: Standby, Inc: 5, HB: u.peerH, Synced: synced, Ceiling: u.n.Durable(), EchoInc: 7, EchoHB: u.n.hb}})
+	u.do()
+}
+
+func (u *unitNode) tick(at int64, seq uint64, acked []uint64) {
+	u.now = at
+	u.n.Step(u.now, Progress{Seq: seq, Acked: acked})
+	u.n.Tick(u.now)
+	u.do()
+}
+
+func (u *unitNode) dropped(p int) bool {
+	for _, a := range u.got {
+		if a.Kind == DropStandby && a.Peer == p {
+			return true
+		}
+	}
+	return false
+}
+
+// A semi-sync active drops a standby that has not acknowledged, within a
+// failover timeout, the records of a timeout ago — by what the standby
+// acknowledged, not by what the node knew before the standby synced. A
+// standby that synced a moment ago (its snapshot covers every record
+// before it subscribed) is not dropped at once because the last Progress,
+// taken before it synced, says it acknowledged nothing.
+func TestSemiSyncDoesNotDropAStandbyThatJustSynced(t *testing.T) {
+	cfg := Config{Peers: []string{"a", "b"}, Self: 0, Heartbeat: 100 * ms, Timeout: 1000 * ms, SemiSync: true, Block: 1000, Inc: 7}
+	u := newUnitNode(t, cfg)
+	start := u.now
+	for k := int64(1); u.n.State() != StateActive; k++ {
+		if k > 30 {
+			t.Fatalf("not active: %v", u.n.State())
+		}
+		u.hear(1, false)
+		u.tick(start+k*cfg.Heartbeat, 0, []uint64{0, 0})
+	}
+	// Records are made; the standby subscribes after record 10 and its
+	// snapshot covers them. The tick that notes record 10 runs a little
+	// late, as tickers do on a busy machine.
+	t0 := u.now
+	u.tick(t0+cfg.Heartbeat+2*ms, 10, []uint64{0, 0})
+	for k := int64(2); k <= 11; k++ {
+		u.hear(1, false)
+		u.tick(t0+k*cfg.Heartbeat, 10, []uint64{0, 0})
+	}
+	// Between two ticks the standby's snapshot is acknowledged (at 10),
+	// and then its heartbeat comes.
+	u.now = t0 + 11*cfg.Heartbeat + 50*ms
+	u.n.Step(u.now, StandbySynced{From: 1, Acked: 10})
+	u.do()
+	u.hear(1, true)
+	if u.dropped(1) {
+		t.Fatalf("the standby that just synced, having acknowledged every record, was dropped")
+	}
+	// A standby that acknowledges nothing more is dropped in time.
+	u.tick(t0+12*cfg.Heartbeat, 20, []uint64{0, 10})
+	for k := int64(13); k <= 24 && !u.dropped(1); k++ {
+		u.hear(1, true)
+		u.tick(t0+k*cfg.Heartbeat, 20, []uint64{0, 10})
+	}
+	if !u.dropped(1) {
+		t.Fatalf("a standby that acknowledged nothing for over a failover timeout was not dropped")
+	}
+}
+
+func (u *unitNode) sentTo(p int) int {
+	k := 0
+	for _, a := range u.got {
+		if a.Kind == SendHeartbeat && a.Peer == p {
+			k++
+		}
+	}
+	return k
+}
+
+// A rejoining node waits to hear that its peers hear it, so a node answers
+// a rejoining peer's heartbeat at once. It answers each heartbeat once:
+// heartbeats go on both links between two nodes and so come twice, and two
+// rejoining nodes that answered every copy of each other's answers would
+// double their heartbeats every round trip.
+func TestARejoiningPeersHeartbeatIsAnsweredOnce(t *testing.T) {
+	cfg := Config{Peers: []string{"a", "b", "c"}, Self: 0, Heartbeat: 100 * ms, Timeout: 1000 * ms, Block: 1000, Inc: 7}
+	u := newUnitNode(t, cfg)
+	start := u.now
+	for k := int64(1); u.n.State() != StateActive; k++ {
+		if k > 30 {
+			t.Fatalf("not active: %v", u.n.State())
+		}
+		u.tick(start+k*cfg.Heartbeat, 0, nil)
+	}
+	u.tick(u.now+2*cfg.Timeout, 0, nil) // frozen a while: it rejoins
+	if u.n.State() != StateRejoining {
+		t.Fatalf("state %v, want rejoining", u.n.State())
+	}
+	hb := Heartbeat{Role: Rejoining, Inc: 5, HB: 40, EchoInc: 7, EchoHB: u.n.hb}
+	for copy := 1; copy <= 2; copy++ {
+		u.got = nil
+		u.n.Step(u.now, Heard{From: 1, HB: hb})
+		u.do()
+		want := 1
+		if copy == 2 {
+			want = 0
+		}
+		if got := u.sentTo(1); got != want {
+			t.Fatalf("copy %d of the peer's heartbeat answered with %d heartbeats, want %d", copy, got, want)
+		}
+	}
+	// Its next heartbeat is answered again.
+	u.got = nil
+	hb.HB++
+	u.n.Step(u.now, Heard{From: 1, HB: hb})
+	u.do()
+	if got := u.sentTo(1); got != 1 {
+		t.Fatalf("the peer's next heartbeat answered with %d heartbeats, want 1", got)
+	}
+}
+
+// Semi-sync: an answer waits at most a failover timeout and a heartbeat
+// (and a tick's lateness) for a standby that does not acknowledge. The
+// record below is made just after a tick; the next tick, which notes it,
+// runs late; the standby's heartbeats come only at its own ticks.
+func TestSemiSyncHoldIsBoundedWhenATickRunsLate(t *testing.T) {
+	cfg := Config{Peers: []string{"a", "b"}, Self: 0, Heartbeat: 100 * ms, Timeout: 1000 * ms, SemiSync: true, Block: 1000, Inc: 7}
+	u := newUnitNode(t, cfg)
+	start := u.now
+	for k := int64(1); u.n.State() != StateActive; k++ {
+		if k > 30 {
+			t.Fatalf("not active: %v", u.n.State())
+		}
+		u.hear(1, false)
+		u.tick(start+k*cfg.Heartbeat, 0, []uint64{0, 0})
+	}
+	u.n.Step(u.now, StandbySynced{From: 1})
+	u.do()
+	base := u.now
+	made := base + 1*ms // record 1, just after the tick at base
+	const late = 15 * ms
+	u.got = nil
+	for k := int64(1); k <= 15 && !u.dropped(1); k++ {
+		at := base + k*cfg.Heartbeat
+		if k == 1 {
+			at += late
+		}
+		u.hear(1, true)
+		u.tick(at, 1, []uint64{0, 0})
+	}
+	if !u.dropped(1) {
+		t.Fatal("the silent standby was never dropped")
+	}
+	if hold := u.now - made; hold > cfg.Timeout+cfg.Heartbeat+late {
+		t.Fatalf("the answer to record 1 was held %.0fms (timeout %.0fms, heartbeat %.0fms, the tick %.0fms late)", float64(hold)/float64(ms), float64(cfg.Timeout)/float64(ms), float64(cfg.Heartbeat)/float64(ms), float64(late)/float64(ms))
+	}
+}
