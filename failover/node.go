@@ -475,7 +475,11 @@ func (n *Node) step(e Event) {
 	case CopyStarted:
 		n.copyOf, n.lostAt = -1, 0
 	case CopyApplied:
-		if n.state == StateStandby && e.From == n.active {
+		// A copy from the active followed counts; so does one applied
+		// while this node follows none (it judged the active silent a
+		// moment before the last of the snapshot came): the stream goes
+		// on, and no other copy will come while it does.
+		if n.state == StateStandby && (e.From == n.active || n.active < 0) {
 			n.copyOf, n.lostAt = e.From, 0
 		}
 	case StreamLost:

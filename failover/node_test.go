@@ -183,3 +183,61 @@ func TestSemiSyncHoldIsBoundedWhenATickRunsLate(t *testing.T) {
 		t.Fatalf("the answer to record 1 was held %.0fms (timeout %.0fms, heartbeat %.0fms, the tick %.0fms late)", float64(hold)/float64(ms), float64(cfg.Timeout)/float64(ms), float64(cfg.Heartbeat)/float64(ms), float64(late)/float64(ms))
 	}
 }
+
+// A standby whose snapshot is applied just after it judged its active
+// silent (the heartbeats were late, say behind the snapshot's bytes) holds
+// a whole copy of that active all the same: when the active is heard again
+// over the same stream, which goes on, the standby is synced and an heir.
+// It used to drop the news and stay a standby that could never take over,
+// for as long as the stream lasted.
+func TestCopyAppliedJustAfterTheActiveFellSilentCounts(t *testing.T) {
+	cfg := Config{Peers: []string{"a", "b", "c"}, Self: 2, Heartbeat: 100 * ms, Timeout: 1000 * ms, Block: 1000, Inc: 7}
+	u := newUnitNode(t, cfg)
+	var hb0, hb1 uint64
+	activeHB := func() {
+		hb0++
+		u.n.Step(u.now, Heard{From: 0, HB: Heartbeat{Role: Active, Active: "a", Inc: 5, HB: hb0, Synced: true,
+			Ceiling: 3000, Issuing: 1000, EchoInc: 7, EchoHB: u.n.hb}})
+		u.do()
+	}
+	// Node 1, a synced standby that outranks this one, is heard throughout:
+	// it, not this node, takes over when the active falls silent.
+	standbyHB := func(active string) {
+		hb1++
+		u.n.Step(u.now, Heard{From: 1, HB: Heartbeat{Role: Standby, Active: active, Inc: 6, HB: hb1, Synced: true,
+			Ceiling: 3000, EchoInc: 7, EchoHB: u.n.hb}})
+		u.do()
+	}
+	step := func(e Event) {
+		u.n.Step(u.now, e)
+		u.do()
+	}
+	for k := 0; k < 3; k++ {
+		activeHB()
+		standbyHB("a")
+		u.tick(u.now+cfg.Heartbeat, 0, nil)
+	}
+	if u.n.State() != StateStandby || u.n.active != 0 {
+		t.Fatalf("state %v following %d, want a standby of node 0", u.n.State(), u.n.active)
+	}
+	step(CopyStarted{From: 0})
+	for k := 0; k < 12; k++ { // no heartbeat from node 0 for longer than the timeout
+		standbyHB("a")
+		u.tick(u.now+cfg.Heartbeat, 0, nil)
+	}
+	if u.n.State() != StateStandby || u.n.active != -1 {
+		t.Fatalf("state %v following %d after node 0 was silent a timeout, want a standby of none", u.n.State(), u.n.active)
+	}
+	step(CopyApplied{From: 0})
+	for k := 0; k < 3; k++ {
+		activeHB()
+		standbyHB("a")
+		u.tick(u.now+cfg.Heartbeat, 0, nil)
+	}
+	if u.n.State() != StateStandby || u.n.active != 0 {
+		t.Fatalf("state %v following %d, want a standby of node 0", u.n.State(), u.n.active)
+	}
+	if !u.n.Synced() {
+		t.Fatal("the standby holds a whole copy of node 0 but does not say it is synced: it can never take over")
+	}
+}
