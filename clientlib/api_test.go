@@ -368,3 +368,47 @@ func TestLockHandle(t *testing.T) {
 		}
 	}
 }
+
+// TestExtendWaitsForAConnectionComingBack: an Extend made while the
+// client's only connection is down (cut a moment ago, the node not yet
+// reachable) goes through once a connection is back, as a Release does,
+// instead of failing at once with ErrNoConnection. (Issue 12, point 7:
+// TestRedirectFallsBack extended in the moment between the node accepting
+// the new connection and the client taking it into use, and failed so on
+// a busy machine.)
+func TestExtendWaitsForAConnectionComingBack(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, "", nil)
+	p := newProxy(t, n.Addr())
+	c := newClient(t, fast, p.addr)
+	l := acquire(t, c, "k")
+	p.down()
+	back := time.AfterFunc(300*time.Millisecond, p.up)
+	defer back.Stop()
+	if err := l.Extend(ctxT(t), long); err != nil {
+		t.Fatalf("Extend across a 300 ms outage: %v", err)
+	}
+	release(t, l)
+}
+
+// TestExtendGivesUpAtTheGrantsEnd: with no node to reach, an Extend tries
+// again only until the grant it would extend has ended.
+func TestExtendGivesUpAtTheGrantsEnd(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, "", nil)
+	p := newProxy(t, n.Addr())
+	c := newClient(t, func(cfg *clientlib.Config) { fast(cfg); cfg.ReleaseRetry = time.Minute }, p.addr)
+	l, err := c.Acquire(ctxT(t), "k", 400*time.Millisecond, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.down()
+	start := time.Now()
+	err = l.Extend(ctxT(t), long)
+	if !errors.Is(err, clientlib.ErrNoConnection) {
+		t.Fatalf("Extend with no node reachable: %v, want ErrNoConnection", err)
+	}
+	if d := time.Since(start); d > 20*time.Second {
+		t.Fatalf("Extend gave up after %v: not at the 400 ms grant's end but near ReleaseRetry's minute", d)
+	}
+}

@@ -43,8 +43,9 @@ type Config struct {
 	// sent an I probe (default 5 s). ProbeTimeout: if nothing comes back
 	// within it, the connection is taken as dead (default 3 s).
 	ProbeInterval, ProbeTimeout time.Duration
-	// ReleaseRetry is how long Release keeps trying through connection
-	// errors (default 5 s), every ReleaseInterval (default 200 ms).
+	// ReleaseRetry is how long Release and Extend keep trying through
+	// connection errors (default 5 s), every ReleaseInterval (default
+	// 200 ms); Extend not past the grant's end.
 	ReleaseRetry, ReleaseInterval time.Duration
 	// Credentials, when set, are sent as the first line of every
 	// connection the client opens (redirects and reconnects included), for
@@ -640,7 +641,10 @@ func (l *Lock) Release(ctx context.Context) error {
 }
 
 // Extend makes the grant end lease from now. It returns ErrStale when the
-// grant already ended.
+// grant already ended. When no connection can carry it (one is coming back
+// after a cut, or the nodes are electing an active), it tries again every
+// Config.ReleaseInterval for up to Config.ReleaseRetry, but not past the
+// grant's end: extending the same token twice is harmless.
 func (l *Lock) Extend(ctx context.Context, lease time.Duration) error {
 	if lease <= 0 {
 		return fmt.Errorf("clientlib: lease must be > 0 (got %v)", lease)
@@ -650,13 +654,43 @@ func (l *Lock) Extend(ctx context.Context, lease time.Duration) error {
 	attempts, redirects := 0, 0
 	var lastErr error
 	var cn, failed *conn
+	var until time.Time // set at the first time no connection could carry it
+	again := func() error {
+		if until.IsZero() {
+			l.mu.Lock()
+			ends := l.ends
+			l.mu.Unlock()
+			until = time.Now().Add(c.cfg.ReleaseRetry)
+			if ends.Before(until) {
+				until = ends
+			}
+		}
+		d := min(c.cfg.ReleaseInterval, time.Until(until))
+		if d <= 0 {
+			return c.noConnection(lastErr)
+		}
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			attempts, cn, failed = 0, nil, nil
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.done:
+			return ErrClosed
+		}
+	}
 	for {
 		if c.closing() {
 			return ErrClosed
 		}
 		if cn == nil {
 			if cn = c.next(failed); cn == nil {
-				return c.noConnection(lastErr)
+				if err := again(); err != nil {
+					return err
+				}
+				continue
 			}
 		}
 		sent := time.Now()
@@ -688,7 +722,10 @@ func (l *Lock) Extend(ctx context.Context, lease time.Duration) error {
 		default:
 			lastErr = r.err
 			if attempts++; attempts >= len(c.conns) {
-				return c.noConnection(lastErr)
+				if err := again(); err != nil {
+					return err
+				}
+				continue
 			}
 			cn, failed = nil, cn
 		}
