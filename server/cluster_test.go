@@ -774,3 +774,42 @@ func TestClusterSemiSyncActiveCutOffFromItsStandbys(t *testing.T) {
 		t.Errorf("an answer was held %v", worst)
 	}
 }
+
+// TestClusterNodeOnATakenPortSaysSo starts a cluster node on a port
+// another process holds: Start returns the listen error and frees the data
+// directory, so the node can start there once the port is free. (It
+// panicked: the node let go of its token files through a cluster that
+// never started.)
+func TestClusterNodeOnATakenPortSaysSo(t *testing.T) {
+	holder, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	cfg := server.Config{
+		Listen:          holder.Addr().String(),
+		Peers:           []string{holder.Addr().String(), freeAddrs(t, 1)[0]},
+		ClusterKey:      testClusterKey,
+		DataDir:         t.TempDir(),
+		Heartbeat:       testHeartbeat,
+		FailoverTimeout: testFailover,
+		Logger:          zerolog.New(zerolog.NewTestWriter(t)),
+	}
+	n, err := server.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = n.Start()
+	if err == nil || !strings.Contains(err.Error(), "listen "+cfg.Listen) {
+		t.Fatalf("Start on a taken port: %v, want the listen error", err)
+	}
+	holder.Close()
+	n, err = server.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(); err != nil {
+		t.Fatalf("Start once the port is free: %v", err)
+	}
+	stopNode(t, n)
+}

@@ -257,13 +257,14 @@ func (n *Node) closeTokens(ctx context.Context) {
 	if n.reserveStop == nil {
 		// A cluster node: its ceilings are written by the cluster's
 		// persister, which stopped with the cluster goroutine, or is
-		// still in a write that does not end.
+		// still in a write that does not end. (No cluster at all when
+		// the node stopped before its loops booted: a taken port.)
 		n.data = nil
-		p := &n.cl.persist
-		if !p.started.Load() {
+		if n.cl == nil || !n.cl.persist.started.Load() {
 			d.close()
 			return
 		}
+		p := &n.cl.persist
 		select {
 		case <-p.done:
 			d.close()

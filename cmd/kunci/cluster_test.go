@@ -77,10 +77,7 @@ func TestStatusOfACluster(t *testing.T) {
 // README's recipe does, right after starting the nodes: it shows the
 // cluster once one node is active and every node names it.
 func TestStatusWaitsForTheClusterToSettle(t *testing.T) {
-	var addrs []string
-	for i := 0; i < 3; i++ {
-		addrs = append(addrs, deadAddr(t))
-	}
+	addrs := deadAddrs(t, 3)
 	p := startKunci(t, nil, "status", "--wait", "30s", "--addrs", strings.Join(addrs, ","))
 	var nodes []*server.Node
 	for i := range addrs {
