@@ -1,12 +1,12 @@
 package clientlib_test
 
 import (
-	"net"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/kunci/kunci/clientlib"
+	"github.com/kunci/kunci/internal/testaddr"
 	"github.com/kunci/kunci/server"
 )
 
@@ -21,15 +21,7 @@ func startCluster(t *testing.T, n int) ([]*server.Node, []string) {
 // configure first.
 func startClusterWith(t *testing.T, n int, configure func(*server.Config)) ([]*server.Node, []string) {
 	t.Helper()
-	var addrs []string
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, l.Addr().String())
-		l.Close()
-	}
+	addrs := testaddr.Free(t, n)
 	nodes := make([]*server.Node, n)
 	for i := range nodes {
 		nodes[i] = startNode(t, addrs[i], func(c *server.Config) {

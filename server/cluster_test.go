@@ -14,6 +14,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kunci/kunci/internal/testaddr"
 	"github.com/kunci/kunci/server"
 )
 
@@ -26,25 +27,6 @@ const (
 	testFailover  = 300 * time.Millisecond
 )
 
-// freeAddrs returns n loopback addresses with ports free a moment ago.
-func freeAddrs(t testing.TB, n int) []string {
-	t.Helper()
-	var ls []net.Listener
-	var out []string
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return out
-}
-
 // testCluster is a cluster of in-process nodes, each with its own data dir.
 type testCluster struct {
 	t     testing.TB
@@ -55,7 +37,7 @@ type testCluster struct {
 }
 
 func newCluster(t testing.TB, size int, conf func(*server.Config)) *testCluster {
-	tc := &testCluster{t: t, addrs: freeAddrs(t, size), conf: conf}
+	tc := &testCluster{t: t, addrs: testaddr.Free(t, size), conf: conf}
 	for i := 0; i < size; i++ {
 		tc.dirs = append(tc.dirs, t.TempDir())
 	}
@@ -788,7 +770,7 @@ func TestClusterNodeOnATakenPortSaysSo(t *testing.T) {
 	defer holder.Close()
 	cfg := server.Config{
 		Listen:          holder.Addr().String(),
-		Peers:           []string{holder.Addr().String(), freeAddrs(t, 1)[0]},
+		Peers:           []string{holder.Addr().String(), testaddr.Free(t, 1)[0]},
 		ClusterKey:      testClusterKey,
 		DataDir:         t.TempDir(),
 		Heartbeat:       testHeartbeat,

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kunci/kunci/internal/testaddr"
 	"github.com/kunci/kunci/server"
 )
 
@@ -77,7 +78,7 @@ func TestStatusOfACluster(t *testing.T) {
 // README's recipe does, right after starting the nodes: it shows the
 // cluster once one node is active and every node names it.
 func TestStatusWaitsForTheClusterToSettle(t *testing.T) {
-	addrs := deadAddrs(t, 3)
+	addrs := testaddr.Free(t, 3)
 	p := startKunci(t, nil, "status", "--wait", "30s", "--addrs", strings.Join(addrs, ","))
 	var nodes []*server.Node
 	for i := range addrs {

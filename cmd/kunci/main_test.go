@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kunci/kunci/internal/testaddr"
 	"github.com/kunci/kunci/server"
 	"github.com/kunci/kunci/wire"
 )
@@ -70,23 +71,7 @@ func startNodeN(t *testing.T) *server.Node {
 // deadAddr is a loopback address where nothing listens.
 func deadAddr(t *testing.T) string {
 	t.Helper()
-	return deadAddrs(t, 1)[0]
-}
-
-// deadAddrs returns n distinct loopback addresses nothing listens on: each
-// listener is held until all are picked, so no port comes twice.
-func deadAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var addrs []string
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		addrs = append(addrs, ln.Addr().String())
-	}
-	return addrs
+	return testaddr.Free(t, 1)[0]
 }
 
 // proc is a kunci process started by a test. Its output goes to files, so

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kunci/kunci/internal/testaddr"
 )
 
 func TestNodeNotInItsPeerListRefusesToStart(t *testing.T) {
@@ -126,7 +128,7 @@ func TestClusterOfProcessesHandsOverOnSIGTERM(t *testing.T) {
 // step down and drop a live client's grant: it yields, and only takes its
 // role back through a lossless handoff.
 func TestFrozenActiveYieldsWhenItContinues(t *testing.T) {
-	addrs := freeAddrs(t, 3)
+	addrs := testaddr.Free(t, 3)
 	cmds := make([]*exec.Cmd, 3)
 	for i := range addrs {
 		cmds[i] = startPeer(t, addrs, i, t.TempDir())

@@ -11,30 +11,12 @@ import (
 	"time"
 
 	"github.com/kunci/kunci/failover"
+	"github.com/kunci/kunci/internal/testaddr"
 	"github.com/kunci/kunci/replica"
 )
 
 // Attacks on a kuncid process, made from raw sockets as an outsider (or, for
 // defence in depth, a peer holding the key) would.
-
-// freeAddrs returns n loopback addresses with ports free a moment ago.
-func freeAddrs(t *testing.T, n int) []string {
-	t.Helper()
-	var out []string
-	var ls []net.Listener
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return out
-}
 
 // startClusterNode starts node 0 of addrs alone (its peers are down), and
 // waits until it is active.
@@ -61,7 +43,7 @@ func dumpLogs(t *testing.T, p *process) {
 // peers, escaped --max-conns, and exhausted the file descriptors until gnet
 // stopped and the node exited without a handoff.
 func TestPeerPrefixFloodDoesNotStopTheNode(t *testing.T) {
-	addrs := freeAddrs(t, 2)
+	addrs := testaddr.Free(t, 2)
 	p := startClusterNode(t, "ulimit -n 1024", addrs, keyFile(t))
 	held, err := net.Dial("tcp", addrs[0])
 	if err != nil {
@@ -171,7 +153,7 @@ func TestFakeStandbysCannotBloatTheActive(t *testing.T) {
 	if testing.Short() {
 		t.Skip("holds 200,000 keys")
 	}
-	addrs := freeAddrs(t, 3)
+	addrs := testaddr.Free(t, 3)
 	p := startClusterNode(t, "", addrs, keyFile(t))
 	const keys = 200_000
 	if err := holdKeys(addrs[0], 0, keys); err != nil {
@@ -207,7 +189,7 @@ func TestFakeStandbysCannotBloatTheActive(t *testing.T) {
 }
 
 func TestClusterNodeNeedsItsKey(t *testing.T) {
-	addrs := freeAddrs(t, 2)
+	addrs := testaddr.Free(t, 2)
 	peers := []string{"--listen", addrs[0], "--peers", strings.Join(addrs, ","), "--data-dir", t.TempDir()}
 	dir := t.TempDir()
 	write := func(name, content string, mode os.FileMode) string {
