@@ -30,6 +30,13 @@ type Config struct {
 	// InputLimit is how much unread input a connection may pile up while
 	// the node is not reading it, before it is closed.
 	InputLimit int
+	// MaxBuffered is the node-wide budget for what client connections hold
+	// in the node's memory: answers not yet sent and requests not yet
+	// read, of all connections together (see budget.go). Past half of it
+	// every connection is held to pressedLimit instead of OutputLimit and
+	// InputLimit; past all of it the connections holding the most are
+	// closed. Default: DefaultMaxBuffered().
+	MaxBuffered int64
 	// DataDir, when set, holds what must outlive the process: the token
 	// ceiling, so that tokens keep increasing across restarts. It is
 	// locked: a second node on the same directory refuses to start.
@@ -122,8 +129,8 @@ const (
 	DefaultMaxKeys     = 4_000_000
 	DefaultMaxQueued   = 1_000_000
 	DefaultTick        = 2 * time.Millisecond
-	DefaultOutputLimit = 4 << 20
-	DefaultInputLimit  = 1 << 20
+	DefaultOutputLimit = 256 << 10
+	DefaultInputLimit  = 256 << 10
 )
 
 // Defaults of the limits a hostile client meets.
@@ -192,6 +199,9 @@ func (c *Config) setDefaults() error {
 	if c.InputLimit == 0 {
 		c.InputLimit = DefaultInputLimit
 	}
+	if c.MaxBuffered == 0 {
+		c.MaxBuffered = DefaultMaxBuffered()
+	}
 	if err := c.checkTLS(); err != nil {
 		return err
 	}
@@ -214,6 +224,8 @@ func (c *Config) setDefaults() error {
 		return errors.New("server: tick out of range 100µs..10ms")
 	case c.OutputLimit < 64<<10 || c.InputLimit < 4<<10:
 		return errors.New("server: output limit must be at least 64 KiB and input limit 4 KiB")
+	case c.MaxBuffered < minMaxBuffered:
+		return fmt.Errorf("server: the buffer budget (--max-buffered) must be at least %d MiB", minMaxBuffered>>20)
 	case c.Heartbeat < time.Millisecond || c.Heartbeat > time.Minute:
 		return errors.New("server: heartbeat interval out of range 1ms..1m")
 	case c.FailoverTimeout < 2*c.Heartbeat:

@@ -26,7 +26,11 @@ type conn struct {
 	dirty    bool   // on lp.dirty
 	paused   bool   // on lp.paused: not read until its output drains
 	more     bool   // serve left complete requests unread
+	woken    bool   // a Wake for its unread requests is queued, or it is parked
+	parked   bool   // on lp.more, and not served since
 	pausedAt int64  // when it was paused (node clock)
+	charged  int    // bytes it holds, as counted in Node.budget (budget.go)
+	owing    bool   // on lp.owing: charged > 0
 	closed   bool
 	acquired bool // sent an acquire, so it may have queued acquires
 	client   bool // known not to be a peer: its first line was not a peer's hello

@@ -15,7 +15,8 @@
 // than wire.MaxLine closes its connection; a connection whose unsent output
 // passes Config.OutputLimit is not read until it drains below half of it,
 // one whose output passes twice the limit or whose unread input passes
-// Config.InputLimit is closed; connections, keys and waiters are capped.
+// Config.InputLimit is closed; all connections together are held to
+// Config.MaxBuffered (budget.go); connections, keys and waiters are capped.
 //
 // Hostile clients. With Config.AuthFile a connection is served only after
 // "U name secret" (auth.go); connections per source address are capped

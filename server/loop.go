@@ -47,6 +47,13 @@ type loop struct {
 	tickTask   gnet.Runnable
 	tickQueued atomic.Bool
 	hasPaused  atomic.Bool // paused is not empty, for the ticker
+	// more lists connections with requests left unread that the ticker
+	// is to wake (Node.onTraffic).
+	more    []*conn
+	hasMore atomic.Bool
+	// owing lists connections holding buffered bytes (budget.go).
+	owing    []*conn
+	hasOwing atomic.Bool
 
 	// lists are connections whose listing waits for them to read, or for
 	// the node to be active again (list.go).
@@ -109,7 +116,13 @@ const ms = int64(1_000_000)
 
 // maxKeptOutput is the largest answer buffer a connection keeps between
 // batches.
-const maxKeptOutput = 64 << 10
+const maxKeptOutput = 16 << 10
+
+// turnOutput is how much a serve answers at once (I, refusals) before it
+// leaves the rest of what the connection sent for its next turn: an I
+// answer is twenty times its request, and a connection's turn keeps every
+// other connection of its loop waiting.
+const turnOutput = 16 << 10
 
 // serveBudget is how many bytes of requests serve takes from a connection
 // at once, so that one connection's backlog neither holds the loop long nor
@@ -144,7 +157,8 @@ func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 	}
 	tooLong := false
 	// A listing (L) is answered before any line sent after it is read.
-	for off < len(buf) && off < serveBudget && !lp.closing && cs.rejected == nil && cs.list == nil {
+	for off < len(buf) && off < serveBudget && len(cs.out)+len(cs.info) < turnOutput &&
+		!lp.closing && cs.rejected == nil && cs.list == nil {
 		m, err := lp.parse(cs, buf[off:])
 		if err == wire.ErrLineTooLong {
 			tooLong = true
@@ -487,7 +501,11 @@ func (lp *loop) flush() {
 			} else {
 				cs.out = append(cs.out, cs.info...)
 			}
-			cs.info = cs.info[:0]
+			if cap(cs.info) > maxKeptOutput {
+				cs.info = nil
+			} else {
+				cs.info = cs.info[:0]
+			}
 		}
 		if cs.closed || len(cs.out) == 0 {
 			cs.out = cs.out[:0]
@@ -499,6 +517,7 @@ func (lp *loop) flush() {
 			cs.held += len(cs.out)
 			lp.hasHeld.Store(true)
 			cs.out = cs.out[:0]
+			lp.charge(cs)
 			continue
 		}
 		_, _ = cs.c.Write(cs.out)
@@ -507,7 +526,11 @@ func (lp *loop) flush() {
 		} else {
 			cs.out = cs.out[:0]
 		}
-		if !cs.closed && cs.c.OutboundBuffered()+cs.held > limit {
+		if cs.closed {
+			continue
+		}
+		lp.charge(cs)
+		if cs.c.OutboundBuffered()+cs.held > limit {
 			// Output keeps growing while the client reads nothing.
 			lp.n.slowClosed.Add(1)
 			_ = cs.c.Close()
@@ -551,6 +574,9 @@ func (lp *loop) runTick(context.Context) error {
 	}
 	lp.flush()
 	lp.resume()
+	lp.wakeMore()
+	lp.recharge()
+	n.releaseMemory()
 	lp.resumeLists()
 	lp.resumeSnapshots()
 	lp.expireProbation()
@@ -580,7 +606,7 @@ func (lp *loop) resume() {
 	for _, cs := range lp.paused {
 		switch {
 		case cs.closed:
-		case cs.c.OutboundBuffered()+cs.held <= lp.n.cfg.OutputLimit/2:
+		case cs.c.OutboundBuffered()+cs.held <= lp.n.outputLimit()/2:
 			cs.paused = false
 			_ = cs.c.Wake(nil)
 		case now-cs.pausedAt > int64(pauseTimeout):
@@ -594,6 +620,25 @@ func (lp *loop) resume() {
 	clear(lp.paused[len(kept):])
 	lp.paused = kept
 	lp.hasPaused.Store(len(kept) > 0)
+}
+
+// wakeMore wakes the connections on lp.more that no read has served since
+// they were parked: gnet then calls OnTraffic for them, which serves the
+// next part of what they sent. (One that goes on sending is served by its
+// reads: waking it too would only double its turns.)
+func (lp *loop) wakeMore() {
+	if len(lp.more) == 0 {
+		return
+	}
+	for _, cs := range lp.more {
+		if !cs.closed && cs.parked {
+			cs.parked = false
+			_ = cs.c.Wake(nil)
+		}
+	}
+	clear(lp.more)
+	lp.more = lp.more[:0]
+	lp.hasMore.Store(false)
 }
 
 // inbox carries answers from other loops to this loop's connections.

@@ -46,6 +46,12 @@ type Metrics struct {
 	// SlowClosed counts connections closed because they did not read
 	// their answers.
 	SlowClosed uint64
+	// Buffered is what client connections hold in the node's memory now
+	// (answers not yet sent, requests not yet read); Shed counts the
+	// connections closed for holding the most while that was over
+	// Config.MaxBuffered (counted in SlowClosed too).
+	Buffered int64
+	Shed     uint64
 	// PeerRefused counts peer handshakes refused and peer links closed for
 	// breaking the peer protocol; PeerFramesDropped, peer frames dropped
 	// unread (heartbeats over the rate).
@@ -75,6 +81,8 @@ func (n *Node) Metrics() Metrics {
 		LastToken:  n.tokens.Last(),
 		Role:       n.Role(),
 		SlowClosed: n.slowClosed.Load(),
+		Buffered:   n.budget.buffered.Load(),
+		Shed:       n.budget.closed.Load(),
 
 		PeerRefused:       n.peerRefused.Load(),
 		PeerFramesDropped: n.peerFramesDropped.Load(),

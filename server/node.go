@@ -69,6 +69,7 @@ type Node struct {
 
 	refused    refusals      // counted off the loops
 	slowClosed atomic.Uint64 // connections closed for not reading
+	budget     budget        // what client connections hold in memory (budget.go)
 
 	keys              *replica.Keyring // cluster keys; nil for an insecure cluster
 	peerRefused       atomic.Uint64    // handshakes refused and peer links closed for breaking the protocol
@@ -451,6 +452,9 @@ func (n *Node) openClient(c gnet.Conn, identity string) ([]byte, gnet.Action) {
 	}
 	cs.lp = n.loopOf(c.EventLoop())
 	cs.openedAt = now
+	// The kernel's send buffer is memory the budget does not see, and
+	// Linux lets it grow to megabytes for a client that does not read.
+	_ = c.SetWriteBuffer(sendBuffer)
 	cs.src, cs.perSource = src, perSource
 	cs.authed = n.auth.Load() == nil
 	cs.identity = identity
@@ -496,6 +500,7 @@ func (n *Node) OnClose(c gnet.Conn, _ error) gnet.Action {
 		return gnet.None
 	}
 	cs.closed = true
+	cs.lp.uncharge(cs)
 	cs.lp.dropConn(cs)
 	n.endList(cs)
 	if cs.perSource {
@@ -543,6 +548,8 @@ func (n *Node) onTraffic(c gnet.Conn) gnet.Action {
 	}
 	lp := cs.lp
 	cs.active = true
+	woken := cs.woken // this call is the Wake's (or came after it)
+	cs.woken, cs.parked = false, false
 	if cs.rejected != nil {
 		// Waiting out a failed authentication: nothing is read.
 		_, _ = c.Discard(-1)
@@ -577,18 +584,20 @@ func (n *Node) onTraffic(c gnet.Conn) gnet.Action {
 		if cs.list == nil {
 			n.answerInfoOnly(cs, c)
 		}
-		if c.InboundBuffered() > n.cfg.InputLimit {
+		if c.InboundBuffered() > n.inputLimit() {
 			return gnet.Close
 		}
+		lp.charge(cs)
 		return gnet.None
 	}
 	if cs.paused || cs.list != nil {
 		// Not read until its output drains, or its listing ends.
-		if c.InboundBuffered() > n.cfg.InputLimit {
+		if c.InboundBuffered() > n.inputLimit() {
 			n.slowClosed.Add(1)
 			n.log.Debug().Str("remote", c.RemoteAddr().String()).Str("identity", cs.identity).Msg("closing a connection that does not read its answers")
 			return gnet.Close
 		}
+		lp.charge(cs)
 		return gnet.None
 	}
 	act := n.serve(lp, cs)
@@ -596,8 +605,17 @@ func (n *Node) onTraffic(c gnet.Conn) gnet.Action {
 	if act != gnet.None {
 		return act
 	}
+	if c.InboundBuffered() > n.inputLimit() {
+		// It sends faster than it is served (a flood of requests whose
+		// answers are held to a turn's share, such as I): gnet reads on
+		// regardless, so its input would grow without end.
+		n.slowClosed.Add(1)
+		n.log.Debug().Str("remote", c.RemoteAddr().String()).Str("identity", cs.identity).Msg("closing a connection that does not read its answers: it sends faster than it is served")
+		return gnet.Close
+	}
+	lp.charge(cs)
 	switch {
-	case c.OutboundBuffered()+cs.held > n.cfg.OutputLimit:
+	case c.OutboundBuffered()+cs.held > n.outputLimit():
 		cs.paused, cs.pausedAt = true, n.now()
 		lp.paused = append(lp.paused, cs)
 		lp.hasPaused.Store(true)
@@ -606,9 +624,23 @@ func (n *Node) onTraffic(c gnet.Conn) gnet.Action {
 		}
 	case cs.more:
 		// serve stopped at its budget with requests left: come back for
-		// them after the loop has seen to its other connections.
+		// them after the loop has seen to its other connections. gnet runs
+		// the tasks a Wake queues, and those they queue, before it polls
+		// again: a chain of Wakes from many connections with backlogs would
+		// keep every other connection waiting. So one Wake follows a read;
+		// after that, the ticker wakes the connection (lp.more), unless a
+		// read of what it sends since serves it first.
 		cs.more = false
-		_ = c.Wake(nil)
+		if !woken {
+			cs.woken = true
+			_ = c.Wake(nil)
+		} else {
+			cs.parked = true
+			lp.more = append(lp.more, cs)
+			if !lp.hasMore.Swap(true) && n.tickIdle.Load() {
+				n.wakeTicker()
+			}
+		}
 	}
 	return gnet.None
 }
@@ -745,13 +777,16 @@ func (n *Node) queueTicks(scan bool) {
 const maxTick = 10 * time.Millisecond
 
 func (n *Node) quiet() bool {
+	if n.budget.squeezed.Load() {
+		return false // memory to hand back once the pressure has passed
+	}
 	for i := range n.shards {
 		if n.shards[i].timers.Load() != 0 {
 			return false
 		}
 	}
 	for _, lp := range *n.loops.Load() {
-		if lp.hasPaused.Load() || lp.hasLists.Load() || lp.hasSnapshots.Load() || lp.hasProbation.Load() || lp.hasRejected.Load() {
+		if lp.hasPaused.Load() || lp.hasMore.Load() || lp.hasOwing.Load() || lp.hasLists.Load() || lp.hasSnapshots.Load() || lp.hasProbation.Load() || lp.hasRejected.Load() {
 			return false
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -123,6 +124,39 @@ func (l peerList) Set(v string) error {
 	return nil
 }
 
+// byteSize is a flag of a size in bytes: a number with an optional unit,
+// KiB, MiB or GiB (also K, M, G, powers of 1024).
+type byteSize struct{ p *int64 }
+
+func (b byteSize) String() string {
+	if b.p == nil {
+		return ""
+	}
+	v := *b.p
+	for _, u := range []struct {
+		name  string
+		shift uint
+	}{{"GiB", 30}, {"MiB", 20}, {"KiB", 10}} {
+		if v != 0 && v%(1<<u.shift) == 0 {
+			return strconv.FormatInt(v>>u.shift, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+func (b byteSize) Set(s string) error {
+	num := strings.TrimRight(s, "KMGiB")
+	unit := strings.TrimSuffix(strings.TrimSuffix(s[len(num):], "B"), "i")
+	shift := map[string]uint{"": 0, "K": 10, "M": 20, "G": 30}
+	sh, ok := shift[unit]
+	v, err := strconv.ParseInt(strings.TrimSpace(num), 10, 64)
+	if !ok || err != nil || v < 0 || v > 1<<(62-sh) {
+		return fmt.Errorf("%q is not a size: a number of bytes, or of KiB, MiB or GiB (256MiB)", s)
+	}
+	*b.p = v << sh
+	return nil
+}
+
 type options struct {
 	version   bool
 	logLevel  string
@@ -168,6 +202,8 @@ func parseFlags(args []string, help io.Writer) (server.Config, options, error) {
 	fs.StringVar(&cfg.PeerTLSCA, "peer-tls-ca", "", "CA certificates (PEM `file`) to verify peers with under --peer-tls; default: --tls-client-ca")
 	fs.StringVar(&cfg.AuthFile, "auth-file", "", "`file` of client credentials, one \"name secret [prefix,...]\" a line, mode 600: a client must then authenticate first (U name secret), and may touch only keys under its prefixes if it has some; SIGHUP re-reads it (empty: no authentication)")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a client connection that has sent nothing for this long while it holds no grant and has no acquire queued (answered 'E - - idle'); 0: never")
+	cfg.MaxBuffered = server.DefaultMaxBuffered()
+	fs.Var(byteSize{&cfg.MaxBuffered}, "max-buffered", "`size` of the memory all client connections together may hold in answers not yet read and requests not yet served (KiB, MiB, GiB); past half of it each connection is held to 64 KiB, past all of it those holding the most are closed; default: a sixteenth of the memory, 32MiB to 512MiB")
 	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", server.DefaultMaxConnsPerIP, "client connections from one source (an IPv4 address, or an IPv6 /64); more are answered 'E - - too many connections from this address' and closed")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log `level`: debug, info, warn, error")
 	fs.StringVar(&o.logFormat, "log-format", "console", "log `format`: console (coloured on a terminal only) or json; durations carry their unit (took=101ms)")

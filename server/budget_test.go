@@ -1,0 +1,88 @@
+package server_test
+
+import (
+	"bytes"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kunci/kunci/server"
+)
+
+// Many connections that send requests and never read their answers, each
+// within its own limits, must not take the node's memory past the node-wide
+// buffer budget: the node holds every connection to a small share under
+// pressure, closes those holding the most past the budget, and goes on
+// serving a client that reads. When they are gone, the count is back to
+// nothing.
+func TestBufferBudgetHoldsManyNonReaders(t *testing.T) {
+	const (
+		budget   = 16 << 20
+		flooders = 300
+	)
+	n := startNode(t, func(c *server.Config) { c.MaxBuffered = budget })
+	other := dial(t, n.Addr())
+	other.roundTrip()
+
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+
+	// Each flooder writes blocks of I (answers twenty times longer than
+	// the requests) until the node closes it or the flood ends.
+	block := bytes.Repeat([]byte("I\n"), 8192)
+	end := time.Now().Add(4 * time.Second)
+	var wg sync.WaitGroup
+	for range flooders {
+		f := dialSmallBuffer(t, n.Addr(), 4096)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(end) {
+				_ = f.conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+				if _, err := f.conn.Write(block); err != nil && !isTimeout(err) {
+					return // closed by the node
+				}
+			}
+		}()
+	}
+
+	var peakHeap uint64
+	var peakBuffered int64
+	var slowest time.Duration
+	for time.Now().Before(end) {
+		runtime.ReadMemStats(&ms)
+		peakHeap = max(peakHeap, ms.HeapInuse)
+		peakBuffered = max(peakBuffered, n.Metrics().Buffered)
+		rt := time.Now()
+		other.roundTrip()
+		slowest = max(slowest, time.Since(rt))
+		if d := time.Since(rt); d > floodRoundTrip {
+			t.Fatalf("a round trip on a reading connection took %v during the flood", d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	m := n.Metrics()
+	t.Logf("%d flooders: heap in use %d MiB at start, peak %d MiB; buffered peak %d MiB (budget %d MiB); %d closed for not reading, %d of them over budget; slowest round trip %v",
+		flooders, base>>20, peakHeap>>20, peakBuffered>>20, budget>>20, m.SlowClosed, m.Shed, slowest)
+	// The flooders could hold 300 × (256 KiB + 256 KiB) without the budget.
+	if peakHeap > base+4*budget+32<<20 {
+		t.Errorf("heap in use grew from %d MiB to %d MiB: past four times the %d MiB budget", base>>20, peakHeap>>20, budget>>20)
+	}
+	if peakBuffered > 2*budget {
+		t.Errorf("the connections held %d MiB at once, the budget being %d MiB", peakBuffered>>20, budget>>20)
+	}
+	if m.SlowClosed == 0 {
+		t.Errorf("no flooder was closed")
+	}
+	for _, c := range []*client{other} {
+		c.roundTrip()
+	}
+	// Every flooder gone (closed by the node, or by the test's end), the
+	// count comes back to nothing.
+	waitConns(t, n, 1)
+	waitFor(t, "the buffered count to come back to 0", func() bool { return n.Metrics().Buffered == 0 })
+}
