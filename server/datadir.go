@@ -3,12 +3,15 @@ package server
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/kunci/kunci/engine"
 )
@@ -17,9 +20,13 @@ import (
 // token ceiling. It is locked, so two nodes never share one. It must be
 // private to kuncid's user: kuncid creates it 0700 and its files 0600,
 // refuses a directory that others may write, and refuses to write through
-// a link someone put in its place.
+// a link someone put in its place. The directory itself is opened once, by
+// a handle that did not follow a symbolic link, and every file in it is
+// opened relative to that handle: a directory swapped for a link after
+// the start is never written through either.
 type dataDir struct {
 	path   string
+	dir    *os.File // the directory, opened with O_NOFOLLOW
 	lock   *os.File
 	health *storageHealth // told of every attempt to persist the ceiling
 
@@ -36,11 +43,28 @@ func openDataDir(path string, health *storageHealth) (*dataDir, error) {
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return nil, fmt.Errorf("server: data directory: %w", err)
 	}
-	fi, err := os.Stat(path)
+	// The last element of the path is what someone who may write its
+	// parent could swap for a link; links higher up (/var on some
+	// systems) are the administrator's, and followed.
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
+		if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
+			target, _ := os.Readlink(path)
+			return nil, fmt.Errorf("server: data directory %s is a symbolic link (to %s): refused, since whoever can change the link can point kuncid's token ceiling elsewhere; give the directory's real path (--data-dir %s)",
+				path, target, resolved(path))
+		}
+	}
 	if err != nil {
+		return nil, fmt.Errorf("server: data directory %s: %w", path, err)
+	}
+	dir := os.NewFile(uintptr(fd), path)
+	fi, err := dir.Stat()
+	if err != nil {
+		dir.Close()
 		return nil, fmt.Errorf("server: data directory: %w", err)
 	}
 	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
+		dir.Close()
 		who := "group and others"
 		switch perm & 0o022 {
 		case 0o020:
@@ -51,13 +75,16 @@ func openDataDir(path string, health *storageHealth) (*dataDir, error) {
 		return nil, fmt.Errorf("server: data directory %s is writable by %s (mode %04o): whoever can write there can replace the token ceiling, so kuncid refuses it; make it private with: chmod go-w %s",
 			path, who, perm, path)
 	}
-	f, err := openPrivate(filepath.Join(path, "LOCK"), os.O_RDWR)
+	d := &dataDir{path: path, dir: dir, health: health}
+	f, err := d.openPrivate("LOCK", os.O_RDWR)
 	if err != nil {
+		dir.Close()
 		return nil, fmt.Errorf("server: data directory: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		owner, _ := os.ReadFile(f.Name())
+		owner, _ := io.ReadAll(f)
 		f.Close()
+		dir.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return nil, fmt.Errorf("%w: %s (lock held by pid %s)", ErrDataDirInUse, path, strings.TrimSpace(string(owner)))
 		}
@@ -65,23 +92,34 @@ func openDataDir(path string, health *storageHealth) (*dataDir, error) {
 	}
 	_ = f.Truncate(0)
 	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
-	return &dataDir{path: path, lock: f, health: health}, nil
+	d.lock = f
+	return d, nil
 }
 
-// openPrivate opens the file path of the data directory (flag: O_RDWR or
+// resolved returns path with its links resolved, or path when that fails.
+func resolved(path string) string {
+	if r, err := filepath.EvalSymlinks(path); err == nil {
+		return r
+	}
+	return path
+}
+
+// openPrivate opens the file name of the data directory (flag: O_RDWR or
 // O_WRONLY), creating it 0600, and makes sure it is a plain file of kuncid's
 // own: it refuses a symbolic link (O_NOFOLLOW), a file with other links
 // (someone linked a file there to have kuncid overwrite it), and anything
 // but a regular file (O_NONBLOCK: opening a FIFO does not wait). It does not
 // truncate: the caller does once the file is known to be safe.
-func openPrivate(path string, flag int) (*os.File, error) {
-	f, err := os.OpenFile(path, flag|os.O_CREATE|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0o600)
-	if errors.Is(err, syscall.ELOOP) {
+func (d *dataDir) openPrivate(name string, flag int) (*os.File, error) {
+	path := filepath.Join(d.path, name)
+	fd, err := unix.Openat(int(d.dir.Fd()), name, flag|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
+	if errors.Is(err, unix.ELOOP) {
 		return nil, fmt.Errorf("%s is a symbolic link: refused (kuncid would write to the file it points to); remove the link", path)
 	}
 	if err != nil {
-		return nil, err
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
+	f := os.NewFile(uintptr(fd), path)
 	fi, err := f.Stat()
 	if err == nil {
 		st, _ := fi.Sys().(*syscall.Stat_t)
@@ -103,9 +141,17 @@ func openPrivate(path string, flag int) (*os.File, error) {
 
 // ceiling returns the persisted token ceiling, 0 when there is none yet.
 func (d *dataDir) ceiling() (uint64, error) {
-	b, err := os.ReadFile(filepath.Join(d.path, ceilingFile))
-	if errors.Is(err, os.ErrNotExist) {
+	var b []byte
+	fd, err := unix.Openat(int(d.dir.Fd()), ceilingFile, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, unix.ENOENT):
 		return 0, nil
+	case errors.Is(err, unix.ELOOP):
+		return 0, fmt.Errorf("server: token ceiling %s is a symbolic link: refused (a ceiling is kuncid's own file); remove the link, and put the ceiling file itself there if it is the right one", filepath.Join(d.path, ceilingFile))
+	case err == nil:
+		f := os.NewFile(uintptr(fd), filepath.Join(d.path, ceilingFile))
+		b, err = io.ReadAll(io.LimitReader(f, 64))
+		f.Close()
 	}
 	if err != nil {
 		return 0, fmt.Errorf("server: reading token ceiling: %w", err)
@@ -153,8 +199,7 @@ func (d *dataDir) writeCeiling(c uint64) error {
 	if c > engine.MaxToken {
 		return fmt.Errorf("server: token ceiling %d is above 2^63-1, the largest token: not written", c)
 	}
-	tmp := filepath.Join(d.path, ceilingFile+".tmp")
-	f, err := openPrivate(tmp, os.O_WRONLY)
+	f, err := d.openPrivate(ceilingFile+".tmp", os.O_WRONLY)
 	if err != nil {
 		return fmt.Errorf("server: writing token ceiling: %w", err)
 	}
@@ -169,13 +214,9 @@ func (d *dataDir) writeCeiling(c uint64) error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, filepath.Join(d.path, ceilingFile))
-	}
-	if err == nil {
-		var dir *os.File
-		if dir, err = os.Open(d.path); err == nil {
-			err = dir.Sync()
-			dir.Close()
+		dfd := int(d.dir.Fd())
+		if err = unix.Renameat(dfd, ceilingFile+".tmp", dfd, ceilingFile); err == nil {
+			err = d.dir.Sync()
 		}
 	}
 	if err != nil {
@@ -187,5 +228,6 @@ func (d *dataDir) writeCeiling(c uint64) error {
 func (d *dataDir) close() {
 	if d != nil && d.lock != nil {
 		_ = d.lock.Close() // releases the flock
+		_ = d.dir.Close()
 	}
 }

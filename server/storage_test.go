@@ -264,6 +264,49 @@ func TestLinkedDataDirFilesAreRefused(t *testing.T) {
 	}
 }
 
+// A data directory that is a symbolic link is refused at start, with the
+// link's target and the real path to give instead; the directory it points
+// to is left alone. A link higher up the path is the administrator's, and
+// followed. A token ceiling that is a link is not read through either.
+func TestSymlinkedDataDirIsRefused(t *testing.T) {
+	base := t.TempDir()
+	real := filepath.Join(base, "real")
+	if err := os.Mkdir(real, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(base, "data")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	err := startErr(t, func(c *server.Config) { c.DataDir = link })
+	if err == nil || !strings.Contains(err.Error(), "symbolic link") || !strings.Contains(err.Error(), "--data-dir "+real) {
+		t.Errorf("start with a symlinked data directory: %v, want a refusal naming the link and the real path", err)
+	}
+	if entries, _ := os.ReadDir(real); len(entries) != 0 {
+		t.Errorf("the directory the link points to holds %d files, want none", len(entries))
+	}
+
+	// Through a linked parent: fine.
+	n := startNode(t, func(c *server.Config) { c.DataDir = filepath.Join(link, "sub") })
+	stopNode(t, n)
+	if _, err := os.Stat(filepath.Join(real, "sub", "LOCK")); err != nil {
+		t.Errorf("a data directory under a linked parent: %v", err)
+	}
+
+	// A ceiling that is a link to a file someone else writes.
+	dir := t.TempDir()
+	victim := filepath.Join(dir, "victim")
+	if err := os.WriteFile(victim, []byte("1048576\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, filepath.Join(dir, "token-ceiling")); err != nil {
+		t.Fatal(err)
+	}
+	if err := startErr(t, func(c *server.Config) { c.DataDir = dir }); err == nil || !strings.Contains(err.Error(), "token-ceiling") {
+		t.Errorf("start with a symlinked token ceiling: %v, want a refusal naming it", err)
+	}
+}
+
 // A data directory that others may write is refused at start: whoever can
 // write it can replace the token ceiling.
 func TestWritableDataDirIsRefused(t *testing.T) {
