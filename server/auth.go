@@ -63,6 +63,16 @@ type credentials struct {
 	decoy [sha256.Size]byte
 }
 
+// allowanceName returns the name a U line's failures count under (see
+// sources): the credential's, or "" for a name no credential has. It does
+// not allocate.
+func (s *credentials) allowanceName(name []byte) string {
+	if c := s.byName[string(name)]; c != nil {
+		return c.name
+	}
+	return ""
+}
+
 // check returns the credential that name and secret match, or nil. The
 // secret's digest is compared in constant time, with a random decoy when
 // the name is unknown, so a failure takes the same work whether or not the
@@ -190,21 +200,24 @@ func (lp *loop) beforeAuth(cs *conn, req *wire.Request, err error) {
 
 // authenticate checks a U request on cs. Success answers "U OK"; a failure
 // is answered "E U - bad credentials" after Config.AuthFailureDelay, and the
-// connection is then closed (see reject). A source past its failure
-// allowance is not checked at all: it is answered "too many authentication
-// failures" the same way.
+// connection is then closed (see reject). A U line from a source past its
+// failure allowance for the name it gives (sources.go) is not checked at
+// all: it is answered "too many authentication failures" the same way.
+// Other names from that source are checked as usual.
 func (lp *loop) authenticate(cs *conn, req *wire.Request) {
 	n := lp.n
 	now := n.now()
-	if !n.sources.mayTry(cs.src, now) {
+	set := n.auth.Load()
+	name := set.allowanceName(req.Name)
+	if !n.sources.mayTry(cs.src, name, now) {
 		n.authFailures.Add(1)
 		lp.reject(cs, errAuthThrottled, now)
 		return
 	}
-	c := n.auth.Load().check(req.Name, req.Secret)
+	c := set.check(req.Name, req.Secret)
 	if c == nil {
 		n.authFailures.Add(1)
-		n.sources.failed(cs.src, now)
+		n.sources.failed(cs.src, name, now)
 		n.log.Debug().Str("remote", cs.c.RemoteAddr().String()).Msg("client authentication failed")
 		lp.reject(cs, errBadCredentials, now)
 		return

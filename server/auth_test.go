@@ -192,7 +192,36 @@ func TestAuthFailuresRateLimited(t *testing.T) {
 	if checked < 10 || checked > allowance || checked+refused != tries {
 		t.Fatalf("answers %v: want 10 checked (%d allowed by now) and the rest refused unchecked", counts, allowance)
 	}
-	// The right secret is not checked either, for now.
+	// Another credential from the same address logs in at once: the
+	// guesser throttles only the name it guesses.
+	other := time.Now()
+	login(t, n, "orders", ordersSecret)
+	if d := time.Since(other); d > time.Second {
+		t.Errorf("another credential from the guesser's address took %v to log in", d)
+	}
+	// Unknown names share an allowance of their own: made-up names do not
+	// give a guesser a fresh allowance each.
+	var made []*client
+	madeStart := time.Now()
+	for i := range tries {
+		c := dial(t, n.Addr())
+		c.send("U nobody-" + strconv.Itoa(i) + " secret-0123456789abcdef")
+		made = append(made, c)
+	}
+	madeChecked := 0
+	for _, c := range made {
+		if c.next() == "E U - bad credentials" {
+			madeChecked++
+		}
+		c.expectClosed()
+	}
+	if limit := 10 + int(time.Since(madeStart)/time.Second); madeChecked < 10 || madeChecked > limit {
+		t.Errorf("%d of %d guesses under made-up names checked, want 10 (%d allowed by now): they share one allowance", madeChecked, tries, limit)
+	}
+	checked += madeChecked
+	refused += tries - madeChecked
+	// The right secret for the name being guessed is not checked either,
+	// for now: checked at once, it would answer the guesser at once too.
 	c := dial(t, n.Addr())
 	c.send("U app " + appSecret)
 	if got := c.next(); got != "E U - too many authentication failures" {

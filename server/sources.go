@@ -11,9 +11,29 @@ import (
 // errTooManyFromSource refuses a connection over Config.MaxConnsPerIP.
 var errTooManyFromSource = errors.New("server: too many connections from this address")
 
-// Authentication failures allowed per source: authBurst in quick
-// succession, then one every authRefill. A source past its allowance is
-// answered without a check until it has some again.
+// Authentication failures allowed per source and name: authBurst in quick
+// succession, then one every authRefill. A U line from a source past its
+// allowance for the name it gives is answered without a check until the
+// allowance has some again.
+//
+// Why per name, and not per source or per connection. A guesser from an
+// address (or from behind the NAT or proxy that many real clients share)
+// must not lock out the others there: with an allowance per source, twenty
+// wrong secrets sent at once left every credential refused unchecked for
+// that address. So each credential a source names has an allowance of its
+// own, and a guesser throttles only the name it guesses: the others from
+// the same address, under other names, log in at once. Guessing stays as
+// slow as before for any one credential — a name's secret is checked at
+// most authBurst times at once and then once a second per address — which
+// is what brute force against it means. What cannot be had is more: a
+// correct secret checked at once for the very name being guessed from the
+// same address would be an oracle, answered at once, that a guesser could
+// use as fast as it can open connections; so for that name the real client
+// there waits out the guesser's allowance like the guesser. Names that no
+// credential has share one allowance per source (so made-up names cannot
+// grow the table: a source has at most one entry per credential, plus
+// one), which lets a guesser learn, slowly, which names exist: names are
+// not secrets.
 const (
 	authBurst  = 10
 	authRefill = time.Second
@@ -56,9 +76,21 @@ type sources struct {
 
 type source struct {
 	conns int
-	// tat is when the source's failure allowance is whole again (node
-	// clock): each failure moves it authRefill later (GCRA).
-	tat int64
+	// tat is, for each credential name the source failed under ("" for
+	// names no credential has), when its failure allowance is whole again
+	// (node clock): each failure moves it authRefill later (GCRA).
+	tat map[string]int64
+}
+
+// settled reports whether the source's failures are all forgiven by now.
+func (e *source) settled(now int64) bool {
+	for name, t := range e.tat {
+		if t > now {
+			return false
+		}
+		delete(e.tat, name)
+	}
+	return true
 }
 
 const minSweep = 1024
@@ -106,21 +138,23 @@ func (s *sources) close(src netip.Addr, now int64) {
 		return
 	}
 	e.conns--
-	if e.conns <= 0 && e.tat <= now {
+	if e.conns <= 0 && e.settled(now) {
 		delete(s.m, src)
 	}
 }
 
-// mayTry reports whether src may have a credential checked now.
-func (s *sources) mayTry(src netip.Addr, now int64) bool {
+// mayTry reports whether src may have a credential of name checked now;
+// name is "" for a name no credential has.
+func (s *sources) mayTry(src netip.Addr, name string, now int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.m[src]
-	return e == nil || e.tat-now <= (authBurst-1)*int64(authRefill)
+	return e == nil || e.tat[name]-now <= (authBurst-1)*int64(authRefill)
 }
 
-// failed counts an authentication failure of src.
-func (s *sources) failed(src netip.Addr, now int64) {
+// failed counts an authentication failure of src under name ("" for a name
+// no credential has).
+func (s *sources) failed(src netip.Addr, name string, now int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	e := s.m[src]
@@ -130,13 +164,16 @@ func (s *sources) failed(src netip.Addr, now int64) {
 		e = &source{}
 		s.m[src] = e
 	}
-	e.tat = max(e.tat, now) + int64(authRefill)
+	if e.tat == nil {
+		e.tat = make(map[string]int64, 1)
+	}
+	e.tat[name] = max(e.tat[name], now) + int64(authRefill)
 }
 
 // sweep drops the entries that hold nothing. s.mu is held.
 func (s *sources) sweep(now int64) {
 	for a, e := range s.m {
-		if e.conns <= 0 && e.tat <= now {
+		if e.conns <= 0 && e.settled(now) {
 			delete(s.m, a)
 		}
 	}
