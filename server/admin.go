@@ -104,9 +104,10 @@ var (
 	descErrors      = desc("errors_total", "Requests refused with E, by reason.", "reason")
 	descSlowClosed  = desc("slow_clients_closed_total", "Connections closed for not reading their answers.")
 	descAuthFailed  = desc("auth_failures_total", "Client authentications refused: bad credentials, or a source past its failure allowance.")
-	descTLSDropped  = desc("tls_dropped_total", "TLS connections dropped before they were served: failed handshake (error), none within the handshake timeout (timeout), too many handshakes at once (busy).", "reason")
+	descTLSDropped  = desc("tls_dropped_total", "TLS connections dropped before they were served: failed handshake (error), none within the handshake timeout (timeout), too many handshakes at once, or its source's share of them (busy), its slot given to a source holding fewer (evicted).", "reason")
 	descBuffered    = desc("client_buffered_bytes", "What client connections hold in the node's memory now: answers not yet sent and requests not yet read (bounded by --max-buffered).")
 	descShed        = desc("clients_shed_total", "Connections closed because the node's buffers were over --max-buffered: those holding the most, first.")
+	descTLSHands    = desc("tls_handshakes", "TLS handshakes under way now.")
 	descKeys        = desc("keys_held", "Keys held now.")
 	descQueued      = desc("waiters_queued", "Acquires queued now.")
 	descConns       = desc("connections", "Client connections open now.")
@@ -126,7 +127,7 @@ var (
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descGrants, descReleases, descExtends, descExpiries,
-		descTimeouts, descTriesBusy, descCancels, descWithdrawn, descErrors, descSlowClosed, descAuthFailed, descTLSDropped, descBuffered, descShed, descKeys,
+		descTimeouts, descTriesBusy, descCancels, descWithdrawn, descErrors, descSlowClosed, descAuthFailed, descTLSDropped, descBuffered, descShed, descTLSHands, descKeys,
 		descQueued, descConns, descTokens, descRole, descLag, descSynced, descPromotions, descWait, descHold, descPeerRefused, descPeerDropped, descDropped,
 		descStorageOK, descStorageErr} {
 		ch <- d
@@ -165,6 +166,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descTLSDropped, v, reason)
 	}
 	gauge(descBuffered, float64(m.Buffered))
+	if m.TLSDropped != nil {
+		gauge(descTLSHands, float64(m.TLSHandshakes))
+	}
 	counter(descShed, m.Shed)
 	gauge(descKeys, float64(m.Keys))
 	gauge(descQueued, float64(m.Queued))

@@ -71,6 +71,8 @@ type Metrics struct {
 	// within Config.TLSHandshakeTimeout), "busy" (Config.TLSMaxHandshakes
 	// were in progress). Nil without TLS.
 	TLSDropped map[string]uint64
+	// TLSHandshakes is how many TLS handshakes are under way.
+	TLSHandshakes int
 }
 
 // Metrics takes a snapshot, locking each shard in turn for a moment.
@@ -110,6 +112,7 @@ func (n *Node) Metrics() Metrics {
 	}
 	count(&n.refused)
 	if n.term != nil {
+		m.TLSHandshakes = n.term.hs.inProgress()
 		m.TLSDropped = make(map[string]uint64, tlsDropReasons)
 		for i := range n.term.dropped {
 			m.TLSDropped[tlsDropNames[i]] = n.term.dropped[i].Load()

@@ -407,10 +407,10 @@ func (n *Node) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	}
 	h, ok := c.Context().(*handoff)
 	if !ok {
-		return n.openClient(c, "")
+		return n.openClient(c, nil)
 	}
 	t := newTLSConn(c, h)
-	out, act := n.openClient(t, h.identity)
+	out, act := n.openClient(t, h)
 	if len(out) > 0 {
 		_, _ = t.Write(out)
 	}
@@ -424,13 +424,22 @@ func (n *Node) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	return nil, act
 }
 
-// openClient is OnOpen for a client connection, c a *tlsConn for TLS whose
-// verified client certificate names identity.
-func (n *Node) openClient(c gnet.Conn, identity string) ([]byte, gnet.Action) {
+// openClient is OnOpen for a client connection; for TLS, c is a *tlsConn
+// and h its handshake's outcome (nil for TCP).
+func (n *Node) openClient(c gnet.Conn, h *handoff) ([]byte, gnet.Action) {
 	now := n.now()
 	src := sourceOf(c.RemoteAddr())
 	var cs *conn
-	perSource := n.sources.open(src, now)
+	var identity string
+	var perSource bool
+	if h != nil {
+		identity = h.identity
+	}
+	if h != nil && h.counted {
+		perSource = true // since its handshake began
+	} else {
+		perSource = n.sources.open(src, now)
+	}
 	if perSource {
 		if cs = n.conns.add(c); cs == nil {
 			n.sources.close(src, now)

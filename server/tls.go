@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,9 +23,10 @@ import (
 // itself, in two steps:
 //
 //   - The handshake runs on a goroutine of the terminator, with crypto/tls
-//     over an ordinary listener: at most Config.TLSMaxHandshakes at once
-//     (connections beyond are closed at once), each within
-//     Config.TLSHandshakeTimeout.
+//     over an ordinary listener: at most Config.TLSMaxHandshakes at once,
+//     each within Config.TLSHandshakeTimeout, shared fairly between source
+//     addresses (handshakes). A connection in its handshake counts as one of
+//     its source's under Config.MaxConnsPerIP from the accept on.
 //   - Then the TCP socket itself is handed to the gnet engine
 //     (Engine.Register), and the connection is served by the loops like any
 //     other: gnet reads and writes the socket, and the connection's tls.Conn,
@@ -63,10 +66,11 @@ const (
 	tlsDropError = iota
 	tlsDropTimeout
 	tlsDropBusy
+	tlsDropEvicted
 	tlsDropReasons
 )
 
-var tlsDropNames = [tlsDropReasons]string{"error", "timeout", "busy"}
+var tlsDropNames = [tlsDropReasons]string{"error", "timeout", "busy", "evicted"}
 
 // tlsFiles is what the node read from its TLS files. It is immutable once
 // stored in terminator.files.
@@ -87,6 +91,9 @@ type handoff struct {
 	// else its first DNS or URI SAN; "" without a verified certificate.
 	identity string
 	at       time.Time // when a peer link was dialled, to forget one never adopted
+	// counted: the connection counts under its source already (an
+	// accepted one, since its handshake began); OnOpen takes the count over.
+	counted bool
 }
 
 // terminator serves TLS on Config.TLSListen. Its goroutines: the accept
@@ -97,8 +104,8 @@ type terminator struct {
 	log   zerolog.Logger
 	ln    net.Listener
 	files atomic.Pointer[tlsFiles]
-	base  *tls.Config   // hands every handshake the current files
-	slots chan struct{} // a token per handshake in progress
+	base  *tls.Config // hands every handshake the current files
+	hs    handshakes
 
 	ctx    context.Context // cancelled by closeListener: handshakes and adoptions give up
 	cancel context.CancelFunc
@@ -129,11 +136,11 @@ func newTerminator(n *Node) (*terminator, error) {
 		n:       n,
 		log:     n.log,
 		ln:      ln,
-		slots:   make(chan struct{}, n.cfg.TLSMaxHandshakes),
 		loopsUp: make(chan struct{}),
 		dialled: make(map[string]*handoff),
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
+	t.hs.init(n.cfg.TLSMaxHandshakes)
 	t.files.Store(f)
 	t.base = &tls.Config{
 		MinVersion: tls.VersionTLS12,
@@ -251,32 +258,55 @@ func (t *terminator) accept() {
 			continue
 		}
 		pause = 0
-		select {
-		case t.slots <- struct{}{}:
-		default:
+		// The handshake counts under its source from now on, as the
+		// connection will: a source at Config.MaxConnsPerIP gets no
+		// handshake either.
+		src := sourceOf(raw.RemoteAddr())
+		if !t.n.sources.open(src, t.n.now()) {
+			t.n.refused.count(errTooManyFromSource)
+			_ = raw.Close()
+			continue
+		}
+		h, evicted := t.hs.start(t.ctx, src, t.n.cfg.TLSHandshakeTimeout)
+		if evicted {
+			t.dropped[tlsDropEvicted].Add(1)
+		}
+		if h == nil {
+			t.n.sources.close(src, t.n.now())
 			t.dropped[tlsDropBusy].Add(1)
 			_ = raw.Close()
 			continue
 		}
 		t.wg.Add(1)
-		go t.serve(raw.(*net.TCPConn))
+		go t.serve(raw.(*net.TCPConn), src, h)
 	}
 }
 
-// serve handshakes on raw and hands the connection to the loops.
-func (t *terminator) serve(raw *net.TCPConn) {
+// serve handshakes on raw and hands the connection to the loops. The
+// connection counts under src (sources) until OnOpen takes it over, or it
+// is dropped.
+func (t *terminator) serve(raw *net.TCPConn, src netip.Addr, h *handshake) {
 	defer t.wg.Done()
+	counted := true
+	defer func() {
+		if counted {
+			t.n.sources.close(src, t.n.now())
+		}
+	}()
 	mem := &memConn{TCPConn: raw}
 	tc := tls.Server(mem, t.base)
-	ctx, cancel := context.WithTimeout(t.ctx, t.n.cfg.TLSHandshakeTimeout)
-	err := tc.HandshakeContext(ctx)
-	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded)
-	cancel()
-	<-t.slots
+	err := tc.HandshakeContext(h.ctx)
+	timedOut := errors.Is(h.ctx.Err(), context.DeadlineExceeded)
+	evicted := !t.hs.done(src, h)
 	if err != nil {
 		_ = raw.Close()
 		reason := tlsDropError
-		if timedOut {
+		switch {
+		case evicted:
+			// Counted when it was evicted.
+			t.log.Debug().Str("remote", raw.RemoteAddr().String()).Msg("TLS handshake evicted for one from a source with fewer")
+			return
+		case timedOut:
 			reason = tlsDropTimeout
 		}
 		t.dropped[reason].Add(1)
@@ -284,9 +314,9 @@ func (t *terminator) serve(raw *net.TCPConn) {
 		return
 	}
 	// The connection limits (node-wide, per source, the peers' reserve)
-	// are OnOpen's, as for TCP.
+	// are OnOpen's, as for TCP; it finds the source counted already.
 	st := tc.ConnectionState()
-	h := &handoff{tc: tc, mem: mem, identity: identityOf(&st)}
+	ho := &handoff{tc: tc, mem: mem, identity: identityOf(&st), counted: true}
 	mem.inLoop = true // from here on only the loop touches tc
 	select {
 	case <-t.loopsUp:
@@ -294,15 +324,114 @@ func (t *terminator) serve(raw *net.TCPConn) {
 		_ = raw.Close()
 		return
 	}
-	ch, err := t.n.eng.Register(gnet.NewContext(gnet.NewNetConnContext(context.Background(), raw), h))
+	ch, err := t.n.eng.Register(gnet.NewContext(gnet.NewNetConnContext(context.Background(), raw), ho))
 	if err != nil {
 		_ = raw.Close()
 		return
 	}
 	select {
-	case <-ch: // gnet serves a duplicate of the socket; raw is closed
+	case res := <-ch: // gnet serves a duplicate of the socket; raw is closed
+		// OnOpen ran: the count is the connection's now.
+		counted = res.Err != nil
 	case <-t.ctx.Done():
+		// The node stops; gnet may or may not have taken the socket. If
+		// OnOpen never runs, the count dies with the node.
+		counted = false
 	}
+}
+
+// handshakes is the terminator's table of TLS handshakes in progress: at
+// most max at once, at most perSource of them from one source; when all
+// are taken, a connection from a source holding fewer than the source that
+// holds the most takes the oldest handshake of that source's place (which
+// is closed). So however many handshakes one address (or a few) opens and
+// leaves hanging, a client from another address gets one at once; the
+// slots go round the sources that want them, not to the first to fill them.
+// Safe for concurrent use.
+type handshakes struct {
+	mu        sync.Mutex
+	max       int
+	perSource int
+	n         int
+	bySource  map[netip.Addr][]*handshake // oldest first
+}
+
+// handshake is one TLS handshake in progress.
+type handshake struct {
+	ctx    context.Context // ends at the timeout, at eviction or when the node stops
+	cancel context.CancelFunc
+}
+
+func (hs *handshakes) init(limit int) {
+	hs.max = limit
+	hs.perSource = min(limit, max(2, limit/8))
+	hs.bySource = make(map[netip.Addr][]*handshake)
+}
+
+// start takes a slot for a handshake from src, evicting another source's
+// oldest if need be (evicted says so); it returns nil when src may have
+// none now.
+func (hs *handshakes) start(parent context.Context, src netip.Addr, timeout time.Duration) (h *handshake, evicted bool) {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	mine := len(hs.bySource[src])
+	if mine >= hs.perSource {
+		return nil, false
+	}
+	if hs.n >= hs.max {
+		var worst netip.Addr
+		most := 0
+		for a, l := range hs.bySource {
+			if len(l) > most {
+				worst, most = a, len(l)
+			}
+		}
+		if most <= mine+1 {
+			return nil, false // src has its share already
+		}
+		l := hs.bySource[worst]
+		victim := l[0]
+		hs.drop(worst, 0)
+		victim.cancel()
+		evicted = true
+	}
+	ctx, cancel := context.WithTimeout(parent, timeout)
+	h = &handshake{ctx: ctx, cancel: cancel}
+	hs.bySource[src] = append(hs.bySource[src], h)
+	hs.n++
+	return h, evicted
+}
+
+// done gives h's slot back; it returns false when h was evicted (its slot
+// went to another then).
+func (hs *handshakes) done(src netip.Addr, h *handshake) bool {
+	h.cancel()
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	i := slices.Index(hs.bySource[src], h)
+	if i < 0 {
+		return false
+	}
+	hs.drop(src, i)
+	return true
+}
+
+// inProgress returns how many handshakes are under way.
+func (hs *handshakes) inProgress() int {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	return hs.n
+}
+
+// drop removes the i-th handshake of src. hs.mu is held.
+func (hs *handshakes) drop(src netip.Addr, i int) {
+	l := slices.Delete(hs.bySource[src], i, i+1)
+	if len(l) == 0 {
+		delete(hs.bySource, src)
+	} else {
+		hs.bySource[src] = l
+	}
+	hs.n--
 }
 
 // dialPeerTransport connects to a peer: plain TCP, or with Config.PeerTLS

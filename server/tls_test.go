@@ -4,13 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -94,6 +97,16 @@ func tryTLS(addr string, cfg *tls.Config, rcvbuf int) (*tls.Conn, error) {
 			return serr
 		}
 	}
+	return tlsDial(d, addr, cfg)
+}
+
+// tryTLSFrom is tryTLS from the local address local (127.0.0.2, say: a
+// second source on loopback).
+func tryTLSFrom(local, addr string, cfg *tls.Config) (*tls.Conn, error) {
+	return tlsDial(net.Dialer{Timeout: answerTimeout, LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}, addr, cfg)
+}
+
+func tlsDial(d net.Dialer, addr string, cfg *tls.Config) (*tls.Conn, error) {
 	raw, err := d.Dial("tcp", addr)
 	if err != nil {
 		return nil, err
@@ -619,6 +632,142 @@ func TestTLSHandshakesInProgressAreCapped(t *testing.T) {
 		c.Close()
 		return true
 	})
+}
+
+// stallHandshakes opens count TCP connections to addr that each send the
+// start of a ClientHello and go quiet, as an attacker holding handshake
+// slots would; they are closed when the test ends.
+func stallHandshakes(t testing.TB, addr string, count int) []net.Conn {
+	t.Helper()
+	hello, _ := hex.DecodeString("16030100a5010000a10303")
+	var cs []net.Conn
+	for range count {
+		c, err := net.DialTimeout("tcp", addr, answerTimeout)
+		if err != nil {
+			t.Fatalf("dial %s: %v", addr, err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		random := make([]byte, 32)
+		_, _ = rand.Read(random)
+		_, _ = c.Write(append(slices.Clip(hello), random...))
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// Handshake slots are shared between sources: 300 stalled handshakes from
+// one address do not keep a client from another address out until they
+// time out (they took all 256 slots, and a mutual-TLS client from
+// 127.0.0.2 failed for the whole handshake timeout).
+func TestTLSHandshakeSlotsAreSharedFairly(t *testing.T) {
+	p := newPKI(t)
+	n := startNode(t, p.serve(true, func(c *server.Config) { c.TLSHandshakeTimeout = time.Minute }))
+	stallHandshakes(t, n.TLSAddr(), 300)
+	waitFor(t, "the stalled handshakes refused past their source's share", func() bool {
+		return n.Metrics().TLSDropped["busy"] >= 300-server.DefaultTLSMaxHandshakes/8
+	})
+	for i := range 3 {
+		start := time.Now()
+		c, err := tryTLSFrom("127.0.0.2", n.TLSAddr(), p.client("fair"))
+		if err != nil {
+			t.Fatalf("client %d from another address, beside 300 stalled handshakes: %v", i, err)
+		}
+		cl := &client{t: t, name: c.LocalAddr().String(), conn: c, r: newReader(c)}
+		cl.roundTrip()
+		c.Close()
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("client %d from another address took %v to be served", i, d)
+		}
+	}
+}
+
+// When every slot is taken by handshakes from many sources, a newcomer from
+// a source that holds fewer takes the place of the oldest handshake of the
+// source that holds the most, which is closed.
+func TestTLSHandshakeSlotsGoToTheSourceHoldingFewer(t *testing.T) {
+	p := newPKI(t)
+	n := startNode(t, p.serve(false, func(c *server.Config) {
+		c.TLSMaxHandshakes = 4
+		c.TLSHandshakeTimeout = time.Minute
+	}))
+	// 127.0.0.1 takes its share (2), and 127.0.0.3 the rest.
+	stalled := stallHandshakes(t, n.TLSAddr(), 2)
+	for range 2 {
+		c, err := net.DialTCP("tcp", &net.TCPAddr{IP: net.ParseIP("127.0.0.3")}, tcpAddr(t, n.TLSAddr()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		stalled = append(stalled, c)
+	}
+	waitFor(t, "four handshakes under way", func() bool { return n.Metrics().TLSHandshakes == 4 })
+	c, err := tryTLSFrom("127.0.0.2", n.TLSAddr(), p.client(""))
+	if err != nil {
+		t.Fatalf("a client from a third address, every slot taken: %v", err)
+	}
+	c.Close()
+	if got := n.Metrics().TLSDropped["evicted"]; got != 1 {
+		t.Fatalf("%d handshakes evicted, want 1", got)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	closed := 0
+	for _, s := range stalled {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = s.SetReadDeadline(time.Now().Add(time.Second))
+			if _, err := s.Read(make([]byte, 1)); err != nil && !isTimeout(err) {
+				mu.Lock()
+				closed++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if closed != 1 {
+		t.Fatalf("%d stalled handshakes closed, want the one evicted", closed)
+	}
+}
+
+// A handshake counts as a connection of its source from the accept on:
+// a source at --max-conns-per-ip gets no more, TLS or TCP, and has its
+// allowance back once the stalled handshakes are gone.
+func TestTLSHandshakesCountUnderTheirSource(t *testing.T) {
+	p := newPKI(t)
+	n := startNode(t, p.serve(false, func(c *server.Config) {
+		c.MaxConnsPerIP = 2
+		c.TLSHandshakeTimeout = time.Minute
+	}))
+	stalled := stallHandshakes(t, n.TLSAddr(), 2)
+	plain := dial(t, n.Addr())
+	plain.send("I")
+	plain.expect("E - - too many connections from this address")
+	plain.expectClosed()
+	if _, err := tryTLS(n.TLSAddr(), p.client(""), 0); err == nil {
+		t.Fatal("a third TLS connection from a source allowed two was served")
+	}
+	for _, c := range stalled {
+		c.Close()
+	}
+	waitFor(t, "a TLS client served once the stalled handshakes are gone", func() bool {
+		c, err := tryTLS(n.TLSAddr(), p.client(""), 0)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		return true
+	})
+	dialTLS(t, n.TLSAddr(), p.client("")).roundTrip()
+	dial(t, n.Addr()).roundTrip() // 2 of 2: the TLS one and this
+}
+
+func tcpAddr(t testing.TB, addr string) *net.TCPAddr {
+	a, err := net.ResolveTCPAddr("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }
 
 // A TLS connection closed by either side is closed on the other side too:
