@@ -71,6 +71,7 @@ fuzz:
 	$(GO) test -run=NONE -fuzz=FuzzParseAnswer -fuzztime=$(FUZZTIME) ./wire/
 	$(GO) test -run=NONE -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./replica/
 	$(GO) test -run=NONE -fuzz=FuzzHandshake -fuzztime=$(FUZZTIME) ./replica/
+	$(GO) test -run=NONE -fuzz=FuzzOpen -fuzztime=$(FUZZTIME) ./replica/
 
 clean:
 	rm -rf bin

@@ -152,9 +152,10 @@ func (h *handshake) mac(secret []byte, side string) [macLen]byte {
 
 // Dialing is the dialling side of a handshake in progress.
 type Dialing struct {
-	kr   *Keyring
-	hs   handshake
-	want string // the address dialled
+	kr     *Keyring
+	hs     handshake
+	want   string // the address dialled
+	secret []byte // the key both ends chose, once Challenge succeeded
 }
 
 // Dial starts a handshake with the peer at addr: it returns the state and
@@ -228,6 +229,7 @@ func (d *Dialing) Challenge(line []byte) (proof []byte, incA uint64, err error) 
 	if !hmac.Equal(mac[:], want[:]) {
 		return nil, 0, ErrBadProof
 	}
+	d.secret = secret
 	p := d.hs.mac(secret, "dial")
 	b := append([]byte("V "), hex.EncodeToString(p[:])...)
 	return append(b, '\n'), incA, nil

@@ -436,7 +436,7 @@ func (cl *cluster) dial(i int) {
 		cl.dialing[i] = false
 		cl.mu.Unlock()
 	}
-	nc, inc, err := cl.dialPeer(i, cl.dialTimeout())
+	nc, keys, err := cl.dialPeer(i, cl.dialTimeout())
 	nc, err = n.peerLink(nc, err) // a TLS link: its TCP socket, for gnet
 	if err != nil {
 		var ne net.Error
@@ -458,7 +458,7 @@ func (cl *cluster) dial(i int) {
 	cl.mu.Lock()
 	cl.dialFails[i] = 0
 	cl.mu.Unlock()
-	pc := &peerConn{n: n, idx: i, peerInc: inc, out: true}
+	pc := &peerConn{n: n, idx: i, peerInc: keys.inc, out: true, keys: keys}
 	ctx := gnet.NewContext(gnet.NewNetConnContext(context.Background(), nc), pc)
 	ch, err := n.eng.Register(ctx)
 	if err != nil {

@@ -18,10 +18,14 @@ type peerNet struct {
 	mu  sync.Mutex
 	cut map[[2]string]bool // from → to: bytes from the dialler's side to the peer (and back, see Cut) stand still
 	cv  *sync.Cond
+	// tap, when set for from → to, sees each piece read on a link in that
+	// direction and returns what the proxy writes on instead: an on-path
+	// attacker's hand.
+	tap map[[2]string]func([]byte) []byte
 }
 
 func newPeerNet(t testing.TB) *peerNet {
-	pn := &peerNet{t: t, cut: map[[2]string]bool{}}
+	pn := &peerNet{t: t, cut: map[[2]string]bool{}, tap: map[[2]string]func([]byte) []byte{}}
 	pn.cv = sync.NewCond(&pn.mu)
 	t.Cleanup(func() {
 		pn.mu.Lock()
@@ -96,8 +100,12 @@ func (pn *peerNet) copy(dst, src net.Conn, from, to string) {
 			for pn.cut[[2]string{from, to}] {
 				pn.cv.Wait()
 			}
+			out := buf[:n]
+			if tap := pn.tap[[2]string{from, to}]; tap != nil {
+				out = tap(out)
+			}
 			pn.mu.Unlock()
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			if _, werr := dst.Write(out); werr != nil {
 				return
 			}
 		}
@@ -127,4 +135,17 @@ func (pn *peerNet) Cut(from, to string, on bool) {
 func (pn *peerNet) Partition(a, b string, on bool) {
 	pn.Cut(a, b, on)
 	pn.Cut(b, a, on)
+}
+
+// Tap sets (or, with nil, clears) what an on-path attacker does to the
+// bytes from sends to: see peerNet.tap. fn runs with the net's mutex held,
+// one piece at a time per link.
+func (pn *peerNet) Tap(from, to string, fn func([]byte) []byte) {
+	pn.mu.Lock()
+	defer pn.mu.Unlock()
+	if fn == nil {
+		delete(pn.tap, [2]string{from, to})
+	} else {
+		pn.tap[[2]string{from, to}] = fn
+	}
 }

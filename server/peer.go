@@ -23,7 +23,10 @@ type peerConn struct {
 	idx     int    // the peer's index in the peer list
 	peerInc uint64 // the peer's incarnation, as its handshake proved
 	out     bool
-	c       gnet.Conn
+	// c is the link: a sealedConn once the handshake is done, unless the
+	// link is TLS or the cluster insecure (peerseal.go).
+	c    gnet.Conn
+	keys peerKeys // out: what the handshake gave, until OnOpen
 
 	closed     bool
 	opened     int64       // node clock
@@ -63,7 +66,8 @@ func (n *Node) adoptPeer(cs *conn, c gnet.Conn) *peerConn {
 		n.sources.close(cs.src, n.now())
 	}
 	cs.closed, cs.hs = true, nil
-	pc := &peerConn{n: n, lp: cs.lp, idx: cl.index(hs.Peer), peerInc: hs.Inc, c: c, opened: n.now()}
+	send, recv := hs.Keys()
+	pc := &peerConn{n: n, lp: cs.lp, idx: cl.index(hs.Peer), peerInc: hs.Inc, c: sealed(c, send, recv), opened: n.now()}
 	pc.hbBudget, pc.hbAt = heartbeatBurst, pc.opened
 	c.SetContext(pc)
 	cl.mu.Lock()
@@ -82,7 +86,8 @@ func (n *Node) adoptPeer(cs *conn, c gnet.Conn) *peerConn {
 // next tick heartbeats on it and asks for a stream if it needs one.
 func (n *Node) onPeerOpen(pc *peerConn, c gnet.Conn) []byte {
 	cl := n.cl
-	pc.c, pc.opened = c, n.now()
+	pc.c, pc.opened = sealed(c, pc.keys.send, pc.keys.recv), n.now()
+	pc.keys = peerKeys{}
 	pc.hbBudget, pc.hbAt = heartbeatBurst, pc.opened
 	pc.lp = n.loopOf(c.EventLoop())
 	pc.registered.Store(true)
@@ -101,6 +106,9 @@ func (n *Node) onPeerOpen(pc *peerConn, c gnet.Conn) []byte {
 func (n *Node) onPeerClose(pc *peerConn) {
 	cl := n.cl
 	pc.closed = true
+	if sc, ok := pc.c.(*sealedConn); ok {
+		sc.closed = true
+	}
 	if pc.sub != nil {
 		n.unsubscribe(pc)
 	}
@@ -127,6 +135,11 @@ func (n *Node) onPeerClose(pc *peerConn) {
 // onPeerTraffic reads the frames that arrived on pc.
 func (n *Node) onPeerTraffic(pc *peerConn) gnet.Action {
 	c := pc.c
+	if sc, ok := c.(*sealedConn); ok {
+		if err := sc.openBatches(); err != nil {
+			return n.dropPeer(pc, "a batch of frames that failed its integrity check")
+		}
+	}
 	buf, _ := c.Peek(-1)
 	off := 0
 	acked := pc.seq

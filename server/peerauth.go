@@ -139,13 +139,13 @@ func (lp *loop) expireProbation() {
 // dialPeer connects to peer i and runs the handshake as the dialling side,
 // within timeout. It returns the connection, ready to be adopted into a
 // loop, with the proof written and nothing of the peer's unread, and the
-// peer's incarnation.
-func (cl *cluster) dialPeer(i int, timeout time.Duration) (net.Conn, uint64, error) {
+// peer's incarnation and the link's session keys.
+func (cl *cluster) dialPeer(i int, timeout time.Duration) (net.Conn, peerKeys, error) {
 	n := cl.n
 	addr := cl.addrs[i]
 	nc, err := n.dialPeerTransport(addr, timeout)
 	if err != nil {
-		return nil, 0, err
+		return nil, peerKeys{}, err
 	}
 	_ = nc.SetDeadline(time.Now().Add(timeout))
 	d, hello, err := replica.Dial(n.keys, n.self, cl.inc, addr, nil)
@@ -174,10 +174,19 @@ func (cl *cluster) dialPeer(i int, timeout time.Duration) (net.Conn, uint64, err
 	}
 	if err != nil {
 		nc.Close()
-		return nil, 0, err
+		return nil, peerKeys{}, err
 	}
 	_ = nc.SetDeadline(time.Time{})
-	return nc, incA, nil
+	k := peerKeys{inc: incA}
+	k.send, k.recv = d.Keys()
+	return nc, k, nil
+}
+
+// peerKeys is what a dialled link's handshake gave: the peer's incarnation
+// and the link's session keys (nil for an insecure cluster).
+type peerKeys struct {
+	inc        uint64
+	send, recv []byte
 }
 
 // logLimiter logs a warning at most once per interval for each of a bounded

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,9 @@ type fakePeer struct {
 	inc  uint64
 	conn net.Conn
 	r    *bufio.Reader
+	// seal seals what the fake peer sends, as a node seals its frames
+	// (nil: an insecure cluster).
+	seal *replica.Sealer
 }
 
 // dialAsPeer connects to addr as peer from, proving key, and fails the test
@@ -79,13 +83,20 @@ func tryDialAsPeer(t testing.TB, addr, from string, key []byte) (*fakePeer, erro
 		return nil, err
 	}
 	_ = nc.SetDeadline(time.Time{})
+	if send, _ := d.Keys(); send != nil {
+		p.seal = replica.NewSealer(send)
+	}
 	return p, nil
 }
 
 func (p *fakePeer) send(lines ...string) {
 	p.t.Helper()
 	_ = p.conn.SetWriteDeadline(time.Now().Add(answerTimeout))
-	if _, err := p.conn.Write([]byte(strings.Join(lines, "\n") + "\n")); err != nil {
+	b := []byte(strings.Join(lines, "\n") + "\n")
+	if p.seal != nil {
+		b = append(b, p.seal.Seal(b)...)
+	}
+	if _, err := p.conn.Write(b); err != nil {
 		p.t.Fatalf("peer %s: write: %v", p.from, err)
 	}
 }
@@ -121,6 +132,9 @@ func readUntilClosed(c net.Conn, r *bufio.Reader, d time.Duration) (bool, []stri
 	var lines []string
 	for {
 		line, err := r.ReadString('\n')
+		if strings.HasPrefix(line, "M ") {
+			continue // a sealed batch's MAC line
+		}
 		if line != "" {
 			lines = append(lines, strings.TrimSuffix(line, "\n"))
 		}
@@ -503,5 +517,71 @@ func TestClusterKeyRotationWithoutAnOutage(t *testing.T) {
 	// A node still on the old key alone is refused now.
 	if _, err := tryDialAsPeer(t, tc.addrs[0], tc.addrs[1], oldKey); err == nil || !strings.Contains(err.Error(), "no cluster key in common") {
 		t.Fatalf("the old key after the rotation: %v", err)
+	}
+}
+
+// Attack: an on-path attacker (a proxy of the test's between the nodes)
+// waits for the active's stream to its standby to carry a grant, and
+// appends a forged grant record with the next sequence number, as the
+// stream's own would read. Before frames were sealed, the standby applied
+// it (a key held by nobody, with a token the active never issued, waiting
+// to be served after a failover); now the link is closed at the next
+// batch, and the forged record is never applied.
+func TestOnPathInjectionIntoAPeerLinkIsRefused(t *testing.T) {
+	pn := newPeerNet(t)
+	tc := newCluster(t, 2, func(c *server.Config) { c.PeerDialer = pn.Dialer(c.Listen) })
+	tc.startAll()
+	tc.waitActive(0)
+	c := dial(t, tc.addrs[0])
+	c.send("A real 60000 0")
+	c.expectGrant("real")
+	waitFor(t, "the grant on the standby", func() bool { _, ok := tc.nodes[1].Holders()["real"]; return ok })
+
+	injected := make(chan struct{})
+	var once sync.Once
+	pn.Tap(tc.addrs[0], tc.addrs[1], func(b []byte) []byte {
+		// The stream's records read "G seq key token remaining".
+		i := bytes.Index(b, []byte("G "))
+		if i < 0 || (i > 0 && b[i-1] != '\n') || b[len(b)-1] != '\n' {
+			return b
+		}
+		f := strings.Fields(string(b[i:]))
+		seq, err := strconv.ParseUint(f[1], 10, 64)
+		if err != nil || f[2] != "trigger" {
+			return b
+		}
+		out := b
+		once.Do(func() {
+			out = fmt.Appendf(bytes.Clone(b), "G %d forged 4242 600000000\n", seq+1)
+			close(injected)
+		})
+		return out
+	})
+	refused := tc.nodes[1].Metrics().PeerRefused
+	c.send("A trigger 60000 0")
+	c.expectGrant("trigger")
+	select {
+	case <-injected:
+	case <-time.After(answerTimeout):
+		t.Fatal("the grant of trigger never crossed the proxy")
+	}
+	pn.Tap(tc.addrs[0], tc.addrs[1], nil)
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) {
+		if h, ok := tc.nodes[1].Holders()["forged"]; ok {
+			t.Fatalf("the standby applied the forged grant: %+v", h)
+		}
+		if tc.nodes[1].Metrics().PeerRefused > refused {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if tc.nodes[1].Metrics().PeerRefused == refused {
+		t.Fatal("the standby did not close the link that carried the forged frame")
+	}
+	// It copies the state afresh, without the forged grant.
+	tc.waitSame(0, 1)
+	if _, ok := tc.nodes[1].Holders()["forged"]; ok {
+		t.Fatal("the forged grant is on the standby")
 	}
 }

@@ -1,0 +1,185 @@
+package replica
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"hash"
+)
+
+// Sealed frames. The handshake proves the cluster key once; what follows on
+// the link must carry proof too, or whoever is on the path could insert
+// heartbeats, ceilings or change records into an authenticated link. So
+// after a keyed handshake each side seals what it sends, a batch of whole
+// frames at a time (what one write carries), with a MAC line after it:
+//
+//	frames…
+//	M mac
+//
+// mac is the first 16 bytes, in hex, of HMAC-SHA256 under the link's
+// session key for that direction over the batch's number (8 bytes, big
+// endian, counting from 0 on each link and direction) and the batch's
+// bytes, the M line excluded. A receiver acts on no frame until the MAC
+// after it checks; a bad MAC, or a batch longer than MaxBatch without one,
+// closes the link. Since the number is implicit and the key belongs to one
+// link and one direction, a batch inserted, altered, dropped, replayed,
+// moved to another link or reflected back fails the check.
+//
+// The session keys come from the handshake: HMAC-SHA256 under the cluster
+// key over a label naming the direction and what both proofs cover (both
+// addresses, incarnations and nonces), so each link has keys of its own.
+// Links over TLS (Config.PeerTLS) have TLS's integrity and are not sealed;
+// an insecure cluster (no key) has nothing to seal with.
+//
+// What this does not give: secrecy (frames travel in clear text without
+// TLS: lock names, owners and tokens can be read on the path), and
+// liveness (the path can still delay or cut the link, as any network can).
+
+// MaxBatch is the most a sealed batch may hold: a Sealer splits a longer
+// write at a frame boundary, and an Opener refuses a batch that passes it.
+const MaxBatch = 1 << 20
+
+// macTag is the length of a MAC line's tag, in bytes (twice that in hex).
+const macTag = 16
+
+// macLineLen is the length of a MAC line, its line ending included.
+const macLineLen = 2 + 2*macTag + 1
+
+// ErrBadSeal means a sealed batch's MAC did not check, or a batch passed
+// MaxBatch without one: the link must be closed.
+var ErrBadSeal = errors.New("replica: a peer batch failed its integrity check")
+
+// session returns the session key of one direction of the link whose
+// handshake was h, under the cluster key secret; from names the side that
+// sends ("dial" or "accept").
+func (h *handshake) session(secret []byte, from string) []byte {
+	m := h.mac(secret, "frames from "+from)
+	return m[:]
+}
+
+// Keys returns the session keys of the link this handshake made: send seals
+// what this side sends, recv opens what it receives. Both are nil for an
+// insecure cluster. Call it once Challenge succeeded.
+func (d *Dialing) Keys() (send, recv []byte) {
+	if d.kr == nil || d.secret == nil {
+		return nil, nil
+	}
+	return d.hs.session(d.secret, "dial"), d.hs.session(d.secret, "accept")
+}
+
+// Keys returns the session keys of the link this handshake made: send seals
+// what this side sends, recv opens what it receives. Both are nil for an
+// insecure cluster. Call it once Proof succeeded.
+func (a *Accepting) Keys() (send, recv []byte) {
+	if a.secret == nil {
+		return nil, nil
+	}
+	return a.hs.session(a.secret, "accept"), a.hs.session(a.secret, "dial")
+}
+
+// Sealer seals what one side of a link sends. Not safe for concurrent use:
+// the goroutine that writes the link owns it, and must seal batches in the
+// order it writes them.
+type Sealer struct {
+	mac  hash.Hash
+	seq  uint64
+	num  [8]byte
+	sum  []byte // of cap sha256.Size: Sum's output, kept so that it does not escape per batch
+	line [macLineLen]byte
+}
+
+// NewSealer returns a Sealer with the session key key.
+func NewSealer(key []byte) *Sealer {
+	return &Sealer{mac: hmac.New(sha256.New, key), sum: make([]byte, 0, sha256.Size)}
+}
+
+// Seal returns the MAC line for batch, the next batch sent: a whole number
+// of frames (it ends with a line ending), at most MaxBatch bytes. The line
+// is in the Sealer's memory until the next Seal.
+func (s *Sealer) Seal(batch []byte) []byte {
+	if len(batch) == 0 || len(batch) > MaxBatch || batch[len(batch)-1] != '\n' {
+		panic("replica: Seal of a batch that is not whole frames within MaxBatch")
+	}
+	tag := s.tag(batch)
+	line := s.line[:0]
+	line = append(line, 'M', ' ')
+	line = hex.AppendEncode(line, tag[:macTag])
+	return append(line, '\n')
+}
+
+// tag returns the MAC of batch, the next one, in s's memory.
+func (s *Sealer) tag(batch []byte) []byte {
+	binary.BigEndian.PutUint64(s.num[:], s.seq)
+	s.seq++
+	s.mac.Reset()
+	s.mac.Write(s.num[:])
+	s.mac.Write(batch)
+	s.sum = s.mac.Sum(s.sum[:0])
+	return s.sum
+}
+
+// Split returns the longest prefix of b, at most MaxBatch bytes, that ends
+// at a line ending: the next batch to seal of a write of b. b must hold
+// whole frames.
+func Split(b []byte) []byte {
+	if len(b) <= MaxBatch {
+		return b
+	}
+	i := bytes.LastIndexByte(b[:MaxBatch], '\n')
+	if i < 0 {
+		panic("replica: a frame longer than MaxBatch")
+	}
+	return b[:i+1]
+}
+
+// Opener checks what one side of a link receives. Not safe for concurrent
+// use: the goroutine that reads the link owns it.
+type Opener struct {
+	seal Sealer
+	scan int // how far into the batch under way lines were looked at
+	got  [macTag]byte
+}
+
+// NewOpener returns an Opener with the session key key.
+func NewOpener(key []byte) *Opener {
+	return &Opener{seal: *NewSealer(key)}
+}
+
+// Open looks for the end of the batch at the front of b: it returns how many
+// bytes of b the batch and its MAC line take, and the batch (aliasing b),
+// once its MAC line has come and checks; n == 0 means more is needed. Call
+// it again with b starting at the same batch until n > 0, then with what
+// follows n. An error means the link must be closed.
+func (o *Opener) Open(b []byte) (n int, batch []byte, err error) {
+	for o.scan < len(b) {
+		i := bytes.IndexByte(b[o.scan:], '\n')
+		if i < 0 {
+			break
+		}
+		start, end := o.scan, o.scan+i+1
+		o.scan = end
+		if b[start] != 'M' {
+			continue
+		}
+		if end-start != macLineLen || b[start+1] != ' ' || start == 0 {
+			return 0, nil, ErrBadSeal
+		}
+		got := o.got[:]
+		if _, err := hex.Decode(got, b[start+2:end-1]); err != nil {
+			return 0, nil, ErrBadSeal
+		}
+		want := o.seal.tag(b[:start])
+		if !hmac.Equal(got, want[:macTag]) {
+			return 0, nil, ErrBadSeal
+		}
+		o.scan = 0
+		return end, b[:start], nil
+	}
+	if len(b) > MaxBatch+macLineLen {
+		return 0, nil, ErrBadSeal
+	}
+	return 0, nil, nil
+}
