@@ -740,6 +740,7 @@ func TestTLSHandshakesCountUnderTheirSource(t *testing.T) {
 		c.TLSHandshakeTimeout = time.Minute
 	}))
 	stalled := stallHandshakes(t, n.TLSAddr(), 2)
+	waitFor(t, "the two handshakes under way", func() bool { return n.Metrics().TLSHandshakes == 2 })
 	plain := dial(t, n.Addr())
 	plain.send("I")
 	plain.expect("E - - too many connections from this address")
