@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 )
 
@@ -64,7 +63,7 @@ func cursorRun(t *testing.T, rng *rand.Rand) {
 	grew := false
 	for done := false; !done; {
 		done = sh.Scan(&c, 1+rng.IntN(4), func(h Held) {
-			key, token := strings.Clone(h.Key), h.Token // Key aliases the lock's memory
+			key, token := string(h.Key), h.Token // Key aliases the lock's memory
 			visited[fmt.Sprint(key, "#", inst[key])]++
 			if held[key] != token {
 				t.Fatalf("visited %s with token %d, its grant is %d", key, token, held[key])

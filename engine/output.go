@@ -128,7 +128,7 @@ func (o *Output) answerUntil(conn ConnID, kind AnswerKind, key string, token uin
 
 // inspected is answer for Inspected, with h's owner after the key.
 func (o *Output) inspected(conn ConnID, h Held) {
-	off, n := o.keyRef(h.Key)
+	off, n := o.keyRef(unsafeString(h.Key))
 	o.keys = append(o.keys, h.Owner...)
 	o.Answers = append(o.Answers, Answer{Conn: conn, Kind: Inspected, Token: h.Token, Deadline: h.Deadline,
 		Waiters: uint32(h.Waiters), ownerLen: uint8(len(h.Owner)), keyOff: off, keyLen: n})

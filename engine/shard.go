@@ -159,17 +159,22 @@ type queueKey struct {
 }
 
 // Held is a held key as Scan, Each and Inspect show it. Key and Owner
-// alias the shard's memory: they are valid only until the shard changes.
+// alias the shard's memory, which the shard reuses for other keys: they
+// are valid only until the shard changes (for Scan and Each, until the
+// callback returns), and whoever keeps one keeps a copy (string(h.Key)).
+// They are bytes, not strings, so that no one keeps one by mistake: a Go
+// string must never change.
 type Held struct {
-	Key      string
-	Owner    string // "" when the grant has none
+	Key      []byte
+	Owner    []byte // empty when the grant has none
 	Token    uint64
 	Deadline int64 // when the lease ends, in the caller's now units
 	Waiters  int   // acquires queued behind the grant
 }
 
 func (l *lock) held() Held {
-	return Held{Key: l.key, Owner: l.owner(), Token: l.token, Deadline: l.lease.When(), Waiters: int(l.nwait)}
+	key, owner := unsafeBytes(l.key), unsafeBytes(l.owner())
+	return Held{Key: key[:len(key):len(key)], Owner: owner[:len(owner):len(owner)], Token: l.token, Deadline: l.lease.When(), Waiters: int(l.nwait)}
 }
 
 // Shard is the lock state of a part of the key space. It is not safe for

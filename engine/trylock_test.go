@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"strings"
 	"testing"
 	"unsafe"
@@ -128,10 +129,10 @@ func TestInstallCarriesTheOwner(t *testing.T) {
 	s.expect("conn9: Q k 6 until=30s waiters=0")
 	var got []Held
 	s.sh.Each(func(h Held) {
-		h.Key = strings.Clone(h.Key)
+		h.Key = bytes.Clone(h.Key)
 		got = append(got, h)
 	})
-	if len(got) != 1 || got[0].Key != "k" || got[0].Owner != "" || got[0].Token != 6 {
+	if len(got) != 1 || string(got[0].Key) != "k" || len(got[0].Owner) != 0 || got[0].Token != 6 {
 		t.Fatalf("Each: %+v", got)
 	}
 }

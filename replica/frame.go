@@ -325,14 +325,14 @@ func AppendBegin(dst []byte, seq uint64) []byte {
 
 // AppendHolder appends a snapshot's held key; remaining is in ns, owner
 // "" for none.
-func AppendHolder(dst []byte, key string, token uint64, remaining int64, owner string) []byte {
+func AppendHolder(dst []byte, key []byte, token uint64, remaining int64, owner []byte) []byte {
 	dst = append(dst, "H "...)
 	dst = append(dst, key...)
 	dst = append(dst, ' ')
 	dst = strconv.AppendUint(dst, token, 10)
 	dst = append(dst, ' ')
 	dst = strconv.AppendUint(dst, micros(remaining), 10)
-	if owner != "" {
+	if len(owner) > 0 {
 		dst = append(dst, ' ')
 		dst = append(dst, owner...)
 	}

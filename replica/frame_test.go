@@ -14,12 +14,12 @@ func TestFramesRoundTrip(t *testing.T) {
 	b = AppendPeer(b, Sync)
 	b = AppendAck(b, 42)
 	b = AppendBegin(b, 5)
-	b = AppendHolder(b, "k/1", 3, 1500, "") // 1.5 µs rounds up to 2
+	b = AppendHolder(b, []byte("k/1"), 3, 1500, nil) // 1.5 µs rounds up to 2
 	b = AppendEnd(b)
 	b = AppendRecord(b, Grant, 6, []byte("k/2"), 4, 30e9, nil)
 	b = AppendRecord(b, Release, 7, []byte("k/2"), 4, 0, []byte("ignored"))
 	b = AppendHandoff(b, 8, 7, 9, failover.Range{Lo: 1 << 20, Hi: 2 << 20})
-	b = AppendHolder(b, "k/3", 10, 1e9, "web-3:4121")
+	b = AppendHolder(b, []byte("k/3"), 10, 1e9, []byte("web-3:4121"))
 	b = AppendRecord(b, Grant, 9, []byte("k/4"), 11, 1e9, []byte("batch-7"))
 	var got []Frame
 	for len(b) > 0 {

@@ -150,7 +150,7 @@ func appendFrame(dst []byte, f *Frame) []byte {
 	case Begin:
 		return AppendBegin(dst, f.Seq)
 	case Holder:
-		return AppendHolder(dst, string(f.Key), f.Token, f.Remaining, string(f.Owner))
+		return AppendHolder(dst, f.Key, f.Token, f.Remaining, f.Owner)
 	case End:
 		return AppendEnd(dst)
 	case Handoff:

@@ -5,10 +5,8 @@ import (
 	"context"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 	"unicode/utf8"
-	"unsafe"
 
 	"github.com/panjf2000/gnet/v2"
 
@@ -33,7 +31,7 @@ func (n *Node) Holders() map[string]Holding {
 		b.mu.Lock()
 		now := n.now()
 		b.sh.Each(func(h engine.Held) {
-			out[h.Key] = Holding{Token: h.Token, Remaining: time.Duration(h.Deadline - now), Owner: h.Owner}
+			out[string(h.Key)] = Holding{Token: h.Token, Remaining: time.Duration(h.Deadline - now), Owner: string(h.Owner)}
 		})
 		b.mu.Unlock()
 	}
@@ -93,7 +91,7 @@ func (w *listWalk) step(n *Node, dst []byte, emit func(dst []byte, h *engine.Hel
 	}
 	now := n.now()
 	finished := b.sh.Scan(&w.cur, listChunk, func(h engine.Held) {
-		if w.more || !strings.HasPrefix(h.Key, w.prefix) || w.allow != nil && !w.allow(unsafeBytes(h.Key)) {
+		if w.more || !hasPrefix(h.Key, w.prefix) || w.allow != nil && !w.allow(h.Key) {
 			return
 		}
 		if w.limit != 0 && w.count == w.limit {
@@ -199,7 +197,7 @@ func (lp *loop) stepList(cs *conn) {
 }
 
 func appendListed(dst []byte, h *engine.Held, leftMs int64) []byte {
-	return wire.AppendListed(dst, unsafeBytes(h.Key), h.Token, leftMs, uint64(h.Waiters), unsafeBytes(h.Owner))
+	return wire.AppendListed(dst, h.Key, h.Token, leftMs, uint64(h.Waiters), h.Owner)
 }
 
 // waitList keeps cs for the ticker, which resumes its listing once its
@@ -268,8 +266,10 @@ func (n *Node) endList(cs *conn) {
 	}
 }
 
-// unsafeBytes views s as bytes without copying, to be read only.
-func unsafeBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+// hasPrefix reports whether key starts with prefix, without a copy.
+func hasPrefix(key []byte, prefix string) bool {
+	return len(key) >= len(prefix) && string(key[:len(prefix)]) == prefix
+}
 
 // Admin listings (/locks) list adminListDefault keys unless told another
 // limit; each write must go out within adminListWrite, or the listing is
@@ -315,7 +315,7 @@ func (n *Node) serveLocks(w http.ResponseWriter, r *http.Request) {
 	walk := listWalk{prefix: prefix, limit: limit}
 	defer walk.close(n)
 	buf := append(make([]byte, 0, 64<<10), `{"role":`...)
-	buf = appendJSONString(buf, n.Role())
+	buf = appendJSONString(buf, []byte(n.Role()))
 	buf = append(buf, `,"locks":[`...)
 	first := true
 	emit := func(dst []byte, h *engine.Held, leftMs int64) []byte {
@@ -331,7 +331,7 @@ func (n *Node) serveLocks(w http.ResponseWriter, r *http.Request) {
 		dst = strconv.AppendInt(dst, leftMs, 10)
 		dst = append(dst, `,"waiters":`...)
 		dst = strconv.AppendInt(dst, int64(h.Waiters), 10)
-		if h.Owner != "" {
+		if len(h.Owner) > 0 {
 			dst = append(dst, `,"owner":`...)
 			dst = appendJSONString(dst, h.Owner)
 		}
@@ -359,7 +359,7 @@ func (n *Node) serveLocks(w http.ResponseWriter, r *http.Request) {
 
 // appendJSONString appends s as a JSON string. Keys are bytes, not always
 // UTF-8: a byte that is not part of valid UTF-8 is written as U+FFFD.
-func appendJSONString(dst []byte, s string) []byte {
+func appendJSONString(dst []byte, s []byte) []byte {
 	const hex = "0123456789abcdef"
 	dst = append(dst, '"')
 	for i := 0; i < len(s); {
@@ -376,7 +376,7 @@ func appendJSONString(dst []byte, s string) []byte {
 			i++
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
+		r, size := utf8.DecodeRune(s[i:])
 		if r == utf8.RuneError && size == 1 {
 			dst = append(dst, `\ufffd`...)
 		} else {
