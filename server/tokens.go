@@ -48,30 +48,17 @@ func blockSize(cfg *Config) (uint64, error) {
 func (n *Node) lowMark(hi uint64) uint64 { return hi - n.tokenBlock/2 }
 
 // tokenRange returns the block of tokens (lo, hi] this node may issue next,
-// the first one above floor. Blocks are dealt round-robin over the peer
-// list: block k belongs to the peer at index k mod len(peers). So two nodes
-// that are active at once (a partition, a failover racing a slow node) can
-// never issue the same token, while each node's tokens still increase and
-// a new active starts above every ceiling it knows.
-//
-// No block passes maxCeiling, a little below engine.MaxToken (2^63-1), the
-// highest ceiling peers accept: above it the range is empty (lo == hi ==
-// maxCeiling) and the token space is used up.
+// the first one above floor, as failover.BlockRange deals them (round-robin
+// over the peer list, so that two nodes active at once never issue the same
+// token). With the token space used up the range is empty: lo == hi ==
+// maxCeiling.
 func (n *Node) tokenRange(floor uint64) (lo, hi uint64) {
-	end := n.maxCeiling()
-	if floor >= end {
+	r := failover.BlockRange(floor, n.peerIndex, len(n.cfg.Peers), n.tokenBlock)
+	if r.IsZero() {
+		end := n.maxCeiling()
 		return end, end
 	}
-	peers := uint64(max(1, len(n.cfg.Peers)))
-	b := n.tokenBlock
-	k := (floor + b - 1) / b // floor < 2^63: no overflow
-	for k%peers != uint64(n.peerIndex) {
-		k++
-	}
-	if lo, hi = k*b, (k+1)*b; hi > end {
-		return end, end
-	}
-	return lo, hi
+	return r.Lo, r.Hi
 }
 
 // Token ceilings other nodes report are checked before anything is done
