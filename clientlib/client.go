@@ -294,11 +294,12 @@ type Lock struct {
 	endTimer *time.Timer
 }
 
-// Lock returns a handle on a grant this client did not make, from its key
+// Adopt returns a handle on a grant this client did not make, from its key
 // and token (say, handed over by another process), so that it can be
-// released, extended or kept alive. lease is the grant's lease, used by
-// KeepAlive until an Extend sets another.
-func (c *Client) Lock(key string, token uint64, lease time.Duration) (*Lock, error) {
+// released, extended or kept alive; it sends nothing, and acquires nothing.
+// lease is the grant's lease, used by KeepAlive until an Extend sets
+// another.
+func (c *Client) Adopt(key string, token uint64, lease time.Duration) (*Lock, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}

@@ -170,7 +170,7 @@ func TestDoCancelsFnWhenTheLockIsLost(t *testing.T) {
 		if h, err := other.Inspect(ctx, "job"); err != nil || h.Token != l.Token() {
 			t.Errorf("after two leases: %+v, %v", h, err)
 		}
-		theirs, err := other.Lock("job", l.Token(), lease)
+		theirs, err := other.Adopt("job", l.Token(), lease)
 		if err != nil {
 			t.Error(err)
 			return err
@@ -255,7 +255,7 @@ func TestLockDone(t *testing.T) {
 		if byKeepAlive {
 			lost = kept.KeepAlive(ctxT(t))
 		}
-		theirs, _ := other.Lock("kept", kept.Token(), lease)
+		theirs, _ := other.Adopt("kept", kept.Token(), lease)
 		release(t, theirs)
 		if !byKeepAlive {
 			if err := kept.Extend(ctxT(t), lease); !errors.Is(err, clientlib.ErrStale) {

@@ -170,7 +170,7 @@ func ExampleClient_Do_lost() {
 
 	err = c.Do(context.Background(), "jobs/migrate", time.Second, 0, func(ctx context.Context, l *clientlib.Lock) error {
 		// Someone releases our grant (the token is the proof).
-		theirs, _ := other.Lock("jobs/migrate", l.Token(), time.Second)
+		theirs, _ := other.Adopt("jobs/migrate", l.Token(), time.Second)
 		_ = theirs.Release(ctx)
 		<-ctx.Done() // the keep-alive's next extend finds the grant gone
 		fmt.Println("job stopped:", context.Cause(ctx))

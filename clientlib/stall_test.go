@@ -73,7 +73,7 @@ func TestStalledPeerDoesNotStallTheOthers(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for g := range 128 {
-		l, err := c.Lock(key+string(rune('a'+g%26)), 1, time.Minute)
+		l, err := c.Adopt(key+string(rune('a'+g%26)), 1, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
