@@ -331,7 +331,7 @@ func TestLockHandle(t *testing.T) {
 	ctx := ctxT(t)
 
 	l := acquire(t, owner, "handed/over")
-	h, err := heir.Lock(l.Key(), l.Token(), long)
+	h, err := heir.Adopt(l.Key(), l.Token(), long)
 	if err != nil {
 		t.Fatalf("Lock: %v", err)
 	}
@@ -349,7 +349,7 @@ func TestLockHandle(t *testing.T) {
 
 	// A handle on a token that is not the grant is stale.
 	l = acquire(t, owner, "handed/over")
-	wrong, err := heir.Lock(l.Key(), l.Token()+1000, long)
+	wrong, err := heir.Adopt(l.Key(), l.Token()+1000, long)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +363,7 @@ func TestLockHandle(t *testing.T) {
 		token uint64
 		lease time.Duration
 	}{{"", 1, time.Second}, {"a b", 1, time.Second}, {"k", 0, time.Second}, {"k", 1, 0}, {"k", 1, -time.Second}} {
-		if h, err := heir.Lock(tc.key, tc.token, tc.lease); err == nil || h != nil {
+		if h, err := heir.Adopt(tc.key, tc.token, tc.lease); err == nil || h != nil {
 			t.Errorf("Lock(%q, %d, %v) = %v, %v; want an error", tc.key, tc.token, tc.lease, h, err)
 		}
 	}
