@@ -247,26 +247,6 @@ func (c *Client) waitOver(wait time.Duration, last error) error {
 	return c.noConnection(noAnswer(wait, last))
 }
 
-// pause waits before an acquire tries the connections again: a
-// ReconnectInterval, or less when its wait (deadline) ends sooner. It
-// reports false when the wait or ctx ended.
-func (c *Client) pause(ctx context.Context, deadline time.Time) bool {
-	d := min(c.cfg.ReconnectInterval, time.Until(deadline))
-	if d <= 0 {
-		return false
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	case <-c.done:
-		return false
-	}
-}
-
 // rotate makes the connection after cn current; cn is being written.
 func (c *Client) rotate(cn *conn) {
 	c.cur.Store((cn.idx + 1) % uint32(len(c.conns)))
@@ -351,82 +331,36 @@ func (c *Client) TryAcquire(ctx context.Context, key string, lease time.Duration
 
 // acquire is Acquire, or TryAcquire when try is set (wait is then 0).
 func (c *Client) acquire(ctx context.Context, key string, lease, wait time.Duration, try bool) (*Lock, error) {
-	var deadline time.Time
+	p := retryPolicy{pause: c.cfg.ReconnectInterval}
 	if wait > 0 {
-		deadline = time.Now().Add(wait)
+		// A failover elects a new active meanwhile: try again while the
+		// wait lasts.
+		p.deadline = time.Now().Add(wait)
+		p.over = func(last error) error { return c.waitOver(wait, last) }
 	}
 	leaseMs := ceilMs(lease)
-	attempts, redirects := 0, 0
-	var lastErr error
-	var cn, failed *conn
-	for {
-		if c.closing() {
-			return nil, ErrClosed
+	r, err := c.route(ctx, p, func(cn *conn) (result, error) {
+		r, err := cn.acquire(ctx, key, leaseMs, p.deadline, try)
+		if err == nil && r.kind == kindBroken && r.err == errWaitOver {
+			return r, errTryAgainLater
 		}
-		if cn == nil {
-			if cn = c.next(failed); cn == nil {
-				if lastErr == nil {
-					lastErr = errNotUp
-				}
-				if wait > 0 && c.pause(ctx, deadline) {
-					failed = nil
-					continue // a connection may be back; the active elected
-				}
-				if wait > 0 && time.Until(deadline) <= 0 {
-					return nil, c.waitOver(wait, lastErr)
-				}
-				return nil, c.noConnection(lastErr)
-			}
-		}
-		if wait > 0 && time.Until(deadline) <= 0 {
-			return nil, c.waitOver(wait, lastErr)
-		}
-		r, err := cn.acquire(ctx, key, leaseMs, deadline, try)
-		if err != nil {
-			return nil, err
-		}
-		switch r.kind {
-		case 'A':
-			// The grant was made at most one network delay before its
-			// answer was read.
-			return &Lock{c: c, key: key, token: r.token, lease: lease, ends: c.epoch.Add(r.at + lease)}, nil
-		case 'T':
-			if try {
-				return nil, ErrBusy
-			}
-			return nil, ErrTimeout
-		case 'E':
-			return nil, r.err
-		case kindRedirect:
-			lastErr = errRedirected
-			if redirects++; redirects > maxRedirects {
-				return nil, c.noConnection(errors.New("too many redirects"))
-			}
-			// Send it again where the connection went.
-			if !cn.waitUp(ctx, c.cfg.DialTimeout) {
-				cn, failed = nil, cn
-			}
-		default:
-			if r.err == errWaitOver {
-				return nil, c.waitOver(wait, lastErr)
-			}
-			lastErr = r.err
-			if attempts++; attempts >= len(c.conns) {
-				// Every connection failed it. With a bounded wait, try
-				// again while it lasts: a failover, say, elects a new
-				// active meanwhile.
-				if wait > 0 && c.pause(ctx, deadline) {
-					attempts, cn, failed = 0, nil, nil
-					continue
-				}
-				if wait > 0 && time.Until(deadline) <= 0 {
-					return nil, c.waitOver(wait, lastErr)
-				}
-				return nil, c.noConnection(lastErr)
-			}
-			cn, failed = nil, cn
-		}
+		return r, err
+	})
+	if err != nil {
+		return nil, err
 	}
+	switch r.kind {
+	case 'A':
+		// The grant was made at most one network delay before its answer
+		// was read.
+		return &Lock{c: c, key: key, token: r.token, lease: lease, ends: c.epoch.Add(r.at + lease)}, nil
+	case 'T':
+		if try {
+			return nil, ErrBusy
+		}
+		return nil, ErrTimeout
+	}
+	return nil, r.err // 'E'
 }
 
 // acquire sends one acquire on cn, first waiting its turn behind an
@@ -590,55 +524,27 @@ func (cn *conn) cancel(ctx context.Context, c *call, gen uint64) (result, error)
 func (l *Lock) Release(ctx context.Context) error {
 	l.stopKeepAlive()
 	c := l.c
-	var until time.Time // set at the first failure
-	redirects := 0
-	var lastErr error
-	var failed *conn
-	for {
-		if c.closing() {
-			return ErrClosed
-		}
-		if cn := c.next(failed); cn != nil {
-			r, err := cn.do(ctx, 'R', l.key, func(b []byte) []byte { return appendRelease(b, l.key, l.token) })
-			if err != nil {
-				return err
-			}
-			switch r.kind {
-			case 'R':
-				l.end() // released now, or ended before
-				if r.ok {
-					return nil
-				}
-				return ErrStale
-			case 'E':
-				return r.err
-			case kindRedirect:
-				if redirects++; redirects <= maxRedirects {
-					if !cn.waitUp(ctx, c.cfg.DialTimeout) {
-						failed = cn
-					}
-					continue
-				}
-			}
-			lastErr = r.err
-			failed = cn
-		}
-		if until.IsZero() {
-			until = time.Now().Add(c.cfg.ReleaseRetry)
-		} else if time.Now().After(until) {
-			return c.noConnection(lastErr)
-		}
-		t := time.NewTimer(c.cfg.ReleaseInterval)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-c.done:
-			t.Stop()
-			return ErrClosed
-		}
+	r, err := c.route(ctx, c.retrying(nil), func(cn *conn) (result, error) {
+		return cn.do(ctx, 'R', l.key, func(b []byte) []byte { return appendRelease(b, l.key, l.token) })
+	})
+	if err != nil {
+		return err
 	}
+	if r.kind == 'E' {
+		return r.err
+	}
+	l.end() // released now, or ended before
+	if r.ok {
+		return nil
+	}
+	return ErrStale
+}
+
+// retrying is the policy of a release, extend or inspect: tried again
+// every Config.ReleaseInterval for Config.ReleaseRetry from the first
+// failed round, and not past ends, when given.
+func (c *Client) retrying(ends func() time.Time) retryPolicy {
+	return retryPolicy{span: c.cfg.ReleaseRetry, pause: c.cfg.ReleaseInterval, ends: ends}
 }
 
 // Extend makes the grant end lease from now. It returns ErrStale when the
@@ -652,85 +558,32 @@ func (l *Lock) Extend(ctx context.Context, lease time.Duration) error {
 	}
 	c := l.c
 	ms := ceilMs(lease)
-	attempts, redirects := 0, 0
-	var lastErr error
-	var cn, failed *conn
-	var until time.Time // set at the first time no connection could carry it
-	again := func() error {
-		if until.IsZero() {
-			l.mu.Lock()
-			ends := l.ends
-			l.mu.Unlock()
-			until = time.Now().Add(c.cfg.ReleaseRetry)
-			if ends.Before(until) {
-				until = ends
-			}
-		}
-		d := min(c.cfg.ReleaseInterval, time.Until(until))
-		if d <= 0 {
-			return c.noConnection(lastErr)
-		}
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			attempts, cn, failed = 0, nil, nil
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-c.done:
-			return ErrClosed
-		}
+	var sent time.Time
+	ends := func() time.Time {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.ends
 	}
-	for {
-		if c.closing() {
-			return ErrClosed
-		}
-		if cn == nil {
-			if cn = c.next(failed); cn == nil {
-				if err := again(); err != nil {
-					return err
-				}
-				continue
-			}
-		}
-		sent := time.Now()
-		r, err := cn.do(ctx, 'X', l.key, func(b []byte) []byte { return appendExtend(b, l.key, l.token, ms) })
-		if err != nil {
-			return err
-		}
-		switch r.kind {
-		case 'X':
-			if !r.ok {
-				l.end()
-				return ErrStale
-			}
-			l.mu.Lock()
-			l.lease = lease
-			// The node started the new lease after we sent the extend.
-			l.ends = sent.Add(lease)
-			l.mu.Unlock()
-			return nil
-		case 'E':
-			return r.err
-		case kindRedirect:
-			if redirects++; redirects > maxRedirects {
-				return c.noConnection(errors.New("too many redirects"))
-			}
-			if !cn.waitUp(ctx, c.cfg.DialTimeout) {
-				cn, failed = nil, cn
-			}
-		default:
-			lastErr = r.err
-			if attempts++; attempts >= len(c.conns) {
-				if err := again(); err != nil {
-					return err
-				}
-				continue
-			}
-			cn, failed = nil, cn
-		}
+	r, err := c.route(ctx, c.retrying(ends), func(cn *conn) (result, error) {
+		sent = time.Now()
+		return cn.do(ctx, 'X', l.key, func(b []byte) []byte { return appendExtend(b, l.key, l.token, ms) })
+	})
+	if err != nil {
+		return err
 	}
+	if r.kind == 'E' {
+		return r.err
+	}
+	if !r.ok {
+		l.end()
+		return ErrStale
+	}
+	l.mu.Lock()
+	l.lease = lease
+	// The node started the new lease after we sent the extend.
+	l.ends = sent.Add(lease)
+	l.mu.Unlock()
+	return nil
 }
 
 func checkKey(key string) error {

@@ -2,7 +2,6 @@ package clientlib
 
 import (
 	"context"
-	"errors"
 	"os"
 	"strconv"
 	"time"
@@ -30,47 +29,22 @@ func (h Holder) Held() bool { return h.Token != 0 }
 // Inspect asks the active node who holds key ("Q key"): the grant's token,
 // lease left, queued acquires and owner, or a zero Holder when the key is
 // free. It changes nothing. A credential whose key prefixes do not cover
-// key is refused (a *RefusedError, "key forbidden").
+// key is refused (a *RefusedError, "key forbidden"). When no connection can
+// carry it, it tries again as Release does (route.go).
 func (c *Client) Inspect(ctx context.Context, key string) (Holder, error) {
 	if err := checkKey(key); err != nil {
 		return Holder{}, err
 	}
-	attempts, redirects := 0, 0
-	var lastErr error
-	var cn, failed *conn
-	for {
-		if c.closing() {
-			return Holder{}, ErrClosed
-		}
-		if cn == nil {
-			if cn = c.next(failed); cn == nil {
-				return Holder{}, c.noConnection(lastErr)
-			}
-		}
-		r, err := cn.do(ctx, 'Q', key, func(b []byte) []byte { return appendInspect(b, key) })
-		if err != nil {
-			return Holder{}, err
-		}
-		switch r.kind {
-		case 'Q':
-			return r.hold, nil
-		case 'E':
-			return Holder{}, r.err
-		case kindRedirect:
-			if redirects++; redirects > maxRedirects {
-				return Holder{}, c.noConnection(errors.New("too many redirects"))
-			}
-			if !cn.waitUp(ctx, c.cfg.DialTimeout) {
-				cn, failed = nil, cn
-			}
-		default:
-			lastErr = r.err
-			if attempts++; attempts >= len(c.conns) {
-				return Holder{}, c.noConnection(lastErr)
-			}
-			cn, failed = nil, cn
-		}
+	r, err := c.route(ctx, c.retrying(nil), func(cn *conn) (result, error) {
+		return cn.do(ctx, 'Q', key, func(b []byte) []byte { return appendInspect(b, key) })
+	})
+	if err != nil {
+		return Holder{}, err
 	}
+	if r.kind == 'E' {
+		return Holder{}, r.err
+	}
+	return r.hold, nil
 }
 
 func appendInspect(b []byte, key string) []byte {

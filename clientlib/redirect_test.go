@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kunci/kunci/clientlib"
 )
 
 // TestRedirectMovesConnection: a node that is not the active answers with
@@ -119,5 +121,45 @@ func TestRedirectToNone(t *testing.T) {
 	// One attempt per connection.
 	if got := f.requestCount() - before; got != 2 {
 		t.Fatalf("%d attempts with two connections, want 2", got)
+	}
+}
+
+// TestRedirectLoopEndsEveryRequest: two nodes that each name the other as
+// the active end a request after maxRedirects redirects, whatever the
+// request: a release, an extend and an inspect stop as an acquire does.
+// (Release went on after too many redirects, for its whole retry window.)
+func TestRedirectLoopEndsEveryRequest(t *testing.T) {
+	t.Parallel()
+	a := newFakeNode(t, "", 1)
+	b := newFakeNode(t, a.addr, 1)
+	a.setTarget(b.addr)
+	c := newClient(t, func(cfg *clientlib.Config) {
+		fast(cfg)
+		cfg.ReleaseRetry = time.Minute // the loop, not the window, must end it
+	}, a.addr)
+	l, err := c.Adopt("k", 7, long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []struct {
+		name string
+		do   func() error
+	}{
+		{"acquire", func() error { _, err := c.Acquire(ctxT(t), "k", long, 0); return err }},
+		{"release", func() error { return l.Release(ctxT(t)) }},
+		{"extend", func() error { return l.Extend(ctxT(t), long) }},
+		{"inspect", func() error { _, err := c.Inspect(ctxT(t), "k"); return err }},
+	} {
+		before := a.requestCount() + b.requestCount()
+		start := time.Now()
+		err := op.do()
+		if !isNoConnection(err) || !strings.Contains(err.Error(), "too many redirects") {
+			t.Fatalf("%s between two nodes naming each other: %v, want ErrNoConnection (too many redirects)", op.name, err)
+		}
+		sent := a.requestCount() + b.requestCount() - before
+		t.Logf("%s: %v after %d requests", op.name, time.Since(start).Round(time.Millisecond), sent)
+		if sent > 10 {
+			t.Fatalf("%s was sent %d times between the two nodes", op.name, sent)
+		}
 	}
 }
