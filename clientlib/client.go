@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -426,7 +425,7 @@ func (cn *conn) acquire(ctx context.Context, key string, leaseMs int64, deadline
 	}
 	c := getCall('A', key)
 	owner := cn.cl.cfg.Owner
-	err := cn.send(ctx, c, gen, func(b []byte) []byte { return appendAcquire(b, key, leaseMs, waitMs, owner) })
+	err := cn.send(ctx, c, gen, func(b []byte) []byte { return wire.AppendAcquireOwner(b, key, owner, leaseMs, waitMs) })
 	cn.mu.Unlock()
 	if err != nil {
 		putCall(c)
@@ -499,7 +498,7 @@ func (cn *conn) cancel(ctx context.Context, c *call, gen uint64) (result, error)
 		// C is sent: send may release cn.mu meanwhile.
 		c.state = callWaiting
 		cc := getCall('C', key)
-		err := cn.send(context.Background(), cc, gen, func(b []byte) []byte { return appendCancel(b, key) })
+		err := cn.send(context.Background(), cc, gen, func(b []byte) []byte { return wire.AppendCancel(b, key) })
 		cn.mu.Unlock()
 		cn.cl.receive(c)
 		r = c.r
@@ -525,7 +524,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.stopKeepAlive()
 	c := l.c
 	r, err := c.route(ctx, c.retrying(nil), func(cn *conn) (result, error) {
-		return cn.do(ctx, 'R', l.key, func(b []byte) []byte { return appendRelease(b, l.key, l.token) })
+		return cn.do(ctx, 'R', l.key, func(b []byte) []byte { return wire.AppendRelease(b, l.key, l.token) })
 	})
 	if err != nil {
 		return err
@@ -566,7 +565,7 @@ func (l *Lock) Extend(ctx context.Context, lease time.Duration) error {
 	}
 	r, err := c.route(ctx, c.retrying(ends), func(cn *conn) (result, error) {
 		sent = time.Now()
-		return cn.do(ctx, 'X', l.key, func(b []byte) []byte { return appendExtend(b, l.key, l.token, ms) })
+		return cn.do(ctx, 'X', l.key, func(b []byte) []byte { return wire.AppendExtend(b, l.key, l.token, ms) })
 	})
 	if err != nil {
 		return err
@@ -602,42 +601,4 @@ func checkKey(key string) error {
 // wait is never shorter than asked.
 func ceilMs(d time.Duration) int64 {
 	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-func appendAcquire(b []byte, key string, leaseMs, waitMs int64, owner string) []byte {
-	b = append(b, "A "...)
-	b = append(b, key...)
-	b = append(b, ' ')
-	b = wire.AppendSeconds(b, leaseMs)
-	b = append(b, ' ')
-	b = wire.AppendWait(b, waitMs)
-	if owner != "" {
-		b = append(b, " owner="...)
-		b = append(b, owner...)
-	}
-	return append(b, '\n')
-}
-
-func appendRelease(b []byte, key string, token uint64) []byte {
-	b = append(b, "R "...)
-	b = append(b, key...)
-	b = append(b, ' ')
-	b = strconv.AppendUint(b, token, 10)
-	return append(b, '\n')
-}
-
-func appendExtend(b []byte, key string, token uint64, leaseMs int64) []byte {
-	b = append(b, "X "...)
-	b = append(b, key...)
-	b = append(b, ' ')
-	b = strconv.AppendUint(b, token, 10)
-	b = append(b, ' ')
-	b = wire.AppendSeconds(b, leaseMs)
-	return append(b, '\n')
-}
-
-func appendCancel(b []byte, key string) []byte {
-	b = append(b, "C "...)
-	b = append(b, key...)
-	return append(b, '\n')
 }

@@ -36,7 +36,7 @@ func (c *Client) Inspect(ctx context.Context, key string) (Holder, error) {
 		return Holder{}, err
 	}
 	r, err := c.route(ctx, c.retrying(nil), func(cn *conn) (result, error) {
-		return cn.do(ctx, 'Q', key, func(b []byte) []byte { return appendInspect(b, key) })
+		return cn.do(ctx, 'Q', key, func(b []byte) []byte { return wire.AppendInspect(b, key) })
 	})
 	if err != nil {
 		return Holder{}, err
@@ -45,12 +45,6 @@ func (c *Client) Inspect(ctx context.Context, key string) (Holder, error) {
 		return Holder{}, r.err
 	}
 	return r.hold, nil
-}
-
-func appendInspect(b []byte, key string) []byte {
-	b = append(b, "Q "...)
-	b = append(b, key...)
-	return append(b, '\n')
 }
 
 // ProcessOwner returns an owner naming this process, "host:pid" (the host

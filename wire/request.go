@@ -439,17 +439,21 @@ func checkWait(ms int64, ok bool, lim *Limits) (int64, error) {
 	return ms, nil
 }
 
+// Text is a key, owner, name or secret as request encoders take it: a
+// string or bytes, so that callers holding either append without a copy.
+type Text interface{ ~string | ~[]byte }
+
 // AppendAcquire appends the request line "A key lease wait", leaseMs and
 // waitMs in milliseconds (waitMs 0: wait without bound; NoWait: do not
 // queue, written "-").
-func AppendAcquire(dst, key []byte, leaseMs, waitMs int64) []byte {
-	return AppendAcquireOwner(dst, key, nil, leaseMs, waitMs)
+func AppendAcquire[T Text](dst []byte, key T, leaseMs, waitMs int64) []byte {
+	return AppendAcquireOwner(dst, key, T(""), leaseMs, waitMs)
 }
 
 // AppendAcquireOwner appends the request line "A key lease wait
 // owner=OWNER", or AppendAcquire's line when owner is empty. owner must be
 // a ValidOwner.
-func AppendAcquireOwner(dst, key, owner []byte, leaseMs, waitMs int64) []byte {
+func AppendAcquireOwner[T Text](dst []byte, key, owner T, leaseMs, waitMs int64) []byte {
 	dst = append(dst, 'A', ' ')
 	dst = append(dst, key...)
 	dst = append(dst, ' ')
@@ -472,7 +476,7 @@ func AppendWait(dst []byte, waitMs int64) []byte {
 }
 
 // AppendInspect appends the request line "Q key".
-func AppendInspect(dst, key []byte) []byte {
+func AppendInspect[T Text](dst []byte, key T) []byte {
 	dst = append(dst, 'Q', ' ')
 	dst = append(dst, key...)
 	return append(dst, '\n')
@@ -491,7 +495,7 @@ func AppendList(dst []byte, limit uint64, prefix []byte) []byte {
 }
 
 // AppendRelease appends the request line "R key token".
-func AppendRelease(dst, key []byte, token uint64) []byte {
+func AppendRelease[T Text](dst []byte, key T, token uint64) []byte {
 	dst = append(dst, 'R', ' ')
 	dst = append(dst, key...)
 	dst = append(dst, ' ')
@@ -501,7 +505,7 @@ func AppendRelease(dst, key []byte, token uint64) []byte {
 
 // AppendExtend appends the request line "X key token lease", leaseMs in
 // milliseconds.
-func AppendExtend(dst, key []byte, token uint64, leaseMs int64) []byte {
+func AppendExtend[T Text](dst []byte, key T, token uint64, leaseMs int64) []byte {
 	dst = append(dst, 'X', ' ')
 	dst = append(dst, key...)
 	dst = append(dst, ' ')
@@ -512,7 +516,7 @@ func AppendExtend(dst, key []byte, token uint64, leaseMs int64) []byte {
 }
 
 // AppendCancel appends the request line "C key".
-func AppendCancel(dst, key []byte) []byte {
+func AppendCancel[T Text](dst []byte, key T) []byte {
 	dst = append(dst, 'C', ' ')
 	dst = append(dst, key...)
 	return append(dst, '\n')
@@ -520,7 +524,7 @@ func AppendCancel(dst, key []byte) []byte {
 
 // AppendAuth appends the request line "U name secret". name and secret
 // must be 1 to MaxKey bytes without space or control byte (ValidKey).
-func AppendAuth(dst, name, secret []byte) []byte {
+func AppendAuth[T Text](dst []byte, name, secret T) []byte {
 	dst = append(dst, 'U', ' ')
 	dst = append(dst, name...)
 	dst = append(dst, ' ')
