@@ -94,7 +94,7 @@ func (cn *conn) finish(c *call, r result) {
 	case callWaiting:
 		c.r = r
 		c.state = callAnswered
-		cn.ready = append(cn.ready, c)
+		cn.pend.ready = append(cn.pend.ready, c)
 	case callStopped:
 		c.late = r
 		c.state = callLate
@@ -171,40 +171,40 @@ func (cn *conn) watchFor(ctx context.Context, done <-chan struct{}) *watch {
 	if done == nil {
 		return nil
 	}
-	for _, w := range cn.watches {
+	for _, w := range cn.ws.watches {
 		if w.done == done {
 			return w
 		}
 	}
-	shared := done == cn.lastDone && cn.outstanding > 0
-	cn.lastDone = done
+	shared := done == cn.ws.lastDone && cn.pend.outstanding > 0
+	cn.ws.lastDone = done
 	if !shared || cn.cl.closing() || ctx.Err() != nil {
 		// Close stops the watches under cn.mu, after closing; an ended
 		// context is seen at once by select.
 		return nil
 	}
-	if len(cn.watches) == maxWatches {
+	if len(cn.ws.watches) == maxWatches {
 		i := 0
-		for i < len(cn.watches) && cn.watches[i].waiting > 0 {
+		for i < len(cn.ws.watches) && cn.ws.watches[i].waiting > 0 {
 			i++
 		}
-		if i == len(cn.watches) {
+		if i == len(cn.ws.watches) {
 			return nil // all busy: select
 		}
-		cn.watches[i].stop()
+		cn.ws.watches[i].stop()
 		cn.unwatch(i)
 	}
 	w := &watch{done: done}
 	w.stop = context.AfterFunc(ctx, func() { cn.ctxEnded(w) })
-	cn.watches = append(cn.watches, w)
+	cn.ws.watches = append(cn.ws.watches, w)
 	return w
 }
 
 func (cn *conn) unwatch(i int) {
-	n := len(cn.watches) - 1
-	cn.watches[i] = cn.watches[n]
-	cn.watches[n] = nil
-	cn.watches = cn.watches[:n]
+	n := len(cn.ws.watches) - 1
+	cn.ws.watches[i] = cn.ws.watches[n]
+	cn.ws.watches[n] = nil
+	cn.ws.watches = cn.ws.watches[:n]
 }
 
 // ctxEnded tells the callers waiting with w that their context ended. It
@@ -212,7 +212,7 @@ func (cn *conn) unwatch(i int) {
 func (cn *conn) ctxEnded(w *watch) {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	for i, x := range cn.watches {
+	for i, x := range cn.ws.watches {
 		if x == w {
 			cn.unwatch(i)
 			break
@@ -230,19 +230,19 @@ func (cn *conn) ctxEnded(w *watch) {
 			cn.cl.tell(c)
 		}
 	}
-	for _, c := range cn.acq {
+	for _, c := range cn.pend.acq {
 		stop(c)
 	}
-	for _, c := range cn.sent[cn.sentHead:] {
+	for _, c := range cn.pend.sent[cn.pend.sentHead:] {
 		stop(c)
 	}
 }
 
 // stopWatches ends every watch of the connection; at Close.
 func (cn *conn) stopWatches() {
-	for _, w := range cn.watches {
+	for _, w := range cn.ws.watches {
 		w.stop()
 	}
-	clear(cn.watches)
-	cn.watches = cn.watches[:0]
+	clear(cn.ws.watches)
+	cn.ws.watches = cn.ws.watches[:0]
 }

@@ -155,8 +155,8 @@ func (c *Client) Close() error {
 	close(c.done)
 	for _, cn := range c.conns {
 		cn.mu.Lock()
-		if cn.nc != nil {
-			_ = cn.nc.Close()
+		if cn.link.nc != nil {
+			_ = cn.link.nc.Close()
 		}
 		cn.stopWatches()
 		cn.mu.Unlock()
@@ -370,20 +370,20 @@ func (c *Client) acquire(ctx context.Context, key string, lease, wait time.Durat
 // for).
 func (cn *conn) acquire(ctx context.Context, key string, leaseMs int64, deadline time.Time, try bool) (result, error) {
 	cn.mu.Lock()
-	if cn.nc == nil {
+	if cn.link.nc == nil {
 		cn.mu.Unlock()
 		return result{kind: kindBroken, err: errNotUp}, nil
 	}
-	gen := cn.gen
+	gen := cn.link.gen
 	if try && cn.keyBusy(key) {
 		cn.mu.Unlock()
 		return result{kind: 'T'}, nil
 	}
 	if cn.keyBusy(key) {
-		g := cn.gates[key]
+		g := cn.pend.gates[key]
 		if g == nil {
 			g = &gate{}
-			cn.gates[key] = g
+			cn.pend.gates[key] = g
 		}
 		ch := make(chan struct{})
 		g.waiters = append(g.waiters, ch)
@@ -392,19 +392,19 @@ func (cn *conn) acquire(ctx context.Context, key string, leaseMs int64, deadline
 			return result{}, err
 		}
 		cn.mu.Lock()
-		if cn.gen != gen || cn.nc == nil {
+		if cn.link.gen != gen || cn.link.nc == nil {
 			r := result{kind: kindBroken, err: errNotUp}
-			if cn.redirecting {
+			if cn.link.redirecting {
 				r = result{kind: kindRedirect} // follow the connection
 			}
 			cn.mu.Unlock()
 			return r, nil
 		}
 		// Our turn: take it.
-		if g := cn.gates[key]; g != nil {
+		if g := cn.pend.gates[key]; g != nil {
 			g.turn = false
 			if len(g.waiters) == 0 {
-				delete(cn.gates, key)
+				delete(cn.pend.gates, key)
 			}
 		}
 	}
@@ -415,7 +415,7 @@ func (cn *conn) acquire(ctx context.Context, key string, leaseMs int64, deadline
 	if !deadline.IsZero() {
 		left := time.Until(deadline)
 		if left <= 0 {
-			if len(cn.gates) > 0 {
+			if len(cn.pend.gates) > 0 {
 				cn.passGate(key)
 			}
 			cn.mu.Unlock()
@@ -460,7 +460,7 @@ func (cn *conn) waitGate(ctx context.Context, key string, ch chan struct{}, dead
 	// Leave the line; if the turn came meanwhile, hand it on.
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	g := cn.gates[key]
+	g := cn.pend.gates[key]
 	if g == nil {
 		return err // the connection broke: gates are gone
 	}
@@ -468,7 +468,7 @@ func (cn *conn) waitGate(ctx context.Context, key string, ch chan struct{}, dead
 		if w == ch {
 			g.waiters = append(g.waiters[:i], g.waiters[i+1:]...)
 			if len(g.waiters) == 0 && !g.turn {
-				delete(cn.gates, key)
+				delete(cn.pend.gates, key)
 			}
 			return err
 		}

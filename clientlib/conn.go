@@ -36,31 +36,51 @@ type conn struct {
 	// without it by Client.next.
 	writing atomic.Bool
 
-	mu   sync.Mutex
+	mu   sync.Mutex // guards link, pend, ws and w
+	link link
+	pend pending
+	ws   watches
+	w    writeSide
+}
+
+// link is the network connection a conn has now. Guarded by conn.mu.
+type link struct {
 	nc   net.Conn // nil while down
 	addr string   // the address nc goes to
 	gen  uint64   // counts connections made
 	upCh chan struct{}
-	// Outstanding calls. An acquire is found by its key: a connection
-	// has at most one outstanding per key (see gate). The others are
-	// answered at once by the node, nearly always in the order they were
-	// sent: they are kept in send order in sent[sentHead:], answered ones
-	// nil, and an answer is matched to the first of them with its op and
-	// key, which is nearly always the first one.
+	// redirecting: the connection went down to follow a redirect.
+	redirecting bool
+}
+
+// pending is a conn's outstanding calls. Guarded by conn.mu, but for ready,
+// which is the run goroutine's: it tells them once mu is released.
+//
+// An acquire is found by its key: a connection has at most one outstanding
+// per key (see gate). The others are answered at once by the node, nearly
+// always in the order they were sent: they are kept in send order in
+// sent[sentHead:], answered ones nil, and an answer is matched to the
+// first of them with its op and key, which is nearly always the first one.
+type pending struct {
 	acq         map[string]*call
 	sent        []*call
 	sentHead    int
 	gates       map[string]*gate
-	outstanding int // requests sent and not answered
-	probes      int // I probes outstanding
-	// redirecting: the connection went down to follow a redirect.
-	redirecting bool
-	ready       []*call       // answered calls, told after cn.mu is released (the run goroutine's)
+	outstanding int           // requests sent and not answered
+	probes      int           // I probes outstanding
+	ready       []*call       // answered calls, told after conn.mu is released (the run goroutine's)
 	readAt      time.Duration // when the answers being dispatched were read, since the client's epoch
-	watches     []*watch
-	lastDone    <-chan struct{} // the context of the last call (see watch)
+}
 
-	// The write side; see flush.
+// watches are the contexts a conn's callers wait with (see watch).
+// Guarded by conn.mu.
+type watches struct {
+	watches  []*watch
+	lastDone <-chan struct{} // the context of the last call
+}
+
+// writeSide is a conn's writing state (see flush). Guarded by conn.mu.
+type writeSide struct {
 	wake  chan struct{} // hands the connection to its writer; capacity 1
 	wbuf  []byte        // requests not yet written
 	spare []byte
@@ -75,13 +95,12 @@ type conn struct {
 
 func newConn(cl *Client, addr string, idx uint32) *conn {
 	return &conn{
-		cl:    cl,
-		home:  addr,
-		idx:   idx,
-		upCh:  make(chan struct{}),
-		wake:  make(chan struct{}, 1),
-		acq:   make(map[string]*call),
-		gates: make(map[string]*gate),
+		cl:   cl,
+		home: addr,
+		idx:  idx,
+		link: link{upCh: make(chan struct{})},
+		w:    writeSide{wake: make(chan struct{}, 1)},
+		pend: pending{acq: make(map[string]*call), gates: make(map[string]*gate)},
 	}
 }
 
@@ -169,10 +188,10 @@ func (cn *conn) attach(nc net.Conn, addr string) bool {
 		_ = nc.Close()
 		return false
 	}
-	cn.nc, cn.addr = nc, addr
-	cn.gen++
-	cn.wbuf = cn.wbuf[:0]
-	close(cn.upCh)
+	cn.link.nc, cn.link.addr = nc, addr
+	cn.link.gen++
+	cn.w.wbuf = cn.w.wbuf[:0]
+	close(cn.link.upCh)
 	cn.usable.Store(true)
 	cn.mu.Unlock()
 	return true
@@ -188,30 +207,30 @@ func (cn *conn) detach(nc net.Conn, redirect string, cause error) {
 	}
 	cn.mu.Lock()
 	cn.usable.Store(false)
-	cn.nc = nil
-	cn.redirecting = redirect != ""
-	cn.upCh = make(chan struct{})
-	for k, c := range cn.acq {
-		delete(cn.acq, k)
+	cn.link.nc = nil
+	cn.link.redirecting = redirect != ""
+	cn.link.upCh = make(chan struct{})
+	for k, c := range cn.pend.acq {
+		delete(cn.pend.acq, k)
 		cn.finish(c, r)
 	}
-	for _, c := range cn.sent[cn.sentHead:] {
+	for _, c := range cn.pend.sent[cn.pend.sentHead:] {
 		if c != nil {
 			cn.finish(c, r)
 		}
 	}
-	clear(cn.sent)
-	cn.sent, cn.sentHead = cn.sent[:0], 0
-	for k, g := range cn.gates {
+	clear(cn.pend.sent)
+	cn.pend.sent, cn.pend.sentHead = cn.pend.sent[:0], 0
+	for k, g := range cn.pend.gates {
 		for _, ch := range g.waiters {
 			close(ch)
 		}
-		delete(cn.gates, k)
+		delete(cn.pend.gates, k)
 	}
-	cn.probes = 0
-	cn.outstanding = 0
-	rs := cn.ready
-	cn.ready = nil
+	cn.pend.probes = 0
+	cn.pend.outstanding = 0
+	rs := cn.pend.ready
+	cn.pend.ready = nil
 	cn.mu.Unlock()
 	cn.cl.tellAll(rs)
 }
@@ -259,24 +278,24 @@ func (cn *conn) read(nc net.Conn) (redirect string, err error) {
 		end += n
 		start := 0
 		cn.mu.Lock()
-		cn.readAt = now.Sub(cn.cl.epoch)
-		cn.ready = spare
+		cn.pend.readAt = now.Sub(cn.cl.epoch)
+		cn.pend.ready = spare
 		for start < end {
 			m, perr := wire.ParseAnswer(buf[start:end], &a)
 			if m == 0 && perr == nil {
 				break
 			}
 			if perr != nil {
-				rs := cn.ready
-				cn.ready = nil
+				rs := cn.pend.ready
+				cn.pend.ready = nil
 				cn.mu.Unlock()
 				cn.cl.tellAll(rs)
 				return "", perr
 			}
 			start += m
 			if a.Kind == 'M' {
-				rs := cn.ready
-				cn.ready = nil
+				rs := cn.pend.ready
+				cn.pend.ready = nil
 				cn.mu.Unlock()
 				cn.cl.tellAll(rs)
 				if len(a.Text) == 0 {
@@ -286,8 +305,8 @@ func (cn *conn) read(nc net.Conn) (redirect string, err error) {
 			}
 			cn.dispatch(&a)
 		}
-		rs := cn.ready
-		cn.ready = nil
+		rs := cn.pend.ready
+		cn.pend.ready = nil
 		cn.mu.Unlock()
 		spare = cn.cl.tellAll(rs)
 		end = copy(buf, buf[start:end])
@@ -297,8 +316,8 @@ func (cn *conn) read(nc net.Conn) (redirect string, err error) {
 // dispatch hands an answer to the oldest outstanding call it answers.
 // cn.mu is held.
 func (cn *conn) dispatch(a *wire.Answer) {
-	if cn.outstanding > 0 {
-		cn.outstanding--
+	if cn.pend.outstanding > 0 {
+		cn.pend.outstanding--
 	}
 	op := a.Kind
 	switch a.Kind {
@@ -316,12 +335,12 @@ func (cn *conn) dispatch(a *wire.Answer) {
 	var c *call
 	switch op {
 	case 'A':
-		if c = cn.acq[string(a.Key)]; c != nil {
-			delete(cn.acq, c.key)
+		if c = cn.pend.acq[string(a.Key)]; c != nil {
+			delete(cn.pend.acq, c.key)
 		}
 	case 'I':
-		if cn.probes > 0 {
-			cn.probes--
+		if cn.pend.probes > 0 {
+			cn.pend.probes--
 			return
 		}
 	default:
@@ -331,14 +350,14 @@ func (cn *conn) dispatch(a *wire.Answer) {
 		cn.cl.log.Debug("kunci: answer with no request", "kind", string(a.Kind), "key", string(a.Key))
 		return
 	}
-	r := result{kind: a.Kind, ok: a.OK, token: a.Token, at: cn.readAt}
+	r := result{kind: a.Kind, ok: a.OK, token: a.Token, at: cn.pend.readAt}
 	if a.Kind == 'Q' {
 		r.hold = Holder{Token: a.Token, Left: time.Duration(a.Left) * time.Millisecond, Waiters: int(a.Waiters), Owner: string(a.Owner)}
 	}
 	if a.Kind == 'E' {
 		r.err = &RefusedError{Op: string(a.Op), Key: c.key, Reason: string(a.Text)}
 	}
-	if op == 'A' && len(cn.gates) > 0 {
+	if op == 'A' && len(cn.pend.gates) > 0 {
 		cn.passGate(c.key)
 	}
 	cn.finish(c, r)
@@ -347,22 +366,22 @@ func (cn *conn) dispatch(a *wire.Answer) {
 // takeSent removes and returns the oldest call in sent with op and key, or
 // nil. cn.mu is held.
 func (cn *conn) takeSent(op byte, key []byte) *call {
-	for i := cn.sentHead; i < len(cn.sent); i++ {
-		c := cn.sent[i]
+	for i := cn.pend.sentHead; i < len(cn.pend.sent); i++ {
+		c := cn.pend.sent[i]
 		if c == nil || c.op != op || c.key != string(key) {
 			continue
 		}
-		cn.sent[i] = nil
-		for cn.sentHead < len(cn.sent) && cn.sent[cn.sentHead] == nil {
-			cn.sentHead++
+		cn.pend.sent[i] = nil
+		for cn.pend.sentHead < len(cn.pend.sent) && cn.pend.sent[cn.pend.sentHead] == nil {
+			cn.pend.sentHead++
 		}
 		switch {
-		case cn.sentHead == len(cn.sent):
-			cn.sent, cn.sentHead = cn.sent[:0], 0
-		case cn.sentHead >= 64 && cn.sentHead >= len(cn.sent)/2:
-			n := copy(cn.sent, cn.sent[cn.sentHead:])
-			clear(cn.sent[n:])
-			cn.sent, cn.sentHead = cn.sent[:n], 0
+		case cn.pend.sentHead == len(cn.pend.sent):
+			cn.pend.sent, cn.pend.sentHead = cn.pend.sent[:0], 0
+		case cn.pend.sentHead >= 64 && cn.pend.sentHead >= len(cn.pend.sent)/2:
+			n := copy(cn.pend.sent, cn.pend.sent[cn.pend.sentHead:])
+			clear(cn.pend.sent[n:])
+			cn.pend.sent, cn.pend.sentHead = cn.pend.sent[:n], 0
 		}
 		return c
 	}
@@ -372,24 +391,24 @@ func (cn *conn) takeSent(op byte, key []byte) *call {
 // keyBusy reports whether an acquire of key must wait its turn on this
 // connection. cn.mu is held.
 func (cn *conn) keyBusy(key string) bool {
-	if len(cn.gates) > 0 {
-		if _, ok := cn.gates[key]; ok {
+	if len(cn.pend.gates) > 0 {
+		if _, ok := cn.pend.gates[key]; ok {
 			return true
 		}
 	}
-	_, ok := cn.acq[key]
+	_, ok := cn.pend.acq[key]
 	return ok
 }
 
 // passGate lets the next acquirer of key on this connection send, once no
 // acquire of key is outstanding. cn.mu is held.
 func (cn *conn) passGate(key string) {
-	g, ok := cn.gates[key]
+	g, ok := cn.pend.gates[key]
 	if !ok || g.turn {
 		return
 	}
 	if len(g.waiters) == 0 {
-		delete(cn.gates, key)
+		delete(cn.pend.gates, key)
 		return
 	}
 	ch := g.waiters[0]
@@ -401,12 +420,12 @@ func (cn *conn) passGate(key string) {
 func (cn *conn) probe() error {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	if cn.nc == nil {
+	if cn.link.nc == nil {
 		return net.ErrClosed
 	}
-	cn.probes++
-	cn.outstanding++
-	cn.wbuf = wire.AppendInfoRequest(cn.wbuf)
+	cn.pend.probes++
+	cn.pend.outstanding++
+	cn.w.wbuf = wire.AppendInfoRequest(cn.w.wbuf)
 	cn.flush()
 	return nil
 }
@@ -419,7 +438,7 @@ var errNotUp = errors.New("clientlib: connection not up")
 // connection is down or is no longer generation gen (0: any); c is then
 // not registered. cn.mu is held, and may be released meanwhile.
 func (cn *conn) send(ctx context.Context, c *call, gen uint64, line func([]byte) []byte) error {
-	if cn.nc == nil || (gen != 0 && gen != cn.gen) {
+	if cn.link.nc == nil || (gen != 0 && gen != cn.link.gen) {
 		return errNotUp
 	}
 	c.ctxDone = ctx.Done()
@@ -428,12 +447,12 @@ func (cn *conn) send(ctx context.Context, c *call, gen uint64, line func([]byte)
 		w.waiting++
 	}
 	if c.op == 'A' {
-		cn.acq[c.key] = c
+		cn.pend.acq[c.key] = c
 	} else {
-		cn.sent = append(cn.sent, c)
+		cn.pend.sent = append(cn.pend.sent, c)
 	}
-	cn.wbuf = line(cn.wbuf)
-	cn.outstanding++
+	cn.w.wbuf = line(cn.w.wbuf)
+	cn.pend.outstanding++
 	cn.flush()
 	return nil
 }
@@ -463,7 +482,7 @@ func (cn *conn) do(ctx context.Context, op byte, key string, line func([]byte) [
 // waitUp waits until the connection is up again, at most d.
 func (cn *conn) waitUp(ctx context.Context, d time.Duration) bool {
 	cn.mu.Lock()
-	ch := cn.upCh
+	ch := cn.link.upCh
 	cn.mu.Unlock()
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -12,7 +12,7 @@ func TestTakeSentMatchesOldest(t *testing.T) {
 	cn := &conn{}
 	send := func(op byte, key string) *call {
 		c := &call{op: op, key: key}
-		cn.sent = append(cn.sent, c)
+		cn.pend.sent = append(cn.pend.sent, c)
 		return c
 	}
 	r1 := send('R', "a")
@@ -36,8 +36,8 @@ func TestTakeSentMatchesOldest(t *testing.T) {
 			t.Fatalf("step %d: %c %s matched %+v, want %+v", i, step.op, step.key, got, step.want)
 		}
 	}
-	if len(cn.sent) != 0 || cn.sentHead != 0 {
-		t.Fatalf("all answered, sent %d from %d", len(cn.sent), cn.sentHead)
+	if len(cn.pend.sent) != 0 || cn.pend.sentHead != 0 {
+		t.Fatalf("all answered, sent %d from %d", len(cn.pend.sent), cn.pend.sentHead)
 	}
 }
 
@@ -49,14 +49,14 @@ func TestTakeSentCompacts(t *testing.T) {
 	calls := make([]*call, n)
 	for i := range calls {
 		calls[i] = &call{op: 'R', key: "k" + strconv.Itoa(i)}
-		cn.sent = append(cn.sent, calls[i])
+		cn.pend.sent = append(cn.pend.sent, calls[i])
 	}
 	for i := range n / 2 {
 		if got := cn.takeSent('R', []byte(calls[i].key)); got != calls[i] {
 			t.Fatalf("call %d not matched", i)
 		}
-		if cn.sentHead > 64 && cn.sentHead >= len(cn.sent)/2 {
-			t.Fatalf("after %d answers: %d answered at the front of %d, not compacted", i+1, cn.sentHead, len(cn.sent))
+		if cn.pend.sentHead > 64 && cn.pend.sentHead >= len(cn.pend.sent)/2 {
+			t.Fatalf("after %d answers: %d answered at the front of %d, not compacted", i+1, cn.pend.sentHead, len(cn.pend.sent))
 		}
 	}
 	for i := n - 1; i >= n/2; i-- { // the rest from the back
@@ -64,7 +64,7 @@ func TestTakeSentCompacts(t *testing.T) {
 			t.Fatalf("call %d not matched after compaction", i)
 		}
 	}
-	if len(cn.sent) != 0 || cn.sentHead != 0 {
-		t.Fatalf("all answered, sent %d from %d", len(cn.sent), cn.sentHead)
+	if len(cn.pend.sent) != 0 || cn.pend.sentHead != 0 {
+		t.Fatalf("all answered, sent %d from %d", len(cn.pend.sent), cn.pend.sentHead)
 	}
 }

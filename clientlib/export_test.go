@@ -8,7 +8,7 @@ func GatedAcquirers(c *Client, key string) int {
 	n := 0
 	for _, cn := range c.conns {
 		cn.mu.Lock()
-		if g := cn.gates[key]; g != nil {
+		if g := cn.pend.gates[key]; g != nil {
 			n += len(g.waiters)
 		}
 		cn.mu.Unlock()
@@ -22,7 +22,7 @@ func ContextWatches(c *Client) int {
 	n := 0
 	for _, cn := range c.conns {
 		cn.mu.Lock()
-		n += len(cn.watches)
+		n += len(cn.ws.watches)
 		cn.mu.Unlock()
 	}
 	return n

@@ -90,7 +90,7 @@ func (f *flusher) start() {
 	f.mu.Lock()
 	for i, cn := range f.dirty {
 		select {
-		case cn.wake <- struct{}{}:
+		case cn.w.wake <- struct{}{}:
 		default: // woken already
 		}
 		f.dirty[i] = nil
@@ -102,7 +102,7 @@ func (f *flusher) start() {
 
 // queue puts cn on the list to write. cn.mu is held.
 func (f *flusher) queue(cn *conn) {
-	cn.queued = true
+	cn.w.queued = true
 	f.mu.Lock()
 	f.dirty = append(f.dirty, cn)
 	f.ndirty.Store(int32(len(f.dirty)))
@@ -120,12 +120,12 @@ func (cn *conn) writeLoop() {
 	defer cn.cl.wg.Done()
 	for {
 		select {
-		case <-cn.wake:
+		case <-cn.w.wake:
 		case <-cn.cl.done:
 			return
 		}
 		cn.mu.Lock()
-		cn.queued = false
+		cn.w.queued = false
 		cn.write()
 		cn.mu.Unlock()
 	}
@@ -135,9 +135,9 @@ func (cn *conn) writeLoop() {
 // and may be released meanwhile.
 func (cn *conn) flush() {
 	switch {
-	case cn.writing.Load() || cn.queued:
+	case cn.writing.Load() || cn.w.queued:
 		// Written after the write under way, or by the writer.
-	case cn.outstanding == 1 && cn.cl.fl.woken.Load() == 0:
+	case cn.pend.outstanding == 1 && cn.cl.fl.woken.Load() == 0:
 		cn.write()
 	default:
 		cn.cl.fl.queue(cn)
@@ -147,24 +147,24 @@ func (cn *conn) flush() {
 // write writes what is buffered, in one write. What is buffered meanwhile
 // is queued for the writer. cn.mu is held, and is released meanwhile.
 func (cn *conn) write() {
-	if cn.writing.Load() || len(cn.wbuf) == 0 || cn.nc == nil {
+	if cn.writing.Load() || len(cn.w.wbuf) == 0 || cn.link.nc == nil {
 		return
 	}
 	cn.writing.Store(true)
 	cn.cl.rotate(cn)
-	nc, buf := cn.nc, cn.wbuf
-	cn.wbuf = cn.spare[:0]
-	cn.spare = nil
+	nc, buf := cn.link.nc, cn.w.wbuf
+	cn.w.wbuf = cn.w.spare[:0]
+	cn.w.spare = nil
 	cn.mu.Unlock()
-	if now := time.Now(); nc != cn.wdeadlineNC || now.Sub(cn.wdeadlineSet) > cn.cl.cfg.WriteTimeout/2 {
+	if now := time.Now(); nc != cn.w.wdeadlineNC || now.Sub(cn.w.wdeadlineSet) > cn.cl.cfg.WriteTimeout/2 {
 		// Moved only when half used: a write may block for between half
 		// and all of WriteTimeout.
 		_ = nc.SetWriteDeadline(now.Add(cn.cl.cfg.WriteTimeout))
-		cn.wdeadlineNC, cn.wdeadlineSet = nc, now
+		cn.w.wdeadlineNC, cn.w.wdeadlineSet = nc, now
 	}
 	_, err := nc.Write(buf)
 	cn.mu.Lock()
-	cn.spare = buf[:0]
+	cn.w.spare = buf[:0]
 	cn.writing.Store(false)
 	if err != nil {
 		// The reader sees the closed connection and fails the calls.
@@ -173,7 +173,7 @@ func (cn *conn) write() {
 	// What was buffered meanwhile is for the writer, unless it was for
 	// the connection that just failed; requests buffered on a connection
 	// attached since are not.
-	if len(cn.wbuf) > 0 && !cn.queued && cn.nc != nil && (err == nil || cn.nc != nc) {
+	if len(cn.w.wbuf) > 0 && !cn.w.queued && cn.link.nc != nil && (err == nil || cn.link.nc != nc) {
 		cn.cl.fl.queue(cn)
 	}
 }

@@ -48,7 +48,7 @@ func TestBlockedWriteHoldsUpItsConnectionOnly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cn.nc = nc
+		cn.link.nc = nc
 		cl.wg.Add(1)
 		go cn.writeLoop()
 	}
@@ -57,15 +57,15 @@ func TestBlockedWriteHoldsUpItsConnectionOnly(t *testing.T) {
 		_ = peer.Close() // ends the blocked write
 		close(cl.done)
 		for _, cn := range cl.conns {
-			_ = cn.nc.Close()
+			_ = cn.link.nc.Close()
 		}
 		cl.wg.Wait()
 	}()
 
 	// Far more than the sockets' buffers hold: the write blocks.
 	a.mu.Lock()
-	a.wbuf = make([]byte, 32<<20)
-	a.outstanding = 2 // not alone: queued for the writer
+	a.w.wbuf = make([]byte, 32<<20)
+	a.pend.outstanding = 2 // not alone: queued for the writer
 	a.flush()
 	a.mu.Unlock()
 	deadline := time.Now().Add(10 * time.Second)
@@ -80,8 +80,8 @@ func TestBlockedWriteHoldsUpItsConnectionOnly(t *testing.T) {
 	}
 
 	b.mu.Lock()
-	b.wbuf = append(b.wbuf, "I\n"...)
-	b.outstanding = 2
+	b.w.wbuf = append(b.w.wbuf, "I\n"...)
+	b.pend.outstanding = 2
 	b.flush()
 	b.mu.Unlock()
 	select {
