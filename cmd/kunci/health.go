@@ -45,7 +45,7 @@ func cmdHealth(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if len(pos) != 1 {
-		return c.usageError("want one URL, got %d arguments", len(pos))
+		return c.usageError("want one URL, got %s", argCount(len(pos)))
 	}
 	u, err := url.Parse(pos[0])
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

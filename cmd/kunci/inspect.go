@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -38,7 +36,7 @@ func cmdInspect(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if len(pos) != 1 {
-		return c.usageError("want one KEY, got %d arguments", len(pos))
+		return c.usageError("want one KEY, got %s", argCount(len(pos)))
 	}
 	key := pos[0]
 	if err := checkKey(key); err != nil {
@@ -59,13 +57,13 @@ func cmdInspect(args []string, stdout, stderr io.Writer) int {
 	var refused *clientlib.RefusedError
 	switch {
 	case err != nil && sig.received() != nil:
-		return c.fail(128+int(sig.received().(syscall.Signal)), "interrupted by %v", sig.received())
+		return c.interrupted(sig.received(), "")
 	case errors.As(err, &refused):
 		return c.fail(exitUnavailable, "%s: the node refused it: %s", key, refused.Reason)
 	case errors.Is(err, clientlib.ErrNoConnection):
-		return c.fail(exitUnavailable, "cannot reach the cluster at %s: %v%s", strings.Join(addrs, ","), err, whyUnreachable(c.tls, addrs))
+		return c.fail(exitUnavailable, "%s: %s", key, unreachable(c.tls, addrs, err))
 	case err != nil:
-		return c.fail(exitUnavailable, "%s: %v", key, err)
+		return c.fail(exitUnavailable, "%s: %s", key, plain(err))
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tHELD\tTOKEN\tLEASE LEFT\tWAITERS\tOWNER")

@@ -70,7 +70,7 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if len(pos) != 1 {
-		return c.usageError("want one KEY, got %d arguments", len(pos))
+		return c.usageError("want one KEY, got %s", argCount(len(pos)))
 	}
 	key := pos[0]
 	if err := checkKey(key); err != nil {
@@ -104,7 +104,7 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		if s := sig.received(); s != nil {
-			return c.fail(128+int(s.(syscall.Signal)), "interrupted by %v while waiting: nothing was granted", s)
+			return c.interrupted(s, " while waiting: nothing was granted")
 		}
 		return c.fail(acquireErrorCode(err), "%s", describeAcquireError(key, addrs, c.tls, *wait, err))
 	}
@@ -163,11 +163,14 @@ func describeAcquireError(key string, addrs []string, tc *tls.Config, wait time.
 	case errors.As(err, &refused):
 		return fmt.Sprintf("%s: the node refused the acquire: %s", key, refused.Reason)
 	case errors.Is(err, clientlib.ErrNoConnection) && wait > 0 && strings.Contains(err.Error(), "no active node answered"):
-		return fmt.Sprintf("%s: %s (addresses %s): nothing was granted", key, strings.TrimPrefix(err.Error(), "clientlib: no usable connection: "), strings.Join(addrs, ","))
+		if why := whyUnreachable(tc, addrs); why != "" {
+			return fmt.Sprintf("%s: %s at %s%s within the wait of %v: nothing was granted", key, errUnreachable, strings.Join(addrs, ","), why, wait)
+		}
+		return fmt.Sprintf("%s: %s at %s: nothing was granted", key, plain(err), strings.Join(addrs, ","))
 	case errors.Is(err, clientlib.ErrNoConnection):
-		return fmt.Sprintf("cannot reach the cluster at %s: %v%s", strings.Join(addrs, ","), err, whyUnreachable(tc, addrs))
+		return fmt.Sprintf("%s: %s: nothing was granted", key, unreachable(tc, addrs, err))
 	}
-	return fmt.Sprintf("%s: %v", key, err)
+	return fmt.Sprintf("%s: %s", key, plain(err))
 }
 
 func cmdRelease(args []string, stdout, stderr io.Writer) int {
@@ -218,7 +221,7 @@ func cmdExtend(args []string, stdout, stderr io.Writer) int {
 // keyToken checks the KEY TOKEN arguments of release and extend.
 func (c *cli) keyToken(pos []string) (key string, token uint64, code int, ok bool) {
 	if len(pos) != 2 {
-		return "", 0, c.usageError("want KEY TOKEN, got %d arguments", len(pos)), false
+		return "", 0, c.usageError("want KEY TOKEN, got %s", argCount(len(pos))), false
 	}
 	if err := checkKey(pos[0]); err != nil {
 		return "", 0, c.usageError("%v", err), false
@@ -234,9 +237,9 @@ func (c *cli) keyToken(pos []string) (key string, token uint64, code int, ok boo
 func (c *cli) tokenAnswer(what, key string, token uint64, a answer, err error, sig *signals) int {
 	switch {
 	case err != nil && sig.received() != nil:
-		return c.fail(128+int(sig.received().(syscall.Signal)), "interrupted by %v", sig.received())
+		return c.interrupted(sig.received(), "")
 	case err != nil:
-		return c.fail(exitUnavailable, "%s %s %d: %v", what, key, token, err)
+		return c.fail(exitUnavailable, "%s %s %d: %s", what, key, token, plain(err))
 	case a.kind == 'E' && a.op == "U":
 		return c.fail(exitUnavailable, "%s %s %d: the node refused the credentials: %s", what, key, token, a.text)
 	case a.kind == 'E':

@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -84,11 +83,11 @@ func cmdLocks(args []string, stdout, stderr io.Writer) int {
 	var refused *nodeError
 	switch {
 	case err != nil && sig.received() != nil:
-		return c.fail(128+int(sig.received().(syscall.Signal)), "interrupted by %v", sig.received())
+		return c.interrupted(sig.received(), "")
 	case errors.As(err, &refused):
 		return c.fail(exitUnavailable, "the node refused the listing: %s", refused.reason)
 	case err != nil:
-		return c.fail(exitUnavailable, "%v", err)
+		return c.fail(exitUnavailable, "listing: %s", plain(err))
 	}
 	switch {
 	case end.More:
@@ -127,7 +126,7 @@ func listAll(ctx context.Context, tc *tls.Config, addrs []string, creds *clientl
 			errs = append(errs, err.Error())
 		}
 		if time.Now().After(until) {
-			return wire.Answer{}, fmt.Errorf("%w (%s)", errUnreachable, strings.Join(errs, "; "))
+			return wire.Answer{}, fmt.Errorf("%w at %s (%s)", errUnreachable, strings.Join(addrs, ","), strings.Join(errs, "; "))
 		}
 		t := time.NewTimer(retryEvery)
 		select {

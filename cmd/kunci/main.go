@@ -39,14 +39,17 @@ const defaultAddrs = "127.0.0.1:7070"
 const exitCodes = `Exit status:
   0    success
   1    the node answered, but not as hoped: release or extend of a token that
-       is not the key's grant (STALE); status: some nodes did not answer
+       is not the key's grant (STALE); inspect: the key is free; status: some
+       nodes did not answer
   2    bad command line
+  3    (status) more than one node says it is active
   69   no node could be reached, or the node refused the request (E ...)
   75   the wait ran out (acquire --try: the key is held): nothing was granted
   76   (run) the lock was lost before the command finished
   126  (run) the command could not be started
   127  (run) the command was not found
   N    (run) the command's own exit status; 128+S when it died of signal S
+  130  interrupted (Ctrl+C); 143 by SIGTERM, 129 by SIGHUP: 128+the signal
 `
 
 const addrsHelp = `Node addresses come from --addrs or the environment variable KUNCI_ADDRS, a

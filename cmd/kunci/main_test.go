@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -374,7 +375,7 @@ func TestRunLeaseRunsOutWhileTheClusterIsGone(t *testing.T) {
 	if code != exitLost {
 		t.Fatalf("exit %d, want %d\nstderr: %s", code, exitLost, p.errs())
 	}
-	if !strings.Contains(p.errs(), "no node could be reached") {
+	if !strings.Contains(p.errs(), "no node of the cluster could be reached") {
 		t.Errorf("stderr does not say why: %q", p.errs())
 	}
 	t.Logf("node stopped → exit in %v", time.Since(stopped))
@@ -764,5 +765,46 @@ func TestHealth(t *testing.T) {
 	}
 	if code, out, _ := kunci(t, nil, "health", "--help"); code != 0 || !strings.Contains(out, "HEALTHCHECK") {
 		t.Errorf("health --help: exit %d, %q", code, out)
+	}
+}
+
+// With the node down, every command that talks to the cluster says so in
+// the same words, naming the address and how it failed, with no Go
+// package prefix; a command line with one argument too many says
+// "1 argument"; --help lists every exit status kunci uses.
+func TestFailuresReadAlike(t *testing.T) {
+	addr := deadAddr(t)
+	want := "no node of the cluster could be reached at " + addr + " (" + addr + ": connection refused)"
+	cmds := [][]string{
+		{"acquire", "k"},
+		{"acquire", "k", "--wait", "1s"},
+		{"inspect", "k"},
+		{"release", "k", "7"},
+		{"extend", "k", "7"},
+		{"locks"},
+	}
+	var wg sync.WaitGroup
+	for _, args := range cmds {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			code, _, errs := kunci(t, nil, append(args, "--addrs", addr)...)
+			if code != exitUnavailable || !strings.Contains(errs, want) || strings.Contains(errs, "clientlib") {
+				t.Errorf("kunci %s with the node down: exit %d, %q; want %d and %q", strings.Join(args, " "), code, errs, exitUnavailable, want)
+			}
+		}()
+	}
+	wg.Wait()
+	if _, _, errs := kunci(t, nil, "inspect"); !strings.Contains(errs, "got 0 arguments") {
+		t.Errorf("inspect without a key: %q", errs)
+	}
+	if _, _, errs := kunci(t, nil, "release", "k"); !strings.Contains(errs, "got 1 argument\n") && !strings.Contains(errs, "got 1 argument") || strings.Contains(errs, "1 arguments") {
+		t.Errorf("release with one argument: %q", errs)
+	}
+	_, out, errs := kunci(t, nil, "--help")
+	for _, code := range []string{"\n  3 ", "\n  130 ", "inspect: the key is free"} {
+		if !strings.Contains(out+errs, code) {
+			t.Errorf("kunci --help does not list %q", strings.TrimSpace(code))
+		}
 	}
 }

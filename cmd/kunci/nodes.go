@@ -30,7 +30,7 @@ const (
 )
 
 // errUnreachable: no node answered the request.
-var errUnreachable = errors.New("no node could be reached")
+var errUnreachable = errors.New("no node of the cluster could be reached")
 
 // answer is a copy of a wire.Answer that outlives the read buffer.
 type answer struct {
@@ -145,7 +145,7 @@ func ask(ctx context.Context, tc *tls.Config, addrs []string, creds *clientlib.C
 			errs = append(errs, err.Error())
 		}
 		if time.Now().After(until) {
-			return answer{}, fmt.Errorf("%w (%s)", errUnreachable, strings.Join(errs, "; "))
+			return answer{}, fmt.Errorf("%w at %s (%s)", errUnreachable, strings.Join(addrs, ","), strings.Join(errs, "; "))
 		}
 		t := time.NewTimer(retryEvery)
 		select {
@@ -195,7 +195,8 @@ func shortError(err error) string {
 }
 
 // whyUnreachable dials every address once and says how each failed, as
-// " (addr: reason; ...)", or "" when they all connect now.
+// " (addr: reason; ...)", or "" when any of them connects now (the nodes
+// are up: why a request failed is then not how they are dialled).
 func whyUnreachable(tc *tls.Config, addrs []string) string {
 	var why []string
 	for _, addr := range addrs {
@@ -205,9 +206,58 @@ func whyUnreachable(tc *tls.Config, addrs []string) string {
 			continue
 		}
 		nc.Close()
-	}
-	if len(why) == 0 {
 		return ""
 	}
 	return " (" + strings.Join(why, "; ") + ")"
+}
+
+// unreachable is how every command words a request that no node answered:
+// "no node of the cluster could be reached at ADDRS", with how each address
+// failed when one does not connect, else why the last attempt failed (the
+// nodes connect, but none is the active, say).
+func unreachable(tc *tls.Config, addrs []string, cause error) string {
+	msg := errUnreachable.Error() + " at " + strings.Join(addrs, ",")
+	if why := whyUnreachable(tc, addrs); why != "" {
+		return msg + why
+	}
+	if s := plain(cause); s != "" && cause != errUnreachable {
+		return msg + " (" + s + ")"
+	}
+	return msg
+}
+
+// plain words an error for people: without the package prefixes of Go
+// errors ("clientlib: ") and without the sentinel that only says no
+// connection carried the request (the words around it say so).
+func plain(err error) string {
+	if err == nil {
+		return ""
+	}
+	s := strings.ReplaceAll(err.Error(), "clientlib: ", "")
+	s = strings.TrimPrefix(s, "no usable connection: ")
+	s = strings.TrimPrefix(s, "no usable connection")
+	s = strings.ReplaceAll(s, "connection not up", "no connection was up")
+	return s
+}
+
+// argCount words how many arguments a command line had: "1 argument".
+func argCount(n int) string {
+	if n == 1 {
+		return "1 argument"
+	}
+	return fmt.Sprintf("%d arguments", n)
+}
+
+// interrupted is the exit status and words of a command a signal stopped.
+func (c *cli) interrupted(s os.Signal, doing string) int {
+	name := "signal " + s.String()
+	switch s {
+	case syscall.SIGINT:
+		name = "SIGINT (Ctrl+C)"
+	case syscall.SIGTERM:
+		name = "SIGTERM"
+	case syscall.SIGHUP:
+		name = "SIGHUP"
+	}
+	return c.fail(128+int(s.(syscall.Signal)), "interrupted by %s%s", name, doing)
 }

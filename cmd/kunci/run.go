@@ -66,7 +66,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case len(pos) != 1:
-		return c.usageError("want one KEY before --, got %d arguments", len(pos))
+		return c.usageError("want one KEY before --, got %s", argCount(len(pos)))
 	case len(argv) == 0:
 		return c.usageError("no command after --")
 	}
@@ -253,7 +253,7 @@ func (r *runner) acquire(client *clientlib.Client) (code int, ok bool) {
 			r.lock = g.l
 			r.release()
 		}
-		return r.fail(128+int(s.(syscall.Signal)), "interrupted by %v while waiting for %s: nothing was granted, %s was not started", s, r.key, r.argv[0]), false
+		return r.interrupted(s, fmt.Sprintf(" while waiting for %s: nothing was granted, %s was not started", r.key, r.argv[0])), false
 	}
 }
 
@@ -324,9 +324,9 @@ func lossReason(err error) string {
 	case errors.Is(err, clientlib.ErrStale):
 		return "the node answered STALE (the grant ended: released by someone else, or its lease ran out)"
 	case errors.Is(err, clientlib.ErrRefused):
-		return fmt.Sprintf("the node refused the extend (%v)", err)
+		return fmt.Sprintf("the node refused the extend (%s)", plain(err))
 	}
-	return fmt.Sprintf("the lease ran out while no node could be reached (%v)", err)
+	return fmt.Sprintf("the lease ran out while %s could be reached (%s)", "no node of the cluster", plain(err))
 }
 
 // childEnv is env with KUNCI_KEY and KUNCI_TOKEN set.
