@@ -19,14 +19,12 @@ import (
 // It is owned by the link's loop, like the gnet.Conn it wraps; AsyncWrite
 // may be called from any goroutine and seals on the loop.
 type sealedConn struct {
-	gnet.Conn
-	seal *replica.Sealer
-	open *replica.Opener
-	// plain[off:] are frames of checked batches not yet consumed.
-	plain  []byte
-	off    int
-	vec    [2][]byte
-	closed bool // OnClose ran: nothing may be written any more
+	socket
+	seal    *replica.Sealer
+	open    *replica.Opener
+	inbound // frames of checked batches not yet consumed
+	vec     [2][]byte
+	closed  bool // OnClose ran: nothing may be written any more
 }
 
 // maxKeptPlain is the largest checked-frames buffer a link keeps once it is
@@ -42,12 +40,15 @@ func sealed(c gnet.Conn, send, recv []byte) gnet.Conn {
 	if _, ok := c.(*tlsConn); ok {
 		return c
 	}
-	return &sealedConn{Conn: c, seal: replica.NewSealer(send), open: replica.NewOpener(recv)}
+	return &sealedConn{socket: socket{c}, seal: replica.NewSealer(send), open: replica.NewOpener(recv)}
 }
 
 // openBatches takes the batches whose MAC checks off what gnet read, into
 // plain. An error means the link must be closed.
 func (s *sealedConn) openBatches() error {
+	if s.off == len(s.plain) && cap(s.plain) > maxKeptPlain {
+		s.plain, s.off = nil, 0 // a burst's buffer is not kept
+	}
 	raw, _ := s.Conn.Peek(-1)
 	used := 0
 	for {
@@ -58,64 +59,13 @@ func (s *sealedConn) openBatches() error {
 		if n == 0 {
 			break
 		}
-		if s.off == len(s.plain) {
-			s.plain, s.off = s.plain[:0], 0
-		}
-		s.plain = append(s.plain, batch...)
+		s.put(batch)
 		used += n
 	}
 	if used > 0 { // gnet's Discard(0) discards everything
 		_, _ = s.Conn.Discard(used)
 	}
 	return nil
-}
-
-// The checked side of gnet.Reader.
-
-func (s *sealedConn) InboundBuffered() int { return len(s.plain) - s.off }
-
-func (s *sealedConn) Peek(n int) ([]byte, error) {
-	avail := len(s.plain) - s.off
-	if n > avail {
-		return nil, io.ErrShortBuffer
-	}
-	if n <= 0 {
-		n = avail
-	}
-	return s.plain[s.off : s.off+n], nil
-}
-
-func (s *sealedConn) Discard(n int) (int, error) {
-	avail := len(s.plain) - s.off
-	if n < 0 || n > avail {
-		n = avail
-	}
-	s.off += n
-	if s.off == len(s.plain) && cap(s.plain) > maxKeptPlain {
-		s.plain, s.off = nil, 0
-	}
-	return n, nil
-}
-
-func (s *sealedConn) Next(n int) ([]byte, error) {
-	b, err := s.Peek(n)
-	s.off += len(b)
-	return b, err
-}
-
-func (s *sealedConn) Read(b []byte) (int, error) {
-	if s.off == len(s.plain) {
-		return 0, io.EOF
-	}
-	n := copy(b, s.plain[s.off:])
-	s.off += n
-	return n, nil
-}
-
-func (s *sealedConn) WriteTo(w io.Writer) (int64, error) {
-	n, err := w.Write(s.plain[s.off:])
-	s.off += n
-	return int64(n), err
 }
 
 // The sealing side of gnet.Writer. b must hold whole frames.
@@ -173,5 +123,71 @@ func (s *sealedConn) ReadFrom(r io.Reader) (int64, error) {
 		return 0, err
 	}
 	n, err := s.Write(b)
+	return int64(n), err
+}
+
+// socket is the gnet connection a wrapper (tlsConn, sealedConn) sends and
+// receives its bytes through. Embedded in a struct of its own, its methods
+// sit one level deeper than the wrapper's inbound: the wrapper's reads are
+// inbound's, its other methods the connection's.
+type socket struct{ gnet.Conn }
+
+// inbound is the read side of a connection that hands the node bytes it
+// made itself (decrypted, checked): plain[off:] are not consumed yet. It
+// implements gnet.Reader's methods for the loop that owns the connection.
+type inbound struct {
+	plain []byte
+	off   int
+}
+
+// put appends b to what is not consumed.
+func (in *inbound) put(b []byte) {
+	if in.off == len(in.plain) {
+		in.plain, in.off = in.plain[:0], 0
+	}
+	in.plain = append(in.plain, b...)
+}
+
+func (in *inbound) InboundBuffered() int { return len(in.plain) - in.off }
+
+func (in *inbound) Peek(n int) ([]byte, error) {
+	avail := len(in.plain) - in.off
+	if n > avail {
+		return nil, io.ErrShortBuffer // as gnet's Peek
+	}
+	if n <= 0 {
+		n = avail
+	}
+	return in.plain[in.off : in.off+n], nil
+}
+
+// Next's slice, like Peek's, is valid until more is put.
+func (in *inbound) Next(n int) ([]byte, error) {
+	b, err := in.Peek(n)
+	in.off += len(b)
+	return b, err
+}
+
+func (in *inbound) Discard(n int) (int, error) {
+	avail := len(in.plain) - in.off
+	if n < 0 || n > avail {
+		n = avail
+	}
+	in.off += n
+	return n, nil
+}
+
+func (in *inbound) Read(b []byte) (int, error) {
+	if in.off == len(in.plain) {
+		return 0, io.EOF
+	}
+	n := copy(b, in.plain[in.off:])
+	in.off += n
+	return n, nil
+}
+
+func (in *inbound) WriteTo(w io.Writer) (int64, error) {
+	n, err := w.Write(in.plain[in.off:])
+	in.off += n
 	return int64(n), err
 }

@@ -598,15 +598,14 @@ func (m *memConn) SetWriteDeadline(t time.Time) error {
 // and serves the tlsConn in its place. Everything but Close, Wake and
 // AsyncWrite runs on the connection's loop, which owns every field.
 type tlsConn struct {
-	gnet.Conn // the TCP connection
-	tc        *tls.Conn
-	mem       *memConn
-	identity  string
-	// plain[off:] is decrypted and not yet consumed. It lies in a pooled
-	// buffer (pooled), taken for a decrypt and given back once all of it is
-	// consumed, or in a larger one of its own.
-	plain  []byte
-	off    int
+	socket   // the TCP connection
+	tc       *tls.Conn
+	mem      *memConn
+	identity string
+	// inbound holds what is decrypted and not yet consumed. It lies in a
+	// pooled buffer (pooled), taken for a decrypt and given back once all
+	// of it is consumed, or in a larger one of its own.
+	inbound
 	pooled *[plainBufSize]byte
 	eof    bool // the peer sent close_notify
 	closed bool // OnClose ran
@@ -619,7 +618,7 @@ const plainBufSize = 16 << 10
 var plainBufs = sync.Pool{New: func() any { return new([plainBufSize]byte) }}
 
 func newTLSConn(c gnet.Conn, h *handoff) *tlsConn {
-	return &tlsConn{Conn: c, tc: h.tc, mem: h.mem, identity: h.identity}
+	return &tlsConn{socket: socket{c}, tc: h.tc, mem: h.mem, identity: h.identity}
 }
 
 // tlsOf returns the tlsConn of a connection gnet calls the node with, nil
@@ -716,53 +715,6 @@ func (t *tlsConn) closeNotify() {
 		_ = t.tc.CloseWrite()
 		_ = t.flushRecords()
 	}
-}
-
-// The plaintext side of gnet.Reader.
-
-func (t *tlsConn) InboundBuffered() int { return len(t.plain) - t.off }
-
-func (t *tlsConn) Peek(n int) ([]byte, error) {
-	avail := len(t.plain) - t.off
-	if n > avail {
-		return nil, io.ErrShortBuffer // as gnet's Peek
-	}
-	if n <= 0 {
-		n = avail
-	}
-	return t.plain[t.off : t.off+n], nil
-}
-
-// Next's slice, like Peek's, is valid until the connection's next decrypt
-// (gnet's: until OnTraffic returns).
-func (t *tlsConn) Next(n int) ([]byte, error) {
-	b, err := t.Peek(n)
-	t.off += len(b)
-	return b, err
-}
-
-func (t *tlsConn) Discard(n int) (int, error) {
-	avail := len(t.plain) - t.off
-	if n < 0 || n > avail {
-		n = avail
-	}
-	t.off += n
-	return n, nil
-}
-
-func (t *tlsConn) Read(b []byte) (int, error) {
-	if t.off == len(t.plain) {
-		return 0, io.EOF
-	}
-	n := copy(b, t.plain[t.off:])
-	t.off += n
-	return n, nil
-}
-
-func (t *tlsConn) WriteTo(w io.Writer) (int64, error) {
-	n, err := w.Write(t.plain[t.off:])
-	t.off += n
-	return int64(n), err
 }
 
 // The encrypting side of gnet.Writer.
