@@ -84,10 +84,27 @@ func (s *sealedConn) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func (s *sealedConn) Writev(bs [][]byte) (int, error) {
+func (s *sealedConn) Writev(bs [][]byte) (int, error) { return writev(s, bs) }
+
+func (s *sealedConn) ReadFrom(r io.Reader) (int64, error) { return readFrom(s, r) }
+
+// AsyncWrite seals and writes buf on the link's loop; callback, if any,
+// runs there after. Safe for any goroutine; buf must not change until then.
+func (s *sealedConn) AsyncWrite(buf []byte, callback gnet.AsyncCallback) error {
+	return asyncWritev(s, &s.closed, [][]byte{buf}, callback)
+}
+
+func (s *sealedConn) AsyncWritev(bs [][]byte, callback gnet.AsyncCallback) error {
+	return asyncWritev(s, &s.closed, bs, callback)
+}
+
+// writev, readFrom and asyncWritev are the write side of a wrapper
+// (tlsConn, sealedConn) in terms of its Write: what it writes goes through
+// it, to be encrypted or sealed.
+func writev(c gnet.Conn, bs [][]byte) (int, error) {
 	n := 0
 	for _, b := range bs {
-		m, err := s.Write(b)
+		m, err := c.Write(b)
 		n += m
 		if err != nil {
 			return n, err
@@ -96,34 +113,28 @@ func (s *sealedConn) Writev(bs [][]byte) (int, error) {
 	return n, nil
 }
 
-// AsyncWrite seals and writes buf on the link's loop; callback, if any,
-// runs there after. Safe for any goroutine; buf must not change until then.
-func (s *sealedConn) AsyncWrite(buf []byte, callback gnet.AsyncCallback) error {
-	return s.AsyncWritev([][]byte{buf}, callback)
-}
-
-func (s *sealedConn) AsyncWritev(bs [][]byte, callback gnet.AsyncCallback) error {
-	return s.Conn.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-		err := net.ErrClosed
-		if !s.closed {
-			_, err = s.Writev(bs)
-		}
-		if callback != nil {
-			return callback(s, err)
-		}
-		return nil
-	}))
-}
-
-// ReadFrom and SendTo are not used on peer links.
-
-func (s *sealedConn) ReadFrom(r io.Reader) (int64, error) {
+func readFrom(c gnet.Conn, r io.Reader) (int64, error) {
 	b, err := io.ReadAll(r)
 	if err != nil {
 		return 0, err
 	}
-	n, err := s.Write(b)
+	n, err := c.Write(b)
 	return int64(n), err
+}
+
+// asyncWritev writes bs through c on its loop, unless *closed (OnClose ran)
+// by then; callback, if any, runs there after.
+func asyncWritev(c gnet.Conn, closed *bool, bs [][]byte, callback gnet.AsyncCallback) error {
+	return c.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+		err := net.ErrClosed
+		if !*closed {
+			_, err = c.Writev(bs)
+		}
+		if callback != nil {
+			return callback(c, err)
+		}
+		return nil
+	}))
 }
 
 // socket is the gnet connection a wrapper (tlsConn, sealedConn) sends and

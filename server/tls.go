@@ -729,26 +729,9 @@ func (t *tlsConn) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func (t *tlsConn) Writev(bs [][]byte) (int, error) {
-	n := 0
-	for _, b := range bs {
-		m, err := t.Write(b)
-		n += m
-		if err != nil {
-			return n, err
-		}
-	}
-	return n, nil
-}
+func (t *tlsConn) Writev(bs [][]byte) (int, error) { return writev(t, bs) }
 
-func (t *tlsConn) ReadFrom(r io.Reader) (int64, error) {
-	b, err := io.ReadAll(r)
-	if err != nil {
-		return 0, err
-	}
-	n, err := t.Write(b)
-	return int64(n), err
-}
+func (t *tlsConn) ReadFrom(r io.Reader) (int64, error) { return readFrom(t, r) }
 
 func (t *tlsConn) SendTo([]byte, net.Addr) (int, error) { return 0, errors.ErrUnsupported }
 
@@ -756,20 +739,11 @@ func (t *tlsConn) SendTo([]byte, net.Addr) (int, error) { return 0, errors.ErrUn
 // any, runs there after. Safe for any goroutine; buf must not change until
 // then.
 func (t *tlsConn) AsyncWrite(buf []byte, callback gnet.AsyncCallback) error {
-	return t.AsyncWritev([][]byte{buf}, callback)
+	return asyncWritev(t, &t.closed, [][]byte{buf}, callback)
 }
 
 func (t *tlsConn) AsyncWritev(bs [][]byte, callback gnet.AsyncCallback) error {
-	return t.Conn.EventLoop().Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
-		err := net.ErrClosed
-		if !t.closed {
-			_, err = t.Writev(bs)
-		}
-		if callback != nil {
-			return callback(t, err)
-		}
-		return nil
-	}))
+	return asyncWritev(t, &t.closed, bs, callback)
 }
 
 // tlsAwareLoop is a loop's gnet.EventLoop. Its Close also takes a tlsConn
