@@ -256,8 +256,8 @@ func checkCluster(t *testing.T, nodes []recipeNode) {
 	}
 }
 
-// TestRecipesDoNotClash runs through every shell block of README.md and
-// deploy/README.md that starts kuncid. A block whose nodes all listen on
+// TestRecipesDoNotClash runs through every shell block of README.md,
+// docs/*.md and deploy/README.md that starts kuncid. A block whose nodes all listen on
 // loopback is a recipe run on one machine beside `make run`, which the
 // README says to keep running: no two of its nodes, and none of them and
 // `make run`, take the same port, and the kunci status it runs asks those
@@ -266,7 +266,14 @@ func checkCluster(t *testing.T, nodes []recipeNode) {
 func TestRecipesDoNotClash(t *testing.T) {
 	makeRun := makeRunAddrs(t)
 	local := 0
-	for _, doc := range []string{"README.md", "deploy/README.md"} {
+	docs, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range docs {
+		docs[i], _ = filepath.Rel(repoRoot, docs[i])
+	}
+	for _, doc := range append([]string{"README.md", "deploy/README.md"}, docs...) {
 		for bi, block := range shellBlocks(t, filepath.Join(repoRoot, doc)) {
 			var nodes []recipeNode
 			var status [][]string

@@ -171,19 +171,19 @@ func TestSIGHUPReloadsTheCertificate(t *testing.T) {
 	}
 }
 
-// The README's openssl commands make a CA, a node certificate and a client
+// The openssl commands of docs/security.md make a CA, a node certificate and a client
 // certificate that work with kuncid and clientlib.
 func TestREADMEOpenSSLCommands(t *testing.T) {
 	if _, err := exec.LookPath("openssl"); err != nil {
 		t.Skip("no openssl")
 	}
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/security.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	block := regexp.MustCompile("(?s)<!-- tls-commands -->\\s*```sh\\n(.*?)```").FindSubmatch(readme)
 	if block == nil {
-		t.Fatal("README has no <!-- tls-commands --> block")
+		t.Fatal("docs/security.md has no <!-- tls-commands --> block")
 	}
 	dir := t.TempDir()
 	sh := exec.Command("bash", "-euo", "pipefail", "-c", string(block[1]))
