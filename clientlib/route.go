@@ -67,6 +67,9 @@ func (c *Client) route(ctx context.Context, p retryPolicy, send func(cn *conn) (
 		if c.closing() {
 			return result{}, ErrClosed
 		}
+		if err := ctx.Err(); err != nil {
+			return result{}, err // nothing is sent for a context that has ended
+		}
 		if !p.deadline.IsZero() && time.Until(p.deadline) <= 0 {
 			return fail()
 		}
