@@ -118,6 +118,13 @@ const ms = int64(1_000_000)
 // batches.
 const maxKeptOutput = 16 << 10
 
+// turnBurst bounds the answers one serve adds to a connection's output:
+// serveBudget of requests whose answers are up to four times longer (Q). A
+// connection is closed for not reading only past twice its output limit and
+// one such burst, so that a client that reads, slowly, is paused and never
+// closed by the turn that took it just past the limit.
+const turnBurst = 4 * serveBudget
+
 // turnOutput is how much a serve answers at once (I, refusals) before it
 // leaves the rest of what the connection sent for its next turn: an I
 // answer is twenty times its request, and a connection's turn keeps every
@@ -485,7 +492,7 @@ func (lp *loop) markDirty(cs *conn) {
 
 // flush writes every dirty connection's answers, one write each.
 func (lp *loop) flush() {
-	limit := 2 * lp.n.cfg.OutputLimit
+	limit := 2*lp.n.cfg.OutputLimit + turnBurst
 	seq, hold := lp.holding()
 	if hold {
 		lp.writeHeld()
