@@ -43,6 +43,7 @@ func metric(t *testing.T, body, name string) float64 {
 }
 
 func TestAdminEndpoint(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, func(c *server.Config) { c.Admin, c.AdminPprof = "127.0.0.1:0", true })
 	base := "http://" + n.AdminAddr()
 	if code, body := get(t, base+"/healthz"); code != 200 || !strings.Contains(body, "ok") {
@@ -110,6 +111,7 @@ func TestAdminEndpoint(t *testing.T) {
 }
 
 func TestAdminInACluster(t *testing.T) {
+	t.Parallel()
 	tc := newCluster(t, 2, func(c *server.Config) { c.Admin = "127.0.0.1:0" })
 	tc.startAll()
 	tc.waitActive(0)

@@ -66,6 +66,7 @@ func (h *holdChecker) releasing(key string, token uint64) {
 // exclusive, with a token above its key's earlier ones and never repeated.
 // KUNCI_FAULT_SEED replays a schedule; KUNCI_FAULT_DURATION sets its length.
 func TestClusterFaultsKeepLocksSafe(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("fault schedule skipped in -short mode")
 	}

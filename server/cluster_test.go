@@ -182,6 +182,7 @@ func waitUntil(d time.Duration, cond func() bool) bool {
 }
 
 func TestClusterRolesRedirectAndReplication(t *testing.T) {
+	t.Parallel()
 	tc := newCluster(t, 3, nil)
 	tc.startAll()
 	tc.waitActive(0)
@@ -239,6 +240,7 @@ func TestClusterRolesRedirectAndReplication(t *testing.T) {
 }
 
 func TestClusterCrashFailoverKeepsGrants(t *testing.T) {
+	t.Parallel()
 	tc := newCluster(t, 3, nil)
 	tc.startAll()
 	tc.waitActive(0)
@@ -265,6 +267,7 @@ func TestClusterCrashFailoverKeepsGrants(t *testing.T) {
 }
 
 func TestClusterGracefulHandoffLosesNothing(t *testing.T) {
+	t.Parallel()
 	tc := newCluster(t, 2, nil)
 	tc.startAll()
 	tc.waitActive(0)
@@ -299,6 +302,7 @@ func TestClusterGracefulHandoffLosesNothing(t *testing.T) {
 }
 
 func TestClusterHigherPriorityNodeReturnsThroughHandoff(t *testing.T) {
+	t.Parallel()
 	tc := newCluster(t, 3, nil)
 	tc.start(1)
 	tc.start(2)
@@ -334,6 +338,7 @@ func TestClusterHigherPriorityNodeReturnsThroughHandoff(t *testing.T) {
 // list, ends up active (taking the role back by a lossless handoff if it
 // stepped down).
 func TestClusterDemotionAfterPartition(t *testing.T) {
+	t.Parallel()
 	pn := newPeerNet(t)
 	tc := newCluster(t, 2, nil)
 	tc.conf = func(c *server.Config) { c.PeerDialer = pn.Dialer(c.Listen) }
@@ -418,6 +423,7 @@ func TestClusterDemotionAfterPartition(t *testing.T) {
 }
 
 func TestClusterTokensAboveAllAfterEveryNodeRestarts(t *testing.T) {
+	t.Parallel()
 	tc := newCluster(t, 3, nil)
 	tc.startAll()
 	tc.waitActive(0)
@@ -450,6 +456,7 @@ func TestClusterTokensAboveAllAfterEveryNodeRestarts(t *testing.T) {
 }
 
 func TestClusterSemiSync(t *testing.T) {
+	t.Parallel()
 	tc := newCluster(t, 2, func(c *server.Config) { c.SemiSync = true })
 	tc.startAll()
 	tc.waitActive(0)
@@ -497,6 +504,7 @@ func logTo(t *testing.T, buf *logBuf) func(*server.Config) {
 }
 
 func TestClusterSemiSyncKeepsAnIdleStandby(t *testing.T) {
+	t.Parallel()
 	var logs logBuf
 	tc := newCluster(t, 2, func(c *server.Config) {
 		c.SemiSync = true
@@ -518,6 +526,7 @@ func TestClusterSemiSyncKeepsAnIdleStandby(t *testing.T) {
 // it was active in a partition, say) moves the active's tokens above it
 // without stalling grants: well within the failover timeout.
 func TestClusterHigherPeerCeilingRaisesTokensWithoutStalling(t *testing.T) {
+	t.Parallel()
 	var logs logBuf
 	tc := newCluster(t, 3, func(c *server.Config) {
 		c.FailoverTimeout = 3 * time.Second
@@ -554,6 +563,7 @@ func TestClusterHigherPeerCeilingRaisesTokensWithoutStalling(t *testing.T) {
 // Restarting a standby under load does not stall the active, nor make the
 // other standby promote itself.
 func TestClusterStandbyRestartDoesNotStallTheActive(t *testing.T) {
+	t.Parallel()
 	var logs logBuf
 	tc := newCluster(t, 3, func(c *server.Config) {
 		c.FailoverTimeout = time.Second
@@ -722,6 +732,7 @@ func keysOf(lo, hi int) []string {
 // timeout and a heartbeat, then drops the silent standbys and answers on;
 // I is answered throughout, never held.
 func TestClusterSemiSyncActiveCutOffFromItsStandbys(t *testing.T) {
+	t.Parallel()
 	pn := newPeerNet(t)
 	tc := newCluster(t, 3, func(c *server.Config) {
 		c.SemiSync = true
@@ -763,6 +774,7 @@ func TestClusterSemiSyncActiveCutOffFromItsStandbys(t *testing.T) {
 // panicked: the node let go of its token files through a cluster that
 // never started.)
 func TestClusterNodeOnATakenPortSaysSo(t *testing.T) {
+	t.Parallel()
 	holder, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 // named. (Its strings aliased the engine's reused memory, so the kept map's
 // keys changed under the caller.)
 func TestHoldersAreSafeToKeep(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, nil)
 	c := dial(t, n.Addr())
 	toks := map[string]uint64{}

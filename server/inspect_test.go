@@ -156,6 +156,7 @@ func TestTryLock(t *testing.T) {
 // TestStandbyRedirectsInspectAndList: a standby answers Q and L, like A,
 // R, X and C, with a redirect to the active, and closes.
 func TestStandbyRedirectsInspectAndList(t *testing.T) {
+	t.Parallel()
 	tc := newCluster(t, 2, nil)
 	tc.startAll()
 	tc.waitActive(0)
@@ -170,6 +171,7 @@ func TestStandbyRedirectsInspectAndList(t *testing.T) {
 // TestOwnerReplicated: a grant's owner reaches the standbys with the grant,
 // in the stream and in a snapshot, and is still shown after a failover.
 func TestOwnerReplicated(t *testing.T) {
+	t.Parallel()
 	tc := newCluster(t, 3, nil)
 	tc.start(0)
 	tc.start(1)

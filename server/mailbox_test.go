@@ -12,6 +12,7 @@ import (
 // must keep the newest, or the newer's news (a role change, a ceiling)
 // waits for the next heartbeat, a heartbeat interval later.
 func TestMailboxKeepsAPeersNewestHeartbeat(t *testing.T) {
+	t.Parallel()
 	var m mailbox
 	m.init(3)
 	m.heard(1, failover.Heartbeat{Inc: 5, HB: 51, Role: failover.Leaving})

@@ -13,6 +13,7 @@ import (
 // TestProtocolDocNamesEveryReason: docs/PROTOCOL.md names every reason an
 // E line can carry, so that the document and the node cannot drift apart.
 func TestProtocolDocNamesEveryReason(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile("../docs/PROTOCOL.md")
 	if err != nil {
 		t.Fatal(err)

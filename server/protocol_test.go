@@ -405,6 +405,7 @@ func TestExtendAfterExpiry(t *testing.T) {
 // node's address safely: Start must set it before the listener accepts.
 // It does not run in parallel, so that a race it finds is reported here.
 func TestInfo(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, nil)
 	c := dial(t, n.Addr())
 	c.send("I")

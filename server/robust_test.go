@@ -51,6 +51,7 @@ func dialSmallBuffer(t testing.TB, addr string, rcvbuf int) *client {
 // 10,000 acquires in one write, then their 10,000 releases in one write:
 // every request gets its answer.
 func TestPipelined10000(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, nil)
 	c := dial(t, n.Addr())
 	const count = 10000
@@ -114,6 +115,7 @@ func TestPipelined10000(t *testing.T) {
 // once: every answer is a well-formed line, the node keeps running, and a
 // new connection is served normally. Re-run with -garbage.seed=N.
 func TestGarbage(t *testing.T) {
+	t.Parallel()
 	seed := *garbageSeed
 	t.Logf("seed %d (re-run with -garbage.seed=%d)", seed, seed)
 	for _, cfg := range []struct {
@@ -338,6 +340,7 @@ wait:
 // smallest allowed, so that the answers pass it whatever the kernel's
 // socket buffers hold.
 func TestSlowReaderGetsAllAnswers(t *testing.T) {
+	t.Parallel()
 	n := startNode(t, func(c *server.Config) {
 		c.OutputLimit = 64 << 10
 		c.InputLimit = 16 << 20
@@ -381,6 +384,7 @@ func TestSlowReaderGetsAllAnswers(t *testing.T) {
 // A node stopped while a client is connected leaves its port in TIME_WAIT;
 // a new node binds the same address at once.
 func TestRestartOnSamePort(t *testing.T) {
+	t.Parallel()
 	first := startNode(t, nil)
 	addr := first.Addr()
 	c := dial(t, addr)

@@ -13,6 +13,7 @@ import (
 // monitor (kunci status, a test's waitActive) takes it for a serving active
 // before it has a token to issue.
 func TestPromotingNodeNeverLooksLikeAServingActive(t *testing.T) {
+	t.Parallel()
 	for round := 0; round < 5; round++ {
 		tc := newCluster(t, 3, nil)
 		n := tc.start(0)

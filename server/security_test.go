@@ -174,6 +174,7 @@ func (tc *testCluster) actives() int {
 // Attack 1 of issue 11: one heartbeat line with a ceiling past 2^63 made
 // both nodes persist it, and neither could start again.
 func TestOutsiderCannotRaiseTheTokenCeiling(t *testing.T) {
+	t.Parallel()
 	tc := newCluster(t, 2, nil)
 	tc.startAll()
 	tc.waitActive(0)
@@ -209,6 +210,7 @@ func TestOutsiderCannotRaiseTheTokenCeiling(t *testing.T) {
 // Attack 2: a flood of heartbeats "from" the active made a standby promote
 // itself: two actives on a healthy network.
 func TestHeartbeatFloodFromAnOutsiderMakesNoSecondActive(t *testing.T) {
+	t.Parallel()
 	tc := newCluster(t, 2, nil)
 	tc.startAll()
 	tc.waitActive(0)
@@ -252,6 +254,7 @@ func TestHeartbeatFloodFromAnOutsiderMakesNoSecondActive(t *testing.T) {
 // made the active demote, drop its state and redirect every client; the
 // handoff frames did the same.
 func TestOutsiderCannotDemoteTheActiveOrAskForItsRole(t *testing.T) {
+	t.Parallel()
 	tc := newCluster(t, 3, nil)
 	tc.start(1)
 	tc.start(2)
@@ -285,6 +288,7 @@ func TestOutsiderCannotDemoteTheActiveOrAskForItsRole(t *testing.T) {
 // Attack 4: "P H <standby> …" then "P S" streamed the whole lock state,
 // every key and token, to the outsider.
 func TestOutsiderGetsNoSnapshot(t *testing.T) {
+	t.Parallel()
 	tc := newCluster(t, 2, nil)
 	tc.startAll()
 	tc.waitActive(0)
@@ -307,6 +311,7 @@ func TestOutsiderGetsNoSnapshot(t *testing.T) {
 // quiet held every answer for seconds. Without the key it is no standby:
 // answers never wait for it.
 func TestQuietFakeStandbyCannotStallSemiSync(t *testing.T) {
+	t.Parallel()
 	tc := newCluster(t, 2, func(c *server.Config) { c.SemiSync = true })
 	tc.start(0)
 	tc.waitActive(0)
@@ -332,6 +337,7 @@ func TestQuietFakeStandbyCannotStallSemiSync(t *testing.T) {
 }
 
 func TestPeerHandshakeRefusals(t *testing.T) {
+	t.Parallel()
 	tc := newCluster(t, 2, nil)
 	tc.start(0)
 	tc.waitActive(0)
@@ -376,6 +382,7 @@ func TestPeerHandshakeRefusals(t *testing.T) {
 
 // Defence in depth: what an authenticated peer says is checked too.
 func TestAuthenticatedPeerInputIsChecked(t *testing.T) {
+	t.Parallel()
 	tc := newCluster(t, 3, nil)
 	tc.start(0)
 	tc.waitActive(0)
@@ -417,6 +424,7 @@ func TestAuthenticatedPeerInputIsChecked(t *testing.T) {
 // At most one link per peer: a newer one replaces the older, so links
 // (and the memory behind them) are bounded by the peer list.
 func TestNewerPeerLinkReplacesTheOlder(t *testing.T) {
+	t.Parallel()
 	tc := newCluster(t, 2, nil)
 	tc.start(0)
 	tc.waitActive(0)
@@ -437,6 +445,7 @@ func TestNewerPeerLinkReplacesTheOlder(t *testing.T) {
 // A flood of heartbeats on an authenticated link is taken at a bounded
 // rate; the rest are dropped unread and counted.
 func TestHeartbeatFloodOnAPeerLinkIsRateLimited(t *testing.T) {
+	t.Parallel()
 	tc := newCluster(t, 2, nil)
 	tc.start(0)
 	tc.waitActive(0)
@@ -457,6 +466,7 @@ func TestHeartbeatFloodOnAPeerLinkIsRateLimited(t *testing.T) {
 // connection that comes while the clients' slots are full may only prove
 // itself a peer, quickly.
 func TestPeersAreNotStarvedByClientsHoldingEverySlot(t *testing.T) {
+	t.Parallel()
 	tc := newCluster(t, 2, func(c *server.Config) { c.MaxConns = 10 })
 	tc.startAll()
 	tc.waitActive(0)
@@ -481,6 +491,7 @@ func TestPeersAreNotStarvedByClientsHoldingEverySlot(t *testing.T) {
 // with the new key current and the old one accepted, then each drops the
 // old one. The cluster stays one cluster at every step.
 func TestClusterKeyRotationWithoutAnOutage(t *testing.T) {
+	t.Parallel()
 	oldKey, newKey := testClusterKey, []byte("the new cluster key, 32 bytes ln")
 	keys := [][2][]byte{{oldKey, nil}, {oldKey, nil}}
 	tc := newCluster(t, 2, nil)
@@ -528,6 +539,7 @@ func TestClusterKeyRotationWithoutAnOutage(t *testing.T) {
 // to be served after a failover); now the link is closed at the next
 // batch, and the forged record is never applied.
 func TestOnPathInjectionIntoAPeerLinkIsRefused(t *testing.T) {
+	t.Parallel()
 	pn := newPeerNet(t)
 	tc := newCluster(t, 2, func(c *server.Config) { c.PeerDialer = pn.Dialer(c.Listen) })
 	tc.startAll()

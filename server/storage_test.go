@@ -193,6 +193,7 @@ func storageFailure(t *testing.T, n *server.Node, dir string, logs *logBuf, why 
 // the file it points to is left alone, and the node is a node whose
 // ceiling cannot be persisted until the link is removed.
 func TestSymlinkedCeilingTmpFileIsRefused(t *testing.T) {
+	t.Parallel()
 	var logs logBuf
 	dir := t.TempDir()
 	n := storageNode(t, dir, &logs)
@@ -235,6 +236,7 @@ func startErr(t *testing.T, configure func(*server.Config)) error {
 // Links in the data directory are refused at start, and the files they
 // point to are left alone.
 func TestLinkedDataDirFilesAreRefused(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name, file, want string
 		link             func(old, new string) error
@@ -269,6 +271,7 @@ func TestLinkedDataDirFilesAreRefused(t *testing.T) {
 // to is left alone. A link higher up the path is the administrator's, and
 // followed. A token ceiling that is a link is not read through either.
 func TestSymlinkedDataDirIsRefused(t *testing.T) {
+	t.Parallel()
 	base := t.TempDir()
 	real := filepath.Join(base, "real")
 	if err := os.Mkdir(real, 0o700); err != nil {
@@ -310,6 +313,7 @@ func TestSymlinkedDataDirIsRefused(t *testing.T) {
 // A data directory that others may write is refused at start: whoever can
 // write it can replace the token ceiling.
 func TestWritableDataDirIsRefused(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []os.FileMode{0o770, 0o702, 0o777 | os.ModeSticky} {
 		dir := t.TempDir()
 		if err := os.Chmod(dir, mode); err != nil {
@@ -334,6 +338,7 @@ func TestWritableDataDirIsRefused(t *testing.T) {
 // The data directory kuncid creates is 0700, and its files are 0600, even
 // those an older kuncid left with other modes.
 func TestDataDirIsPrivate(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join(t.TempDir(), "data")
 	n := startNode(t, func(c *server.Config) { c.DataDir = dir })
 	stopNode(t, n)
@@ -366,6 +371,7 @@ func TestDataDirIsPrivate(t *testing.T) {
 // A ceiling file holding a token that does not fit a signed 64-bit integer,
 // or that leaves no room below 2^63-1, is refused at start, clearly.
 func TestCeilingAboveMaxTokenIsRefused(t *testing.T) {
+	t.Parallel()
 	for _, c := range []string{"9223372036854775808", "9223372036854775807"} {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, "token-ceiling"), []byte(c+"\n"), 0o600); err != nil {
@@ -382,6 +388,7 @@ func TestCeilingAboveMaxTokenIsRefused(t *testing.T) {
 // fence column) holds: near the end of the token space the node refuses
 // grants, and says why.
 func TestTokensStopAtMaxToken(t *testing.T) {
+	t.Parallel()
 	const maxToken = 1<<63 - 1
 	dir := t.TempDir()
 	// A few blocks of 16 below the end.

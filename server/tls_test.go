@@ -160,6 +160,7 @@ func (l *logLines) into(t testing.TB) func(*server.Config) {
 }
 
 func TestTLSServesClientsBesideTCP(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	n := startNode(t, p.serve(false))
 	if n.TLSAddr() == "" || n.TLSAddr() == n.Addr() {
@@ -193,6 +194,7 @@ func TestTLSServesClientsBesideTCP(t *testing.T) {
 }
 
 func TestMutualTLS(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	n := startNode(t, p.serve(true))
 	c := dialTLS(t, n.TLSAddr(), p.client("alice"))
@@ -241,6 +243,7 @@ func refused(addr string, cfg *tls.Config) error {
 // the new certificate (and the new client CA), established ones carry on,
 // and a reload that fails keeps what the node has.
 func TestTLSReload(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	n := startNode(t, p.serve(true))
 	alice := p.client("alice")
@@ -450,6 +453,7 @@ func noLeak(t testing.TB, ignore goleak.Option) {
 // A TLS connection that never completes its handshake is dropped after
 // the handshake timeout, never before, and holds no connection slot.
 func TestTLSHandshakeTimeout(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	const timeout = 300 * time.Millisecond
 	n := startNode(t, p.serve(false, func(c *server.Config) { c.TLSHandshakeTimeout = timeout }))
@@ -473,6 +477,7 @@ func TestTLSHandshakeTimeout(t *testing.T) {
 // encrypted by the receiving connection's loop, in FIFO order, beside a
 // TCP connection in the same queue.
 func TestTLSAcrossLoops(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	n := startNode(t, p.serve(false, multiLoop))
 	var cs []*client
@@ -511,6 +516,7 @@ func TestTLSAcrossLoops(t *testing.T) {
 // (TestSlowReaderGetsAllAnswers): the node pauses it, its requests wait
 // decrypted, and it is resumed.
 func TestTLSSlowReaderGetsAllAnswers(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	n := startNode(t, p.serve(false, func(c *server.Config) {
 		c.OutputLimit = 64 << 10
@@ -558,6 +564,7 @@ func TestTLSSlowReaderGetsAllAnswers(t *testing.T) {
 // (TLS 1.3 lets a client send it in the same segment as its Finished) is
 // answered, though nothing more arrives after it.
 func TestTLSRequestSentWithTheHandshakeIsAnswered(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	n := startNode(t, p.serve(true))
 	raw, err := net.DialTimeout("tcp", n.TLSAddr(), answerTimeout)
@@ -612,6 +619,7 @@ func (h *holdWrites) flush() error {
 // At most TLSMaxHandshakes handshakes run at once; a connection beyond is
 // closed at once instead of waiting.
 func TestTLSHandshakesInProgressAreCapped(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	n := startNode(t, p.serve(false, func(c *server.Config) {
 		c.TLSMaxHandshakes = 2
@@ -660,6 +668,7 @@ func stallHandshakes(t testing.TB, addr string, count int) []net.Conn {
 // time out (they took all 256 slots, and a mutual-TLS client from
 // 127.0.0.2 failed for the whole handshake timeout).
 func TestTLSHandshakeSlotsAreSharedFairly(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	n := startNode(t, p.serve(true, func(c *server.Config) { c.TLSHandshakeTimeout = time.Minute }))
 	stallHandshakes(t, n.TLSAddr(), 300)
@@ -685,6 +694,7 @@ func TestTLSHandshakeSlotsAreSharedFairly(t *testing.T) {
 // a source that holds fewer takes the place of the oldest handshake of the
 // source that holds the most, which is closed.
 func TestTLSHandshakeSlotsGoToTheSourceHoldingFewer(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	n := startNode(t, p.serve(false, func(c *server.Config) {
 		c.TLSMaxHandshakes = 4
@@ -734,6 +744,7 @@ func TestTLSHandshakeSlotsGoToTheSourceHoldingFewer(t *testing.T) {
 // a source at --max-conns-per-ip gets no more, TLS or TCP, and has its
 // allowance back once the stalled handshakes are gone.
 func TestTLSHandshakesCountUnderTheirSource(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	n := startNode(t, p.serve(false, func(c *server.Config) {
 		c.MaxConnsPerIP = 2
@@ -875,6 +886,7 @@ func TestTLSStopLeavesNoGoroutine(t *testing.T) {
 // addresses, standbys copy the active's state over them, and clients are
 // redirected to the active's TLS address.
 func TestPeerTLS(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	tc := newCluster(t, 2, func(c *server.Config) {
 		addr := c.Listen // the peer list holds TLS addresses
@@ -930,6 +942,7 @@ func TestPeerTLS(t *testing.T) {
 // A node whose certificate the peers' CA did not sign cannot join: its
 // links are refused, and it never copies the active's state.
 func TestPeerTLSRefusesAStranger(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	stranger := newPKI(t)
 	tc := newCluster(t, 2, func(c *server.Config) {
@@ -955,6 +968,7 @@ func TestPeerTLSRefusesAStranger(t *testing.T) {
 
 // The TLS settings are checked when the node is made.
 func TestTLSConfigIsChecked(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	for name, c := range map[string]server.Config{
 		"a certificate without a TLS address": {TLSCert: p.certFile, TLSKey: p.keyFile},
@@ -980,6 +994,7 @@ func TestTLSConfigIsChecked(t *testing.T) {
 // TLS connections count against the node's connection limits like TCP
 // ones, and one past them is told so, encrypted, and closed.
 func TestTLSConnectionLimits(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	n := startNode(t, p.serve(false, func(c *server.Config) { c.MaxConns = 2 }))
 	dialTLS(t, n.TLSAddr(), p.client("")).roundTrip()
@@ -1005,6 +1020,7 @@ func TestTLSConnectionLimits(t *testing.T) {
 // key prefixes, until a reload revokes it; other TLS clients authenticate
 // with U as over TCP, and a failed U is answered and closed the same way.
 func TestTLSCertificateStandsForItsCredential(t *testing.T) {
+	t.Parallel()
 	p := newPKI(t)
 	path := writeAuthFile(t, "", authFile)
 	n := startNode(t, p.serve(true, func(c *server.Config) {
