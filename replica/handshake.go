@@ -24,8 +24,10 @@ import (
 //	                                     nonce, the key it chose, its proof
 //	D → A   V mac                        D's proof
 //
-// A proof is HMAC-SHA256 under the chosen key over a label naming the side
-// that makes it, both addresses, both incarnations and both nonces. Each
+// A proof is HMAC-SHA256 under the chosen key over a label naming the
+// version of the peer protocol ("kunci peer link v2": v2 seals its frames,
+// seal.go, so a node of v1 fails the proof instead of linking up and then
+// hearing nothing) and the side that makes it, both addresses, both incarnations and both nonces. Each
 // side's proof covers the other side's fresh nonce, so a recorded handshake
 // cannot be replayed, and it names both addresses and incarnations, so it
 // cannot be moved to another link. Proofs are compared in constant time.
@@ -131,7 +133,7 @@ type handshake struct {
 func (h *handshake) mac(secret []byte, side string) [macLen]byte {
 	m := hmac.New(sha256.New, secret)
 	var b []byte
-	b = append(b, "kunci peer link v1\x00"...)
+	b = append(b, "kunci peer link v2\x00"...)
 	b = append(b, side...)
 	b = append(b, 0)
 	b = append(b, h.dialer...)
