@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/kunci/kunci/replica"
-	"github.com/kunci/kunci/server"
 )
 
 // Attack: an on-path attacker (a proxy of the test's between the nodes)
@@ -18,10 +17,7 @@ import (
 // the forged one; now the link is closed and the ceiling file is unchanged.
 func TestOnPathForgedHeartbeatRaisesNoCeiling(t *testing.T) {
 	t.Parallel()
-	pn := newPeerNet(t)
-	tc := newCluster(t, 2, func(c *server.Config) { c.PeerDialer = pn.Dialer(c.Listen) })
-	tc.startAll()
-	tc.waitActive(0)
+	pn, tc := tappedCluster(t)
 	ceiling := func() uint64 {
 		v, err := strconv.ParseUint(tc.ceilings()[0], 10, 64)
 		if err != nil {

@@ -540,10 +540,7 @@ func TestClusterKeyRotationWithoutAnOutage(t *testing.T) {
 // batch, and the forged record is never applied.
 func TestOnPathInjectionIntoAPeerLinkIsRefused(t *testing.T) {
 	t.Parallel()
-	pn := newPeerNet(t)
-	tc := newCluster(t, 2, func(c *server.Config) { c.PeerDialer = pn.Dialer(c.Listen) })
-	tc.startAll()
-	tc.waitActive(0)
+	pn, tc := tappedCluster(t)
 	c := dial(t, tc.addrs[0])
 	c.send("A real 60000 0")
 	c.expectGrant("real")
@@ -596,4 +593,14 @@ func TestOnPathInjectionIntoAPeerLinkIsRefused(t *testing.T) {
 	if _, ok := tc.nodes[1].Holders()["forged"]; ok {
 		t.Fatal("the forged grant is on the standby")
 	}
+}
+
+// tappedCluster starts a two-node cluster whose peer links go through a
+// proxy of the test's (peerNet), node 0 active.
+func tappedCluster(t *testing.T) (*peerNet, *testCluster) {
+	pn := newPeerNet(t)
+	tc := newCluster(t, 2, func(c *server.Config) { c.PeerDialer = pn.Dialer(c.Listen) })
+	tc.startAll()
+	tc.waitActive(0)
+	return pn, tc
 }

@@ -632,14 +632,7 @@ func TestTLSHandshakesInProgressAreCapped(t *testing.T) {
 	for _, c := range idle {
 		c.close()
 	}
-	waitFor(t, "a TLS client served once the idle handshakes are gone", func() bool {
-		c, err := tryTLS(n.TLSAddr(), p.client(""), 0)
-		if err != nil {
-			return false
-		}
-		c.Close()
-		return true
-	})
+	waitTLSServed(t, n, p, "once the idle handshakes are gone")
 }
 
 // stallHandshakes opens count TCP connections to addr that each send the
@@ -762,7 +755,15 @@ func TestTLSHandshakesCountUnderTheirSource(t *testing.T) {
 	for _, c := range stalled {
 		c.Close()
 	}
-	waitFor(t, "a TLS client served once the stalled handshakes are gone", func() bool {
+	waitTLSServed(t, n, p, "once the stalled handshakes are gone")
+	dialTLS(t, n.TLSAddr(), p.client("")).roundTrip()
+	dial(t, n.Addr()).roundTrip() // 2 of 2: the TLS one and this
+}
+
+// waitTLSServed waits until a TLS client completes its handshake with n.
+func waitTLSServed(t testing.TB, n *server.Node, p *pki, when string) {
+	t.Helper()
+	waitFor(t, "a TLS client served "+when, func() bool {
 		c, err := tryTLS(n.TLSAddr(), p.client(""), 0)
 		if err != nil {
 			return false
@@ -770,8 +771,6 @@ func TestTLSHandshakesCountUnderTheirSource(t *testing.T) {
 		c.Close()
 		return true
 	})
-	dialTLS(t, n.TLSAddr(), p.client("")).roundTrip()
-	dial(t, n.Addr()).roundTrip() // 2 of 2: the TLS one and this
 }
 
 func tcpAddr(t testing.TB, addr string) *net.TCPAddr {
