@@ -121,6 +121,7 @@ var (
 	descPromotions  = desc("promotions_total", "Times this node was promoted from standby to active (a cluster's first election, failover or handoff); 0 on a single node.")
 	descStorageOK   = desc("storage_ok", "1 while the node can persist its token ceiling (or has no data directory), 0 while it cannot: grants are then refused once the tokens reserved before are used.")
 	descStorageErr  = desc("storage_errors_total", "Failed attempts to persist the token ceiling (or to reserve tokens, once the token space is used up).")
+	descTickRounds  = desc("tick_rounds_total", "Rounds of lease, wait and idle checks the ticker ran: none while nothing is due, about one a second while only idle connections are open.")
 	descWait        = desc("wait_seconds", "Time from an acquire's arrival to its grant (0 for a free key).")
 	descHold        = desc("hold_seconds", "Time from a grant to its release or expiry.")
 )
@@ -129,7 +130,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descGrants, descReleases, descExtends, descExpiries,
 		descTimeouts, descTriesBusy, descCancels, descWithdrawn, descErrors, descSlowClosed, descAuthFailed, descTLSDropped, descBuffered, descShed, descTLSHands, descKeys,
 		descQueued, descConns, descTokens, descRole, descLag, descSynced, descPromotions, descWait, descHold, descPeerRefused, descPeerDropped, descDropped,
-		descStorageOK, descStorageErr} {
+		descStorageOK, descStorageErr, descTickRounds} {
 		ch <- d
 	}
 }
@@ -161,6 +162,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descErrors, e.AlreadyQueued, "acquire already queued on this connection")
 	counter(descErrors, e.Unavailable, wire.Reason(engine.ErrStorageUnavailable))
 	counter(descSlowClosed, m.SlowClosed)
+	counter(descTickRounds, m.TickRounds)
 	counter(descAuthFailed, m.AuthFailures)
 	for reason, v := range m.TLSDropped {
 		counter(descTLSDropped, v, reason)

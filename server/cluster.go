@@ -109,7 +109,7 @@ func newCluster(n *Node) (*cluster, error) {
 		Heartbeat: int64(cfg.Heartbeat),
 		Timeout:   int64(cfg.FailoverTimeout),
 		SemiSync:  cfg.SemiSync,
-		Block:     n.tokenBlock,
+		Block:     n.cfg.TokenBlock,
 		Inc:       cl.inc,
 	}, n.now(), n.savedCeiling)
 	cl.mail.init(len(cfg.Peers))

@@ -632,15 +632,16 @@ func TestClusterStandbyRestartDoesNotStallTheActive(t *testing.T) {
 
 // A standby that joins a busy active copies a snapshot sent a chunk at a
 // time from every shard while the keys keep changing, and ends with the
-// active's state.
+// active's state. (20,000 keys make about 130 chunks of 256 keys, in a
+// few turns of 256 KiB.)
 func TestClusterSnapshotOfManyKeysWhileTheyChange(t *testing.T) {
-	defer server.SetSnapshotChunks(4, 64)()
+	t.Parallel()
 	tc := newCluster(t, 2, func(c *server.Config) { c.Shards, c.Loops = 4, 2 })
 	tc.start(0)
 	tc.waitActive(0)
 	c := dial(t, tc.addrs[0])
 	defer c.close()
-	const keys = 5000
+	const keys = 20000
 	tokens := make([]uint64, keys)
 	for lo := 0; lo < keys; lo += 500 {
 		var lines []string

@@ -30,6 +30,11 @@ type Config struct {
 	// InputLimit is how much unread input a connection may pile up while
 	// the node is not reading it, before it is closed.
 	InputLimit int
+	// StallTimeout closes a client connection that has read none of its
+	// answers for this long while the node waits for it to (its output at
+	// OutputLimit, or a listing waiting for it to read). Default
+	// DefaultStallTimeout.
+	StallTimeout time.Duration
 	// MaxBuffered is the node-wide budget for what client connections hold
 	// in the node's memory: answers not yet sent and requests not yet
 	// read, of all connections together (see budget.go). Past half of it
@@ -109,14 +114,15 @@ type Config struct {
 	PeerTLS   bool
 	PeerTLSCA string
 
-	Logger zerolog.Logger
+	// TokenBlock is how many tokens a single node reserves with one synced
+	// write of its token ceiling (DataDir): a smaller block skips fewer
+	// tokens after a restart, at one fsync per block. 2..DefaultTokenBlock;
+	// default DefaultTokenBlock. The nodes of a cluster deal blocks of
+	// DefaultTokenBlock round-robin over the peer list, so a cluster node
+	// refuses any other.
+	TokenBlock uint64
 
-	// tokenBlock, for tests only (export_test.go), makes the node reserve
-	// this many tokens at a time instead of tokenBlock, so that a test
-	// reaches the end of its reserved tokens after a few grants.
-	tokenBlock uint64
-	// listStall, for tests only, replaces listStall (list.go).
-	listStall time.Duration
+	Logger zerolog.Logger
 }
 
 // Defaults.
@@ -131,6 +137,13 @@ const (
 	DefaultTick        = 2 * time.Millisecond
 	DefaultOutputLimit = 256 << 10
 	DefaultInputLimit  = 256 << 10
+	// DefaultStallTimeout is how long a connection may read none of its
+	// answers while the node waits for it.
+	DefaultStallTimeout = 30 * time.Second
+	// DefaultTokenBlock is how many tokens a node reserves at a time: the
+	// ceiling moves (one synced file write) once per block, and a restart
+	// skips at most a block.
+	DefaultTokenBlock = 1 << 20
 )
 
 // Defaults of the limits a hostile client meets.
@@ -202,6 +215,12 @@ func (c *Config) setDefaults() error {
 	if c.MaxBuffered == 0 {
 		c.MaxBuffered = DefaultMaxBuffered()
 	}
+	if c.StallTimeout == 0 {
+		c.StallTimeout = DefaultStallTimeout
+	}
+	if c.TokenBlock == 0 {
+		c.TokenBlock = DefaultTokenBlock
+	}
 	if err := c.checkTLS(); err != nil {
 		return err
 	}
@@ -224,6 +243,12 @@ func (c *Config) setDefaults() error {
 		return errors.New("server: tick out of range 100µs..10ms")
 	case c.OutputLimit < 64<<10 || c.InputLimit < 4<<10:
 		return errors.New("server: output limit must be at least 64 KiB and input limit 4 KiB")
+	case c.StallTimeout < 0:
+		return errors.New("server: stall timeout must be positive")
+	case c.TokenBlock < 2 || c.TokenBlock > DefaultTokenBlock:
+		return fmt.Errorf("server: token block %d out of range 2..%d", c.TokenBlock, DefaultTokenBlock)
+	case len(c.Peers) > 0 && c.TokenBlock != DefaultTokenBlock:
+		return fmt.Errorf("server: a cluster node reserves tokens %d at a time (every node must use the same block); --token-block is for a single node", DefaultTokenBlock)
 	case c.MaxBuffered < minMaxBuffered:
 		return fmt.Errorf("server: the buffer budget (--max-buffered) must be at least %d MiB", minMaxBuffered>>20)
 	case c.Heartbeat < time.Millisecond || c.Heartbeat > time.Minute:

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"sync"
-	"time"
 )
 
 // Crash stops n the way a crash would look to its peers and clients: no
@@ -19,26 +18,6 @@ func (n *Node) Crash() {
 	}
 	_ = n.Stop(context.Background())
 }
-
-// SetSnapshotChunks makes snapshots go out in small pieces, so that a test
-// sees them interleaved with other work; it returns the old setting's
-// restorer.
-func SetSnapshotChunks(keys, bytes int) (restore func()) {
-	k, b := snapshotChunk, snapshotStep
-	snapshotChunk, snapshotStep = keys, bytes
-	return func() { snapshotChunk, snapshotStep = k, b }
-}
-
-// TickRounds returns how many rounds of ticks the ticker has queued.
-func (n *Node) TickRounds() uint64 { return n.tickRounds.Load() }
-
-// SetTokenBlock makes a node of cfg reserve tokens b at a time (default
-// 1<<20), so that a test uses up its reserved tokens after a few grants.
-func SetTokenBlock(cfg *Config, b uint64) { cfg.tokenBlock = b }
-
-// SetListStall makes a node of cfg close a client that has read nothing of
-// its listing for d (default 30 s).
-func SetListStall(cfg *Config, d time.Duration) { cfg.listStall = d }
 
 // ListingWindow returns the unsent bytes before a listing waits.
 func ListingWindow() int { return listWindow }

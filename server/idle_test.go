@@ -123,18 +123,18 @@ func TestIdleTimeoutOffByDefault(t *testing.T) {
 func TestIdleScanKeepsTheNodeAsleep(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, func(cfg *server.Config) { cfg.IdleTimeout = server.DefaultIdleTimeout })
-	before := n.TickRounds()
+	before := n.Metrics().TickRounds
 	time.Sleep(300 * time.Millisecond)
-	if r := n.TickRounds() - before; r != 0 {
+	if r := n.Metrics().TickRounds - before; r != 0 {
 		t.Fatalf("%d tick rounds in 300ms with no connection", r)
 	}
 	for range 3 {
 		dial(t, n.Addr()).roundTrip()
 	}
 	time.Sleep(50 * time.Millisecond) // let the rounds the opens asked for pass
-	before = n.TickRounds()
+	before = n.Metrics().TickRounds
 	time.Sleep(1500 * time.Millisecond)
-	if r := n.TickRounds() - before; r > 3 {
+	if r := n.Metrics().TickRounds - before; r > 3 {
 		t.Fatalf("%d tick rounds in 1.5s with idle connections, want one a second", r)
 	}
 }

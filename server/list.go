@@ -1,7 +1,6 @@
 package server
 
 import (
-	"cmp"
 	"context"
 	"net/http"
 	"strconv"
@@ -50,14 +49,13 @@ func (n *Node) Holders() map[string]Holding {
 // lines. On a client connection the listing waits while more than
 // listWindow of the connection's output is unsent: a client that stops
 // reading holds up only its own listing, and is closed once it has read
-// nothing for listStall. The connection reads no request sent after the L
+// nothing for Config.StallTimeout. The connection reads no request sent after the L
 // until the listing ends, so that its lines come before their answers;
 // answers to its earlier acquires (A, T) may come between them.
 const (
 	listChunk  = 256       // keys visited per shard-mutex hold
 	listStep   = 64 << 10  // bytes a listing writes per turn of its loop
 	listWindow = 256 << 10 // unsent output before a listing waits for its client
-	listStall  = pauseTimeout
 )
 
 // listWalk walks every shard's held keys for a listing. It belongs to one
@@ -216,7 +214,7 @@ func (lp *loop) waitList(cs *conn, since int64) {
 }
 
 // resumeLists continues the listings whose connections drained to half the
-// window, and closes those whose clients read nothing for listStall. It
+// window, and closes those whose clients read nothing for Config.StallTimeout. It
 // runs on lp from the ticker.
 func (lp *loop) resumeLists() {
 	if len(lp.lists) == 0 {
@@ -241,7 +239,7 @@ func (lp *loop) resumeLists() {
 		case cs.c.OutboundBuffered()+cs.held <= listWindow/2:
 			ls.waiting = 0
 			resume = append(resume, cs)
-		case now-ls.waiting > int64(cmp.Or(n.cfg.listStall, listStall)):
+		case now-ls.waiting > int64(n.cfg.StallTimeout):
 			// It has not read its listing for long: let its memory go.
 			n.slowClosed.Add(1)
 			_ = cs.c.Close()

@@ -310,7 +310,7 @@ func TestListingManyKeysBoundedByTheReader(t *testing.T) {
 // with it.
 func TestListingStalledClientClosed(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, func(cfg *server.Config) { server.SetListStall(cfg, 300*time.Millisecond) })
+	n := startNode(t, func(cfg *server.Config) { cfg.StallTimeout = 300 * time.Millisecond })
 	holdMany(t, n.Addr(), strings.Repeat("y", 100)+"/", 4000) // about 500 KB of H lines
 	waitConns(t, n, 0)
 	gone := dialSmallWindow(t, n.Addr())

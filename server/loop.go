@@ -5,7 +5,6 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/panjf2000/gnet/v2"
 
@@ -597,13 +596,9 @@ func (lp *loop) runTick(context.Context) error {
 	return nil
 }
 
-// pauseTimeout is how long a connection may stay paused, not reading its
-// answers, before the node closes it.
-const pauseTimeout = 30 * time.Second
-
 // resume wakes paused connections whose output has drained to half the
 // limit; gnet then calls OnTraffic for them with what they sent meanwhile.
-// One paused for longer than pauseTimeout is closed.
+// One paused for longer than Config.StallTimeout is closed.
 func (lp *loop) resume() {
 	if len(lp.paused) == 0 {
 		return
@@ -616,7 +611,7 @@ func (lp *loop) resume() {
 		case cs.c.OutboundBuffered()+cs.held <= lp.n.outputLimit()/2:
 			cs.paused = false
 			_ = cs.c.Wake(nil)
-		case now-cs.pausedAt > int64(pauseTimeout):
+		case now-cs.pausedAt > int64(lp.n.cfg.StallTimeout):
 			// It has not read its answers for long: let its memory go.
 			lp.n.slowClosed.Add(1)
 			_ = cs.c.Close()

@@ -52,7 +52,6 @@ type Node struct {
 	term *terminator // serves Config.TLSListen; nil without
 
 	data        *dataDir      // nil without Config.DataDir
-	tokenBlock  uint64        // tokens reserved at a time; set by New
 	storage     storageHealth // whether tokens can be reserved; safe for concurrent use
 	reserve     chan struct{} // asks the reserver for more tokens
 	reserveStop chan struct{}
@@ -94,7 +93,7 @@ type Node struct {
 	tickDone   chan struct{}
 	tickIdle   atomic.Bool   // the ticker sleeps until kicked
 	tickFired  atomic.Bool   // a tick ended a lease or a wait
-	tickRounds atomic.Uint64 // rounds of ticks queued, for tests
+	tickRounds atomic.Uint64 // rounds of ticks queued (Metrics.TickRounds)
 	kick       chan struct{} // wakes the sleeping ticker
 	ticking    bool          // set by Start; Stop is called after Start returns
 }
@@ -166,10 +165,6 @@ func New(cfg Config) (*Node, error) {
 		n.auth.Store(set)
 	}
 	n.storage.log = n.log
-	var err error
-	if n.tokenBlock, err = blockSize(&n.cfg); err != nil {
-		return nil, err
-	}
 	// A cluster node keeps, beyond its clients' slots, two links per peer
 	// and a reserve of slots for peers that dial in while the clients'
 	// slots are full (connTable).

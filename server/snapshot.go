@@ -17,13 +17,10 @@ import (
 // memory for a standby is bounded by snapshotWindow of unsent snapshot plus
 // replica.MaxBacklog of records waiting behind it and maxPeerBacklog of
 // unsent stream, and the shards are held for a chunk at a time.
-var (
-	snapshotChunk = 256       // keys per shard-mutex hold
-	snapshotStep  = 256 << 10 // bytes written per turn of the loop
-)
-
 const (
-	snapshotWindow = 1 << 20 // unsent snapshot bytes before the writer waits
+	snapshotChunk  = 256       // keys per shard-mutex hold
+	snapshotStep   = 256 << 10 // bytes written per turn of the loop
+	snapshotWindow = 1 << 20   // unsent snapshot bytes before the writer waits
 	// snapshotStall is how long a snapshot may wait for the standby to
 	// read before the standby is dropped.
 	snapshotStall = 30 * time.Second

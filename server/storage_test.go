@@ -22,7 +22,7 @@ func storageNode(t *testing.T, dir string, logs *logBuf) *server.Node {
 	return startNode(t, func(c *server.Config) {
 		c.DataDir = dir
 		c.Admin = "127.0.0.1:0"
-		server.SetTokenBlock(c, testBlock)
+		c.TokenBlock = testBlock
 		logTo(t, logs)(c)
 	})
 }

@@ -5,47 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/kunci/kunci/engine"
 	"github.com/kunci/kunci/failover"
 )
 
-// tokenBlock is how many tokens the node reserves at a time: the ceiling
-// moves (one synced file write) once per block, and a restart skips at most
-// a block. Every node of a cluster must use the same block.
-const tokenBlock = 1 << 20
-
-// linkTokenBlock is for tests only: a smaller token block set at link time
-// (go build -ldflags "-X github.com/kunci/kunci/server.linkTokenBlock=64"),
-// so that a test's kuncid process runs out of reserved tokens after a few
-// grants. Empty in every real build. Tests in this package use
-// Config.tokenBlock instead (export_test.go).
-var linkTokenBlock string
-
-// blockSize returns the token block a node of cfg uses.
-func blockSize(cfg *Config) (uint64, error) {
-	b := cfg.tokenBlock
-	if b == 0 && linkTokenBlock != "" {
-		v, err := strconv.ParseUint(linkTokenBlock, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("server: linked token block %q: %w", linkTokenBlock, err)
-		}
-		b = v
-	}
-	if b == 0 {
-		return tokenBlock, nil
-	}
-	if b < 2 || b > tokenBlock {
-		return 0, fmt.Errorf("server: token block %d out of range 2..%d", b, tokenBlock)
-	}
-	return b, nil
-}
-
 // lowMark is where, in a range ending at hi, the reserver starts on the
 // next one: half a block early, so that grants rarely find no token.
-func (n *Node) lowMark(hi uint64) uint64 { return hi - n.tokenBlock/2 }
+func (n *Node) lowMark(hi uint64) uint64 { return hi - n.cfg.TokenBlock/2 }
 
 // tokenRange returns the block of tokens (lo, hi] this node may issue next,
 // the first one above floor, as failover.BlockRange deals them (round-robin
@@ -53,7 +21,7 @@ func (n *Node) lowMark(hi uint64) uint64 { return hi - n.tokenBlock/2 }
 // token). With the token space used up the range is empty: lo == hi ==
 // maxCeiling.
 func (n *Node) tokenRange(floor uint64) (lo, hi uint64) {
-	r := failover.BlockRange(floor, n.peerIndex, len(n.cfg.Peers), n.tokenBlock)
+	r := failover.BlockRange(floor, n.peerIndex, len(n.cfg.Peers), n.cfg.TokenBlock)
 	if r.IsZero() {
 		end := n.maxCeiling()
 		return end, end
@@ -84,7 +52,7 @@ var (
 // maxCeiling returns the highest ceiling this node's cluster accepts: above
 // it, there is no room for a block for every node below engine.MaxToken.
 func (n *Node) maxCeiling() uint64 {
-	return failover.MaxCeiling(len(n.cfg.Peers), n.tokenBlock)
+	return failover.MaxCeiling(len(n.cfg.Peers), n.cfg.TokenBlock)
 }
 
 var errBadCeiling = errors.New("server: bad token ceiling")
@@ -96,8 +64,8 @@ func (cl *cluster) checkCeiling(c uint64) error {
 	switch {
 	case c == 0:
 		return nil
-	case c%n.tokenBlock != 0:
-		return fmt.Errorf("%w: %d is not a multiple of the token block %d", errBadCeiling, c, n.tokenBlock)
+	case c%n.cfg.TokenBlock != 0:
+		return fmt.Errorf("%w: %d is not a multiple of the token block %d", errBadCeiling, c, n.cfg.TokenBlock)
 	case c > n.maxCeiling():
 		return fmt.Errorf("%w: %d is past the token space (at most %d)", errBadCeiling, c, n.maxCeiling())
 	case c > known && c-known > maxCeilingStep:
@@ -214,7 +182,7 @@ func (n *Node) reserver() {
 func (n *Node) reserveAhead() error {
 	for {
 		c, last := n.tokens.Ceiling(), n.tokens.Last()
-		if last+n.tokenBlock/2 < c {
+		if last+n.cfg.TokenBlock/2 < c {
 			return nil
 		}
 		lo, hi := n.tokenRange(max(c, last))

@@ -47,7 +47,7 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 		}
 		for _, f := range []string{"listen", "advertise", "peers", "heartbeat", "failover-timeout", "semi-sync", "loops", "shards", "max-lease", "max-wait", "max-conns",
 			"max-waiters", "max-keys", "max-queued", "log-level", "log-format", "version", "KUNCI_",
-			"auth-file", "idle-timeout", "max-conns-per-ip", "admin-pprof",
+			"auth-file", "idle-timeout", "max-conns-per-ip", "admin-pprof", "stall-timeout", "token-block",
 			"tls-listen", "tls-cert", "tls-key", "tls-client-ca", "tls-handshake-timeout", "peer-tls", "peer-tls-ca"} {
 			if !strings.Contains(stdout.String(), f) {
 				t.Errorf("%s does not mention %s", arg, f)
@@ -113,6 +113,9 @@ func TestBadFlagsAreRefusedClearly(t *testing.T) {
 		{"--idle-timeout", "-1s"},
 		{"--max-conns-per-ip", "-5"},
 		{"--auth-file", "/nonexistent/kunci-auth"},
+		{"--stall-timeout", "-1s"},
+		{"--token-block", "1"},
+		{"--token-block", "2097152"},
 		{"stray"},
 	} {
 		var stdout, stderr bytes.Buffer
@@ -122,6 +125,14 @@ func TestBadFlagsAreRefusedClearly(t *testing.T) {
 		if stderr.Len() == 0 {
 			t.Errorf("%v: no message", args)
 		}
+	}
+	// A cluster's nodes deal blocks of one size round-robin: another size
+	// would let two nodes issue the same token.
+	var stdout, stderr bytes.Buffer
+	args := []string{"--data-dir", "", "--insecure-peers", "--listen", "127.0.0.1:0", "--advertise", "127.0.0.1:7701",
+		"--peers", "127.0.0.1:7701,127.0.0.1:7702", "--token-block", "16"}
+	if code := run(args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "for a single node") {
+		t.Errorf("--token-block in a cluster: exit %d, stderr %q", code, stderr.String())
 	}
 }
 

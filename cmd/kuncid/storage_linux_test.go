@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -31,14 +30,9 @@ func TestSIGTERMStopsANodeWhoseDiskIsFull(t *testing.T) {
 			_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
 		}
 	})
-	// A kuncid that reserves tokens 16 at a time, so that it uses up its
-	// durable tokens after a few grants.
-	bin := filepath.Join(t.TempDir(), "kuncid")
-	if out, err := exec.Command("go", "build", "-o", bin,
-		"-ldflags", "-X github.com/kunci/kunci/server.linkTokenBlock=16", ".").CombinedOutput(); err != nil {
-		t.Fatalf("building kuncid: %v\n%s", err, out)
-	}
-	p := startBin(t, bin, "", "--data-dir", filepath.Join(mnt, "data"))
+	// It reserves tokens 16 at a time, so that it uses up its durable
+	// tokens after a few grants.
+	p := startBin(t, kuncid, "", "--data-dir", filepath.Join(mnt, "data"), "--token-block", "16")
 
 	f, err := os.Create(filepath.Join(mnt, "fill"))
 	if err != nil {
