@@ -40,8 +40,10 @@ type cluster struct {
 	frozen    bool           // (run) as the failover.Node last asked
 	leaveDone chan struct{}  // (run) closed when a stop's handoff is over
 
-	mail    mailbox
-	persist persister
+	mail mailbox
+	// persist is the highest ceiling the failover.Node asked to make
+	// durable and the ceiling writer has not taken yet (0: none).
+	persist atomic.Uint64
 
 	// For the loops.
 	alive      atomic.Int64  // node clock at run's last tick: the loops' gap check
@@ -115,7 +117,6 @@ func newCluster(n *Node) (*cluster, error) {
 	cl.mail.init(len(cfg.Peers))
 	cl.wantStream.Store(-1)
 	cl.durable.Store(n.savedCeiling)
-	cl.persist.init(n.data)
 	return cl, nil
 }
 
@@ -152,9 +153,6 @@ func (cl *cluster) index(addr string) int {
 
 func (cl *cluster) run() {
 	defer close(cl.done)
-	cl.persist.started.Store(true)
-	go cl.persist.run(cl)
-	defer cl.persist.stop()
 	t := time.NewTicker(cl.interval)
 	defer t.Stop()
 	cl.tick()
@@ -258,7 +256,8 @@ func (cl *cluster) do(actions []failover.Action) {
 		case failover.Reset:
 			n.resetShards()
 		case failover.Persist:
-			cl.persist.want(a.Ceiling)
+			raiseTo(&cl.persist, a.Ceiling)
+			n.ceiling.ask()
 		case failover.Issue:
 			n.tokens.SetRange(a.Range.Lo, a.Range.Hi, n.lowMark(a.Range.Hi))
 			n.log.Debug().Uint64("lo", a.Range.Lo).Uint64("hi", a.Range.Hi).Msg("issuing tokens from a new range")
@@ -569,68 +568,21 @@ func (m *mailbox) take() []failover.Event {
 	return out
 }
 
-// persister makes token ceilings durable off run's goroutine: a disk sync
-// must not hold up heartbeats. It keeps only the highest ceiling asked for.
-type persister struct {
-	started atomic.Bool // run was started (it closes done when it ends)
-	data    *dataDir
-	mu      sync.Mutex
-	asked   uint64
-	kick    chan struct{}
-	quit    chan struct{}
-	done    chan struct{}
-}
+// nextCeiling is a cluster node's ceilingWriter.next: the highest
+// ceiling its failover.Node asked for since the last write.
+func (cl *cluster) nextCeiling() (uint64, error) { return cl.persist.Swap(0), nil }
 
-func (p *persister) init(d *dataDir) {
-	p.data = d
-	p.kick = make(chan struct{}, 1)
-	p.quit = make(chan struct{})
-	p.done = make(chan struct{})
-}
-
-func (p *persister) want(c uint64) {
-	p.mu.Lock()
-	p.asked = max(p.asked, c)
-	p.mu.Unlock()
-	select {
-	case p.kick <- struct{}{}:
-	default:
+// wroteCeiling is a cluster node's ceilingWriter.wrote: the failover.Node
+// hears how the write went (and asks again, at its next tick, after a
+// failure; storageHealth logs it, rate-limited, and /healthz says so).
+func (cl *cluster) wroteCeiling(c uint64, err error) {
+	if err != nil {
+		cl.n.log.Debug().Err(err).Uint64("ceiling", c).Msg("cannot persist the token ceiling")
+		cl.mail.post(-1, failover.CeilingFailed{Ceiling: c})
+		return
 	}
-}
-
-func (p *persister) run(cl *cluster) {
-	defer close(p.done)
-	for {
-		select {
-		case <-p.quit:
-			return
-		case <-p.kick:
-		}
-		p.mu.Lock()
-		c := p.asked
-		p.mu.Unlock()
-		if err := p.data.setCeiling(c); err != nil {
-			// The failover.Node asks again; storageHealth logs it,
-			// rate-limited, and /healthz says so.
-			cl.n.log.Debug().Err(err).Uint64("ceiling", c).Msg("cannot persist the token ceiling")
-			cl.mail.post(-1, failover.CeilingFailed{Ceiling: c})
-			continue
-		}
-		cl.durable.Store(max(cl.durable.Load(), c))
-		cl.mail.post(-1, failover.CeilingDurable{Ceiling: c})
-	}
-}
-
-// stop stops the persister, waiting for a write in progress for
-// stopReserveWait at most: a disk that does not answer must not hold up
-// Stop (the data directory is then unlocked when the write ends: see
-// closeTokens).
-func (p *persister) stop() {
-	close(p.quit)
-	select {
-	case <-p.done:
-	case <-time.After(stopReserveWait):
-	}
+	raiseTo(&cl.durable, c)
+	cl.mail.post(-1, failover.CeilingDurable{Ceiling: c})
 }
 
 // freeze stops the node deciding anything: requests are not read, and

@@ -30,7 +30,7 @@ type dataDir struct {
 	lock   *os.File
 	health *storageHealth // told of every attempt to persist the ceiling
 
-	mu  sync.Mutex // the reserver, promotion and replicated ceilings write
+	mu  sync.Mutex // the ceiling writer and a standby's replicated ceilings write
 	cur uint64     // the ceiling on disk
 }
 

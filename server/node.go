@@ -51,11 +51,9 @@ type Node struct {
 
 	term *terminator // serves Config.TLSListen; nil without
 
-	data        *dataDir      // nil without Config.DataDir
-	storage     storageHealth // whether tokens can be reserved; safe for concurrent use
-	reserve     chan struct{} // asks the reserver for more tokens
-	reserveStop chan struct{}
-	reserveDone chan struct{}
+	data    *dataDir      // nil without Config.DataDir
+	storage storageHealth // whether tokens can be reserved; safe for concurrent use
+	ceiling ceilingWriter // writes the token ceiling to data (ceiling.go)
 
 	cl           *cluster     // nil without Config.Peers
 	peerIndex    int          // this node's place in Config.Peers (0 without)
@@ -254,6 +252,7 @@ func (n *Node) Start() error {
 			n.stopTLS()
 			return ErrStopped
 		}
+		n.ceiling.start(n.data, n.cl.nextCeiling, n.cl.wroteCeiling)
 		go n.cl.run()
 	}
 	if n.cfg.Admin != "" {

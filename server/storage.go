@@ -17,14 +17,14 @@ import (
 var ErrTokensExhausted = errors.New("server: token space exhausted: no block of tokens is left below 2^63-1")
 
 // storageLogEvery is how often, at most, a node whose token ceiling cannot
-// be persisted says so again in its log: the reserver retries far more
+// be persisted says so again in its log: the ceiling writer retries far more
 // often.
 const storageLogEvery = time.Minute
 
 // storageHealth is whether the node can reserve tokens: persist its token
 // ceiling, and find tokens left below engine.MaxToken. The goroutines that
-// write the ceiling (the reserver, the cluster goroutine promoting, a
-// standby's loop learning its active's ceiling) report each attempt to it;
+// write the ceiling (the ceiling writer, and the start of a single node)
+// report each attempt to it;
 // /healthz, the metrics and the log read it.
 //
 // Safe for concurrent use: failures counts atomically, mu guards the rest.

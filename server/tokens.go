@@ -5,13 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"time"
 
 	"github.com/kunci/kunci/engine"
 	"github.com/kunci/kunci/failover"
 )
 
-// lowMark is where, in a range ending at hi, the reserver starts on the
+// lowMark is where, in a range ending at hi, the ceiling writer starts on the
 // next one: half a block early, so that grants rarely find no token.
 func (n *Node) lowMark(hi uint64) uint64 { return hi - n.cfg.TokenBlock/2 }
 
@@ -74,17 +73,6 @@ func (cl *cluster) checkCeiling(c uint64) error {
 	return nil
 }
 
-// takeRange makes (lo, hi] the tokens this single node issues from now on:
-// hi is durable before any of them is issued. (A cluster node's ranges are
-// its failover.Node's: durable at every live peer before they are issued.)
-func (n *Node) takeRange(lo, hi uint64) error {
-	if err := n.data.setCeiling(hi); err != nil {
-		return err
-	}
-	n.tokens.SetRange(lo, hi, n.lowMark(hi))
-	return nil
-}
-
 // openTokens locks the data directory and starts tokens above the
 // persisted ceiling. A single node persists its first reservation before
 // any token is issued; with the token space used up it starts all the same,
@@ -121,136 +109,52 @@ func (n *Node) openTokens() error {
 	n.data = d
 	n.savedCeiling = floor
 	n.tokens.Raise(lo)
-	n.reserve = make(chan struct{}, 1)
-	n.reserveStop = make(chan struct{})
-	n.reserveDone = make(chan struct{})
-	n.tokens.SetOnLow(func() {
-		select {
-		case n.reserve <- struct{}{}:
-		default:
-		}
-	})
+	n.tokens.SetOnLow(n.ceiling.ask)
 	n.tokens.SetCeiling(hi, n.lowMark(hi))
-	go n.reserver()
+	n.ceiling.start(d, n.nextBlock, n.tookBlock)
 	return nil
 }
 
-// Reserver retry delays: after a failure the reserver tries again after
-// reserveRetryMin, doubling up to reserveRetryMax, until it succeeds.
-const (
-	reserveRetryMin = 100 * time.Millisecond
-	reserveRetryMax = 2 * time.Second
-)
+// nextBlock is a single node's ceilingWriter.next: the end of the next
+// block once issued tokens come within half a block of the ceiling.
+func (n *Node) nextBlock() (uint64, error) {
+	c, last := n.tokens.Ceiling(), n.tokens.Last()
+	if last+n.cfg.TokenBlock/2 < c {
+		return 0, nil
+	}
+	lo, hi := n.tokenRange(max(c, last))
+	if lo == hi {
+		n.storage.failed(ErrTokensExhausted)
+		return 0, ErrTokensExhausted
+	}
+	return hi, nil
+}
 
-// reserver persists the next block of tokens whenever issued tokens come
-// within half a block of the ceiling, so that grants rarely find the tokens
-// used up. When it cannot (a full disk, the token space used up), grants
-// are refused once the tokens under the durable ceiling are used, and it
-// tries again with a backoff until it can: kicks that come meanwhile (each
-// refused grant kicks) do not make it retry sooner. It owns the writes of
-// the ceiling on an active node; nothing waits for it but Stop, briefly.
-func (n *Node) reserver() {
-	defer close(n.reserveDone)
-	var backoff time.Duration
-	for {
-		if backoff == 0 {
-			select {
-			case <-n.reserveStop:
-				return
-			case <-n.reserve:
-			}
-		} else {
-			t := time.NewTimer(backoff)
-			select {
-			case <-n.reserveStop:
-				t.Stop()
-				return
-			case <-t.C:
-			}
-		}
-		if err := n.reserveAhead(); err != nil {
-			// Reported (and logged, rate-limited) by storageHealth.
-			backoff = min(max(2*backoff, reserveRetryMin), reserveRetryMax)
-			continue
-		}
-		backoff = 0
+// tookBlock is a single node's ceilingWriter.wrote: the block ending at a
+// durable hi is the node's to issue.
+func (n *Node) tookBlock(hi uint64, err error) {
+	if err == nil {
+		n.tokens.SetRange(hi-n.cfg.TokenBlock, hi, n.lowMark(hi))
 	}
 }
 
-// reserveAhead takes blocks until more than half a block of tokens is left
-// under the ceiling.
-func (n *Node) reserveAhead() error {
-	for {
-		c, last := n.tokens.Ceiling(), n.tokens.Last()
-		if last+n.cfg.TokenBlock/2 < c {
-			return nil
-		}
-		lo, hi := n.tokenRange(max(c, last))
-		if lo == hi {
-			n.storage.failed(ErrTokensExhausted)
-			return ErrTokensExhausted
-		}
-		if err := n.takeRange(lo, hi); err != nil {
-			return err
-		}
-	}
-}
-
-// stopReserveWait is the longest Stop waits for a write of the token
-// ceiling in progress: a disk that does not answer must not hold it up.
-const stopReserveWait = 2 * time.Second
-
-// closeTokens stops the reserver and unlocks the data directory. It waits
-// for a write of the ceiling in progress until ctx is done or for
-// stopReserveWait at most; a write that takes longer (a dead disk) ends on
-// its own, and only then unlocks the directory.
+// closeTokens stops the ceiling writer and unlocks the data directory. A
+// write that does not end in time (a dead disk: see ceilingWriter.stop)
+// goes on, and the directory is unlocked when it ends.
 func (n *Node) closeTokens(ctx context.Context) {
 	d := n.data
 	if d == nil {
 		return
 	}
-	if n.reserveStop == nil {
-		// A cluster node: its ceilings are written by the cluster's
-		// persister, which stopped with the cluster goroutine, or is
-		// still in a write that does not end. (No cluster at all when
-		// the node stopped before its loops booted: a taken port.)
-		n.data = nil
-		if n.cl == nil || !n.cl.persist.started.Load() {
-			d.close()
-			return
-		}
-		p := &n.cl.persist
-		select {
-		case <-p.done:
-			d.close()
-		default:
-			go func() {
-				<-p.done
-				d.close()
-			}()
-		}
-		return
-	}
-	select {
-	case <-n.reserveStop:
-		return // closed before, the reserver still writing
-	default:
-	}
-	close(n.reserveStop)
-	t := time.NewTimer(stopReserveWait)
-	defer t.Stop()
-	select {
-	case <-n.reserveDone:
-		n.data = nil
+	n.data = nil
+	if n.ceiling.stop(ctx) {
 		d.close()
 		return
-	case <-ctx.Done():
-	case <-t.C:
 	}
 	n.log.Warn().Str("data_dir", d.path).
 		Msg("the token ceiling is still being written: stopping without waiting; the data directory stays locked until the write ends")
 	go func() {
-		<-n.reserveDone
+		<-n.ceiling.done
 		d.close()
 	}()
 }
