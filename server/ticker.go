@@ -1,0 +1,134 @@
+package server
+
+import (
+	"context"
+	"time"
+)
+
+func (n *Node) ticker() {
+	defer close(n.tickDone)
+	period := n.cfg.Tick
+	t := time.NewTicker(period)
+	defer t.Stop()
+	scan := time.NewTimer(time.Hour)
+	scan.Stop()
+	var scanned time.Time // the last idle scan
+	for {
+		if n.quiet() {
+			// Nothing will expire and nobody waits to be resumed: sleep
+			// until a batch starts a timer or pauses a connection, or
+			// until the next idle scan. The flag is set before the
+			// second look, and batches set their state before they look
+			// at the flag, so one of the two sees the other.
+			n.tickIdle.Store(true)
+			scanning := false
+			if n.quiet() {
+				var due <-chan time.Time
+				if wait, ok := n.scanWait(scanned); ok {
+					scan.Reset(wait)
+					due = scan.C
+				}
+				select {
+				case <-n.stopTick:
+					return
+				case <-n.kick:
+				case <-due:
+					scanning = true
+				}
+				scan.Stop()
+			}
+			n.tickIdle.Store(false)
+			if scanning {
+				// Only the idle scan is due: do it, and sleep again.
+				scanned = time.Now()
+				n.queueTicks(true)
+				continue
+			}
+			period = n.cfg.Tick
+			t.Reset(period)
+		}
+		select {
+		case <-n.stopTick:
+			return
+		case <-t.C:
+		}
+		// Tick slower while ticks find nothing due (long leases held, say),
+		// back to Config.Tick as soon as one does: expiries stay within
+		// maxTick of their deadline, and a node holding day-long leases
+		// does not wake every few milliseconds.
+		if n.tickFired.Swap(false) {
+			if period != n.cfg.Tick {
+				period = n.cfg.Tick
+				t.Reset(period)
+			}
+		} else if period < maxTick {
+			period = min(2*period, maxTick)
+			t.Reset(period)
+		}
+		due := false
+		if _, ok := n.scanWait(scanned); ok && time.Since(scanned) >= n.scanEvery() {
+			scanned, due = time.Now(), true
+		}
+		n.queueTicks(due)
+	}
+}
+
+// queueTicks asks every loop to run its tick, and to scan for idle
+// connections too when scan is set.
+func (n *Node) queueTicks(scan bool) {
+	n.tickRounds.Add(1)
+	for _, lp := range *n.loops.Load() {
+		if scan {
+			lp.scanDue.Store(true)
+		}
+		if lp.tickQueued.CompareAndSwap(false, true) {
+			if err := lp.el.Execute(context.Background(), lp.tickTask); err != nil {
+				lp.tickQueued.Store(false)
+			}
+		}
+	}
+}
+
+// quiet reports whether no shard has a running timer and no loop has a
+// paused connection, a snapshot to send, a connection on probation, or one
+// waiting out a failed authentication.
+// maxTick is the slowest the ticker goes while timers run but none is due:
+// with the wheel's 1 ms slots it keeps expiries within the protocol's
+// "normally within 20 ms".
+const maxTick = 10 * time.Millisecond
+
+func (n *Node) quiet() bool {
+	if n.budget.squeezed.Load() {
+		return false // memory to hand back once the pressure has passed
+	}
+	for i := range n.shards {
+		if n.shards[i].timers.Load() != 0 {
+			return false
+		}
+	}
+	for _, lp := range *n.loops.Load() {
+		if lp.hasPaused.Load() || lp.hasMore.Load() || lp.hasOwing.Load() || lp.hasLists.Load() || lp.hasSnapshots.Load() || lp.hasProbation.Load() || lp.hasRejected.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// noteTimers records how many timers shard b runs, and wakes the ticker if
+// it sleeps while there are some. b's mutex is held.
+func (n *Node) noteTimers(b *shardBox) {
+	t := int64(b.sh.Timers())
+	if b.timers.Load() != t {
+		b.timers.Store(t)
+	}
+	if t > 0 && n.tickIdle.Load() {
+		n.wakeTicker()
+	}
+}
+
+func (n *Node) wakeTicker() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
