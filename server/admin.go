@@ -17,6 +17,12 @@ import (
 	"github.com/kunci/kunci/wire"
 )
 
+// adminServer is the HTTP admin endpoint: set by Start, shut by Stop.
+type adminServer struct {
+	srv  *http.Server
+	addr string // the bound address
+}
+
 // startAdmin serves the admin endpoints on addr: /metrics (Prometheus),
 // /healthz (the process serves and can reserve tokens), /readyz (200 only
 // on the active), /locks (the held keys as JSON: list.go) and, with
@@ -27,7 +33,7 @@ func (n *Node) startAdmin(addr string) error {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := n.storage.status(); err != nil {
+		if err := n.store.health.status(); err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
@@ -52,10 +58,10 @@ func (n *Node) startAdmin(addr string) error {
 	if err != nil {
 		return fmt.Errorf("server: admin listen %s: %w", addr, err)
 	}
-	n.admin = &http.Server{Handler: readOnly(mux), ReadHeaderTimeout: 10 * time.Second}
-	n.adminAddr = ln.Addr().String()
+	n.admin.srv = &http.Server{Handler: readOnly(mux), ReadHeaderTimeout: 10 * time.Second}
+	n.admin.addr = ln.Addr().String()
 	go func() {
-		if err := n.admin.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := n.admin.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.log.Error().Err(err).Msg("admin endpoint stopped")
 		}
 	}()
@@ -76,11 +82,11 @@ func readOnly(h http.Handler) http.Handler {
 }
 
 // AdminAddr returns the admin endpoint's address, or "" without one.
-func (n *Node) AdminAddr() string { return n.adminAddr }
+func (n *Node) AdminAddr() string { return n.admin.addr }
 
 func (n *Node) stopAdmin(ctx context.Context) {
-	if n.admin != nil {
-		_ = n.admin.Shutdown(ctx)
+	if n.admin.srv != nil {
+		_ = n.admin.srv.Shutdown(ctx)
 	}
 }
 
@@ -185,7 +191,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		gauge(descSynced, synced, l.Standby)
 	}
-	counter(descPromotions, c.n.promotions.Load())
+	counter(descPromotions, c.n.roles.promotions.Load())
 	counter(descPeerRefused, m.PeerRefused)
 	counter(descPeerDropped, m.PeerFramesDropped)
 	for reason, v := range m.StandbysDropped {

@@ -9,10 +9,22 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/kunci/kunci/wire"
 )
+
+// clientGate is who may connect and as whom: the credentials, and the
+// connections and failures counted per source.
+type clientGate struct {
+	// auth is nil without Config.AuthFile. Loops read it; ReloadAuth, one
+	// at a time under reloadMu, replaces it.
+	auth     atomic.Pointer[credentials]
+	reloadMu sync.Mutex
+	failures atomic.Uint64 // refused authentications
+	sources  sources       // connections and auth failures per source address; safe for concurrent use
+}
 
 // Client credentials (Config.AuthFile). A node with an auth file serves a
 // client connection only after its first line, "U name secret", named a
@@ -207,17 +219,17 @@ func (lp *loop) beforeAuth(cs *conn, req *wire.Request, err error) {
 func (lp *loop) authenticate(cs *conn, req *wire.Request) {
 	n := lp.n
 	now := n.now()
-	set := n.auth.Load()
+	set := n.gate.auth.Load()
 	name := set.allowanceName(req.Name)
-	if !n.sources.mayTry(cs.src, name, now) {
-		n.authFailures.Add(1)
+	if !n.gate.sources.mayTry(cs.src, name, now) {
+		n.gate.failures.Add(1)
 		lp.reject(cs, errAuthThrottled, now)
 		return
 	}
 	c := set.check(req.Name, req.Secret)
 	if c == nil {
-		n.authFailures.Add(1)
-		n.sources.failed(cs.src, name, now)
+		n.gate.failures.Add(1)
+		n.gate.sources.failed(cs.src, name, now)
 		n.log.Debug().Str("remote", cs.c.RemoteAddr().String()).Msg("client authentication failed")
 		lp.reject(cs, errBadCredentials, now)
 		return
@@ -238,7 +250,7 @@ func (n *Node) admit(cs *conn, c *credential) {
 // current auth file has that name. It runs on cs's loop; the credential is
 // then revoked and re-read on reload like one given by U.
 func (n *Node) authenticateAs(cs *conn, name string) bool {
-	set := n.auth.Load()
+	set := n.gate.auth.Load()
 	if set == nil {
 		return false
 	}
@@ -258,7 +270,7 @@ func (lp *loop) reject(cs *conn, why error, now int64) {
 	cs.rejected, cs.rejectAt = why, now+int64(lp.n.cfg.AuthFailureDelay)
 	lp.rejected = append(lp.rejected, cs)
 	lp.hasRejected.Store(true)
-	if lp.n.tickIdle.Load() {
+	if lp.n.tick.idle.Load() {
 		lp.n.wakeTicker()
 	}
 }
@@ -309,14 +321,14 @@ func (n *Node) ReloadAuth() error {
 	if n.cfg.AuthFile == "" {
 		return errors.New("server: no auth file to re-read (the node was started without one)")
 	}
-	n.reloadMu.Lock()
-	defer n.reloadMu.Unlock()
+	n.gate.reloadMu.Lock()
+	defer n.gate.reloadMu.Unlock()
 	set, err := loadCredentials(n.cfg.AuthFile)
 	if err != nil {
 		n.log.Error().Err(err).Msg("auth file not reloaded: the credentials in force stay")
 		return err
 	}
-	n.auth.Store(set)
+	n.gate.auth.Store(set)
 	var revoked, kept atomic.Int64
 	n.onEachLoop(func(lp *loop) {
 		var gone []*conn

@@ -155,7 +155,7 @@ func (lp *loop) charge(cs *conn) {
 	if v > 0 && !cs.owing {
 		cs.owing = true
 		lp.owing = append(lp.owing, cs)
-		if !lp.hasOwing.Swap(true) && n.tickIdle.Load() {
+		if !lp.hasOwing.Swap(true) && n.tick.idle.Load() {
 			n.wakeTicker()
 		}
 	}

@@ -17,6 +17,19 @@ import (
 	"github.com/kunci/kunci/wire"
 )
 
+// roleState is the node's role as the loops read it: written by the
+// cluster goroutine (by OnBoot at first), read by every loop.
+type roleState struct {
+	current     atomic.Int32           // roleActive, roleStandby, roleLeaving or roleRejoining
+	active      atomic.Pointer[string] // the active's address, "" unknown
+	frozen      atomic.Bool            // promoting, handing over, stepping down or rejoining: decide nothing
+	frozenSince atomic.Int64           // when the node stopped reading requests (node clock)
+	promotions  atomic.Uint64          // standby → active
+	// staleTimeouts counts acquires answered T for waiting unread in a
+	// frozen node's input (counted by the loops).
+	staleTimeouts atomic.Uint64
+}
+
 // cluster is a node's part in a cluster of peers (Config.Peers): the driver
 // of a failover.Node, which decides every role change. One goroutine, run,
 // owns the failover.Node: it ticks it every heartbeat, steps it with what
@@ -78,14 +91,14 @@ func newCluster(n *Node) (*cluster, error) {
 	cfg := &n.cfg
 	self := -1
 	for i, p := range cfg.Peers {
-		if p == n.self {
+		if p == n.run.self {
 			self = i
 		}
 	}
 	if self < 0 {
-		return nil, fmt.Errorf("server: this node's address %s is not in its peer list %v: set --advertise to its entry", n.self, cfg.Peers)
+		return nil, fmt.Errorf("server: this node's address %s is not in its peer list %v: set --advertise to its entry", n.run.self, cfg.Peers)
 	}
-	if n.data == nil {
+	if n.store.data == nil {
 		return nil, errors.New("server: a cluster node needs a data directory for its token ceiling")
 	}
 	cl := &cluster{
@@ -113,10 +126,10 @@ func newCluster(n *Node) (*cluster, error) {
 		SemiSync:  cfg.SemiSync,
 		Block:     n.cfg.TokenBlock,
 		Inc:       cl.inc,
-	}, n.now(), n.savedCeiling)
+	}, n.now(), n.store.saved)
 	cl.mail.init(len(cfg.Peers))
 	cl.wantStream.Store(-1)
-	cl.durable.Store(n.savedCeiling)
+	cl.durable.Store(n.store.saved)
 	return cl, nil
 }
 
@@ -129,13 +142,13 @@ const (
 )
 
 func (n *Node) setRole(r int32, active string) {
-	n.activeAddr.Store(&active)
-	n.role.Store(r)
+	n.roles.active.Store(&active)
+	n.roles.current.Store(r)
 }
 
 // activeOf returns the active's address as this node knows it ("" for none).
 func (n *Node) activeOf() string {
-	if p := n.activeAddr.Load(); p != nil {
+	if p := n.roles.active.Load(); p != nil {
 		return *p
 	}
 	return ""
@@ -257,7 +270,7 @@ func (cl *cluster) do(actions []failover.Action) {
 			n.resetShards()
 		case failover.Persist:
 			raiseTo(&cl.persist, a.Ceiling)
-			n.ceiling.ask()
+			n.store.writer.ask()
 		case failover.Issue:
 			n.tokens.SetRange(a.Range.Lo, a.Range.Hi, n.lowMark(a.Range.Hi))
 			n.log.Debug().Uint64("lo", a.Range.Lo).Uint64("hi", a.Range.Hi).Msg("issuing tokens from a new range")
@@ -270,7 +283,7 @@ func (cl *cluster) do(actions []failover.Action) {
 	}
 	// A loop that found the clock jumped froze the node on its own; the
 	// failover.Node, now told of the jump, says whether it stays frozen.
-	if !cl.frozen && n.frozen.Load() {
+	if !cl.frozen && n.roles.frozen.Load() {
 		n.thaw(cl.timeout)
 	}
 }
@@ -281,12 +294,12 @@ func (cl *cluster) setRole(a failover.Action) {
 	if a.Peer >= 0 {
 		addr = cl.addrs[a.Peer]
 	}
-	was := n.role.Load()
+	was := n.roles.current.Load()
 	n.setRole(int32(a.Role), addr)
 	ev := n.log.Info()
 	switch {
 	case a.Role == failover.Active && was != roleActive:
-		n.promotions.Add(1)
+		n.roles.promotions.Add(1)
 		ev = n.log.Warn()
 		ev.Str("why", a.Why).Msg("promoted to active")
 		return
@@ -304,7 +317,7 @@ func (cl *cluster) sendHeartbeat(i int, h *failover.Heartbeat) {
 	cl.mu.Unlock()
 	for _, pc := range [2]*peerConn{out, in} {
 		if pc != nil {
-			line := replica.AppendHeartbeat(nil, cl.n.self, h)
+			line := replica.AppendHeartbeat(nil, cl.n.run.self, h)
 			_ = pc.c.AsyncWrite(line, checkBacklog)
 		}
 	}
@@ -347,7 +360,7 @@ func (cl *cluster) follow(a int) {
 // link is up and it was not asked yet.
 func (cl *cluster) ensureStream() {
 	a := int(cl.wantStream.Load())
-	if a < 0 || cl.n.role.Load() != roleStandby {
+	if a < 0 || cl.n.roles.current.Load() != roleStandby {
 		return
 	}
 	cl.mu.Lock()
@@ -364,7 +377,7 @@ func (cl *cluster) dropStandbys(p int) {
 	for _, s := range cl.hub.Subs() {
 		if p < 0 || s.Peer == p {
 			if p >= 0 {
-				cl.n.standbysDropped[dropSlow].Add(1)
+				cl.n.peers.standbysDropped[dropSlow].Add(1)
 				cl.n.log.Warn().Str("standby", cl.addrs[s.Peer]).Msg("standby did not acknowledge within the failover timeout: dropped (semi-sync answers do not wait for it)")
 			}
 			cl.hub.Remove(s)
@@ -447,7 +460,7 @@ func (cl *cluster) dial(i int) {
 			backoff := min(time.Second<<min(cl.dialFails[i]-1, 5), 30*time.Second)
 			cl.dialAfter[i] = n.now() + int64(backoff)
 			cl.mu.Unlock()
-			n.peerLog.warn(n.log, "dial "+cl.addrs[i]+err.Error(), func(e *zerolog.Event) {
+			n.peers.log.warn(n.log, "dial "+cl.addrs[i]+err.Error(), func(e *zerolog.Event) {
 				e.Str("peer", cl.addrs[i]).Err(err).Stringer("retry_in", backoff)
 			}, "the peer's address does not answer as a kunci peer holding the cluster key")
 		}
@@ -459,7 +472,7 @@ func (cl *cluster) dial(i int) {
 	cl.mu.Unlock()
 	pc := &peerConn{n: n, idx: i, peerInc: keys.inc, out: true, keys: keys}
 	ctx := gnet.NewContext(gnet.NewNetConnContext(context.Background(), nc), pc)
-	ch, err := n.eng.Register(ctx)
+	ch, err := n.run.eng.Register(ctx)
 	if err != nil {
 		nc.Close()
 		fail()
@@ -589,16 +602,16 @@ func (cl *cluster) wroteCeiling(c uint64, err error) {
 // leases and waits stand still; requests read once it thaws count their
 // wait from since. It returns once no batch that started before runs.
 func (n *Node) freeze(since int64) {
-	if !n.frozen.Load() {
+	if !n.roles.frozen.Load() {
 		// What is read after the thaw came after the loops last read:
 		// after since, or later if they read on meanwhile (a stalled
 		// cluster goroutine, loops that served on).
-		for _, lp := range *n.loops.Load() {
+		for _, lp := range *n.loops.all.Load() {
 			since = max(since, lp.lastTurn.Load())
 		}
-		n.frozenSince.Store(since)
+		n.roles.frozenSince.Store(since)
 	}
-	n.frozen.Store(true)
+	n.roles.frozen.Store(true)
 	n.onEachLoop(func(*loop) {})
 }
 
@@ -607,7 +620,7 @@ func (n *Node) freeze(since int64) {
 // node stopped reading, past its wait or past stale, is answered T and
 // never granted (its client may have left long ago).
 func (n *Node) thaw(stale time.Duration) {
-	since := n.frozenSince.Load()
+	since := n.roles.frozenSince.Load()
 	n.onEachLoop(func(lp *loop) {
 		n.conns.each(func(cs *conn) {
 			if cs.lp == lp && !cs.closed {
@@ -617,7 +630,7 @@ func (n *Node) thaw(stale time.Duration) {
 		})
 		lp.stale = int64(stale)
 	})
-	n.frozen.Store(false)
+	n.roles.frozen.Store(false)
 	n.wakeClients()
 }
 
@@ -626,8 +639,8 @@ func (n *Node) thaw(stale time.Duration) {
 // starved, and another node may be active now. run decides, at its next
 // tick, whether it thaws (see cluster.do). It runs on a loop.
 func (n *Node) selfFreeze(since int64) {
-	if n.frozen.CompareAndSwap(false, true) {
-		n.frozenSince.Store(since)
+	if n.roles.frozen.CompareAndSwap(false, true) {
+		n.roles.frozenSince.Store(since)
 		n.cl.mail.wake()
 	}
 }
@@ -685,7 +698,7 @@ func (n *Node) wakeClients() {
 // onEachLoop runs fn on every event loop and returns when all are done.
 func (n *Node) onEachLoop(fn func(*loop)) {
 	var wg sync.WaitGroup
-	for _, lp := range *n.loops.Load() {
+	for _, lp := range *n.loops.all.Load() {
 		wg.Add(1)
 		err := lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
 			defer wg.Done()
@@ -703,7 +716,7 @@ func (n *Node) onEachLoop(fn func(*loop)) {
 // rejoining, counts as a standby). A node without peers is always the
 // active.
 func (n *Node) Role() string {
-	if n.role.Load() == roleActive {
+	if n.roles.current.Load() == roleActive {
 		return "active"
 	}
 	return "standby"
@@ -828,7 +841,7 @@ func (n *Node) ackedAny(uint64) {
 
 // releaseHeld has every loop holding answers look at them again.
 func (n *Node) releaseHeld() {
-	for _, lp := range *n.loops.Load() {
+	for _, lp := range *n.loops.all.Load() {
 		if lp.hasHeld.Load() && lp.heldQueued.CompareAndSwap(false, true) {
 			if err := lp.el.Execute(context.Background(), lp.heldTask); err != nil {
 				lp.heldQueued.Store(false)

@@ -158,7 +158,7 @@ func (lp *loop) stepList(cs *conn) {
 	}
 	ls.started = true
 	for sent := 0; ; {
-		if n.frozen.Load() || n.role.Load() != roleActive {
+		if n.roles.frozen.Load() || n.roles.current.Load() != roleActive {
 			// Between roles: a node that stays active lists on after the
 			// thaw; one that does not redirects and closes cs.
 			lp.waitList(cs, 0)
@@ -208,7 +208,7 @@ func (lp *loop) waitList(cs *conn, since int64) {
 	}
 	lp.lists = append(lp.lists, cs)
 	lp.hasLists.Store(true)
-	if lp.n.tickIdle.Load() {
+	if lp.n.tick.idle.Load() {
 		lp.n.wakeTicker()
 	}
 }
@@ -222,7 +222,7 @@ func (lp *loop) resumeLists() {
 	}
 	n := lp.n
 	now := n.now()
-	between := n.frozen.Load() || n.role.Load() != roleActive
+	between := n.roles.frozen.Load() || n.roles.current.Load() != roleActive
 	kept := lp.lists[:0]
 	var resume []*conn
 	for _, cs := range lp.lists {

@@ -143,7 +143,7 @@ func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 	buf, _ := c.Peek(min(avail, serveBudget+wire.MaxLine))
 	off := 0
 	lp.batch = lp.batch[:0]
-	lp.standby = n.role.Load() != roleActive
+	lp.standby = n.roles.current.Load() != roleActive
 	lp.closing = false
 	if len(cs.carry) > 0 {
 		i := bytes.IndexByte(buf, '\n')
@@ -250,7 +250,7 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 		// Authenticated already, or the node asks for no credentials:
 		// then U checks nothing, so clients may be given credentials
 		// before their nodes ask for them.
-		if lp.n.auth.Load() != nil {
+		if lp.n.gate.auth.Load() != nil {
 			lp.refused.count(errAuthenticated)
 			cs.out = wire.AppendError(cs.out, req.EchoOp, nil, wire.Reason(errAuthenticated))
 		} else {
@@ -301,7 +301,7 @@ func (lp *loop) info(cs *conn) {
 	if s := n.State(); s != "" {
 		state = "state=" + s
 	}
-	cs.info = wire.AppendInfo(cs.info, n.Role(), n.self, n.activeOf(), state)
+	cs.info = wire.AppendInfo(cs.info, n.Role(), n.run.self, n.activeOf(), state)
 	lp.markDirty(cs)
 }
 
@@ -386,7 +386,7 @@ func (lp *loop) apply(sh *engine.Shard, cs *conn, r *request, now int64) {
 		if lp.inbox.pending.Load() {
 			lp.drainInbox()
 		}
-		lp.n.staleTimeouts.Add(1)
+		lp.n.roles.staleTimeouts.Add(1)
 		cs.note(engine.TimedOut, 0)
 		cs.out = wire.AppendTimeout(cs.out, r.key)
 		lp.markDirty(cs)
@@ -550,7 +550,7 @@ func (lp *loop) flush() {
 func (lp *loop) runTick(context.Context) error {
 	lp.tickQueued.Store(false)
 	n := lp.n
-	loops := *n.loops.Load()
+	loops := *n.loops.all.Load()
 	pos, m := 0, len(loops)
 	for i, l := range loops {
 		if l == lp {
@@ -560,7 +560,7 @@ func (lp *loop) runTick(context.Context) error {
 	for s := pos; s < len(n.shards); s += m {
 		b := &n.shards[s]
 		b.mu.Lock()
-		if n.frozen.Load() {
+		if n.roles.frozen.Load() {
 			b.mu.Unlock()
 			continue
 		}
@@ -569,7 +569,7 @@ func (lp *loop) runTick(context.Context) error {
 		ended := c.Expiries + c.Timeouts
 		b.sh.Advance(now, &lp.out)
 		if c.Expiries+c.Timeouts != ended {
-			n.tickFired.Store(true)
+			n.tick.fired.Store(true)
 		}
 		lp.deliver(nil)
 		n.noteTimers(b)

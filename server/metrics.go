@@ -90,16 +90,16 @@ func (n *Node) Metrics() Metrics {
 		Buffered:   n.budget.buffered.Load(),
 		Shed:       n.budget.closed.Load(),
 
-		PeerRefused:       n.peerRefused.Load(),
-		PeerFramesDropped: n.peerFramesDropped.Load(),
+		PeerRefused:       n.peers.refused.Load(),
+		PeerFramesDropped: n.peers.framesDropped.Load(),
 		StandbysDropped:   make(map[string]uint64, dropReasons),
-		AuthFailures:      n.authFailures.Load(),
-		StorageOK:         n.storage.status() == nil,
-		StorageErrors:     n.storage.failures.Load(),
-		TickRounds:        n.tickRounds.Load(),
+		AuthFailures:      n.gate.failures.Load(),
+		StorageOK:         n.store.health.status() == nil,
+		StorageErrors:     n.store.health.failures.Load(),
+		TickRounds:        n.tick.rounds.Load(),
 	}
 	for i, name := range dropReasonNames {
-		m.StandbysDropped[name] = n.standbysDropped[i].Load()
+		m.StandbysDropped[name] = n.peers.standbysDropped[i].Load()
 	}
 	for i := range n.shards {
 		b := &n.shards[i]
@@ -123,7 +123,7 @@ func (n *Node) Metrics() Metrics {
 			m.TLSDropped[tlsDropNames[i]] = n.term.dropped[i].Load()
 		}
 	}
-	for _, lp := range *n.loops.Load() {
+	for _, lp := range *n.loops.all.Load() {
 		count(&lp.refused)
 	}
 	return m

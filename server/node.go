@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -24,71 +23,69 @@ import (
 var ErrStopped = errors.New("server: node stopped")
 
 // Node is one kunci node. Create it with New, then Start it.
+//
+// Who owns what: cfg, log, epoch, limits and shards (the slice; each
+// shard under its own mutex) are set by New and only read after; the
+// other fields are groups, each saying who owns its parts. The loops are
+// gnet's goroutines, one per Config.Loops; "the cluster goroutine" is
+// cluster.run.
 type Node struct {
 	cfg    Config
 	log    zerolog.Logger
-	epoch  time.Time
-	tokens engine.Tokens
-	shards []shardBox
-	limits wire.Limits
+	epoch  time.Time     // the engine's clock starts here (now)
+	limits wire.Limits   // from cfg
+	shards []shardBox    // each under its own mutex
+	tokens engine.Tokens // safe for concurrent use
 
-	eng   gnet.Engine
-	addr  string // bound address
-	self  string // advertised address
-	conns connTable
+	run    running     // Start, OnBoot and Stop
+	tick   tickState   // the ticker goroutine (ticker.go)
+	conns  connTable   // safe for concurrent use (conn.go)
+	loops  loopSet     // the loops, as gnet started them
+	gate   clientGate  // who may connect and as whom (auth.go, sources.go)
+	term   *terminator // serves Config.TLSListen; nil without (tls.go)
+	admin  adminServer // the HTTP admin endpoint (admin.go)
+	store  tokenStore  // the data directory and its token ceiling (tokens.go)
+	roles  roleState   // active or standby, frozen or not (cluster.go)
+	cl     *cluster    // nil without Config.Peers; set by OnBoot
+	peers  peerState   // peer links' keys and counters (peer.go)
+	budget budget      // what client connections hold in memory (budget.go)
 
-	loopsMu sync.Mutex
-	byLoop  map[gnet.EventLoop]*loop
-	loops   atomic.Pointer[[]*loop]
-
-	admin     *http.Server
-	adminAddr string
-
-	term *terminator // serves Config.TLSListen; nil without
-
-	data    *dataDir      // nil without Config.DataDir
-	storage storageHealth // whether tokens can be reserved; safe for concurrent use
-	ceiling ceilingWriter // writes the token ceiling to data (ceiling.go)
-
-	cl           *cluster     // nil without Config.Peers
-	peerIndex    int          // this node's place in Config.Peers (0 without)
-	savedCeiling uint64       // the token ceiling the data dir held at start
-	role         atomic.Int32 // roleActive, roleStandby or roleLeaving
-	activeAddr   atomic.Pointer[string]
-	frozen       atomic.Bool   // promoting, handing over, stepping down or rejoining: decide nothing
-	frozenSince  atomic.Int64  // when the node stopped reading requests (node clock)
-	promotions   atomic.Uint64 // standby → active; written by the cluster goroutine
-
-	refused    refusals      // counted off the loops
+	refused    refusals      // refusals counted off the loops
 	slowClosed atomic.Uint64 // connections closed for not reading
-	budget     budget        // what client connections hold in memory (budget.go)
+}
 
-	keys              *replica.Keyring // cluster keys; nil for an insecure cluster
-	peerRefused       atomic.Uint64    // handshakes refused and peer links closed for breaking the protocol
-	peerFramesDropped atomic.Uint64    // peer frames dropped unread (heartbeats over the rate)
-	peerLog           logLimiter       // warnings about peer links, rate-limited
-	staleTimeouts     atomic.Uint64    // acquires answered T for waiting unread in a frozen node's input
-	standbysDropped   dropCounts       // standbys dropped for falling behind, by reason
+// running is what Start, gnet's OnBoot and Stop share.
+type running struct {
+	eng     gnet.Engine   // set by OnBoot
+	addr    string        // the bound address; set by OnBoot
+	self    string        // the advertised address; set by OnBoot
+	booted  chan struct{} // closed by OnBoot once the fields above are set
+	bootErr error         // set by OnBoot, read by Start after booted
+	done    chan struct{} // closed when gnet.Run returns
+	err     error         // gnet.Run's error, read after done
 
-	// Client credentials: nil without Config.AuthFile. Loops read it;
-	// ReloadAuth, one at a time under reloadMu, replaces it.
-	auth         atomic.Pointer[credentials]
-	reloadMu     sync.Mutex
-	authFailures atomic.Uint64
-	sources      sources // connections and auth failures per source address
+	stopOnce sync.Once
+}
 
-	booted     chan struct{}
-	bootErr    error
-	runDone    chan struct{}
-	runErr     error
-	stopOnce   sync.Once
-	stopTick   chan struct{}
-	tickDone   chan struct{}
-	tickIdle   atomic.Bool   // the ticker sleeps until kicked
-	tickFired  atomic.Bool   // a tick ended a lease or a wait
-	tickRounds atomic.Uint64 // rounds of ticks queued (Metrics.TickRounds)
-	kick       chan struct{} // wakes the sleeping ticker
-	ticking    bool          // set by Start; Stop is called after Start returns
+// tickState is the ticker's. The channels are made by New; idle, fired
+// and rounds are atomics the loops' batches also touch (to wake the
+// ticker, to say a tick did something).
+type tickState struct {
+	stop   chan struct{} // closed by Stop
+	done   chan struct{} // closed when the ticker ends
+	idle   atomic.Bool   // the ticker sleeps until kicked
+	fired  atomic.Bool   // a tick ended a lease or a wait
+	rounds atomic.Uint64 // rounds of ticks queued (Metrics.TickRounds)
+	kick   chan struct{} // wakes the sleeping ticker
+	on     bool          // set by Start; Stop is called after Start returns
+}
+
+// loopSet is the node's event loops. all is set once by the first
+// connection of each loop (under mu) and read lock-free after.
+type loopSet struct {
+	mu   sync.Mutex
+	byEL map[gnet.EventLoop]*loop // (mu)
+	all  atomic.Pointer[[]*loop]
 }
 
 // shardBox is a shard with its mutex, padded so that neighbouring shards'
@@ -106,28 +103,25 @@ func New(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		epoch:    time.Now(),
-		byLoop:   make(map[gnet.EventLoop]*loop),
-		booted:   make(chan struct{}),
-		runDone:  make(chan struct{}),
-		stopTick: make(chan struct{}),
-		kick:     make(chan struct{}, 1),
-		tickDone: make(chan struct{}),
+		cfg:   cfg,
+		log:   cfg.Logger,
+		epoch: time.Now(),
+		loops: loopSet{byEL: make(map[gnet.EventLoop]*loop)},
+		run:   running{booted: make(chan struct{}), done: make(chan struct{})},
+		tick:  tickState{stop: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{})},
 		limits: wire.Limits{
 			MaxLease: cfg.MaxLease.Milliseconds(),
 			MaxWait:  cfg.MaxWait.Milliseconds(),
 		},
-		peerLog: logLimiter{interval: 10 * time.Second},
+		peers: peerState{log: logLimiter{interval: 10 * time.Second}},
 	}
 	if len(cfg.Peers) > 0 {
 		self := cfg.Advertise
 		if self == "" {
 			self = cfg.Listen
 		}
-		n.peerIndex = slices.Index(cfg.Peers, self)
-		if n.peerIndex < 0 {
+		n.peers.index = slices.Index(cfg.Peers, self)
+		if n.peers.index < 0 {
 			return nil, fmt.Errorf("server: this node (%s) is not in its peer list %s: give its entry with --advertise", self, strings.Join(cfg.Peers, ","))
 		}
 		if cfg.DataDir == "" {
@@ -143,7 +137,7 @@ func New(cfg Config) (*Node, error) {
 			if err != nil {
 				return nil, fmt.Errorf("server: %w", err)
 			}
-			n.keys = kr
+			n.peers.keys = kr
 		case len(cfg.ClusterKeyOld) > 0:
 			return nil, errors.New("server: an old cluster key is given without a current one")
 		case !cfg.InsecurePeers:
@@ -155,9 +149,9 @@ func New(cfg Config) (*Node, error) {
 		if err != nil {
 			return nil, err
 		}
-		n.auth.Store(set)
+		n.gate.auth.Store(set)
 	}
-	n.storage.log = n.log
+	n.store.health.log = n.log
 	// A cluster node keeps, beyond its clients' slots, two links per peer
 	// and a reserve of slots for peers that dial in while the clients'
 	// slots are full (connTable).
@@ -170,7 +164,7 @@ func New(cfg Config) (*Node, error) {
 	}
 	n.cfg.MaxConns = fitConnsToFDs(cfg.MaxConns, extra, n.log)
 	n.conns.init(n.cfg.MaxConns, 2*others, others)
-	n.sources.init(cfg.MaxConnsPerIP)
+	n.gate.sources.init(cfg.MaxConnsPerIP)
 	per := func(total int) int { return (total + cfg.Shards - 1) / cfg.Shards }
 	ecfg := engine.Config{
 		MaxKeys:    per(cfg.MaxKeys),
@@ -182,7 +176,7 @@ func New(cfg Config) (*Node, error) {
 		n.shards[i].sh = engine.NewShard(ecfg, &n.tokens, 0)
 	}
 	empty := []*loop{}
-	n.loops.Store(&empty)
+	n.loops.all.Store(&empty)
 	return n, nil
 }
 
@@ -206,8 +200,8 @@ func (n *Node) Start() error {
 		n.term = t
 	}
 	go func() {
-		defer close(n.runDone)
-		n.runErr = gnet.Run(reactor{n}, "tcp://"+n.cfg.Listen,
+		defer close(n.run.done)
+		n.run.err = gnet.Run(reactor{n}, "tcp://"+n.cfg.Listen,
 			gnet.WithNumEventLoop(n.cfg.Loops),
 			gnet.WithLoadBalancing(gnet.LeastConnections),
 			gnet.WithTicker(len(n.cfg.Peers) > 0 || n.term != nil),
@@ -217,22 +211,22 @@ func (n *Node) Start() error {
 		)
 	}()
 	select {
-	case <-n.booted:
-	case <-n.runDone:
+	case <-n.run.booted:
+	case <-n.run.done:
 		n.closeTokens(context.Background())
 		n.stopTLS()
-		if n.runErr == nil {
+		if n.run.err == nil {
 			return ErrStopped
 		}
-		return fmt.Errorf("server: listen %s: %w", n.cfg.Listen, n.runErr)
+		return fmt.Errorf("server: listen %s: %w", n.cfg.Listen, n.run.err)
 	}
-	if n.bootErr != nil {
-		<-n.runDone
+	if n.run.bootErr != nil {
+		<-n.run.done
 		n.closeTokens(context.Background())
 		n.stopTLS()
-		return n.bootErr
+		return n.run.bootErr
 	}
-	n.ticking = true
+	n.tick.on = true
 	go n.ticker()
 	if n.term != nil {
 		n.term.start()
@@ -242,12 +236,12 @@ func (n *Node) Start() error {
 		// OnBoot: its ticker's first call says they run.
 		select {
 		case <-n.cl.loopsUp:
-		case <-n.runDone:
+		case <-n.run.done:
 			n.closeTokens(context.Background())
 			n.stopTLS()
 			return ErrStopped
 		}
-		n.ceiling.start(n.data, n.cl.nextCeiling, n.cl.wroteCeiling)
+		n.store.writer.start(n.store.data, n.cl.nextCeiling, n.cl.wroteCeiling)
 		go n.cl.run()
 	}
 	if n.cfg.Admin != "" {
@@ -256,18 +250,18 @@ func (n *Node) Start() error {
 			return err
 		}
 	}
-	n.log.Info().Str("addr", n.addr).Str("advertise", n.self).
+	n.log.Info().Str("addr", n.run.addr).Str("advertise", n.run.self).
 		Int("loops", n.cfg.Loops).Int("shards", n.cfg.Shards).Str("version", version.String()).
 		Stringer("max_lease", n.cfg.MaxLease).Stringer("max_wait", n.cfg.MaxWait).
 		Int("max_conns", n.cfg.MaxConns).Int("max_waiters", n.cfg.MaxWaiters).
-		Int("max_keys", n.cfg.MaxKeys).Int("max_queued", n.cfg.MaxQueued).Str("admin", n.adminAddr).
+		Int("max_keys", n.cfg.MaxKeys).Int("max_queued", n.cfg.MaxQueued).Str("admin", n.admin.addr).
 		Int("max_conns_per_ip", n.cfg.MaxConnsPerIP).Stringer("idle_timeout", n.cfg.IdleTimeout).
 		Str("auth_file", n.cfg.AuthFile).
 		Str("data_dir", n.cfg.DataDir).Uint64("token_floor", n.tokens.Last()).
 		Strs("peers", n.cfg.Peers).Str("role", n.Role()).
 		Str("tls_addr", n.TLSAddr()).Bool("mutual_tls", n.cfg.TLSClientCA != "").Bool("peer_tls", n.cfg.PeerTLS).
 		Msg("kunci node started")
-	if n.cl != nil && n.keys == nil {
+	if n.cl != nil && n.peers.keys == nil {
 		n.log.Warn().Msg("peer links are NOT authenticated (--insecure-peers): anyone who reaches this node's port can pose as a peer, take its locks and stop the cluster")
 	}
 	return nil
@@ -275,32 +269,32 @@ func (n *Node) Start() error {
 
 // Addr returns the address the node listens on (with the real port when
 // Config.Listen asked for port 0).
-func (n *Node) Addr() string { return n.addr }
+func (n *Node) Addr() string { return n.run.addr }
 
 // Stop closes every connection and stops the node. Grants and waiters are
 // lost with it.
 func (n *Node) Stop(ctx context.Context) error {
 	var err error
-	n.stopOnce.Do(func() {
+	n.run.stopOnce.Do(func() {
 		select {
-		case <-n.booted:
-		case <-n.runDone:
+		case <-n.run.booted:
+		case <-n.run.done:
 			return
 		}
 		if n.cl != nil {
 			n.leaveCluster()
 		}
 		n.stopAdmin(ctx)
-		close(n.stopTick)
-		if n.ticking {
-			<-n.tickDone
+		close(n.tick.stop)
+		if n.tick.on {
+			<-n.tick.done
 		}
 		if n.term != nil {
 			n.term.closeListener()
 		}
-		err = n.eng.Stop(ctx)
+		err = n.run.eng.Stop(ctx)
 		select {
-		case <-n.runDone:
+		case <-n.run.done:
 		case <-ctx.Done():
 			if err == nil {
 				err = ctx.Err()
@@ -309,14 +303,14 @@ func (n *Node) Stop(ctx context.Context) error {
 		n.stopTLS()
 		n.closeTokens(ctx)
 		keys, queued := n.Stats()
-		n.log.Info().Str("addr", n.addr).Int("keys", keys).Int("queued", queued).
+		n.log.Info().Str("addr", n.run.addr).Int("keys", keys).Int("queued", queued).
 			Uint64("last_token", n.tokens.Last()).Msg("kunci node stopped")
 	})
 	return err
 }
 
 // Done is closed when the node has stopped.
-func (n *Node) Done() <-chan struct{} { return n.runDone }
+func (n *Node) Done() <-chan struct{} { return n.run.done }
 
 // Stats returns the keys held and acquires queued over all shards.
 func (n *Node) Stats() (keys, queued int) {

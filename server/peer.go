@@ -12,6 +12,17 @@ import (
 	"github.com/kunci/kunci/replica"
 )
 
+// peerState is what the peer links share: the cluster keys (set by New)
+// and counters any loop adds to.
+type peerState struct {
+	index           int              // this node's place in Config.Peers (0 without); set by New
+	keys            *replica.Keyring // cluster keys; nil for an insecure cluster; set by New
+	refused         atomic.Uint64    // handshakes refused and peer links closed for breaking the protocol
+	framesDropped   atomic.Uint64    // peer frames dropped unread (heartbeats over the rate)
+	log             logLimiter       // warnings about peer links, rate-limited
+	standbysDropped dropCounts       // standbys dropped for falling behind, by reason
+}
+
 // peerConn is a connection with a peer node, owned by its event loop.
 // Heartbeats go both ways on every link, so that one working connection in
 // either direction carries them. A link this node dialled (out) carries its
@@ -63,7 +74,7 @@ func (n *Node) adoptPeer(cs *conn, c gnet.Conn) *peerConn {
 	n.conns.remove(cs)
 	cs.lp.dropConn(cs)
 	if cs.perSource {
-		n.sources.close(cs.src, n.now())
+		n.gate.sources.close(cs.src, n.now())
 	}
 	cs.closed, cs.hs = true, nil
 	send, recv := hs.Keys()
@@ -192,7 +203,7 @@ func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
 			return n.dropPeer(pc, err.Error())
 		}
 		if !pc.takeHeartbeat(n.now(), cl.interval) {
-			n.peerFramesDropped.Add(1)
+			n.peers.framesDropped.Add(1)
 			return gnet.None
 		}
 		if len(f.Active) > 0 {
@@ -211,7 +222,7 @@ func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
 		if pc.sub != nil {
 			n.unsubscribe(pc)
 		}
-		if n.role.Load() != roleActive {
+		if n.roles.current.Load() != roleActive {
 			// It will look again once it hears who is active.
 			return gnet.Close
 		}
@@ -274,8 +285,8 @@ func (pc *peerConn) takeHeartbeat(now int64, interval time.Duration) bool {
 // dropPeer logs why a peer link is closed (at most once a few seconds per
 // reason) and closes it.
 func (n *Node) dropPeer(pc *peerConn, why string) gnet.Action {
-	n.peerRefused.Add(1)
-	n.peerLog.warn(n.log, why, func(e *zerolog.Event) {
+	n.peers.refused.Add(1)
+	n.peers.log.warn(n.log, why, func(e *zerolog.Event) {
 		e.Str("peer", n.cl.addrs[pc.idx]).Bool("dialled", pc.out).Str("why", why)
 	}, "closing a peer link that broke the peer protocol")
 	return gnet.Close

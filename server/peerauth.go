@@ -84,17 +84,17 @@ func (n *Node) acceptHello(line []byte) (*replica.Accepting, []byte, error) {
 		i := cl.index(addr)
 		return i >= 0 && i != cl.self
 	}
-	return replica.Accept(n.keys, n.self, cl.inc, line, isPeer, nil)
+	return replica.Accept(n.peers.keys, n.run.self, cl.inc, line, isPeer, nil)
 }
 
 // refusePeer answers a failed handshake step with an E line, logs it (at
 // most once a few seconds per reason), and closes the connection.
 func (n *Node) refusePeer(cs *conn, c gnet.Conn, op byte, err error) gnet.Action {
-	n.peerRefused.Add(1)
+	n.peers.refused.Add(1)
 	cs.out = wire.AppendError(cs.out, []byte{op}, nil, wire.Reason(err))
 	cs.lp.markDirty(cs)
 	cs.lp.flush()
-	n.peerLog.warn(n.log, "refused "+wire.Reason(err), func(e *zerolog.Event) {
+	n.peers.log.warn(n.log, "refused "+wire.Reason(err), func(e *zerolog.Event) {
 		e.Str("remote", c.RemoteAddr().String()).Err(err)
 	}, "refused a peer handshake")
 	return gnet.Close
@@ -109,7 +109,7 @@ const probationTimeout = 2 * time.Second
 func (lp *loop) watchProbation(cs *conn) {
 	lp.probation = append(lp.probation, cs)
 	lp.hasProbation.Store(true)
-	if lp.n.tickIdle.Load() {
+	if lp.n.tick.idle.Load() {
 		lp.n.wakeTicker()
 	}
 }
@@ -148,7 +148,7 @@ func (cl *cluster) dialPeer(i int, timeout time.Duration) (net.Conn, peerKeys, e
 		return nil, peerKeys{}, err
 	}
 	_ = nc.SetDeadline(time.Now().Add(timeout))
-	d, hello, err := replica.Dial(n.keys, n.self, cl.inc, addr, nil)
+	d, hello, err := replica.Dial(n.peers.keys, n.run.self, cl.inc, addr, nil)
 	if err == nil {
 		_, err = nc.Write(hello)
 	}

@@ -23,29 +23,29 @@ func (reactor) OnShutdown(gnet.Engine) {}
 // by every loop.
 func (r reactor) OnBoot(eng gnet.Engine) gnet.Action {
 	n := r.n
-	defer close(n.booted)
-	n.eng = eng
+	defer close(n.run.booted)
+	n.run.eng = eng
 	addr, err := boundAddr(eng)
 	if err != nil {
-		n.bootErr = err
+		n.run.bootErr = err
 		return gnet.Shutdown
 	}
-	n.addr = addr
-	n.self = n.cfg.Advertise
-	if n.self == "" {
-		n.self = addr
+	n.run.addr = addr
+	n.run.self = n.cfg.Advertise
+	if n.run.self == "" {
+		n.run.self = addr
 		if len(n.cfg.Peers) > 0 {
-			n.self = n.cfg.Listen // the peer list names it so
+			n.run.self = n.cfg.Listen // the peer list names it so
 		}
 	}
 	if len(n.cfg.Peers) == 0 {
 		// Active from the start: not a promotion.
-		n.setRole(roleActive, n.self)
+		n.setRole(roleActive, n.run.self)
 		return gnet.None
 	}
 	n.setRole(roleStandby, "")
 	if n.cl, err = newCluster(n); err != nil {
-		n.bootErr = err
+		n.run.bootErr = err
 		return gnet.Shutdown
 	}
 	return gnet.None
@@ -114,11 +114,11 @@ func (n *Node) openClient(c gnet.Conn, h *handoff) ([]byte, gnet.Action) {
 	if h != nil && h.counted {
 		perSource = true // since its handshake began
 	} else {
-		perSource = n.sources.open(src, now)
+		perSource = n.gate.sources.open(src, now)
 	}
 	if perSource {
 		if cs = n.conns.add(c); cs == nil {
-			n.sources.close(src, now)
+			n.gate.sources.close(src, now)
 			perSource = false
 		}
 	}
@@ -128,7 +128,7 @@ func (n *Node) openClient(c gnet.Conn, h *handoff) ([]byte, gnet.Action) {
 		cs = n.conns.addProbation(c, hostOf(c.RemoteAddr()))
 	}
 	if cs == nil {
-		if n.sources.full(src) {
+		if n.gate.sources.full(src) {
 			n.refused.count(errTooManyFromSource)
 			return []byte("E - - too many connections from this address\n"), gnet.Close
 		}
@@ -141,7 +141,7 @@ func (n *Node) openClient(c gnet.Conn, h *handoff) ([]byte, gnet.Action) {
 	// Linux lets it grow to megabytes for a client that does not read.
 	_ = c.SetWriteBuffer(sendBuffer)
 	cs.src, cs.perSource = src, perSource
-	cs.authed = n.auth.Load() == nil
+	cs.authed = n.gate.auth.Load() == nil
 	cs.identity = identity
 	if identity != "" && !cs.authed {
 		// A verified certificate naming a credential stands for it.
@@ -153,7 +153,7 @@ func (n *Node) openClient(c gnet.Conn, h *handoff) ([]byte, gnet.Action) {
 	if cs.probation {
 		cs.lp.watchProbation(cs)
 	}
-	if n.scanning() && n.tickIdle.Load() {
+	if n.scanning() && n.tick.idle.Load() {
 		n.wakeTicker() // to scan for idle connections from now on
 	}
 	return nil, gnet.None
@@ -190,7 +190,7 @@ func (r reactor) OnClose(c gnet.Conn, _ error) gnet.Action {
 	cs.lp.dropConn(cs)
 	n.endList(cs)
 	if cs.perSource {
-		n.sources.close(cs.src, n.now())
+		n.gate.sources.close(cs.src, n.now())
 	}
 	if cs.acquired {
 		for i := range n.shards {
@@ -254,7 +254,7 @@ func (n *Node) onTraffic(c gnet.Conn) gnet.Action {
 	}
 	if cl := n.cl; cl != nil {
 		now := n.now()
-		if alive := cl.alive.Load(); !n.frozen.Load() && now-alive > int64(cl.timeout) {
+		if alive := cl.alive.Load(); !n.roles.frozen.Load() && now-alive > int64(cl.timeout) {
 			// The cluster's clock stood still for longer than the
 			// failover timeout: this process was frozen, or starved.
 			// Nothing is decided from what piled up until the cluster
@@ -264,7 +264,7 @@ func (n *Node) onTraffic(c gnet.Conn) gnet.Action {
 		}
 		lp.lastTurn.Store(now)
 	}
-	if n.frozen.Load() {
+	if n.roles.frozen.Load() {
 		// Promoting, handing over, stepping down or rejoining: requests
 		// wait, unread, for the thaw or the redirect; I is answered
 		// (unless a listing runs, which the lines after it wait for).
@@ -306,7 +306,7 @@ func (n *Node) onTraffic(c gnet.Conn) gnet.Action {
 		cs.paused, cs.pausedAt = true, n.now()
 		lp.paused = append(lp.paused, cs)
 		lp.hasPaused.Store(true)
-		if n.tickIdle.Load() {
+		if n.tick.idle.Load() {
 			n.wakeTicker()
 		}
 	case cs.more:
@@ -324,7 +324,7 @@ func (n *Node) onTraffic(c gnet.Conn) gnet.Action {
 		} else {
 			cs.parked = true
 			lp.more = append(lp.more, cs)
-			if !lp.hasMore.Swap(true) && n.tickIdle.Load() {
+			if !lp.hasMore.Swap(true) && n.tick.idle.Load() {
 				n.wakeTicker()
 			}
 		}
@@ -358,16 +358,16 @@ func (n *Node) answerInfoOnly(cs *conn, c gnet.Conn) {
 }
 
 func (n *Node) loopOf(el gnet.EventLoop) *loop {
-	n.loopsMu.Lock()
-	defer n.loopsMu.Unlock()
-	if lp := n.byLoop[el]; lp != nil {
+	n.loops.mu.Lock()
+	defer n.loops.mu.Unlock()
+	if lp := n.loops.byEL[el]; lp != nil {
 		return lp
 	}
 	lp := newLoop(n, tlsAwareLoop{el})
-	n.byLoop[el] = lp
-	old := *n.loops.Load()
+	n.loops.byEL[el] = lp
+	old := *n.loops.all.Load()
 	all := append(old[:len(old):len(old)], lp)
-	n.loops.Store(&all)
+	n.loops.all.Store(&all)
 	return lp
 }
 

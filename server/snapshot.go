@@ -56,7 +56,7 @@ func (n *Node) subscribe(pc *peerConn) {
 		_ = c.EventLoop().Execute(context.Background(), pc.flushTask)
 	}
 	kill := func() {
-		n.standbysDropped[dropBacklog].Add(1)
+		n.peers.standbysDropped[dropBacklog].Add(1)
 		_ = c.Close()
 	}
 	pc.sub = replica.NewSub(pc.idx, wake, kill)
@@ -143,7 +143,7 @@ func (n *Node) endSnapshot(pc *peerConn) {
 func (lp *loop) waitSnapshot(pc *peerConn) {
 	lp.snapshots = append(lp.snapshots, pc)
 	lp.hasSnapshots.Store(true)
-	if lp.n.tickIdle.Load() {
+	if lp.n.tick.idle.Load() {
 		lp.n.wakeTicker()
 	}
 }
@@ -166,7 +166,7 @@ func (lp *loop) resumeSnapshots() {
 			sn.waiting = 0
 			resume = append(resume, pc)
 		case now-sn.waiting > int64(snapshotStall):
-			lp.n.standbysDropped[dropStalled].Add(1)
+			lp.n.peers.standbysDropped[dropStalled].Add(1)
 			lp.n.log.Warn().Str("standby", lp.n.cl.addrs[pc.idx]).Msg("standby does not read its snapshot: dropped")
 			_ = pc.c.Close()
 		default:
@@ -193,7 +193,7 @@ func (n *Node) flushStream(pc *peerConn) {
 	}
 	_, _ = pc.c.Write(b)
 	if !pc.closed && pc.c.OutboundBuffered() > maxPeerBacklog {
-		n.standbysDropped[dropBacklog].Add(1)
+		n.peers.standbysDropped[dropBacklog].Add(1)
 		n.log.Warn().Str("standby", n.cl.addrs[pc.idx]).Msg("standby does not keep up: dropped")
 		_ = pc.c.Close()
 	}

@@ -5,8 +5,11 @@ import (
 	"time"
 )
 
+// ticker drives deadlines: every Config.Tick while timers run, it asks the
+// loops to tick their shards (queueTicks); while nothing is due it sleeps
+// until kicked (wakeTicker) or until the next idle scan.
 func (n *Node) ticker() {
-	defer close(n.tickDone)
+	defer close(n.tick.done)
 	period := n.cfg.Tick
 	t := time.NewTicker(period)
 	defer t.Stop()
@@ -20,7 +23,7 @@ func (n *Node) ticker() {
 			// until the next idle scan. The flag is set before the
 			// second look, and batches set their state before they look
 			// at the flag, so one of the two sees the other.
-			n.tickIdle.Store(true)
+			n.tick.idle.Store(true)
 			scanning := false
 			if n.quiet() {
 				var due <-chan time.Time
@@ -29,15 +32,15 @@ func (n *Node) ticker() {
 					due = scan.C
 				}
 				select {
-				case <-n.stopTick:
+				case <-n.tick.stop:
 					return
-				case <-n.kick:
+				case <-n.tick.kick:
 				case <-due:
 					scanning = true
 				}
 				scan.Stop()
 			}
-			n.tickIdle.Store(false)
+			n.tick.idle.Store(false)
 			if scanning {
 				// Only the idle scan is due: do it, and sleep again.
 				scanned = time.Now()
@@ -48,7 +51,7 @@ func (n *Node) ticker() {
 			t.Reset(period)
 		}
 		select {
-		case <-n.stopTick:
+		case <-n.tick.stop:
 			return
 		case <-t.C:
 		}
@@ -56,7 +59,7 @@ func (n *Node) ticker() {
 		// back to Config.Tick as soon as one does: expiries stay within
 		// maxTick of their deadline, and a node holding day-long leases
 		// does not wake every few milliseconds.
-		if n.tickFired.Swap(false) {
+		if n.tick.fired.Swap(false) {
 			if period != n.cfg.Tick {
 				period = n.cfg.Tick
 				t.Reset(period)
@@ -76,8 +79,8 @@ func (n *Node) ticker() {
 // queueTicks asks every loop to run its tick, and to scan for idle
 // connections too when scan is set.
 func (n *Node) queueTicks(scan bool) {
-	n.tickRounds.Add(1)
-	for _, lp := range *n.loops.Load() {
+	n.tick.rounds.Add(1)
+	for _, lp := range *n.loops.all.Load() {
 		if scan {
 			lp.scanDue.Store(true)
 		}
@@ -106,7 +109,7 @@ func (n *Node) quiet() bool {
 			return false
 		}
 	}
-	for _, lp := range *n.loops.Load() {
+	for _, lp := range *n.loops.all.Load() {
 		if lp.hasPaused.Load() || lp.hasMore.Load() || lp.hasOwing.Load() || lp.hasLists.Load() || lp.hasSnapshots.Load() || lp.hasProbation.Load() || lp.hasRejected.Load() {
 			return false
 		}
@@ -121,14 +124,14 @@ func (n *Node) noteTimers(b *shardBox) {
 	if b.timers.Load() != t {
 		b.timers.Store(t)
 	}
-	if t > 0 && n.tickIdle.Load() {
+	if t > 0 && n.tick.idle.Load() {
 		n.wakeTicker()
 	}
 }
 
 func (n *Node) wakeTicker() {
 	select {
-	case n.kick <- struct{}{}:
+	case n.tick.kick <- struct{}{}:
 	default:
 	}
 }

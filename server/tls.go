@@ -262,7 +262,7 @@ func (t *terminator) accept() {
 		// connection will: a source at Config.MaxConnsPerIP gets no
 		// handshake either.
 		src := sourceOf(raw.RemoteAddr())
-		if !t.n.sources.open(src, t.n.now()) {
+		if !t.n.gate.sources.open(src, t.n.now()) {
 			t.n.refused.count(errTooManyFromSource)
 			_ = raw.Close()
 			continue
@@ -272,7 +272,7 @@ func (t *terminator) accept() {
 			t.dropped[tlsDropEvicted].Add(1)
 		}
 		if h == nil {
-			t.n.sources.close(src, t.n.now())
+			t.n.gate.sources.close(src, t.n.now())
 			t.dropped[tlsDropBusy].Add(1)
 			_ = raw.Close()
 			continue
@@ -290,7 +290,7 @@ func (t *terminator) serve(raw *net.TCPConn, src netip.Addr, h *handshake) {
 	counted := true
 	defer func() {
 		if counted {
-			t.n.sources.close(src, t.n.now())
+			t.n.gate.sources.close(src, t.n.now())
 		}
 	}()
 	mem := &memConn{TCPConn: raw}
@@ -324,7 +324,7 @@ func (t *terminator) serve(raw *net.TCPConn, src netip.Addr, h *handshake) {
 		_ = raw.Close()
 		return
 	}
-	ch, err := t.n.eng.Register(gnet.NewContext(gnet.NewNetConnContext(context.Background(), raw), ho))
+	ch, err := t.n.run.eng.Register(gnet.NewContext(gnet.NewNetConnContext(context.Background(), raw), ho))
 	if err != nil {
 		_ = raw.Close()
 		return

@@ -10,6 +10,16 @@ import (
 	"github.com/kunci/kunci/failover"
 )
 
+// tokenStore is the data directory and what the node keeps there, the
+// token ceiling. data and saved are set by Start before anything runs;
+// health is safe for concurrent use; writer is its own goroutine's.
+type tokenStore struct {
+	data   *dataDir      // nil without Config.DataDir
+	saved  uint64        // the token ceiling the data dir held at start
+	health storageHealth // whether tokens can be reserved
+	writer ceilingWriter // writes the token ceiling to data (ceiling.go)
+}
+
 // lowMark is where, in a range ending at hi, the ceiling writer starts on the
 // next one: half a block early, so that grants rarely find no token.
 func (n *Node) lowMark(hi uint64) uint64 { return hi - n.cfg.TokenBlock/2 }
@@ -20,7 +30,7 @@ func (n *Node) lowMark(hi uint64) uint64 { return hi - n.cfg.TokenBlock/2 }
 // token). With the token space used up the range is empty: lo == hi ==
 // maxCeiling.
 func (n *Node) tokenRange(floor uint64) (lo, hi uint64) {
-	r := failover.BlockRange(floor, n.peerIndex, len(n.cfg.Peers), n.cfg.TokenBlock)
+	r := failover.BlockRange(floor, n.peers.index, len(n.cfg.Peers), n.cfg.TokenBlock)
 	if r.IsZero() {
 		end := n.maxCeiling()
 		return end, end
@@ -79,7 +89,7 @@ func (cl *cluster) checkCeiling(c uint64) error {
 // refusing grants, and says so (storageHealth). A cluster node issues
 // nothing until its failover.Node promotes it.
 func (n *Node) openTokens() error {
-	d, err := openDataDir(n.cfg.DataDir, &n.storage)
+	d, err := openDataDir(n.cfg.DataDir, &n.store.health)
 	if err != nil {
 		return err
 	}
@@ -89,8 +99,8 @@ func (n *Node) openTokens() error {
 			floor, filepath.Join(n.cfg.DataDir, ceilingFile), n.maxCeiling())
 	}
 	if err == nil && len(n.cfg.Peers) > 0 {
-		n.data = d
-		n.savedCeiling = floor
+		n.store.data = d
+		n.store.saved = floor
 		n.tokens.Raise(floor)
 		n.tokens.SetCeiling(floor, floor) // nothing to issue before failover.Issue
 		return nil
@@ -104,14 +114,14 @@ func (n *Node) openTokens() error {
 		return err
 	}
 	if lo == hi {
-		n.storage.failed(ErrTokensExhausted)
+		n.store.health.failed(ErrTokensExhausted)
 	}
-	n.data = d
-	n.savedCeiling = floor
+	n.store.data = d
+	n.store.saved = floor
 	n.tokens.Raise(lo)
-	n.tokens.SetOnLow(n.ceiling.ask)
+	n.tokens.SetOnLow(n.store.writer.ask)
 	n.tokens.SetCeiling(hi, n.lowMark(hi))
-	n.ceiling.start(d, n.nextBlock, n.tookBlock)
+	n.store.writer.start(d, n.nextBlock, n.tookBlock)
 	return nil
 }
 
@@ -124,7 +134,7 @@ func (n *Node) nextBlock() (uint64, error) {
 	}
 	lo, hi := n.tokenRange(max(c, last))
 	if lo == hi {
-		n.storage.failed(ErrTokensExhausted)
+		n.store.health.failed(ErrTokensExhausted)
 		return 0, ErrTokensExhausted
 	}
 	return hi, nil
@@ -142,19 +152,19 @@ func (n *Node) tookBlock(hi uint64, err error) {
 // write that does not end in time (a dead disk: see ceilingWriter.stop)
 // goes on, and the directory is unlocked when it ends.
 func (n *Node) closeTokens(ctx context.Context) {
-	d := n.data
+	d := n.store.data
 	if d == nil {
 		return
 	}
-	n.data = nil
-	if n.ceiling.stop(ctx) {
+	n.store.data = nil
+	if n.store.writer.stop(ctx) {
 		d.close()
 		return
 	}
 	n.log.Warn().Str("data_dir", d.path).
 		Msg("the token ceiling is still being written: stopping without waiting; the data directory stays locked until the write ends")
 	go func() {
-		<-n.ceiling.done
+		<-n.store.writer.done
 		d.close()
 	}()
 }
