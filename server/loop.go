@@ -130,6 +130,12 @@ const turnBurst = 4 * serveBudget
 // other connection of its loop waiting.
 const turnOutput = 16 << 10
 
+// pressedTurnOutput is turnOutput under buffer pressure (budget.go): many
+// connections then have more sent than served, and each turn's share is
+// kept small so that a client that sends little is answered within a few
+// of them.
+const pressedTurnOutput = 2 << 10
+
 // serveBudget is how many bytes of requests serve takes from a connection
 // at once, so that one connection's backlog neither holds the loop long nor
 // produces answers far past the output limit in one go.
@@ -162,8 +168,12 @@ func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 		off = i + 1
 	}
 	tooLong := false
+	turn := turnOutput
+	if n.pressed() {
+		turn = pressedTurnOutput
+	}
 	// A listing (L) is answered before any line sent after it is read.
-	for off < len(buf) && off < serveBudget && len(cs.out)+len(cs.info) < turnOutput &&
+	for off < len(buf) && off < serveBudget && len(cs.out)+len(cs.info) < turn &&
 		!lp.closing && cs.rejected == nil && cs.list == nil {
 		m, err := lp.parse(cs, buf[off:])
 		if err == wire.ErrLineTooLong {
