@@ -18,25 +18,14 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/kunci/kunci/internal/testcert"
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
 
 // startNode starts an in-process kunci node on a free loopback port.
 func startNode(t *testing.T) *server.Node {
 	t.Helper()
-	n, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = n.Stop(ctx)
-	})
-	return n
+	return testnode.Start(t, server.Config{Logger: zerolog.Nop()})
 }
 
 // run runs cfg, failing t on an error, and logs the summary.
@@ -95,15 +84,8 @@ func TestOverTLS(t *testing.T) {
 	cert, key := ca.Issue(t, "node", testcert.Options{}).Write(t, dir, "node")
 	caFile := ca.Write(t, dir, "ca")
 	clientCert, clientKey := ca.Issue(t, "bench", testcert.Options{}).Write(t, dir, "bench")
-	n, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: zerolog.Nop(),
+	n := testnode.Start(t, server.Config{Logger: zerolog.Nop(),
 		TLSListen: "127.0.0.1:0", TLSCert: cert, TLSKey: key, TLSClientCA: caFile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Stop(context.Background()) })
 	for _, mode := range []string{modeRaw, modeClient} {
 		t.Run(mode, func(t *testing.T) {
 			s := run(t, Config{Target: n.TLSAddr(), Mode: mode, Conns: 2, Depth: 4, Ops: 500,
@@ -443,14 +425,7 @@ func TestCredentials(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	n, err := server.New(server.Config{Listen: "127.0.0.1:0", Logger: zerolog.Nop(), AuthFile: authFile})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	n := testnode.Start(t, server.Config{Logger: zerolog.Nop(), AuthFile: authFile})
 	for _, mode := range []string{modeRaw, modeClient} {
 		t.Run(mode, func(t *testing.T) {
 			s := run(t, Config{Target: n.Addr(), Mode: mode, Conns: 2, Depth: 4, Ops: 200, Credentials: credsFile})

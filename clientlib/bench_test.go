@@ -9,20 +9,14 @@ import (
 	"time"
 
 	"github.com/kunci/kunci/clientlib"
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
 
 // BenchmarkAcquireRelease runs uncontended acquire+release cycles through
 // the client: 256 goroutines over 8 connections, each on its own keys.
 func BenchmarkAcquireRelease(b *testing.B) {
-	n, err := server.New(server.Config{Listen: "127.0.0.1:0"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := n.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer n.Stop(context.Background())
+	n := testnode.Start(b, server.Config{Listen: "127.0.0.1:0"})
 	for _, tc := range []struct{ conns, goroutines int }{{8, 256}, {2, 64}, {1, 1}} {
 		b.Run("conns="+strconv.Itoa(tc.conns)+"/goroutines="+strconv.Itoa(tc.goroutines), func(b *testing.B) {
 			addrs := make([]string, tc.conns)

@@ -6,8 +6,9 @@ import (
 	"time"
 
 	"github.com/kunci/kunci/clientlib"
-	"github.com/kunci/kunci/internal/testaddr"
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
+	"github.com/rs/zerolog"
 )
 
 // startCluster starts a real cluster of n nodes on loopback and waits until
@@ -21,27 +22,15 @@ func startCluster(t *testing.T, n int) ([]*server.Node, []string) {
 // configure first.
 func startClusterWith(t *testing.T, n int, configure func(*server.Config)) ([]*server.Node, []string) {
 	t.Helper()
-	addrs := testaddr.Free(t, n)
-	nodes := make([]*server.Node, n)
-	for i := range nodes {
-		nodes[i] = startNode(t, addrs[i], func(c *server.Config) {
-			c.Peers, c.DataDir = addrs, t.TempDir()
-			c.ClusterKey = []byte("a test cluster key, 32 bytes lng")
-			c.Heartbeat, c.FailoverTimeout = 20*time.Millisecond, 300*time.Millisecond
-			if configure != nil {
-				configure(c)
-			}
-		})
-	}
-	waitFor(t, "node 0 active, the others following it", func() bool {
-		for i, nd := range nodes {
-			if i == 0 && nd.Role() != "active" || i > 0 && nd.Active() != addrs[0] {
-				return false
-			}
+	tc := testnode.NewCluster(t, n, func(_ int, c *server.Config) {
+		c.Logger = testnode.Logger(t, zerolog.WarnLevel)
+		if configure != nil {
+			configure(c)
 		}
-		return len(nodes[0].Replication()) == n-1
 	})
-	return nodes, addrs
+	tc.StartAll()
+	tc.WaitActive(0)
+	return tc.Nodes, tc.Addrs
 }
 
 // TestClusterRedirectAndHandoff runs the client against a real cluster: the

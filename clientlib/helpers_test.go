@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/kunci/kunci/clientlib"
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
 
@@ -33,44 +34,18 @@ const (
 )
 
 // startNode starts a node on a free loopback port (or on listen, when it is
-// not empty), with its logs going to t, and stops it when the test ends.
+// not empty), with its warnings going to t, and stops it when the test ends.
 func startNode(t testing.TB, listen string, configure func(*server.Config)) *server.Node {
 	t.Helper()
-	if listen == "" {
-		listen = "127.0.0.1:0"
-	}
-	cfg := server.Config{
-		Listen: listen,
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
-	}
+	cfg := server.Config{Listen: listen, Logger: testnode.Logger(t, zerolog.WarnLevel)}
 	if configure != nil {
 		configure(&cfg)
 	}
-	n, err := server.New(cfg)
-	if err != nil {
-		t.Fatalf("server.New: %v", err)
-	}
-	if err := n.Start(); err != nil {
-		t.Fatalf("Start %s: %v", listen, err)
-	}
-	t.Cleanup(func() { stopNode(t, n) })
-	return n
+	return testnode.Start(t, cfg)
 }
 
 // stopNode stops n; stopping a stopped node is a no-op.
-func stopNode(t testing.TB, n *server.Node) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), bound)
-	defer cancel()
-	if err := n.Stop(ctx); err != nil {
-		t.Errorf("Stop: %v", err)
-	}
-	select {
-	case <-n.Done():
-	case <-ctx.Done():
-		t.Errorf("node %s not done %v after Stop", n.Addr(), bound)
-	}
-}
+func stopNode(t testing.TB, n *server.Node) { testnode.Stop(t, n) }
 
 // newClient makes a client for addrs with its logs going to t, lets
 // configure change its Config first, and closes it when the test ends.
@@ -115,16 +90,10 @@ func fast(cfg *clientlib.Config) {
 	cfg.DialTimeout = time.Second
 }
 
-// waitFor polls cond until it holds, failing t after bound.
+// waitFor polls cond until it holds, failing t after testnode.Wait.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(bound)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("still waiting after %v for %s", bound, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testnode.WaitFor(t, what, cond)
 }
 
 func waitQueued(t testing.TB, n *server.Node, want int) {

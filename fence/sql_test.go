@@ -12,6 +12,7 @@ import (
 
 	"github.com/kunci/kunci/clientlib"
 	"github.com/kunci/kunci/fence"
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
 
@@ -20,18 +21,7 @@ import (
 // key, writes; A's late write is refused by the database, and A's release
 // is STALE.
 func TestSQLFencingWithRealGrants(t *testing.T) {
-	n, err := server.New(server.Config{Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = n.Stop(ctx)
-	})
+	n := testnode.Start(t, server.Config{})
 	c, err := clientlib.New(clientlib.Config{Addrs: []string{n.Addr()}})
 	if err != nil {
 		t.Fatal(err)

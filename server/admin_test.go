@@ -113,16 +113,16 @@ func TestAdminEndpoint(t *testing.T) {
 func TestAdminInACluster(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 2, func(c *server.Config) { c.Admin = "127.0.0.1:0" })
-	tc.startAll()
-	tc.waitActive(0)
-	active, standby := "http://"+tc.nodes[0].AdminAddr(), "http://"+tc.nodes[1].AdminAddr()
+	tc.StartAll()
+	tc.WaitActive(0)
+	active, standby := "http://"+tc.Nodes[0].AdminAddr(), "http://"+tc.Nodes[1].AdminAddr()
 	if code, _ := get(t, active+"/readyz"); code != 200 {
 		t.Fatalf("/readyz on the active: %d", code)
 	}
 	if code, body := get(t, standby+"/readyz"); code != 503 || !strings.Contains(body, "standby") {
 		t.Fatalf("/readyz on a standby: %d %q", code, body)
 	}
-	c := dial(t, tc.addrs[0])
+	c := dial(t, tc.Addrs[0])
 	defer c.close()
 	for i := 0; i < 20; i++ {
 		c.send("A m" + strconv.Itoa(i) + " 30 0")
@@ -130,8 +130,8 @@ func TestAdminInACluster(t *testing.T) {
 	}
 	tc.waitSame(0, 1)
 	_, body := get(t, active+"/metrics")
-	lag := `kunci_replication_lag_records{standby="` + tc.addrs[1] + `"}`
-	synced := `kunci_replication_synced{standby="` + tc.addrs[1] + `"}`
+	lag := `kunci_replication_lag_records{standby="` + tc.Addrs[1] + `"}`
+	synced := `kunci_replication_synced{standby="` + tc.Addrs[1] + `"}`
 	if v := metric(t, body, synced); v != 1 {
 		t.Fatalf("%s = %v", synced, v)
 	}

@@ -86,8 +86,8 @@ func TestClusterFaultsKeepLocksSafe(t *testing.T) {
 		c.Heartbeat = 50 * time.Millisecond
 		c.FailoverTimeout = time.Second // room for a slow machine under -race
 	})
-	tc.startAll()
-	tc.waitActive(0)
+	tc.StartAll()
+	tc.WaitActive(0)
 
 	check := newHoldChecker()
 	keys := []string{"hot/0", "hot/1", "hot/2", "hot/3"}
@@ -98,7 +98,7 @@ func TestClusterFaultsKeepLocksSafe(t *testing.T) {
 	errCounts := map[string]int{}
 	for w := 0; w < 6; w++ {
 		c, err := clientlib.New(clientlib.Config{
-			Addrs:             tc.addrs,
+			Addrs:             tc.Addrs,
 			ReconnectInterval: 100 * time.Millisecond,
 			ProbeInterval:     time.Second,
 			ProbeTimeout:      time.Second,
@@ -143,7 +143,7 @@ func TestClusterFaultsKeepLocksSafe(t *testing.T) {
 			break
 		}
 		active := -1
-		for i, n := range tc.nodes {
+		for i, n := range tc.Nodes {
 			if n != nil && n.Role() == "active" {
 				active = i
 			}
@@ -154,24 +154,24 @@ func TestClusterFaultsKeepLocksSafe(t *testing.T) {
 			tc.crash(active)
 		case active >= 0 && f == 1:
 			faults["stop active (handoff)"]++
-			tc.stop(active)
+			tc.Stop(active)
 		default:
 			i := rng.IntN(3)
-			if tc.nodes[i] == nil || i == active {
+			if tc.Nodes[i] == nil || i == active {
 				break
 			}
 			faults["crash standby"]++
 			tc.crash(i)
 		}
 		time.Sleep(time.Duration(200+rng.IntN(600)) * time.Millisecond)
-		for i := range tc.nodes {
-			if tc.nodes[i] == nil {
-				tc.start(i)
+		for i := range tc.Nodes {
+			if tc.Nodes[i] == nil {
+				tc.Start(i)
 			}
 		}
 	}
 	wg.Wait()
-	tc.waitActive(0)
+	tc.WaitActive(0)
 	tc.waitSame(0, 1)
 	tc.waitSame(0, 2)
 	t.Logf("faults %v; grants %d; client errors %v", faults, check.grants, errCounts)

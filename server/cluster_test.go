@@ -15,132 +15,54 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/kunci/kunci/internal/testaddr"
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
 
 // testClusterKey is the test clusters' key.
-var testClusterKey = []byte("a test cluster key, 32 bytes lng")
+var testClusterKey = testnode.Key
 
 // Cluster timing for tests: fast, but with room for a loaded machine.
 const (
-	testHeartbeat = 20 * time.Millisecond
-	testFailover  = 300 * time.Millisecond
+	testHeartbeat = testnode.Heartbeat
+	testFailover  = testnode.Failover
 )
 
-// testCluster is a cluster of in-process nodes, each with its own data dir.
-type testCluster struct {
-	t     testing.TB
-	addrs []string
-	dirs  []string
-	nodes []*server.Node
-	conf  func(*server.Config)
-}
+// testCluster is a testnode.Cluster whose nodes crash when the test ends
+// (a handoff would only slow the end down).
+type testCluster struct{ *testnode.Cluster }
 
 func newCluster(t testing.TB, size int, conf func(*server.Config)) *testCluster {
-	tc := &testCluster{t: t, addrs: testaddr.Free(t, size), conf: conf}
-	for i := 0; i < size; i++ {
-		tc.dirs = append(tc.dirs, t.TempDir())
-	}
-	tc.nodes = make([]*server.Node, size)
-	t.Cleanup(func() {
-		for _, n := range tc.nodes {
-			if n != nil {
-				n.Crash()
-			}
-		}
-	})
+	tc := &testCluster{testnode.NewCluster(t, size, nil)}
+	tc.setConf(conf)
+	tc.Halt = (*server.Node).Crash
 	return tc
 }
 
-// start starts node i (again).
-func (tc *testCluster) start(i int) *server.Node {
-	tc.t.Helper()
-	cfg := server.Config{
-		Listen:          tc.addrs[i],
-		Peers:           tc.addrs,
-		ClusterKey:      testClusterKey,
-		DataDir:         tc.dirs[i],
-		Heartbeat:       testHeartbeat,
-		FailoverTimeout: testFailover,
-		Logger:          zerolog.New(zerolog.NewTestWriter(tc.t)).Level(zerolog.InfoLevel).With().Int("node", i).Logger(),
+// setConf makes conf change every node's Config before it starts.
+func (tc *testCluster) setConf(conf func(*server.Config)) {
+	tc.Conf = nil
+	if conf != nil {
+		tc.Conf = func(_ int, c *server.Config) { conf(c) }
 	}
-	if tc.conf != nil {
-		tc.conf(&cfg)
-	}
-	n, err := server.New(cfg)
-	if err != nil {
-		tc.t.Fatalf("node %d: %v", i, err)
-	}
-	if err := n.Start(); err != nil {
-		tc.t.Fatalf("node %d: %v", i, err)
-	}
-	tc.nodes[i] = n
-	return n
-}
-
-func (tc *testCluster) startAll() {
-	for i := range tc.addrs {
-		tc.start(i)
-	}
-}
-
-// stop stops node i gracefully (handing over if it is the active).
-func (tc *testCluster) stop(i int) {
-	stopNode(tc.t, tc.nodes[i])
-	tc.nodes[i] = nil
 }
 
 // crash stops node i without a handoff.
 func (tc *testCluster) crash(i int) {
-	tc.nodes[i].Crash()
-	tc.nodes[i] = nil
-}
-
-// waitActive waits until node a is active and every other running node is
-// a standby that follows it and holds a copy of its state.
-func (tc *testCluster) waitActive(a int) {
-	tc.t.Helper()
-	waitFor(tc.t, fmt.Sprintf("node %d active, the others following it", a), func() bool {
-		for i, n := range tc.nodes {
-			if n == nil {
-				continue
-			}
-			if i == a {
-				if n.Role() != "active" || n.State() != "" {
-					return false
-				}
-				continue
-			}
-			if n.Role() != "standby" || n.Active() != tc.addrs[a] {
-				return false
-			}
-		}
-		synced := 0
-		for _, l := range tc.nodes[a].Replication() {
-			if l.Synced {
-				synced++
-			}
-		}
-		running := 0
-		for _, n := range tc.nodes {
-			if n != nil {
-				running++
-			}
-		}
-		return synced == running-1
-	})
+	tc.Nodes[i].Crash()
+	tc.Nodes[i] = nil
 }
 
 // waitSame waits until standby s holds the same grants as active a.
 func (tc *testCluster) waitSame(a, s int) {
-	tc.t.Helper()
+	tc.T.Helper()
 	var diff string
 	ok := waitUntil(5*time.Second, func() bool {
-		diff = sameHolders(tc.nodes[a].Holders(), tc.nodes[s].Holders())
+		diff = sameHolders(tc.Nodes[a].Holders(), tc.Nodes[s].Holders())
 		return diff == ""
 	})
 	if !ok {
-		tc.t.Fatalf("standby %d differs from active %d: %s", s, a, diff)
+		tc.T.Fatalf("standby %d differs from active %d: %s", s, a, diff)
 	}
 }
 
@@ -170,41 +92,32 @@ func sameHolders(active, standby map[string]server.Holding) string {
 	return strings.Join(d, "; ")
 }
 
-func waitUntil(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return true
-}
+func waitUntil(d time.Duration, cond func() bool) bool { return testnode.Until(d, cond) }
 
 func TestClusterRolesRedirectAndReplication(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 3, nil)
-	tc.startAll()
-	tc.waitActive(0)
+	tc.StartAll()
+	tc.WaitActive(0)
 
-	for i, n := range tc.nodes {
+	for i, n := range tc.Nodes {
 		c := dial(t, n.Addr())
 		c.send("I")
 		role := "standby"
 		if i == 0 {
 			role = "active"
 		}
-		c.expect(fmt.Sprintf("I %s %s %s", role, tc.addrs[i], tc.addrs[0]))
+		c.expect(fmt.Sprintf("I %s %s %s", role, tc.Addrs[i], tc.Addrs[0]))
 		if i > 0 {
 			// A standby redirects and closes; what follows is not run.
 			c.send("A k 30 0", "A j 30 0")
-			c.expect("M " + tc.addrs[0])
+			c.expect("M " + tc.Addrs[0])
 			c.expectClosed()
 		}
 		c.close()
 	}
 
-	c := dial(t, tc.addrs[0])
+	c := dial(t, tc.Addrs[0])
 	defer c.close()
 	for i := 0; i < 100; i++ {
 		c.send(fmt.Sprintf("A key%d 30 0", i))
@@ -227,14 +140,14 @@ func TestClusterRolesRedirectAndReplication(t *testing.T) {
 	tc.waitSame(0, 2)
 	// The short lease runs out on the active; the standbys follow.
 	waitFor(t, "the short lease to end everywhere", func() bool {
-		for _, n := range tc.nodes {
+		for _, n := range tc.Nodes {
 			if _, ok := n.Holders()["short"]; ok {
 				return false
 			}
 		}
 		return true
 	})
-	if h := tc.nodes[1].Holders()["key60"]; h.Remaining < 90*time.Second {
+	if h := tc.Nodes[1].Holders()["key60"]; h.Remaining < 90*time.Second {
 		t.Fatalf("standby's key60 lease %v after an extend to 100 s", h.Remaining)
 	}
 }
@@ -242,9 +155,9 @@ func TestClusterRolesRedirectAndReplication(t *testing.T) {
 func TestClusterCrashFailoverKeepsGrants(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 3, nil)
-	tc.startAll()
-	tc.waitActive(0)
-	c := dial(t, tc.addrs[0])
+	tc.StartAll()
+	tc.WaitActive(0)
+	c := dial(t, tc.Addrs[0])
 	c.send("A held 30 0", "A other 30 0")
 	held := c.expectGrant("held")
 	other := c.expectGrant("other")
@@ -253,8 +166,8 @@ func TestClusterCrashFailoverKeepsGrants(t *testing.T) {
 	c.close()
 
 	tc.crash(0)
-	tc.waitActive(1)
-	n1 := dial(t, tc.addrs[1])
+	tc.WaitActive(1)
+	n1 := dial(t, tc.Addrs[1])
 	defer n1.close()
 	// The holders keep their grants on the new active, and can end them.
 	n1.send(fmt.Sprintf("X held %d 30", held), fmt.Sprintf("R other %d", other), "A held 30 0.1")
@@ -269,30 +182,30 @@ func TestClusterCrashFailoverKeepsGrants(t *testing.T) {
 func TestClusterGracefulHandoffLosesNothing(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 2, nil)
-	tc.startAll()
-	tc.waitActive(0)
-	c := dial(t, tc.addrs[0])
+	tc.StartAll()
+	tc.WaitActive(0)
+	c := dial(t, tc.Addrs[0])
 	c.send("A h 30 0")
 	tok := c.expectGrant("h")
-	w := dial(t, tc.addrs[0])
+	w := dial(t, tc.Addrs[0])
 	w.send("A h 30 0")
-	waitQueued(t, tc.nodes[0], 1)
+	waitQueued(t, tc.Nodes[0], 1)
 
 	start := time.Now()
 	stopped := make(chan struct{})
-	n0 := tc.nodes[0]
-	tc.nodes[0] = nil
+	n0 := tc.Nodes[0]
+	tc.Nodes[0] = nil
 	go func() {
 		defer close(stopped)
 		stopNode(t, n0)
 	}()
-	w.expect("M " + tc.addrs[1])
+	w.expect("M " + tc.Addrs[1])
 	t.Logf("handoff: redirect %v after stop began", time.Since(start))
 	<-stopped
-	if r := tc.nodes[1].Role(); r != "active" {
+	if r := tc.Nodes[1].Role(); r != "active" {
 		t.Fatalf("successor is %s after the handoff", r)
 	}
-	n1 := dial(t, tc.addrs[1])
+	n1 := dial(t, tc.Addrs[1])
 	defer n1.close()
 	n1.send(fmt.Sprintf("R h %d", tok), "A next 30 0")
 	n1.expect("R h OK")
@@ -304,10 +217,10 @@ func TestClusterGracefulHandoffLosesNothing(t *testing.T) {
 func TestClusterHigherPriorityNodeReturnsThroughHandoff(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 3, nil)
-	tc.start(1)
-	tc.start(2)
-	tc.waitActive(1)
-	c := dial(t, tc.addrs[1])
+	tc.Start(1)
+	tc.Start(2)
+	tc.WaitActive(1)
+	c := dial(t, tc.Addrs[1])
 	defer c.close()
 	c.send("A a 30 0", "A b 30 0")
 	a := c.expectGrant("a")
@@ -315,11 +228,11 @@ func TestClusterHigherPriorityNodeReturnsThroughHandoff(t *testing.T) {
 
 	// Node 0 outranks the active: it joins as a standby, copies the state,
 	// and then takes over without losing a grant.
-	tc.start(0)
-	c.expect("M " + tc.addrs[0])
+	tc.Start(0)
+	c.expect("M " + tc.Addrs[0])
 	c.expectClosed()
-	tc.waitActive(0)
-	n0 := dial(t, tc.addrs[0])
+	tc.WaitActive(0)
+	n0 := dial(t, tc.Addrs[0])
 	defer n0.close()
 	n0.send(fmt.Sprintf("R a %d", a), fmt.Sprintf("X b %d 30", b), "A c 30 0")
 	n0.expect("R a OK", "X b OK")
@@ -341,17 +254,17 @@ func TestClusterDemotionAfterPartition(t *testing.T) {
 	t.Parallel()
 	pn := newPeerNet(t)
 	tc := newCluster(t, 2, nil)
-	tc.conf = func(c *server.Config) { c.PeerDialer = pn.Dialer(c.Listen) }
-	tc.startAll()
-	tc.waitActive(0)
+	tc.setConf(func(c *server.Config) { c.PeerDialer = pn.Dialer(c.Listen) })
+	tc.StartAll()
+	tc.WaitActive(0)
 
-	pn.Partition(tc.addrs[0], tc.addrs[1], true)
+	pn.Partition(tc.Addrs[0], tc.Addrs[1], true)
 	waitFor(t, "both nodes active", func() bool {
-		return tc.nodes[0].Role() == "active" && tc.nodes[1].Role() == "active"
+		return tc.Nodes[0].Role() == "active" && tc.Nodes[1].Role() == "active"
 	})
-	c0 := dial(t, tc.addrs[0])
+	c0 := dial(t, tc.Addrs[0])
 	defer c0.close()
-	c1 := dial(t, tc.addrs[1])
+	c1 := dial(t, tc.Addrs[1])
 	defer c1.close()
 	var t0, t1 uint64
 	for i := 0; i < 5; i++ {
@@ -361,13 +274,13 @@ func TestClusterDemotionAfterPartition(t *testing.T) {
 		t1 = c1.expectGrant(fmt.Sprintf("k%d", i))
 	}
 
-	pn.Partition(tc.addrs[0], tc.addrs[1], false)
+	pn.Partition(tc.Addrs[0], tc.Addrs[1], false)
 	healed := time.Now()
 	go func() {
 		// How long until one node is active and the other follows it
 		// (issue 12, point 5: within two heartbeats).
 		for time.Since(healed) < answerTimeout {
-			a, b := tc.nodes[0], tc.nodes[1]
+			a, b := tc.Nodes[0], tc.Nodes[1]
 			if a == nil || b == nil {
 				return
 			}
@@ -418,16 +331,16 @@ func TestClusterDemotionAfterPartition(t *testing.T) {
 		}
 		break
 	}
-	tc.waitActive(0)
+	tc.WaitActive(0)
 	tc.waitSame(0, 1)
 }
 
 func TestClusterTokensAboveAllAfterEveryNodeRestarts(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 3, nil)
-	tc.startAll()
-	tc.waitActive(0)
-	c := dial(t, tc.addrs[0])
+	tc.StartAll()
+	tc.WaitActive(0)
+	c := dial(t, tc.Addrs[0])
 	var last uint64
 	for i := 0; i < 20; i++ {
 		c.send(fmt.Sprintf("A k%d 30 0", i))
@@ -435,19 +348,19 @@ func TestClusterTokensAboveAllAfterEveryNodeRestarts(t *testing.T) {
 	}
 	c.close()
 	tc.crash(0)
-	tc.waitActive(1)
-	c = dial(t, tc.addrs[1])
+	tc.WaitActive(1)
+	c = dial(t, tc.Addrs[1])
 	c.send("A on1 30 0")
 	last = max(last, c.expectGrant("on1"))
 	c.close()
-	for i := range tc.nodes {
-		if tc.nodes[i] != nil {
+	for i := range tc.Nodes {
+		if tc.Nodes[i] != nil {
 			tc.crash(i)
 		}
 	}
-	tc.startAll()
-	tc.waitActive(0)
-	c = dial(t, tc.addrs[0])
+	tc.StartAll()
+	tc.WaitActive(0)
+	c = dial(t, tc.Addrs[0])
 	defer c.close()
 	c.send("A first 30 0")
 	if tok := c.expectGrant("first"); tok <= last {
@@ -458,15 +371,15 @@ func TestClusterTokensAboveAllAfterEveryNodeRestarts(t *testing.T) {
 func TestClusterSemiSync(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 2, func(c *server.Config) { c.SemiSync = true })
-	tc.startAll()
-	tc.waitActive(0)
-	c := dial(t, tc.addrs[0])
+	tc.StartAll()
+	tc.WaitActive(0)
+	c := dial(t, tc.Addrs[0])
 	// With semi-sync, a grant the client saw is on the standby already.
 	for i := 0; i < 50; i++ {
 		k := fmt.Sprintf("s%d", i)
 		c.send("A " + k + " 30 0")
 		tok := c.expectGrant(k)
-		if h, ok := tc.nodes[1].Holders()[k]; !ok || h.Token != tok {
+		if h, ok := tc.Nodes[1].Holders()[k]; !ok || h.Token != tok {
 			t.Fatalf("grant %s %d answered before the standby had it (%v %v)", k, tok, h, ok)
 		}
 	}
@@ -510,9 +423,9 @@ func TestClusterSemiSyncKeepsAnIdleStandby(t *testing.T) {
 		c.SemiSync = true
 		logTo(t, &logs)(c)
 	})
-	tc.startAll()
-	tc.waitActive(0)
-	c := dial(t, tc.addrs[0])
+	tc.StartAll()
+	tc.WaitActive(0)
+	c := dial(t, tc.Addrs[0])
 	defer c.close()
 	c.send("A k 30 0")
 	c.expectGrant("k")
@@ -532,19 +445,19 @@ func TestClusterHigherPeerCeilingRaisesTokensWithoutStalling(t *testing.T) {
 		c.FailoverTimeout = 3 * time.Second
 		logTo(t, &logs)(c)
 	})
-	tc.start(0)
-	tc.start(1)
-	tc.waitActive(0)
-	c := dial(t, tc.addrs[0])
+	tc.Start(0)
+	tc.Start(1)
+	tc.WaitActive(0)
+	c := dial(t, tc.Addrs[0])
 	defer c.close()
 	c.send("A a 30 0")
 	tok := c.expectGrant("a")
 	high := (tok>>20 + 10) << 20 // a block boundary, as real ceilings are
-	if err := os.WriteFile(filepath.Join(tc.dirs[2], "token-ceiling"), []byte(strconv.FormatUint(high, 10)+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(tc.Dirs[2], "token-ceiling"), []byte(strconv.FormatUint(high, 10)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	tc.start(2)
+	tc.Start(2)
 	waitFor(t, "tokens above the peer's ceiling", func() bool {
 		c.send("R a " + strconv.FormatUint(tok, 10))
 		c.expect("R a OK")
@@ -569,9 +482,9 @@ func TestClusterStandbyRestartDoesNotStallTheActive(t *testing.T) {
 		c.FailoverTimeout = time.Second
 		logTo(t, &logs)(c)
 	})
-	tc.startAll()
-	tc.waitActive(0)
-	c := dial(t, tc.addrs[0])
+	tc.StartAll()
+	tc.WaitActive(0)
+	c := dial(t, tc.Addrs[0])
 	defer c.close()
 	stop := make(chan struct{})
 	done := make(chan error, 1)
@@ -614,8 +527,8 @@ func TestClusterStandbyRestartDoesNotStallTheActive(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	tc.crash(2)
 	time.Sleep(200 * time.Millisecond)
-	tc.start(2)
-	tc.waitActive(0)
+	tc.Start(2)
+	tc.WaitActive(0)
 	time.Sleep(500 * time.Millisecond)
 	close(stop)
 	if err := <-done; err != nil {
@@ -637,9 +550,9 @@ func TestClusterStandbyRestartDoesNotStallTheActive(t *testing.T) {
 func TestClusterSnapshotOfManyKeysWhileTheyChange(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 2, func(c *server.Config) { c.Shards, c.Loops = 4, 2 })
-	tc.start(0)
-	tc.waitActive(0)
-	c := dial(t, tc.addrs[0])
+	tc.Start(0)
+	tc.WaitActive(0)
+	c := dial(t, tc.Addrs[0])
 	defer c.close()
 	const keys = 20000
 	tokens := make([]uint64, keys)
@@ -660,7 +573,7 @@ func TestClusterSnapshotOfManyKeysWhileTheyChange(t *testing.T) {
 	done := make(chan struct{})
 	churned := make(chan error, 1)
 	go func() {
-		w, err := net.Dial("tcp", tc.addrs[0])
+		w, err := net.Dial("tcp", tc.Addrs[0])
 		if err != nil {
 			churned <- err
 			return
@@ -711,8 +624,8 @@ func TestClusterSnapshotOfManyKeysWhileTheyChange(t *testing.T) {
 			}
 		}
 	}()
-	tc.start(1)
-	tc.waitActive(0)
+	tc.Start(1)
+	tc.WaitActive(0)
 	close(done)
 	if err := <-churned; err != nil {
 		t.Fatal(err)
@@ -739,15 +652,15 @@ func TestClusterSemiSyncActiveCutOffFromItsStandbys(t *testing.T) {
 		c.SemiSync = true
 		c.PeerDialer = pn.Dialer(c.Listen)
 	})
-	tc.startAll()
-	tc.waitActive(0)
-	c := dial(t, tc.addrs[0])
+	tc.StartAll()
+	tc.WaitActive(0)
+	c := dial(t, tc.Addrs[0])
 	c.send("A before 30 0")
 	c.expectGrant("before")
 	for i := 1; i < 3; i++ {
-		pn.Partition(tc.addrs[0], tc.addrs[i], true)
+		pn.Partition(tc.Addrs[0], tc.Addrs[i], true)
 	}
-	info := dial(t, tc.addrs[0])
+	info := dial(t, tc.Addrs[0])
 	var worst time.Duration
 	for i := 0; i < 10; i++ {
 		k := fmt.Sprintf("k%d", i)

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,8 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 	"github.com/kunci/kunci/wire"
 )
@@ -38,39 +36,16 @@ const (
 // configure change its Config first, and stops it when the test ends.
 func startNode(t testing.TB, configure func(*server.Config)) *server.Node {
 	t.Helper()
-	cfg := server.Config{
-		Listen: "127.0.0.1:0",
-		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
-	}
+	var cfg server.Config
 	if configure != nil {
 		configure(&cfg)
 	}
-	n, err := server.New(cfg)
-	if err != nil {
-		t.Fatalf("server.New: %v", err)
-	}
-	if err := n.Start(); err != nil {
-		t.Fatalf("Start: %v", err)
-	}
-	t.Cleanup(func() { stopNode(t, n) })
-	return n
+	return testnode.Start(t, cfg)
 }
 
-// stopNode stops n, failing t if it does not stop within 10 s. Stopping a
+// stopNode stops n, failing t if it does not stop in time. Stopping a
 // stopped node is a no-op.
-func stopNode(t testing.TB, n *server.Node) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := n.Stop(ctx); err != nil {
-		t.Errorf("Stop: %v", err)
-	}
-	select {
-	case <-n.Done():
-	case <-ctx.Done():
-		t.Errorf("node %s not done 10 s after Stop", n.Addr())
-	}
-}
+func stopNode(t testing.TB, n *server.Node) { testnode.Stop(t, n) }
 
 // client is a raw protocol connection for tests. Its expect methods fail the
 // test and must be called from the test's goroutine; the methods returning
@@ -329,13 +304,7 @@ func isTimeout(err error) bool {
 // waitFor polls cond until it holds, failing the test after 5 s.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(answerTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testnode.WaitFor(t, what, cond)
 }
 
 // waitQueued waits until the node has exactly want acquires queued, so that

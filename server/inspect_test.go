@@ -158,12 +158,12 @@ func TestTryLock(t *testing.T) {
 func TestStandbyRedirectsInspectAndList(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 2, nil)
-	tc.startAll()
-	tc.waitActive(0)
+	tc.StartAll()
+	tc.WaitActive(0)
 	for _, line := range []string{"Q k", "L 10", "A k 30 -"} {
-		c := dial(t, tc.addrs[1])
+		c := dial(t, tc.Addrs[1])
 		c.send(line, "I")
-		c.expect("M " + tc.addrs[0])
+		c.expect("M " + tc.Addrs[0])
 		c.expectClosed()
 	}
 }
@@ -173,18 +173,18 @@ func TestStandbyRedirectsInspectAndList(t *testing.T) {
 func TestOwnerReplicated(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 3, nil)
-	tc.start(0)
-	tc.start(1)
-	tc.waitActive(0)
-	a := dial(t, tc.addrs[0])
+	tc.Start(0)
+	tc.Start(1)
+	tc.WaitActive(0)
+	a := dial(t, tc.Addrs[0])
 	a.send("A held 30 0 owner=web-3:4121", "A plain 30 0")
 	tok := a.expectGrant("held")
 	plain := a.expectGrant("plain")
-	b := dial(t, tc.addrs[0])
+	b := dial(t, tc.Addrs[0])
 	b.send("A held 30 0 owner=batch-7")
-	waitQueued(t, tc.nodes[0], 1)
+	waitQueued(t, tc.Nodes[0], 1)
 	tc.waitSame(0, 1)
-	if h := tc.nodes[1].Holders(); h["held"].Owner != "web-3:4121" || h["plain"].Owner != "" {
+	if h := tc.Nodes[1].Holders(); h["held"].Owner != "web-3:4121" || h["plain"].Owner != "" {
 		t.Fatalf("standby holds %+v", h)
 	}
 	// A handoff to a queued acquire carries its owner to the standby.
@@ -192,21 +192,21 @@ func TestOwnerReplicated(t *testing.T) {
 	a.expect("R held OK")
 	next := b.expectGrant("held")
 	tc.waitSame(0, 1)
-	waitFor(t, "the new owner on the standby", func() bool { return tc.nodes[1].Holders()["held"].Owner == "batch-7" })
+	waitFor(t, "the new owner on the standby", func() bool { return tc.Nodes[1].Holders()["held"].Owner == "batch-7" })
 	// A standby that joins now copies the owners in its snapshot; an
 	// extend keeps them.
 	b.send(fmt.Sprintf("X held %d 60", next))
 	b.expect("X held OK")
-	tc.start(2)
-	tc.waitActive(0)
+	tc.Start(2)
+	tc.WaitActive(0)
 	tc.waitSame(0, 2)
-	if h := tc.nodes[2].Holders(); h["held"].Owner != "batch-7" || h["held"].Token != next || h["plain"].Owner != "" || h["plain"].Token != plain {
+	if h := tc.Nodes[2].Holders(); h["held"].Owner != "batch-7" || h["held"].Token != next || h["plain"].Owner != "" || h["plain"].Token != plain {
 		t.Fatalf("snapshot gave %+v", h)
 	}
 	// After a crash of the active, the new active shows the owner.
 	tc.crash(0)
-	tc.waitActive(1)
-	c := dial(t, tc.addrs[1])
+	tc.WaitActive(1)
+	c := dial(t, tc.Addrs[1])
 	c.send("Q held")
 	c.expectHolding("held", next, 60*time.Second, 0, "batch-7")
 }

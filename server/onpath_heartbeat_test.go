@@ -26,9 +26,9 @@ func TestOnPathForgedHeartbeatRaisesNoCeiling(t *testing.T) {
 		return v
 	}
 	high := ceiling() + 100<<20 // block-aligned, well within what a node accepts
-	refused := tc.nodes[0].Metrics().PeerRefused
+	refused := tc.Nodes[0].Metrics().PeerRefused
 	var once sync.Once
-	pn.Tap(tc.addrs[1], tc.addrs[0], func(b []byte) []byte {
+	pn.Tap(tc.Addrs[1], tc.Addrs[0], func(b []byte) []byte {
 		if b[len(b)-1] != '\n' {
 			return b
 		}
@@ -50,13 +50,13 @@ func TestOnPathForgedHeartbeatRaisesNoCeiling(t *testing.T) {
 		return out
 	})
 	waitFor(t, "the active to take the forged ceiling or close the link", func() bool {
-		return ceiling() >= high || tc.nodes[0].Metrics().PeerRefused > refused
+		return ceiling() >= high || tc.Nodes[0].Metrics().PeerRefused > refused
 	})
-	pn.Tap(tc.addrs[1], tc.addrs[0], nil)
+	pn.Tap(tc.Addrs[1], tc.Addrs[0], nil)
 	if got := ceiling(); got >= high {
 		t.Fatalf("the active persisted a token ceiling of %d, forged on the path", got)
 	}
-	tc.waitActive(0)
+	tc.WaitActive(0)
 	if got := ceiling(); got >= high {
 		t.Fatalf("the active persisted a token ceiling of %d, forged on the path", got)
 	}

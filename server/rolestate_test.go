@@ -16,8 +16,8 @@ func TestPromotingNodeNeverLooksLikeAServingActive(t *testing.T) {
 	t.Parallel()
 	for round := 0; round < 5; round++ {
 		tc := newCluster(t, 3, nil)
-		n := tc.start(0)
-		ceiling := filepath.Join(tc.dirs[0], "token-ceiling")
+		n := tc.Start(0)
+		ceiling := filepath.Join(tc.Dirs[0], "token-ceiling")
 		deadline := time.Now().Add(answerTimeout)
 		for {
 			if n.Role() == "active" && n.State() == "" {
@@ -31,6 +31,6 @@ func TestPromotingNodeNeverLooksLikeAServingActive(t *testing.T) {
 			}
 		}
 		n.Crash()
-		tc.nodes[0] = nil
+		tc.Nodes[0] = nil
 	}
 }

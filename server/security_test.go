@@ -147,13 +147,13 @@ func readUntilClosed(c net.Conn, r *bufio.Reader, d time.Duration) (bool, []stri
 // ceilings returns the token ceiling files of the cluster's running nodes.
 func (tc *testCluster) ceilings() []string {
 	var out []string
-	for i, d := range tc.dirs {
-		if tc.nodes[i] == nil {
+	for i, d := range tc.Dirs {
+		if tc.Nodes[i] == nil {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(d, "token-ceiling"))
 		if err != nil {
-			tc.t.Fatal(err)
+			tc.T.Fatal(err)
 		}
 		out = append(out, strings.TrimSpace(string(b)))
 	}
@@ -163,7 +163,7 @@ func (tc *testCluster) ceilings() []string {
 // roles polls I on every running node and returns how many say active.
 func (tc *testCluster) actives() int {
 	n := 0
-	for _, nd := range tc.nodes {
+	for _, nd := range tc.Nodes {
 		if nd != nil && nd.Role() == "active" {
 			n++
 		}
@@ -176,10 +176,10 @@ func (tc *testCluster) actives() int {
 func TestOutsiderCannotRaiseTheTokenCeiling(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 2, nil)
-	tc.startAll()
-	tc.waitActive(0)
+	tc.StartAll()
+	tc.WaitActive(0)
 	waitFor(t, "both ceiling files", func() bool {
-		for _, d := range tc.dirs {
+		for _, d := range tc.Dirs {
 			if _, err := os.Stat(filepath.Join(d, "token-ceiling")); err != nil {
 				return false
 			}
@@ -189,9 +189,9 @@ func TestOutsiderCannotRaiseTheTokenCeiling(t *testing.T) {
 	time.Sleep(3 * testHeartbeat) // the standby has the active's ceiling
 	before := tc.ceilings()
 	for _, ceiling := range []string{"9223372036854775808", "18446744073709551615"} {
-		for i := range tc.addrs {
-			c := dial(t, tc.addrs[i])
-			c.send(fmt.Sprintf("P H %s s - 1 1 %s 0", tc.addrs[1-i], ceiling))
+		for i := range tc.Addrs {
+			c := dial(t, tc.Addrs[i])
+			c.send(fmt.Sprintf("P H %s s - 1 1 %s 0", tc.Addrs[1-i], ceiling))
 			c.expect("E P H peer link not authenticated")
 			c.expectClosed()
 		}
@@ -200,11 +200,11 @@ func TestOutsiderCannotRaiseTheTokenCeiling(t *testing.T) {
 	if after := tc.ceilings(); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("ceiling files changed from %v to %v", before, after)
 	}
-	for i := range tc.nodes {
+	for i := range tc.Nodes {
 		tc.crash(i)
 	}
-	tc.startAll()
-	tc.waitActive(0)
+	tc.StartAll()
+	tc.WaitActive(0)
 }
 
 // Attack 2: a flood of heartbeats "from" the active made a standby promote
@@ -212,8 +212,8 @@ func TestOutsiderCannotRaiseTheTokenCeiling(t *testing.T) {
 func TestHeartbeatFloodFromAnOutsiderMakesNoSecondActive(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 2, nil)
-	tc.startAll()
-	tc.waitActive(0)
+	tc.StartAll()
+	tc.WaitActive(0)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
@@ -221,13 +221,13 @@ func TestHeartbeatFloodFromAnOutsiderMakesNoSecondActive(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for hb := 1; hb < 200 && !stop.Load(); hb++ {
-				nc, err := net.DialTimeout("tcp", tc.addrs[1], time.Second)
+				nc, err := net.DialTimeout("tcp", tc.Addrs[1], time.Second)
 				if err != nil {
 					continue
 				}
 				var b []byte
 				for j := 0; j < 50; j++ {
-					b = append(b, beat(tc.addrs[0], 's', uint64(1e18)+uint64(hb), uint64(j), 0)...)
+					b = append(b, beat(tc.Addrs[0], 's', uint64(1e18)+uint64(hb), uint64(j), 0)...)
 				}
 				_ = nc.SetDeadline(time.Now().Add(time.Second))
 				_, _ = nc.Write(b)
@@ -247,7 +247,7 @@ func TestHeartbeatFloodFromAnOutsiderMakesNoSecondActive(t *testing.T) {
 	}
 	stop.Store(true)
 	wg.Wait()
-	tc.waitActive(0)
+	tc.WaitActive(0)
 }
 
 // Attack 3: a role-a heartbeat naming a higher-priority peer that is down
@@ -256,18 +256,18 @@ func TestHeartbeatFloodFromAnOutsiderMakesNoSecondActive(t *testing.T) {
 func TestOutsiderCannotDemoteTheActiveOrAskForItsRole(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 3, nil)
-	tc.start(1)
-	tc.start(2)
-	tc.waitActive(1)
-	c := dial(t, tc.addrs[1])
+	tc.Start(1)
+	tc.Start(2)
+	tc.WaitActive(1)
+	c := dial(t, tc.Addrs[1])
 	c.send("A held 30 0")
 	tok := c.expectGrant("held")
 	for _, line := range []string{
-		fmt.Sprintf("P H %s a - 1 1 0 1", tc.addrs[0]),
-		fmt.Sprintf("P H %s s - 1 1 0 1", tc.addrs[0]),
+		fmt.Sprintf("P H %s a - 1 1 0 1", tc.Addrs[0]),
+		fmt.Sprintf("P H %s s - 1 1 0 1", tc.Addrs[0]),
 		"P T", "P D", "P S", "P A 1000", "P",
 	} {
-		o := dial(t, tc.addrs[1])
+		o := dial(t, tc.Addrs[1])
 		o.send(line)
 		op, key, _ := strings.Cut(line, " ")
 		key, _, _ = strings.Cut(key, " ")
@@ -280,7 +280,7 @@ func TestOutsiderCannotDemoteTheActiveOrAskForItsRole(t *testing.T) {
 	expectNothingAll(3*testFailover, c)
 	// Still the active (a busy machine may have it rejoin for a moment
 	// after a stalled tick: it comes back active).
-	waitFor(t, "node 1 active", func() bool { return tc.nodes[1].Role() == "active" })
+	waitFor(t, "node 1 active", func() bool { return tc.Nodes[1].Role() == "active" })
 	c.send(fmt.Sprintf("X held %d 30", tok))
 	c.expect("X held OK")
 }
@@ -290,17 +290,17 @@ func TestOutsiderCannotDemoteTheActiveOrAskForItsRole(t *testing.T) {
 func TestOutsiderGetsNoSnapshot(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 2, nil)
-	tc.startAll()
-	tc.waitActive(0)
-	c := dial(t, tc.addrs[0])
+	tc.StartAll()
+	tc.WaitActive(0)
+	c := dial(t, tc.Addrs[0])
 	c.send("A secret/1 30 0")
 	c.expectGrant("secret/1")
-	nc, err := net.Dial("tcp", tc.addrs[0])
+	nc, err := net.Dial("tcp", tc.Addrs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	fmt.Fprintf(nc, "P H %s s - 1 1 0 0\nP S\n", tc.addrs[1])
+	fmt.Fprintf(nc, "P H %s s - 1 1 0 0\nP S\n", tc.Addrs[1])
 	closed, lines := readUntilClosed(nc, bufio.NewReader(nc), answerTimeout)
 	if !closed || len(lines) != 1 || lines[0] != "E P H peer link not authenticated" {
 		t.Fatalf("closed %v after %q", closed, lines)
@@ -313,24 +313,24 @@ func TestOutsiderGetsNoSnapshot(t *testing.T) {
 func TestQuietFakeStandbyCannotStallSemiSync(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 2, func(c *server.Config) { c.SemiSync = true })
-	tc.start(0)
-	tc.waitActive(0)
-	nc, err := net.Dial("tcp", tc.addrs[0])
+	tc.Start(0)
+	tc.WaitActive(0)
+	nc, err := net.Dial("tcp", tc.Addrs[0])
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	fmt.Fprintf(nc, "P H %s s - 1 1 0 0\nP S\nP A 0\n", tc.addrs[1])
+	fmt.Fprintf(nc, "P H %s s - 1 1 0 0\nP S\nP A 0\n", tc.Addrs[1])
 	closed, lines := readUntilClosed(nc, bufio.NewReader(nc), answerTimeout)
 	if !closed || len(lines) != 1 || lines[0] != "E P H peer link not authenticated" {
 		t.Fatalf("closed %v after %q", closed, lines)
 	}
-	c := dial(t, tc.addrs[0])
+	c := dial(t, tc.Addrs[0])
 	for i := 0; i < 20; i++ {
 		k := fmt.Sprintf("k%d", i)
 		c.send("A " + k + " 30 0")
 		c.expectGrant(k)
-		if r := tc.nodes[0].Replication(); len(r) > 0 {
+		if r := tc.Nodes[0].Replication(); len(r) > 0 {
 			t.Fatalf("the outsider is streamed to as a standby: %+v", r)
 		}
 	}
@@ -339,21 +339,21 @@ func TestQuietFakeStandbyCannotStallSemiSync(t *testing.T) {
 func TestPeerHandshakeRefusals(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 2, nil)
-	tc.start(0)
-	tc.waitActive(0)
+	tc.Start(0)
+	tc.WaitActive(0)
 	stranger := "127.0.0.1:1"
 	for _, tt := range []struct {
 		name, from string
 		key        []byte
 		want       string
 	}{
-		{"another key", tc.addrs[1], []byte("not the cluster key, but 32 long"), "peer refused the handshake: N - no cluster key in common"},
-		{"no key", tc.addrs[1], nil, "peer refused the handshake: N - this cluster needs the cluster key"},
+		{"another key", tc.Addrs[1], []byte("not the cluster key, but 32 long"), "peer refused the handshake: N - no cluster key in common"},
+		{"no key", tc.Addrs[1], nil, "peer refused the handshake: N - this cluster needs the cluster key"},
 		{"not a peer", stranger, testClusterKey, "peer refused the handshake: N - not a peer of this cluster"},
-		{"the node itself", tc.addrs[0], testClusterKey, "peer refused the handshake: N - not a peer of this cluster"},
+		{"the node itself", tc.Addrs[0], testClusterKey, "peer refused the handshake: N - not a peer of this cluster"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := tryDialAsPeer(t, tc.addrs[0], tt.from, tt.key)
+			_, err := tryDialAsPeer(t, tc.Addrs[0], tt.from, tt.key)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("got %v, want %q", err, tt.want)
 			}
@@ -362,11 +362,11 @@ func TestPeerHandshakeRefusals(t *testing.T) {
 
 	// The right key ID (it is in every hello) but no key: the proof fails.
 	kr, _ := replica.NewKeyring(testClusterKey)
-	_, hello, _ := replica.Dial(kr, tc.addrs[1], 1, tc.addrs[0], nil)
-	c := dial(t, tc.addrs[0])
+	_, hello, _ := replica.Dial(kr, tc.Addrs[1], 1, tc.Addrs[0], nil)
+	c := dial(t, tc.Addrs[0])
 	c.sendRaw(hello)
 	line, err := c.r.ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, "N "+tc.addrs[0]+" ") {
+	if err != nil || !strings.HasPrefix(line, "N "+tc.Addrs[0]+" ") {
 		t.Fatalf("challenge %q %v", line, err)
 	}
 	c.send("V " + strings.Repeat("ab", 32))
@@ -375,7 +375,7 @@ func TestPeerHandshakeRefusals(t *testing.T) {
 
 	// A node without peers refuses any hello.
 	single := startNode(t, nil)
-	if _, err := tryDialAsPeer(t, single.Addr(), tc.addrs[1], testClusterKey); err == nil || !strings.Contains(err.Error(), "this node is not in a cluster") {
+	if _, err := tryDialAsPeer(t, single.Addr(), tc.Addrs[1], testClusterKey); err == nil || !strings.Contains(err.Error(), "this node is not in a cluster") {
 		t.Fatalf("hello to a single node: %v", err)
 	}
 }
@@ -384,8 +384,8 @@ func TestPeerHandshakeRefusals(t *testing.T) {
 func TestAuthenticatedPeerInputIsChecked(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 3, nil)
-	tc.start(0)
-	tc.waitActive(0)
+	tc.Start(0)
+	tc.WaitActive(0)
 	before := tc.ceilings()[0]
 	for _, tt := range []struct {
 		name  string
@@ -396,7 +396,7 @@ func TestAuthenticatedPeerInputIsChecked(t *testing.T) {
 		{"ceiling 2^50 above", func(p *fakePeer) string { return p.heartbeat('s', 1, 1<<50) }},
 		{"ceiling off a block", func(p *fakePeer) string { return p.heartbeat('s', 1, 3<<20+1) }},
 		{"another sender", func(p *fakePeer) string {
-			return beat(tc.addrs[2], 's', p.inc, 1, 0)
+			return beat(tc.Addrs[2], 's', p.inc, 1, 0)
 		}},
 		{"another incarnation", func(p *fakePeer) string {
 			return beat(p.from, 's', p.inc+1, 1, 0)
@@ -406,7 +406,7 @@ func TestAuthenticatedPeerInputIsChecked(t *testing.T) {
 		{"junk", func(p *fakePeer) string { return "P H x" }},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			p := dialAsPeer(t, tc.addrs[0], tc.addrs[1], testClusterKey)
+			p := dialAsPeer(t, tc.Addrs[0], tc.Addrs[1], testClusterKey)
 			p.send(tt.frame(p))
 			if closed, _ := p.closedWithin(answerTimeout); !closed {
 				t.Fatal("the link stayed open")
@@ -416,7 +416,7 @@ func TestAuthenticatedPeerInputIsChecked(t *testing.T) {
 	if after := tc.ceilings()[0]; after != before {
 		t.Fatalf("ceiling file changed from %s to %s", before, after)
 	}
-	if r := tc.nodes[0].Role(); r != "active" {
+	if r := tc.Nodes[0].Role(); r != "active" {
 		t.Fatalf("node 0 is %s", r)
 	}
 }
@@ -426,12 +426,12 @@ func TestAuthenticatedPeerInputIsChecked(t *testing.T) {
 func TestNewerPeerLinkReplacesTheOlder(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 2, nil)
-	tc.start(0)
-	tc.waitActive(0)
-	old := dialAsPeer(t, tc.addrs[0], tc.addrs[1], testClusterKey)
+	tc.Start(0)
+	tc.WaitActive(0)
+	old := dialAsPeer(t, tc.Addrs[0], tc.Addrs[1], testClusterKey)
 	old.send(old.heartbeat('s', 1, 0))
 	for i := 0; i < 5; i++ {
-		newer := dialAsPeer(t, tc.addrs[0], tc.addrs[1], testClusterKey)
+		newer := dialAsPeer(t, tc.Addrs[0], tc.Addrs[1], testClusterKey)
 		if closed, _ := old.closedWithin(answerTimeout); !closed {
 			t.Fatalf("link %d stayed open beside a newer one", i)
 		}
@@ -447,15 +447,15 @@ func TestNewerPeerLinkReplacesTheOlder(t *testing.T) {
 func TestHeartbeatFloodOnAPeerLinkIsRateLimited(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 2, nil)
-	tc.start(0)
-	tc.waitActive(0)
-	p := dialAsPeer(t, tc.addrs[0], tc.addrs[1], testClusterKey)
+	tc.Start(0)
+	tc.WaitActive(0)
+	p := dialAsPeer(t, tc.Addrs[0], tc.Addrs[1], testClusterKey)
 	var b bytes.Buffer
 	for hb := uint64(1); hb <= 5000; hb++ {
 		b.WriteString(p.heartbeat('s', hb, 0))
 	}
 	p.send(strings.TrimSuffix(b.String(), "\n"))
-	waitFor(t, "dropped heartbeats counted", func() bool { return tc.nodes[0].Metrics().PeerFramesDropped > 4000 })
+	waitFor(t, "dropped heartbeats counted", func() bool { return tc.Nodes[0].Metrics().PeerFramesDropped > 4000 })
 	if closed, _ := p.closedWithin(quiet); closed {
 		t.Fatal("the link was closed for heartbeats over the rate")
 	}
@@ -468,23 +468,23 @@ func TestHeartbeatFloodOnAPeerLinkIsRateLimited(t *testing.T) {
 func TestPeersAreNotStarvedByClientsHoldingEverySlot(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 2, func(c *server.Config) { c.MaxConns = 10 })
-	tc.startAll()
-	tc.waitActive(0)
+	tc.StartAll()
+	tc.WaitActive(0)
 	for i := 0; i < 10; i++ {
-		dial(t, tc.addrs[0]) // idle: they send nothing
+		dial(t, tc.Addrs[0]) // idle: they send nothing
 	}
-	waitConns(t, tc.nodes[0], 10)
+	waitConns(t, tc.Nodes[0], 10)
 	// A client past the limit is refused, whether it speaks or waits.
-	c := dial(t, tc.addrs[0])
+	c := dial(t, tc.Addrs[0])
 	c.send("I")
 	c.expect("E - - too many connections")
 	c.expectClosed()
-	idle := dial(t, tc.addrs[0])
+	idle := dial(t, tc.Addrs[0])
 	idle.expectClosed()
 
 	tc.crash(1)
-	tc.start(1)
-	tc.waitActive(0)
+	tc.Start(1)
+	tc.WaitActive(0)
 }
 
 // Rotating the cluster key without an outage: each node in turn restarts
@@ -495,13 +495,13 @@ func TestClusterKeyRotationWithoutAnOutage(t *testing.T) {
 	oldKey, newKey := testClusterKey, []byte("the new cluster key, 32 bytes ln")
 	keys := [][2][]byte{{oldKey, nil}, {oldKey, nil}}
 	tc := newCluster(t, 2, nil)
-	tc.conf = func(c *server.Config) {
-		i := slices.Index(tc.addrs, c.Listen)
+	tc.setConf(func(c *server.Config) {
+		i := slices.Index(tc.Addrs, c.Listen)
 		c.ClusterKey, c.ClusterKeyOld = keys[i][0], keys[i][1]
-	}
-	tc.startAll()
-	tc.waitActive(0)
-	c := dial(t, tc.addrs[0])
+	})
+	tc.StartAll()
+	tc.WaitActive(0)
+	c := dial(t, tc.Addrs[0])
 	c.send("A k 60 0")
 	tok := c.expectGrant("k")
 	step := func(i int, current, old []byte) {
@@ -509,24 +509,24 @@ func TestClusterKeyRotationWithoutAnOutage(t *testing.T) {
 		if i == 0 {
 			// The active hands over to node 1 and takes the role back
 			// once it returns with the state.
-			tc.stop(0)
-			tc.waitActive(1)
+			tc.Stop(0)
+			tc.WaitActive(1)
 		} else {
 			tc.crash(1)
 		}
-		tc.start(i)
-		tc.waitActive(0)
+		tc.Start(i)
+		tc.WaitActive(0)
 		tc.waitSame(0, 1)
 	}
 	step(1, newKey, oldKey)
 	step(0, newKey, oldKey)
 	step(1, newKey, nil)
 	step(0, newKey, nil)
-	n := dial(t, tc.addrs[0])
+	n := dial(t, tc.Addrs[0])
 	n.send(fmt.Sprintf("R k %d", tok))
 	n.expect("R k OK")
 	// A node still on the old key alone is refused now.
-	if _, err := tryDialAsPeer(t, tc.addrs[0], tc.addrs[1], oldKey); err == nil || !strings.Contains(err.Error(), "no cluster key in common") {
+	if _, err := tryDialAsPeer(t, tc.Addrs[0], tc.Addrs[1], oldKey); err == nil || !strings.Contains(err.Error(), "no cluster key in common") {
 		t.Fatalf("the old key after the rotation: %v", err)
 	}
 }
@@ -541,14 +541,14 @@ func TestClusterKeyRotationWithoutAnOutage(t *testing.T) {
 func TestOnPathInjectionIntoAPeerLinkIsRefused(t *testing.T) {
 	t.Parallel()
 	pn, tc := tappedCluster(t)
-	c := dial(t, tc.addrs[0])
+	c := dial(t, tc.Addrs[0])
 	c.send("A real 60000 0")
 	c.expectGrant("real")
-	waitFor(t, "the grant on the standby", func() bool { _, ok := tc.nodes[1].Holders()["real"]; return ok })
+	waitFor(t, "the grant on the standby", func() bool { _, ok := tc.Nodes[1].Holders()["real"]; return ok })
 
 	injected := make(chan struct{})
 	var once sync.Once
-	pn.Tap(tc.addrs[0], tc.addrs[1], func(b []byte) []byte {
+	pn.Tap(tc.Addrs[0], tc.Addrs[1], func(b []byte) []byte {
 		// The stream's records read "G seq key token remaining".
 		i := bytes.Index(b, []byte("G "))
 		if i < 0 || (i > 0 && b[i-1] != '\n') || b[len(b)-1] != '\n' {
@@ -566,7 +566,7 @@ func TestOnPathInjectionIntoAPeerLinkIsRefused(t *testing.T) {
 		})
 		return out
 	})
-	refused := tc.nodes[1].Metrics().PeerRefused
+	refused := tc.Nodes[1].Metrics().PeerRefused
 	c.send("A trigger 60000 0")
 	c.expectGrant("trigger")
 	select {
@@ -574,23 +574,23 @@ func TestOnPathInjectionIntoAPeerLinkIsRefused(t *testing.T) {
 	case <-time.After(answerTimeout):
 		t.Fatal("the grant of trigger never crossed the proxy")
 	}
-	pn.Tap(tc.addrs[0], tc.addrs[1], nil)
+	pn.Tap(tc.Addrs[0], tc.Addrs[1], nil)
 	deadline := time.Now().Add(2 * time.Second)
 	for time.Now().Before(deadline) {
-		if h, ok := tc.nodes[1].Holders()["forged"]; ok {
+		if h, ok := tc.Nodes[1].Holders()["forged"]; ok {
 			t.Fatalf("the standby applied the forged grant: %+v", h)
 		}
-		if tc.nodes[1].Metrics().PeerRefused > refused {
+		if tc.Nodes[1].Metrics().PeerRefused > refused {
 			break
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if tc.nodes[1].Metrics().PeerRefused == refused {
+	if tc.Nodes[1].Metrics().PeerRefused == refused {
 		t.Fatal("the standby did not close the link that carried the forged frame")
 	}
 	// It copies the state afresh, without the forged grant.
 	tc.waitSame(0, 1)
-	if _, ok := tc.nodes[1].Holders()["forged"]; ok {
+	if _, ok := tc.Nodes[1].Holders()["forged"]; ok {
 		t.Fatal("the forged grant is on the standby")
 	}
 }
@@ -600,7 +600,7 @@ func TestOnPathInjectionIntoAPeerLinkIsRefused(t *testing.T) {
 func tappedCluster(t *testing.T) (*peerNet, *testCluster) {
 	pn := newPeerNet(t)
 	tc := newCluster(t, 2, func(c *server.Config) { c.PeerDialer = pn.Dialer(c.Listen) })
-	tc.startAll()
-	tc.waitActive(0)
+	tc.StartAll()
+	tc.WaitActive(0)
 	return pn, tc
 }

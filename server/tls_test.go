@@ -892,22 +892,22 @@ func TestPeerTLS(t *testing.T) {
 		p.serve(true)(c)
 		c.Listen, c.TLSListen, c.PeerTLS = "127.0.0.1:0", addr, true
 	})
-	tc.startAll()
-	tc.waitActive(0)
-	if got := tc.nodes[0].TLSAddr(); got != tc.addrs[0] {
-		t.Fatalf("node 0 serves TLS on %s, want its peer address %s", got, tc.addrs[0])
+	tc.StartAll()
+	tc.WaitActive(0)
+	if got := tc.Nodes[0].TLSAddr(); got != tc.Addrs[0] {
+		t.Fatalf("node 0 serves TLS on %s, want its peer address %s", got, tc.Addrs[0])
 	}
-	a := dialTLS(t, tc.addrs[0], p.client("app"))
+	a := dialTLS(t, tc.Addrs[0], p.client("app"))
 	a.send("A k 30 0")
 	a.expectGrant("k")
 	tc.waitSame(0, 1)
 
-	s := dialTLS(t, tc.addrs[1], p.client("app"))
+	s := dialTLS(t, tc.Addrs[1], p.client("app"))
 	s.send("A j 30 0")
-	s.expect("M " + tc.addrs[0])
+	s.expect("M " + tc.Addrs[0])
 	s.expectClosed()
 
-	cl, err := clientlib.New(clientlib.Config{Addrs: []string{tc.addrs[1]}, TLS: p.client("app"), ReconnectInterval: 50 * time.Millisecond})
+	cl, err := clientlib.New(clientlib.Config{Addrs: []string{tc.Addrs[1]}, TLS: p.client("app"), ReconnectInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -925,17 +925,17 @@ func TestPeerTLS(t *testing.T) {
 	// The active crashes: the standby, which copied k over TLS, takes over
 	// and serves the grant it copied.
 	tc.crash(0)
-	waitFor(t, "node 1 active", func() bool { return tc.nodes[1].Role() == "active" })
-	b := dialTLS(t, tc.addrs[1], p.client("app"))
+	waitFor(t, "node 1 active", func() bool { return tc.Nodes[1].Role() == "active" })
+	b := dialTLS(t, tc.Addrs[1], p.client("app"))
 	b.send("A k 30 0.2")
 	b.expect("T k")
 
 	// Node 0 comes back, copies the state and takes the role back through
 	// a handoff: node 1's TLS clients are sent to it.
-	tc.start(0)
-	b.expect("M " + tc.addrs[0])
+	tc.Start(0)
+	b.expect("M " + tc.Addrs[0])
 	b.expectClosed()
-	tc.waitActive(0)
+	tc.WaitActive(0)
 }
 
 // A node whose certificate the peers' CA did not sign cannot join: its
@@ -954,13 +954,13 @@ func TestPeerTLSRefusesAStranger(t *testing.T) {
 		}
 		c.Listen, c.TLSListen, c.PeerTLS = "127.0.0.1:0", addr, true
 	})
-	tc.startAll()
-	waitFor(t, "node 0 active", func() bool { return tc.nodes[0].Role() == "active" })
+	tc.StartAll()
+	waitFor(t, "node 0 active", func() bool { return tc.Nodes[0].Role() == "active" })
 	time.Sleep(5 * testFailover)
-	if got := tc.nodes[0].Replication(); len(got) != 0 {
+	if got := tc.Nodes[0].Replication(); len(got) != 0 {
 		t.Fatalf("the active streams to %v", got)
 	}
-	if tc.nodes[1].Active() == tc.addrs[0] {
+	if tc.Nodes[1].Active() == tc.Addrs[0] {
 		t.Fatalf("the stranger follows the active")
 	}
 }

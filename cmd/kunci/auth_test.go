@@ -1,13 +1,13 @@
 package main
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
 
@@ -25,20 +25,8 @@ func startAuthNode(t *testing.T) (addr, creds, wrong string) {
 		}
 		return path
 	}
-	n, err := server.New(server.Config{
-		Listen: "127.0.0.1:0", AuthFile: write("auth", "ops "+opsSecret+"\n"),
-		AuthFailureDelay: 20 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = n.Stop(ctx)
+	n := testnode.Start(t, server.Config{
+		AuthFile: write("auth", "ops "+opsSecret+"\n"), AuthFailureDelay: 20 * time.Millisecond,
 	})
 	return n.Addr(), write("creds", "# kunci's\nops "+opsSecret+"\n"), write("wrong", "ops not-the-secret-0123\n")
 }

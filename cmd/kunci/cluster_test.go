@@ -1,13 +1,11 @@
 package main
 
 import (
-	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/kunci/kunci/internal/testaddr"
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
 
@@ -15,35 +13,10 @@ import (
 // two-node cluster: status shows the roles and that both nodes name the
 // active; a client given the standby's address first is redirected.
 func TestStatusOfACluster(t *testing.T) {
-	var addrs []string
-	for i := 0; i < 2; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, l.Addr().String())
-		l.Close()
-	}
-	var nodes []*server.Node
-	for i := range addrs {
-		n, err := server.New(server.Config{Listen: addrs[i], Peers: addrs, DataDir: t.TempDir(), ClusterKey: []byte("a test cluster key, 32 bytes lng"),
-			Heartbeat: 20 * time.Millisecond, FailoverTimeout: 300 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := n.Start(); err != nil {
-			t.Fatal(err)
-		}
-		nodes = append(nodes, n)
-		t.Cleanup(func() { _ = n.Stop(context.Background()) })
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for nodes[0].Role() != "active" || nodes[0].State() != "" || nodes[1].Active() != addrs[0] {
-		if time.Now().After(deadline) {
-			t.Fatal("no active")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	tc := testnode.NewCluster(t, 2, nil)
+	tc.StartAll()
+	tc.WaitActive(0)
+	nodes, addrs := tc.Nodes, tc.Addrs
 	code, out, errs := kunci(t, nil, "status", "--addrs", addrs[0]+","+addrs[1])
 	if code != 0 {
 		t.Fatalf("status: exit %d, stderr %q", code, errs)
@@ -78,21 +51,10 @@ func TestStatusOfACluster(t *testing.T) {
 // README's recipe does, right after starting the nodes: it shows the
 // cluster once one node is active and every node names it.
 func TestStatusWaitsForTheClusterToSettle(t *testing.T) {
-	addrs := testaddr.Free(t, 3)
+	tc := testnode.NewCluster(t, 3, func(_ int, c *server.Config) { c.Admin = "127.0.0.1:0" })
+	nodes, addrs := tc.Nodes, tc.Addrs
 	p := startKunci(t, nil, "status", "--wait", "30s", "--addrs", strings.Join(addrs, ","))
-	var nodes []*server.Node
-	for i := range addrs {
-		n, err := server.New(server.Config{Listen: addrs[i], Peers: addrs, DataDir: t.TempDir(), Admin: "127.0.0.1:0",
-			ClusterKey: []byte("a test cluster key, 32 bytes lng"), Heartbeat: 20 * time.Millisecond, FailoverTimeout: 500 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := n.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = n.Stop(context.Background()) })
-		nodes = append(nodes, n)
-	}
+	tc.StartAll()
 	if code := p.wait(40 * time.Second); code != 0 {
 		t.Fatalf("exit %d\nstdout: %s\nstderr: %s", code, p.out(), p.errs())
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/kunci/kunci/internal/testaddr"
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 	"github.com/kunci/kunci/wire"
 )
@@ -52,21 +53,7 @@ func startNode(t *testing.T) string {
 
 func startNodeN(t *testing.T) *server.Node {
 	t.Helper()
-	n, err := server.New(server.Config{Listen: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := n.Stop(ctx); err != nil {
-			t.Errorf("stopping the node: %v", err)
-		}
-	})
-	return n
+	return testnode.Start(t, server.Config{})
 }
 
 // deadAddr is a loopback address where nothing listens.
@@ -163,12 +150,8 @@ func kunci(t *testing.T, env []string, args ...string) (code int, stdout, stderr
 // eventually polls cond every 10 ms until it holds, for at most d.
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testnode.Until(d, cond) {
+		t.Fatalf("after %v: %s", d, what)
 	}
 }
 
@@ -684,14 +667,7 @@ func TestStatusWaitsForNodesToStart(t *testing.T) {
 	addr := deadAddr(t)
 	p := startKunci(t, nil, "status", "--wait", "30s", "--addrs", addr)
 	time.Sleep(300 * time.Millisecond) // kunci has found nothing there yet
-	n, err := server.New(server.Config{Listen: addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	testnode.Start(t, server.Config{Listen: addr})
 	if code := p.wait(40 * time.Second); code != 0 {
 		t.Fatalf("exit %d, want 0\nstdout: %s\nstderr: %s", code, p.out(), p.errs())
 	}
@@ -736,14 +712,7 @@ func TestVersion(t *testing.T) {
 // does.
 func TestHealth(t *testing.T) {
 	t.Parallel()
-	n, err := server.New(server.Config{Listen: "127.0.0.1:0", Admin: "127.0.0.1:0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = n.Stop(context.Background()) })
+	n := testnode.Start(t, server.Config{Admin: "127.0.0.1:0"})
 	base := "http://" + n.AdminAddr()
 	for _, tc := range []struct {
 		args     []string

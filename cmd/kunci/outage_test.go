@@ -2,12 +2,12 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
 
@@ -64,24 +64,11 @@ func TestAcquireAgainstAFrozenNodeExits69WithinItsWait(t *testing.T) {
 // anyone. (Here the active is down and its standby has not promoted itself
 // yet: a node waits a failover timeout before it does.)
 func TestAcquireDuringAFailoverExits69(t *testing.T) {
-	var addrs []string
-	for i := 0; i < 2; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, l.Addr().String())
-		l.Close()
-	}
-	standby, err := server.New(server.Config{Listen: addrs[1], Peers: addrs, DataDir: t.TempDir(), ClusterKey: []byte("a test cluster key, 32 bytes lng"),
-		Heartbeat: 50 * time.Millisecond, FailoverTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := standby.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = standby.Stop(context.Background()) })
+	tc := testnode.NewCluster(t, 2, func(_ int, c *server.Config) {
+		c.Heartbeat, c.FailoverTimeout = 50*time.Millisecond, 10*time.Second
+	})
+	tc.Start(1)
+	addrs := tc.Addrs
 	code, _, errs := kunci(t, nil, "acquire", "k", "--wait", "1s", "--addrs", strings.Join(addrs, ","))
 	if code != exitUnavailable || !strings.Contains(errs, "no active node answered") {
 		t.Fatalf("exit %d, stderr %q; want %d and why", code, errs, exitUnavailable)

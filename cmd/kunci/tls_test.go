@@ -1,13 +1,12 @@
 package main
 
 import (
-	"context"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kunci/kunci/internal/testcert"
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
 
@@ -33,23 +32,11 @@ func newTLSFiles(t *testing.T) *tlsFiles {
 // certificates required) and returns its TLS address.
 func startTLSNode(t *testing.T, f *tlsFiles, mutual bool) string {
 	t.Helper()
-	cfg := server.Config{Listen: "127.0.0.1:0", TLSListen: "127.0.0.1:0", TLSCert: f.nodeCert, TLSKey: f.nodeKey}
+	cfg := server.Config{TLSListen: "127.0.0.1:0", TLSCert: f.nodeCert, TLSKey: f.nodeKey}
 	if mutual {
 		cfg.TLSClientCA = f.caFile
 	}
-	n, err := server.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = n.Stop(ctx)
-	})
-	return n.TLSAddr()
+	return testnode.Start(t, cfg).TLSAddr()
 }
 
 func TestCommandsOverTLS(t *testing.T) {

@@ -4,15 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"net"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kunci/kunci/internal/testaddr"
+	"github.com/kunci/kunci/internal/testnode"
 )
 
 func TestNodeNotInItsPeerListRefusesToStart(t *testing.T) {
@@ -28,22 +27,12 @@ func TestNodeNotInItsPeerListRefusesToStart(t *testing.T) {
 func startPeer(t *testing.T, addrs []string, i int, dir string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(kuncid, "--listen", addrs[i], "--advertise", addrs[i], "--peers", strings.Join(addrs, ","),
-		"--cluster-key-file", keyFile(t), "--data-dir", dir, "--heartbeat", "50ms", "--failover-timeout", "500ms", "--log-format", "json")
+		"--cluster-key-file", testnode.KeyFile(t), "--data-dir", dir, "--heartbeat", "50ms", "--failover-timeout", "500ms", "--log-format", "json")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	return cmd
-}
-
-// keyFile writes the test clusters' key to a new file.
-func keyFile(t *testing.T) string {
-	t.Helper()
-	f := filepath.Join(t.TempDir(), "cluster.key")
-	if err := os.WriteFile(f, []byte("a test cluster key, 32 bytes lng\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return f
 }
 
 // waitInfo waits until the node at addr answers I with want.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kunci/kunci/failover"
 	"github.com/kunci/kunci/internal/testaddr"
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/replica"
 )
 
@@ -44,7 +45,7 @@ func dumpLogs(t *testing.T, p *process) {
 // stopped and the node exited without a handoff.
 func TestPeerPrefixFloodDoesNotStopTheNode(t *testing.T) {
 	addrs := testaddr.Free(t, 2)
-	p := startClusterNode(t, "ulimit -n 1024", addrs, keyFile(t))
+	p := startClusterNode(t, "ulimit -n 1024", addrs, testnode.KeyFile(t))
 	held, err := net.Dial("tcp", addrs[0])
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +155,7 @@ func TestFakeStandbysCannotBloatTheActive(t *testing.T) {
 		t.Skip("holds 200,000 keys")
 	}
 	addrs := testaddr.Free(t, 3)
-	p := startClusterNode(t, "", addrs, keyFile(t))
+	p := startClusterNode(t, "", addrs, testnode.KeyFile(t))
 	const keys = 200_000
 	if err := holdKeys(addrs[0], 0, keys); err != nil {
 		t.Fatal(err)
