@@ -70,10 +70,10 @@ func TestRefusals(t *testing.T) {
 		{"X k 1 0", "E X k bad lease"},
 		{"X k 1 x", "E X k bad lease"},
 		// lease too long: the node's MaxLease is 10 s
-		{"A k 10.001 0", "E A k lease too long"},
-		{"A k 11 0", "E A k lease too long"},
-		{"A k 86400 0", "E A k lease too long"},
-		{"X k 1 10.001", "E X k lease too long"},
+		{"A k 10.001 0", "E A k lease too long (max 10)"},
+		{"A k 11 0", "E A k lease too long (max 10)"},
+		{"A k 86400 0", "E A k lease too long (max 10)"},
+		{"X k 1 10.001", "E X k lease too long (max 10)"},
 		// bad wait
 		{"A k 5 -1", "E A k bad wait"},
 		{"A k 5 x", "E A k bad wait"},
@@ -81,8 +81,8 @@ func TestRefusals(t *testing.T) {
 		{"A k 5 .5", "E A k bad wait"},
 		{"A k 5 ", "E A k bad wait"},
 		// wait too long: the node's MaxWait is 20 s
-		{"A k 5 20.001", "E A k wait too long"},
-		{"A k 5 86400", "E A k wait too long"},
+		{"A k 5 20.001", "E A k wait too long (max 20)"},
+		{"A k 5 86400", "E A k wait too long (max 20)"},
 		// bad token
 		{"R k 0", "E R k bad token"},
 		{"R k 18446744073709551616", "E R k bad token"},

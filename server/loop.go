@@ -3,8 +3,10 @@ package server
 import (
 	"bytes"
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/panjf2000/gnet/v2"
 
@@ -252,7 +254,7 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 		// Keep a refusal in line with the key's other answers.
 		lp.batch = append(lp.batch, request{op: wire.Op(req.EchoOp[0]), key: req.EchoKey, err: err, echoOp: req.EchoOp})
 	case err != nil:
-		cs.out = wire.AppendError(cs.out, req.EchoOp, req.EchoKey, wire.Reason(err))
+		cs.out = wire.AppendError(cs.out, req.EchoOp, req.EchoKey, lp.n.refusal(err))
 		lp.markDirty(cs)
 	case req.Op == wire.OpInfo:
 		lp.info(cs)
@@ -389,7 +391,7 @@ func (lp *loop) apply(sh *engine.Shard, cs *conn, r *request, now int64) {
 		if lp.inbox.pending.Load() {
 			lp.drainInbox()
 		}
-		cs.out = wire.AppendError(cs.out, r.echoOp, r.key, wire.Reason(r.err))
+		cs.out = wire.AppendError(cs.out, r.echoOp, r.key, lp.n.refusal(r.err))
 		lp.markDirty(cs)
 	case r.stale:
 		lp.deliver(cs)
@@ -482,6 +484,23 @@ func appendAnswer(dst []byte, out *engine.Output, a *engine.Answer, now int64) [
 }
 
 var opAcquire = []byte{'A'}
+
+// refusal is the reason an E line gives for err: the protocol's text, and
+// for a lease or a wait over the node's maximum, that maximum in seconds
+// ("lease too long (max 86400)"), so that the client can say what it may
+// ask for.
+func (n *Node) refusal(err error) string {
+	switch err {
+	case wire.ErrLeaseTooLong:
+		return wire.Reason(err) + " (max " + seconds(n.cfg.MaxLease) + ")"
+	case wire.ErrWaitTooLong:
+		return wire.Reason(err) + " (max " + seconds(n.cfg.MaxWait) + ")"
+	}
+	return wire.Reason(err)
+}
+
+// seconds writes d as the protocol's seconds: "86400", "0.5".
+func seconds(d time.Duration) string { return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) }
 
 // ceilMs converts a duration in ns to whole ms, rounding up: a lease left
 // is never shown shorter than it is.

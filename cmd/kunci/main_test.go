@@ -484,7 +484,7 @@ func TestAcquireExtendRelease(t *testing.T) {
 		t.Fatalf("acquire with --addrs over a dead KUNCI_ADDRS: exit %d, %q", code, errs)
 	}
 	// A node refusal is reported with its reason.
-	if code, _, errs := kunci(t, env, "acquire", "long", "--lease", "100000s"); code != exitUnavailable || !strings.Contains(errs, "lease too long") {
+	if code, _, errs := kunci(t, env, "acquire", "long", "--lease", "100000s"); code != exitUnavailable || !strings.Contains(errs, "lease too long (max 86400)") {
 		t.Errorf("over-long lease: exit %d, stderr %q; want %d and the node's reason", code, errs, exitUnavailable)
 	}
 }
