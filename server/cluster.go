@@ -625,10 +625,9 @@ func (n *Node) thaw(stale time.Duration) {
 		n.conns.each(func(cs *conn) {
 			if cs.lp == lp && !cs.closed {
 				cs.backlog = cs.c.InboundBuffered() + len(cs.carry)
-				cs.backlogSince = since
+				cs.backlogSince, cs.backlogStale = since, int64(stale)
 			}
 		})
-		lp.stale = int64(stale)
 	})
 	n.roles.frozen.Store(false)
 	n.wakeClients()

@@ -41,10 +41,16 @@ type conn struct {
 	source    string // the remote host, on probation only
 	openedAt  int64  // node clock
 	// backlog is how many bytes at the front of what the connection sent
-	// arrived while the node was frozen, no later than backlogSince: an
-	// acquire among them counts its wait from then (Node.thaw).
+	// arrived while the node was frozen or stood still, no later than
+	// backlogSince: an acquire among them counts its wait from then, and
+	// is answered T, never granted, if it waited past its wait or past
+	// backlogStale, or if gone says its client has left (Node.thaw,
+	// Node.markStall).
 	backlog      int
 	backlogSince int64
+	backlogStale int64
+	gone         bool
+	stall        *stall // the last stall its turn looked at
 	// hs is the peer handshake in progress: the connection sent a peer's
 	// hello and was challenged; its next line must be the proof.
 	hs   *replica.Accepting

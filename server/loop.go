@@ -32,9 +32,6 @@ type loop struct {
 	// standby is set for a serve on a node that is not the active: its
 	// A, R, X and C are answered with a redirect.
 	standby bool
-	// stale is the longest an acquire may have waited unread in a frozen
-	// node's input and still be decided (the failover timeout).
-	stale int64
 	// lastTurn is when the loop last read its connections (a cluster
 	// node's; node clock): what it finds later arrived after it.
 	lastTurn atomic.Int64
@@ -287,12 +284,13 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 			cs.acquired = true
 			cs.queued++
 			if backlog {
-				// It waited unread since the node froze: its wait runs
-				// from then, and one that waited longer than the
-				// failover timeout is not decided at all.
+				// It waited unread since the node froze or stood
+				// still: its wait runs from then, and one that waited
+				// longer than the failover timeout (frozen), or whose
+				// client has left, is not decided at all.
 				waited := lp.n.now() - cs.backlogSince
 				switch {
-				case waited > lp.stale || r.wait > 0 && waited >= r.wait:
+				case cs.gone || waited > cs.backlogStale || r.wait > 0 && waited >= r.wait:
 					r.stale = true
 				case r.wait > 0:
 					r.wait -= waited

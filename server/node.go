@@ -78,6 +78,10 @@ type tickState struct {
 	rounds atomic.Uint64 // rounds of ticks queued (Metrics.TickRounds)
 	kick   chan struct{} // wakes the sleeping ticker
 	on     bool          // set by Start; Stop is called after Start returns
+	// alive is the node clock at the ticker's last beat; stall the last
+	// span the node stood still (stall.go). Loops read both.
+	alive atomic.Int64
+	stall atomic.Pointer[stall]
 }
 
 // loopSet is the node's event loops. all is set once by the first

@@ -25,6 +25,7 @@ func (r reactor) OnBoot(eng gnet.Engine) gnet.Action {
 	n := r.n
 	defer close(n.run.booted)
 	n.run.eng = eng
+	n.tick.alive.Store(n.now()) // the first beat (stall.go), before any loop serves
 	addr, err := boundAddr(eng)
 	if err != nil {
 		n.run.bootErr = err
@@ -242,6 +243,9 @@ func (n *Node) onTraffic(c gnet.Conn) gnet.Action {
 		_, _ = c.Discard(-1)
 		return gnet.None
 	}
+	now := n.now()
+	n.checkStall(now)
+	n.markStall(cs, now)
 	if !cs.client {
 		// The first line tells a peer's hello from a client's request.
 		act, peer := n.peerHandshake(cs, c)
@@ -253,7 +257,6 @@ func (n *Node) onTraffic(c gnet.Conn) gnet.Action {
 		}
 	}
 	if cl := n.cl; cl != nil {
-		now := n.now()
 		if alive := cl.alive.Load(); !n.roles.frozen.Load() && now-alive > int64(cl.timeout) {
 			// The cluster's clock stood still for longer than the
 			// failover timeout: this process was frozen, or starved.

@@ -7,7 +7,8 @@ import (
 
 // ticker drives deadlines: every Config.Tick while timers run, it asks the
 // loops to tick their shards (queueTicks); while nothing is due it sleeps
-// until kicked (wakeTicker) or until the next idle scan.
+// until kicked (wakeTicker), until the next idle scan, or until its next
+// beat (pulseEvery: stall.go).
 func (n *Node) ticker() {
 	defer close(n.tick.done)
 	period := n.cfg.Tick
@@ -24,28 +25,33 @@ func (n *Node) ticker() {
 			// second look, and batches set their state before they look
 			// at the flag, so one of the two sees the other.
 			n.tick.idle.Store(true)
-			scanning := false
+			scanning, beating := false, false
 			if n.quiet() {
-				var due <-chan time.Time
-				if wait, ok := n.scanWait(scanned); ok {
-					scan.Reset(wait)
-					due = scan.C
+				// It wakes for the idle scan, or to beat (stall.go).
+				wait, scanDue := pulseEvery, false
+				if w, ok := n.scanWait(scanned); ok && w <= wait {
+					wait, scanDue = w, true
 				}
+				scan.Reset(wait)
 				select {
 				case <-n.tick.stop:
 					return
 				case <-n.tick.kick:
-				case <-due:
-					scanning = true
+				case <-scan.C:
+					scanning, beating = scanDue, !scanDue
 				}
 				scan.Stop()
 			}
 			n.tick.idle.Store(false)
+			n.beat(n.now())
 			if scanning {
 				// Only the idle scan is due: do it, and sleep again.
 				scanned = time.Now()
 				n.queueTicks(true)
 				continue
+			}
+			if beating {
+				continue // only the beat was due
 			}
 			period = n.cfg.Tick
 			t.Reset(period)
@@ -55,6 +61,7 @@ func (n *Node) ticker() {
 			return
 		case <-t.C:
 		}
+		n.beat(n.now())
 		// Tick slower while ticks find nothing due (long leases held, say),
 		// back to Config.Tick as soon as one does: expiries stay within
 		// maxTick of their deadline, and a node holding day-long leases

@@ -164,9 +164,9 @@ func describeAcquireError(key string, addrs []string, tc *tls.Config, wait time.
 		return fmt.Sprintf("%s: the node refused the acquire: %s", key, refused.Reason)
 	case errors.Is(err, clientlib.ErrNoConnection) && wait > 0 && strings.Contains(err.Error(), "no active node answered"):
 		if why := whyUnreachable(tc, addrs); why != "" {
-			return fmt.Sprintf("%s: %s at %s%s within the wait of %v: nothing was granted", key, errUnreachable, strings.Join(addrs, ","), why, wait)
+			return fmt.Sprintf("%s: %s at %s%s within the wait of %v: no grant was received (a node that runs again later grants nothing to a client that has left)", key, errUnreachable, strings.Join(addrs, ","), why, wait)
 		}
-		return fmt.Sprintf("%s: %s at %s: nothing was granted", key, plain(err), strings.Join(addrs, ","))
+		return fmt.Sprintf("%s: %s at %s: no grant was received (a node that runs again later grants nothing to a client that has left)", key, plain(err), strings.Join(addrs, ","))
 	case errors.Is(err, clientlib.ErrNoConnection):
 		return fmt.Sprintf("%s: %s: nothing was granted", key, unreachable(tc, addrs, err))
 	}
