@@ -40,6 +40,12 @@ func (r reactor) OnBoot(eng gnet.Engine) gnet.Action {
 		}
 	}
 	if len(n.cfg.Peers) == 0 {
+		if n.store.data != nil {
+			if err := n.reserveFirst(); err != nil {
+				n.run.bootErr = err
+				return gnet.Shutdown
+			}
+		}
 		// Active from the start: not a promotion.
 		n.setRole(roleActive, n.run.self)
 		return gnet.None

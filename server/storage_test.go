@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -8,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
+	"github.com/rs/zerolog"
 )
 
 // testBlock is how many tokens the nodes of these tests reserve at a time:
@@ -428,4 +431,29 @@ func TestTokensStopAtMaxToken(t *testing.T) {
 	if v := metric(t, metricsOf(t, n), "kunci_storage_ok"); v != 0 {
 		t.Errorf("kunci_storage_ok %v with the token space used up", v)
 	}
+}
+
+// A node that cannot listen (its port taken) reserves no tokens: its next
+// start issues token 1 all the same, not a block later.
+func TestNodeThatCannotListenReservesNoTokens(t *testing.T) {
+	t.Parallel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	n, err := server.New(server.Config{Listen: l.Addr().String(), DataDir: dir, Logger: testnode.Logger(t, zerolog.InfoLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(); err == nil {
+		t.Fatal("started on a taken port")
+	}
+	l.Close()
+	if _, err := os.Stat(filepath.Join(dir, "token-ceiling")); !os.IsNotExist(err) {
+		t.Fatalf("a node that never listened wrote its token ceiling (%v)", err)
+	}
+	c := dial(t, startNode(t, func(c *server.Config) { c.DataDir = dir }).Addr())
+	c.send("A k 30 0")
+	c.expect("A k 1")
 }

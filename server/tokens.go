@@ -84,10 +84,10 @@ func (cl *cluster) checkCeiling(c uint64) error {
 }
 
 // openTokens locks the data directory and starts tokens above the
-// persisted ceiling. A single node persists its first reservation before
-// any token is issued; with the token space used up it starts all the same,
-// refusing grants, and says so (storageHealth). A cluster node issues
-// nothing until its failover.Node promotes it.
+// persisted ceiling, issuing none yet: a single node persists its first
+// reservation once it listens (reserveFirst); with the token space used up
+// it starts all the same, refusing grants, and says so (storageHealth). A
+// cluster node issues nothing until its failover.Node promotes it.
 func (n *Node) openTokens() error {
 	d, err := openDataDir(n.cfg.DataDir, &n.store.health)
 	if err != nil {
@@ -98,26 +98,30 @@ func (n *Node) openTokens() error {
 		err = fmt.Errorf("server: token ceiling %d in %s leaves no room for a block of tokens per node below 2^63-1 (the ceiling may be at most %d): the file is damaged",
 			floor, filepath.Join(n.cfg.DataDir, ceilingFile), n.maxCeiling())
 	}
-	if err == nil && len(n.cfg.Peers) > 0 {
-		n.store.data = d
-		n.store.saved = floor
-		n.tokens.Raise(floor)
-		n.tokens.SetCeiling(floor, floor) // nothing to issue before failover.Issue
-		return nil
-	}
-	lo, hi := n.tokenRange(floor)
-	if err == nil {
-		err = d.setCeiling(hi)
-	}
 	if err != nil {
 		d.close()
+		return err
+	}
+	n.store.data = d
+	n.store.saved = floor
+	n.tokens.Raise(floor)
+	n.tokens.SetCeiling(floor, floor) // nothing to issue before the first block
+	return nil
+}
+
+// reserveFirst makes a single node's first block of tokens durable and
+// starts the ceiling writer. OnBoot calls it, once the listen address is
+// bound: a node that cannot listen reserves nothing. (A cluster node's
+// blocks are its failover.Node's: nothing to issue before failover.Issue.)
+func (n *Node) reserveFirst() error {
+	d := n.store.data
+	lo, hi := n.tokenRange(n.store.saved)
+	if err := d.setCeiling(hi); err != nil {
 		return err
 	}
 	if lo == hi {
 		n.store.health.failed(ErrTokensExhausted)
 	}
-	n.store.data = d
-	n.store.saved = floor
 	n.tokens.Raise(lo)
 	n.tokens.SetOnLow(n.store.writer.ask)
 	n.tokens.SetCeiling(hi, n.lowMark(hi))
