@@ -69,7 +69,7 @@ func TestCommandsWithCredentials(t *testing.T) {
 		{noCreds, []string{"release", "k", "1"}, "auth required"},
 		{noCreds, []string{"status"}, "refused: auth required"},
 		{badCreds, []string{"acquire", "k"}, "refused the credentials: bad credentials"},
-		{badCreds, []string{"extend", "k", "1"}, "refused the credentials: bad credentials"},
+		{badCreds, []string{"extend", "k", "1", "--lease", "1m"}, "refused the credentials: bad credentials"},
 		{badCreds, []string{"run", "k", "--", "true"}, "bad credentials"},
 		{badCreds, []string{"status"}, "refused: bad credentials"},
 	} {

@@ -72,6 +72,20 @@ func TestInspectCommand(t *testing.T) {
 	}
 }
 
+// TestAcquireNamesItsOwner: --owner names the grant's holder, as inspect
+// shows (the README's nightly snippet prints it).
+func TestAcquireNamesItsOwner(t *testing.T) {
+	t.Parallel()
+	env := addrsEnv(startNodeN(t).Addr())
+	if code, _, errs := kunci(t, env, "acquire", "reports/nightly", "--owner", "batch-7:4121"); code != 0 {
+		t.Fatalf("acquire --owner: exit %d, %q", code, errs)
+	}
+	code, out, errs := kunci(t, env, "inspect", "reports/nightly")
+	if f := strings.Fields(out); code != 0 || len(f) < 1 || f[len(f)-1] != "batch-7:4121" {
+		t.Fatalf("inspect after acquire --owner: exit %d, %q %q", code, out, errs)
+	}
+}
+
 // TestLocksCommand: kunci locks lists the held keys under a prefix, up to
 // a limit, and says when more are held; a large listing comes whole.
 func TestLocksCommand(t *testing.T) {

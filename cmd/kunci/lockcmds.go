@@ -16,7 +16,7 @@ import (
 	"github.com/kunci/kunci/wire"
 )
 
-const acquireHelp = `Usage: kunci acquire KEY [--lease 30s] [--wait 0 | --try] [--addrs ...]
+const acquireHelp = `Usage: kunci acquire KEY [--lease 30s] [--wait 0 | --try] [--owner NAME] [--addrs ...]
 
 Acquires KEY and prints the grant's fencing token on stdout, alone on its
 line. kunci itself holds nothing afterwards: the grant stays in force on the
@@ -32,6 +32,7 @@ Examples:
   kunci release orders/42 "$TOKEN"
   KUNCI_ADDRS=10.0.0.1:7070,10.0.0.2:7070 kunci acquire backup --wait 0.5
   TOKEN=$(kunci acquire cron/cleanup --try) || exit 0   # another run has it
+  kunci acquire reports/nightly --owner "$(hostname):$$"  # inspect shows who
 `
 
 const releaseHelp = `Usage: kunci release KEY TOKEN [--addrs ...]
@@ -48,10 +49,10 @@ Examples:
   kunci release orders/42 "$TOKEN" --addrs 10.0.0.1:7070,10.0.0.2:7070
 `
 
-const extendHelp = `Usage: kunci extend KEY TOKEN [--lease 30s] [--addrs ...]
+const extendHelp = `Usage: kunci extend KEY TOKEN --lease LEASE [--addrs ...]
 
 Makes the grant TOKEN of KEY end LEASE from now (shorter or longer than
-before). Prints nothing on success; exits 1 when the node answers STALE (the
+before); --lease has no default, since a grant's lease is not known to kunci. Prints nothing on success; exits 1 when the node answers STALE (the
 grant already ended: it is not yours any more). Connection failures are
 retried every 200 ms for 5 s, trying every address.
 
@@ -65,6 +66,7 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 	lease := c.duration("lease", 30*time.Second, "the grant ends by itself this long after it is made, unless released or extended")
 	wait := c.duration("wait", 0, "wait at most this long in the queue; 0 waits without bound")
 	try := c.fs.Bool("try", false, "do not wait: exit 75 at once when the key is held")
+	c.ownerFlag()
 	pos, code, done := c.parse(args)
 	if done {
 		return code
@@ -195,7 +197,7 @@ func cmdRelease(args []string, stdout, stderr io.Writer) int {
 
 func cmdExtend(args []string, stdout, stderr io.Writer) int {
 	c := newCLI("extend", extendHelp, stdout, stderr)
-	lease := c.duration("lease", 30*time.Second, "the grant now ends this long from now")
+	lease := c.duration("lease", 0, "the grant now ends this long from now (required)")
 	pos, code, done := c.parse(args)
 	if done {
 		return code
@@ -205,7 +207,7 @@ func cmdExtend(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if *lease <= 0 {
-		return c.usageError("--lease must be more than 0")
+		return c.usageError("--lease is required, more than 0: the grant then ends that long from now")
 	}
 	addrs, creds, err := c.target()
 	if err != nil {

@@ -140,8 +140,15 @@ type cli struct {
 	// of KUNCI_TLS_*: nil for plain TCP.
 	tlsCA, tlsCert, tlsKey string
 	tls                    *tls.Config
-	stdout                 io.Writer
-	stderr                 io.Writer
+	// owner names the grants of acquire and run (--owner); "" none.
+	owner  string
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// ownerFlag adds --owner, for the commands that acquire.
+func (c *cli) ownerFlag() {
+	c.fs.StringVar(&c.owner, "owner", "", "name the grant's holder, shown by inspect and locks: 1 to 64 bytes of printable ASCII, no space (e.g. \"$(hostname):$$\"); default none")
 }
 
 func newCLI(name, help string, stdout, stderr io.Writer) *cli {
@@ -279,6 +286,7 @@ func (c *cli) target() ([]string, *clientlib.Credentials, error) {
 // the exit status with ok false: credentials the node refused make the
 // cluster unavailable to us, anything else is a usage error.
 func (c *cli) newClient(cfg clientlib.Config) (client *clientlib.Client, code int, ok bool) {
+	cfg.Owner = c.owner
 	client, err := clientlib.New(cfg)
 	if errors.Is(err, clientlib.ErrAuth) {
 		return nil, c.fail(exitUnavailable, "%s", describeAuthError(err)), false

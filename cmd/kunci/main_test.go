@@ -471,7 +471,7 @@ func TestAcquireExtendRelease(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"release", "orders/42", tok},
-		{"extend", "orders/42", tok},
+		{"extend", "orders/42", tok, "--lease", "1m"},
 	} {
 		code, _, errs := kunci(t, env, args...)
 		if code != exitFailed || !strings.Contains(errs, "STALE") {
@@ -494,8 +494,8 @@ func TestCommandsReportAnUnreachableCluster(t *testing.T) {
 	dead := deadAddr(t)
 	for _, args := range [][]string{
 		{"acquire", "k"},
-		{"release", "k", "1"}, // retried for 5 s
-		{"extend", "k", "1"},  // ditto
+		{"release", "k", "1"},                 // retried for 5 s
+		{"extend", "k", "1", "--lease", "1m"}, // ditto
 		{"status"},
 	} {
 		t.Run(args[0], func(t *testing.T) {
@@ -570,6 +570,8 @@ func TestUsageErrors(t *testing.T) {
 		{nil, []string{"release", "k", "abc"}},
 		{nil, []string{"release", "k", "18446744073709551616"}},
 		{nil, []string{"extend", "k", "1", "--lease", "-1s"}},
+		{nil, []string{"extend", "k", "1"}}, // no --lease: it would silently shorten a long grant
+		{nil, []string{"acquire", "k", "--owner", "two words"}},
 		{nil, []string{"run", "k"}},
 		{nil, []string{"run", "k", "sh"}},
 		{nil, []string{"run", "--", "sh"}},
@@ -749,7 +751,7 @@ func TestFailuresReadAlike(t *testing.T) {
 		{"acquire", "k", "--wait", "1s"},
 		{"inspect", "k"},
 		{"release", "k", "7"},
-		{"extend", "k", "7"},
+		{"extend", "k", "7", "--lease", "1m"},
 		{"locks"},
 	}
 	var wg sync.WaitGroup

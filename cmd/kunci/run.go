@@ -18,7 +18,7 @@ import (
 	"github.com/kunci/kunci/clientlib"
 )
 
-const runHelp = `Usage: kunci run KEY [--lease 30s] [--wait 0] [--grace 5s] [--addrs ...] -- CMD [ARGS...]
+const runHelp = `Usage: kunci run KEY [--lease 30s] [--wait 0] [--grace 5s] [--owner NAME] [--addrs ...] -- CMD [ARGS...]
 
 Runs CMD while holding the lock KEY:
 
@@ -55,6 +55,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	wait := c.duration("wait", 0, "wait at most this long for the lock; 0 waits without bound")
 	grace := c.duration("grace", 5*time.Second, "after the lock is lost: time between SIGTERM and SIGKILL to CMD's process group")
 	verbose := c.fs.Bool("verbose", false, "say on stderr what kunci run does: acquired, started, released")
+	c.ownerFlag()
 	sep := slices.Index(args, "--")
 	if sep < 0 {
 		return c.noDashDash(args)
