@@ -354,3 +354,19 @@ func TestLineTooLongAfterRequests(t *testing.T) {
 		t.Fatalf("got %q; want a grant of before and R other STALE, then E - - line too long", got)
 	}
 }
+
+// An acquire without a wait of its own ("0") is bounded by the node's
+// MaxWait like any other: answered T once it has waited that long.
+func TestUnboundedWaitEndsAtMaxWait(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, func(c *server.Config) { c.MaxWait = 300 * time.Millisecond })
+	holder, waiter := dial(t, n.Addr()), dial(t, n.Addr())
+	holder.send("A k 30 0")
+	holder.expect("A k 1")
+	start := time.Now()
+	waiter.send("A k 30 0")
+	waiter.expect("T k")
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Fatalf("answered T after %v, before the node's maximum wait", d)
+	}
+}

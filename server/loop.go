@@ -283,6 +283,10 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 		if req.Op == wire.OpAcquire {
 			cs.acquired = true
 			cs.queued++
+			if r.wait == 0 {
+				// No bound of its own: the node's maximum bounds it.
+				r.wait = int64(lp.n.cfg.MaxWait)
+			}
 			if backlog {
 				// It waited unread since the node froze or stood
 				// still: its wait runs from then, and one that waited

@@ -22,7 +22,8 @@ Acquires KEY and prints the grant's fencing token on stdout, alone on its
 line. kunci itself holds nothing afterwards: the grant stays in force on the
 node until 'kunci release KEY TOKEN', or until its lease runs out (extend it
 with 'kunci extend KEY TOKEN'). While the key is held by someone else, the
-acquire waits in the node's FIFO queue, at most --wait (0: without bound).
+acquire waits in the node's FIFO queue, at most --wait (0: up to the node's
+--max-wait, a day by default).
 An interrupt (Ctrl-C) while waiting withdraws the acquire: nothing is
 granted. With --try it does not wait at all: a held key exits 75 at once.
 
@@ -64,7 +65,7 @@ Examples:
 func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 	c := newCLI("acquire", acquireHelp, stdout, stderr)
 	lease := c.duration("lease", 30*time.Second, "the grant ends by itself this long after it is made, unless released or extended")
-	wait := c.duration("wait", 0, "wait at most this long in the queue; 0 waits without bound")
+	wait := c.duration("wait", 0, "wait at most this long in the queue; 0 waits as long as the node allows (its --max-wait)")
 	try := c.fs.Bool("try", false, "do not wait: exit 75 at once when the key is held")
 	c.ownerFlag()
 	pos, code, done := c.parse(args)

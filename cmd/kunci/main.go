@@ -408,15 +408,18 @@ type seconds time.Duration
 func (s *seconds) String() string { return time.Duration(*s).String() }
 
 func (s *seconds) Set(v string) error {
-	if d, err := time.ParseDuration(v); err == nil {
-		*s = seconds(d)
-		return nil
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		f, perr := strconv.ParseFloat(v, 64)
+		if perr != nil || f != f || f > float64(1<<62)/float64(time.Second) || f < -float64(1<<62)/float64(time.Second) {
+			return errors.New("not a duration (30s, 1m, 250ms) or a number of seconds")
+		}
+		d = time.Duration(f * float64(time.Second))
 	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || f != f || f > float64(1<<62)/float64(time.Second) || f < -float64(1<<62)/float64(time.Second) {
-		return errors.New("not a duration (30s, 1m, 250ms) or a number of seconds")
+	if d != 0 && d > -time.Millisecond && d < time.Millisecond {
+		return errors.New("shorter than 1ms, the protocol's smallest step")
 	}
-	*s = seconds(f * float64(time.Second))
+	*s = seconds(d)
 	return nil
 }
 

@@ -559,6 +559,8 @@ func TestUsageErrors(t *testing.T) {
 		{nil, []string{"acquire", "a", "b"}},
 		{nil, []string{"acquire", "k", "--lease", "soon"}},
 		{nil, []string{"acquire", "k", "--lease", "0"}},
+		{nil, []string{"acquire", "k", "--lease", "0.0001"}}, // the protocol's step is 1 ms
+		{nil, []string{"acquire", "k", "--wait", "500us"}},
 		{nil, []string{"acquire", "k", "--wait", "-1s"}},
 		{nil, []string{"acquire", "k", "--bogus"}},
 		{nil, []string{"acquire", "k", "--addrs", "nocolon"}},

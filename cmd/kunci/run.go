@@ -22,7 +22,7 @@ const runHelp = `Usage: kunci run KEY [--lease 30s] [--wait 0] [--grace 5s] [--o
 
 Runs CMD while holding the lock KEY:
 
-  1. acquires KEY, waiting at most --wait (0: without bound);
+  1. acquires KEY, waiting at most --wait (0: up to the node's --max-wait);
   2. starts CMD in a process group of its own, with KUNCI_KEY and KUNCI_TOKEN
      (the fencing token: pass it to whatever CMD writes) in its environment;
   3. extends the lease every third of --lease while CMD runs;
@@ -52,7 +52,7 @@ Examples:
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	c := newCLI("run", runHelp, stdout, stderr)
 	lease := c.duration("lease", 30*time.Second, "lease of the grant; it is extended every third of it while CMD runs")
-	wait := c.duration("wait", 0, "wait at most this long for the lock; 0 waits without bound")
+	wait := c.duration("wait", 0, "wait at most this long for the lock; 0 waits as long as the node allows (its --max-wait)")
 	grace := c.duration("grace", 5*time.Second, "after the lock is lost: time between SIGTERM and SIGKILL to CMD's process group")
 	verbose := c.fs.Bool("verbose", false, "say on stderr what kunci run does: acquired, started, released")
 	c.ownerFlag()
