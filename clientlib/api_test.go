@@ -110,8 +110,8 @@ func TestRefusedCarriesNodeReason(t *testing.T) {
 	if !errors.As(err, &re) || !errors.Is(err, clientlib.ErrRefused) {
 		t.Fatalf("lease over the node's maximum: %v, want a *RefusedError", err)
 	}
-	if re.Op != "A" || re.Key != "k" || re.Reason != "lease too long" {
-		t.Fatalf("RefusedError %+v, want op A key k reason %q", *re, "lease too long")
+	if re.Op != "A" || re.Key != "k" || re.Reason != "lease too long (max 10)" {
+		t.Fatalf("RefusedError %+v, want op A key k reason %q", *re, "lease too long (max 10)")
 	}
 	if !strings.Contains(err.Error(), "lease too long") {
 		t.Fatalf("error text %q does not give the node's reason", err)

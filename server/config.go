@@ -256,10 +256,15 @@ func (c *Config) setDefaults() error {
 	case c.FailoverTimeout < 2*c.Heartbeat:
 		return fmt.Errorf("server: failover timeout %v must be at least twice the heartbeat interval %v", c.FailoverTimeout, c.Heartbeat)
 	}
+	if c.Advertise != "" {
+		if err := reachable(c.Advertise); err != nil {
+			return fmt.Errorf("server: advertise address %w", err)
+		}
+	}
 	seen := map[string]bool{}
 	for _, p := range c.Peers {
-		if _, _, err := net.SplitHostPort(p); err != nil {
-			return fmt.Errorf("server: bad peer address %q: %w", p, err)
+		if err := reachable(p); err != nil {
+			return fmt.Errorf("server: peer address %w (a wildcard listen address needs --advertise)", err)
 		}
 		if seen[p] {
 			return fmt.Errorf("server: peer %s is listed twice", p)
@@ -296,6 +301,24 @@ func (c *Config) checkTLS() error {
 	}
 	if c.PeerTLS && c.Advertise == "" {
 		c.Advertise = c.TLSListen // the peer list names TLS addresses
+	}
+	return nil
+}
+
+// reachable checks that addr names a node others can reach: a host and a
+// port, neither a wildcard. A node advertises its address to clients
+// (redirects, I) and dials its peers at theirs: 0.0.0.0 or [::] there would
+// send them to themselves.
+func reachable(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("%s is a wildcard: name an address the other nodes and clients can reach", addr)
+	}
+	if port == "0" {
+		return fmt.Errorf("%s has port 0: name the port the node listens on", addr)
 	}
 	return nil
 }

@@ -134,6 +134,20 @@ func TestBadFlagsAreRefusedClearly(t *testing.T) {
 	if code := run(args, &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "for a single node") {
 		t.Errorf("--token-block in a cluster: exit %d, stderr %q", code, stderr.String())
 	}
+	// A wildcard is no address to advertise or to dial: a cluster node
+	// listening on one would send clients and peers to themselves.
+	for _, args := range [][]string{
+		{"--listen", "0.0.0.0:7701", "--peers", "0.0.0.0:7701,127.0.0.1:7702"},
+		{"--listen", "[::]:7701", "--peers", "[::]:7701,127.0.0.1:7702"},
+		{"--listen", "127.0.0.1:0", "--advertise", "127.0.0.1:7701", "--peers", "127.0.0.1:7701,0.0.0.0:7702"},
+		{"--listen", "127.0.0.1:0", "--advertise", "0.0.0.0:7070"},
+	} {
+		stdout.Reset()
+		stderr.Reset()
+		if code := run(append([]string{"--data-dir", "", "--insecure-peers"}, args...), &stdout, &stderr); code != 2 || !strings.Contains(stderr.String(), "is a wildcard") {
+			t.Errorf("%v: exit %d, stderr %q", args, code, stderr.String())
+		}
+	}
 }
 
 func TestEnvironmentSetsFlagsAndCommandLineWins(t *testing.T) {
