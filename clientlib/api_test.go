@@ -118,8 +118,8 @@ func TestRefusedCarriesNodeReason(t *testing.T) {
 	}
 
 	_, err = c.Acquire(ctx, "k", time.Second, 11*time.Second)
-	if !errors.As(err, &re) || re.Reason != "wait too long" {
-		t.Fatalf("wait over the node's maximum: %v, want refused with %q", err, "wait too long")
+	if !errors.As(err, &re) || re.Reason != "wait too long (max 10)" {
+		t.Fatalf("wait over the node's maximum: %v, want refused with %q", err, "wait too long (max 10)")
 	}
 
 	l, err := c.Acquire(ctx, "k2", 5*time.Second, 0)
