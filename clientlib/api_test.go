@@ -127,8 +127,8 @@ func TestRefusedCarriesNodeReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = l.Extend(ctx, 11*time.Second)
-	if !errors.As(err, &re) || re.Op != "X" || re.Key != "k2" || re.Reason != "lease too long" {
-		t.Fatalf("Extend over the node's maximum: %v, want refused X k2 %q", err, "lease too long")
+	if !errors.As(err, &re) || re.Op != "X" || re.Key != "k2" || re.Reason != "lease too long (max 10)" {
+		t.Fatalf("Extend over the node's maximum: %v, want refused X k2 %q", err, "lease too long (max 10)")
 	}
 	// A refused request changed nothing: the lock is still ours.
 	release(t, l)
