@@ -192,6 +192,14 @@ type PromotedBy struct{ From int }
 // Leave: the node is asked to stop; an active hands its role over first.
 type Leave struct{}
 
+// KeyMismatch: the node at peer Peer's address answered a dial, but holds
+// no cluster key in common with this node (or one of them has none): a
+// misconfiguration, not a partition. That peer may be serving as an active
+// of its own, so this node promotes itself on no peer's silence while it
+// sees one such peer (within mismatchHold): two actives at once would
+// grant a key twice. A link with the peer coming up clears it.
+type KeyMismatch struct{ Peer int }
+
 // LinkUp: a link with peer Peer came up (dialled or accepted): it hears
 // this node's heartbeat at once, not at the next tick, so that a heal
 // converges in round trips.
@@ -211,6 +219,7 @@ func (HandoffRecord) event()  {}
 func (PromotedBy) event()     {}
 func (Leave) event()          {}
 func (LinkUp) event()         {}
+func (KeyMismatch) event()    {}
 
 // hbRing is how many of its recent heartbeats a node remembers the send
 // time of, to tell a fresh echo from a stale one.
@@ -291,10 +300,13 @@ type Node struct {
 	winner int // Demoting: the active this node steps down for
 
 	standbys []standby // Active: by peer index
-	marks    []mark    // Active, semi-sync
-	seq      uint64    // Active: the stream's last record
-	seqAt    int64     // when Progress last came (0 never)
-	seqSince int64     // when the Progress before it came: seq's records were made since
+	// mismatchAt, by peer: when it last proved to hold another cluster
+	// key (KeyMismatch); 0 never, or since a link with it came up.
+	mismatchAt []int64
+	marks      []mark // Active, semi-sync
+	seq        uint64 // Active: the stream's last record
+	seqAt      int64  // when Progress last came (0 never)
+	seqSince   int64  // when the Progress before it came: seq's records were made since
 
 	out []Action
 }
@@ -306,17 +318,34 @@ func NewNode(cfg Config, now int64, durable uint64) *Node {
 		panic("failover: bad Config")
 	}
 	return &Node{
-		cfg:      cfg,
-		el:       NewElector(cfg.Peers, cfg.Self, cfg.Timeout, now),
-		now:      now,
-		active:   -1,
-		copyOf:   -1,
-		succ:     -1,
-		winner:   -1,
-		durable:  durable,
-		standbys: make([]standby, len(cfg.Peers)),
-		echoed:   make([]echo, len(cfg.Peers)),
+		cfg:        cfg,
+		el:         NewElector(cfg.Peers, cfg.Self, cfg.Timeout, now),
+		now:        now,
+		active:     -1,
+		copyOf:     -1,
+		succ:       -1,
+		winner:     -1,
+		durable:    durable,
+		standbys:   make([]standby, len(cfg.Peers)),
+		echoed:     make([]echo, len(cfg.Peers)),
+		mismatchAt: make([]int64, len(cfg.Peers)),
 	}
+}
+
+// mismatchHold is how long, in failover timeouts, a peer that proved to
+// hold another cluster key keeps this node from promoting itself after it
+// was last seen to: the driver dials it again every timeout or so.
+const mismatchHold = 3
+
+// KeyMismatch returns a peer that lately proved to hold another cluster
+// key (see the KeyMismatch event), or -1.
+func (n *Node) KeyMismatch() int {
+	for i, at := range n.mismatchAt {
+		if at != 0 && n.now-at < mismatchHold*n.cfg.Timeout {
+			return i
+		}
+	}
+	return -1
 }
 
 // Ready returns the actions decided since the last call, in the order the
@@ -514,8 +543,15 @@ func (n *Node) step(e Event) {
 			n.handedOver()
 		}
 	case LinkUp:
-		if e.Peer != n.cfg.Self && e.Peer >= 0 && e.Peer < len(n.cfg.Peers) && n.hb > 0 {
-			n.heartbeatTo(e.Peer)
+		if e.Peer != n.cfg.Self && e.Peer >= 0 && e.Peer < len(n.cfg.Peers) {
+			n.mismatchAt[e.Peer] = 0
+			if n.hb > 0 {
+				n.heartbeatTo(e.Peer)
+			}
+		}
+	case KeyMismatch:
+		if e.Peer != n.cfg.Self && e.Peer >= 0 && e.Peer < len(n.cfg.Peers) {
+			n.mismatchAt[e.Peer] = n.now
 		}
 	case Leave:
 		n.stopped = true
@@ -719,6 +755,10 @@ func (n *Node) advanceStandby() {
 			n.emit(Action{Kind: SendTakeover, Peer: d.Peer})
 		}
 	case Promote:
+		if n.KeyMismatch() >= 0 {
+			// A peer keyed differently may be an active of its own.
+			break
+		}
 		if n.handedToMe() {
 			// The active is handing its role to this node: the order
 			// comes behind the last record of the stream, perhaps a

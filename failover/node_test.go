@@ -241,3 +241,35 @@ func TestCopyAppliedJustAfterTheActiveFellSilentCounts(t *testing.T) {
 		t.Fatal("the standby holds a whole copy of node 0 but does not say it is synced: it can never take over")
 	}
 }
+
+// A standby that finds its only higher-priority peer holding another
+// cluster key does not promote itself on that peer's silence: the peer may
+// be serving as an active of its own. Once the peer stops answering so (it
+// is gone, or its key fixed and a link came up), the node may promote.
+func TestKeyMismatchKeepsAStandbyFromPromoting(t *testing.T) {
+	cfg := Config{Peers: []string{"a", "b"}, Self: 1, Heartbeat: 100 * ms, Timeout: 1000 * ms, Block: 1000, Inc: 7}
+	u := newUnitNode(t, cfg)
+	for at, end := u.now, u.now+5*cfg.Timeout; at < end; at += cfg.Heartbeat {
+		if (at/cfg.Heartbeat)%10 == 0 {
+			u.n.Step(at, KeyMismatch{Peer: 0}) // dialled again every timeout
+		}
+		u.tick(at, 0, nil)
+		if u.n.Role() == Active {
+			t.Fatalf("promoted itself at %d ms while its peer holds another key", (at-1000*ms)/ms)
+		}
+	}
+	if u.n.KeyMismatch() != 0 {
+		t.Fatalf("KeyMismatch() = %d, want peer 0", u.n.KeyMismatch())
+	}
+	// The peer falls silent (or gets the right key: LinkUp clears it).
+	u.n.Step(u.now, LinkUp{Peer: 0})
+	if u.n.KeyMismatch() != -1 {
+		t.Fatalf("still a mismatch after a link came up")
+	}
+	for at, end := u.now, u.now+3*cfg.Timeout; at < end && u.n.Role() != Active; at += cfg.Heartbeat {
+		u.tick(at, 0, nil)
+	}
+	if u.n.Role() != Active {
+		t.Fatalf("never promoted itself once the peer was silent and keyed alike")
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 )
 
 // The peer handshake. A peer link starts as an ordinary client connection
@@ -51,7 +52,12 @@ var (
 	ErrNoCommonKey  = errors.New("replica: no cluster key in common")
 	ErrNeedsKey     = errors.New("replica: this cluster needs the cluster key")
 	ErrNoKey        = errors.New("replica: this node has no cluster key")
-	ErrBadProof     = errors.New("replica: bad peer proof")
+	// ErrKeyMismatch: the peer refused the handshake for want of a
+	// cluster key in common (it has another key, or none, or this node
+	// has none). Challenge's other key errors say the same from this
+	// node's side: see KeyMismatch.
+	ErrKeyMismatch = errors.New("replica: the peer holds another cluster key")
+	ErrBadProof    = errors.New("replica: bad peer proof")
 )
 
 // MinKeyLen is the shortest cluster key accepted, in bytes.
@@ -195,6 +201,11 @@ func Dial(kr *Keyring, from string, inc uint64, addr string, rnd io.Reader) (*Di
 // connection must be closed.
 func (d *Dialing) Challenge(line []byte) (proof []byte, incA uint64, err error) {
 	if rest, ok := bytes.CutPrefix(line, []byte("E ")); ok {
+		for _, e := range []error{ErrNoCommonKey, ErrNeedsKey, ErrNoKey} {
+			if bytes.HasSuffix(rest, []byte(strings.TrimPrefix(e.Error(), "replica: "))) {
+				return nil, 0, fmt.Errorf("%w: it refused the handshake: %s", ErrKeyMismatch, printable(rest))
+			}
+		}
 		return nil, 0, fmt.Errorf("replica: the peer refused the handshake: %s", printable(rest))
 	}
 	f, ok := fields(line, 6)
@@ -235,6 +246,12 @@ func (d *Dialing) Challenge(line []byte) (proof []byte, incA uint64, err error) 
 	p := d.hs.mac(secret, "dial")
 	b := append([]byte("V "), hex.EncodeToString(p[:])...)
 	return append(b, '\n'), incA, nil
+}
+
+// KeyMismatch reports whether err, from Dial or Challenge, says that the
+// peer and this node hold no cluster key in common (either side).
+func KeyMismatch(err error) bool {
+	return errors.Is(err, ErrKeyMismatch) || errors.Is(err, ErrNoCommonKey) || errors.Is(err, ErrNeedsKey) || errors.Is(err, ErrNoKey)
 }
 
 // Accepting is the accepting side of a handshake in progress.

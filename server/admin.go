@@ -42,6 +42,9 @@ func (n *Node) startAdmin(addr string) error {
 	mux.HandleFunc("/locks", n.serveLocks)
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if role := n.Role(); role != "active" {
+			if p := n.KeyMismatch(); p != "" {
+				role += "; the peer " + p + " holds another cluster key: no node promotes itself while it can reach one"
+			}
 			http.Error(w, role, http.StatusServiceUnavailable)
 			return
 		}
@@ -127,6 +130,7 @@ var (
 	descPromotions  = desc("promotions_total", "Times this node was promoted from standby to active (a cluster's first election, failover or handoff); 0 on a single node.")
 	descStorageOK   = desc("storage_ok", "1 while the node can persist its token ceiling (or has no data directory), 0 while it cannot: grants are then refused once the tokens reserved before are used.")
 	descStorageErr  = desc("storage_errors_total", "Failed attempts to persist the token ceiling (or to reserve tokens, once the token space is used up).")
+	descMismatch    = desc("peer_key_mismatch", "1 while a peer lately answered holding another cluster key: a misconfiguration; this node then promotes itself on no peer's silence.")
 	descTickRounds  = desc("tick_rounds_total", "Rounds of lease, wait and idle checks the ticker ran: none while nothing is due, about one a second while only idle connections are open.")
 	descWait        = desc("wait_seconds", "Time from an acquire's arrival to its grant (0 for a free key).")
 	descHold        = desc("hold_seconds", "Time from a grant to its release or expiry.")
@@ -136,7 +140,7 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descGrants, descReleases, descExtends, descExpiries,
 		descTimeouts, descTriesBusy, descCancels, descWithdrawn, descErrors, descSlowClosed, descAuthFailed, descTLSDropped, descBuffered, descShed, descTLSHands, descKeys,
 		descQueued, descConns, descTokens, descRole, descLag, descSynced, descPromotions, descWait, descHold, descPeerRefused, descPeerDropped, descDropped,
-		descStorageOK, descStorageErr, descTickRounds} {
+		descStorageOK, descStorageErr, descTickRounds, descMismatch} {
 		ch <- d
 	}
 }
@@ -169,6 +173,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descErrors, e.Unavailable, wire.Reason(engine.ErrStorageUnavailable))
 	counter(descSlowClosed, m.SlowClosed)
 	counter(descTickRounds, m.TickRounds)
+	if n := c.n; n.cl != nil {
+		v := 0.0
+		if n.KeyMismatch() != "" {
+			v = 1
+		}
+		gauge(descMismatch, v)
+	}
 	counter(descAuthFailed, m.AuthFailures)
 	for reason, v := range m.TLSDropped {
 		counter(descTLSDropped, v, reason)

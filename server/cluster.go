@@ -66,6 +66,7 @@ type cluster struct {
 	lastSeq    atomic.Uint64 // highest record number made (semi-sync)
 	acked      atomic.Uint64 // highest record number every synced standby acknowledged
 	syncedSubs atomic.Int32  // standbys streamed to that applied their snapshot
+	mismatch   atomic.Int32  // a peer lately seen holding another cluster key, -1 none
 
 	mu        sync.Mutex
 	links     []*peerConn // (mu) this node's link to each peer, nil while down
@@ -129,6 +130,7 @@ func newCluster(n *Node) (*cluster, error) {
 	}, n.now(), n.store.saved)
 	cl.mail.init(len(cfg.Peers))
 	cl.wantStream.Store(-1)
+	cl.mismatch.Store(-1)
 	cl.durable.Store(n.store.saved)
 	return cl, nil
 }
@@ -230,6 +232,7 @@ func (cl *cluster) apply() {
 	}
 	cl.do(cl.fo.Ready())
 	cl.state.Store(int32(st))
+	cl.mismatch.Store(int32(cl.fo.KeyMismatch()))
 }
 
 // ackedByPeer returns what each standby acknowledged, by peer index.
@@ -452,7 +455,21 @@ func (cl *cluster) dial(i int) {
 	nc, err = n.peerLink(nc, err) // a TLS link: its TCP socket, for gnet
 	if err != nil {
 		var ne net.Error
-		if !errors.As(err, &ne) {
+		switch {
+		case replica.KeyMismatch(err):
+			// A kunci peer, keyed differently: a misconfiguration
+			// that would make two actives. The failover.Node promotes
+			// itself on no peer's silence while it sees one; the peer
+			// is dialled again every failover timeout, so that a fixed
+			// key heals at once.
+			cl.mu.Lock()
+			cl.dialAfter[i] = n.now() + int64(cl.timeout)
+			cl.mu.Unlock()
+			cl.mail.post(-1, failover.KeyMismatch{Peer: i})
+			n.peers.log.error(n.log, "key "+cl.addrs[i], func(e *zerolog.Event) {
+				e.Str("peer", cl.addrs[i]).Err(err)
+			}, "the peer holds another cluster key: this node will not promote itself while it can reach it; give every node the same --cluster-key-file")
+		case !errors.As(err, &ne):
 			// It answered, but not as a kunci peer holding the key:
 			// named in one log line, and dialled again after a backoff.
 			cl.mu.Lock()
@@ -737,6 +754,19 @@ func (n *Node) State() string {
 		return "demoting"
 	case failover.StateRejoining:
 		return "rejoining"
+	}
+	return ""
+}
+
+// KeyMismatch returns the address of a peer lately seen holding another
+// cluster key (this node then promotes itself on no peer's silence), or
+// "" when there is none.
+func (n *Node) KeyMismatch() string {
+	if n.cl == nil {
+		return ""
+	}
+	if i := n.cl.mismatch.Load(); i >= 0 {
+		return n.cl.addrs[i]
 	}
 	return ""
 }

@@ -200,6 +200,14 @@ type logLimiter struct {
 }
 
 func (l *logLimiter) warn(log zerolog.Logger, key string, fields func(*zerolog.Event), msg string) {
+	l.at(log, zerolog.WarnLevel, key, fields, msg)
+}
+
+func (l *logLimiter) error(log zerolog.Logger, key string, fields func(*zerolog.Event), msg string) {
+	l.at(log, zerolog.ErrorLevel, key, fields, msg)
+}
+
+func (l *logLimiter) at(log zerolog.Logger, level zerolog.Level, key string, fields func(*zerolog.Event), msg string) {
 	l.mu.Lock()
 	if l.last == nil {
 		l.last, l.skipped = map[string]time.Time{}, map[string]int{}
@@ -217,7 +225,7 @@ func (l *logLimiter) warn(log zerolog.Logger, key string, fields func(*zerolog.E
 	skipped := l.skipped[key]
 	l.last[key], l.skipped[key] = now, 0
 	l.mu.Unlock()
-	e := log.Warn()
+	e := log.WithLevel(level)
 	fields(e)
 	if skipped > 0 {
 		e.Int("like_it_since_last", skipped)

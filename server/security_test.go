@@ -604,3 +604,26 @@ func tappedCluster(t *testing.T) (*peerNet, *testCluster) {
 	tc.WaitActive(0)
 	return pn, tc
 }
+
+// Nodes given different cluster keys cannot link; before, each took the
+// other's silence for a crash and both served as active, granting keys
+// twice. A node that finds a peer answering with another key promotes
+// itself on no peer's silence, and says why.
+func TestNodesWithDifferentKeysDoNotBothServe(t *testing.T) {
+	t.Parallel()
+	keys := [][]byte{testClusterKey, []byte("another cluster key, 32 bytes ln")}
+	tc := newCluster(t, 2, nil)
+	tc.setConf(func(c *server.Config) { c.ClusterKey = keys[slices.Index(tc.Addrs, c.Listen)] })
+	tc.StartAll()
+	waitFor(t, "both nodes to see the other's key", func() bool {
+		return tc.Nodes[0].KeyMismatch() == tc.Addrs[1] && tc.Nodes[1].KeyMismatch() == tc.Addrs[0]
+	})
+	for end := time.Now().Add(10 * testFailover); time.Now().Before(end); time.Sleep(testHeartbeat) {
+		if tc.Nodes[0].Role() == "active" && tc.Nodes[1].Role() == "active" {
+			t.Fatal("both nodes serve as active")
+		}
+	}
+	if m := tc.Nodes[0].Metrics(); m.Role == "active" {
+		t.Errorf("node 0 promoted itself while its peer answered with another key")
+	}
+}

@@ -2,10 +2,12 @@
 // releases and extends locks from a shell, runs a command while holding a
 // lock, shows the state of every node, and probes an HTTP endpoint.
 //
-//	kunci acquire KEY [--lease 30s] [--wait 0]    print the token of a new grant
+//	kunci acquire KEY [--lease 30s] [--wait 0] [--owner NAME]  print the token of a new grant
 //	kunci release KEY TOKEN                       end a grant
-//	kunci extend  KEY TOKEN [--lease 30s]         make a grant end LEASE from now
+//	kunci extend  KEY TOKEN --lease LEASE         make a grant end LEASE from now
 //	kunci run     KEY [--lease 30s] [--wait 0] [--grace 5s] -- CMD ARGS...
+//	kunci inspect KEY                             who holds KEY
+//	kunci locks   [--prefix P] [--limit 1000]     the held keys
 //	kunci status  [--wait 0]                      every node's role and view of the active
 //	kunci health  URL                             exit 0 when URL answers 2xx (a container's probe)
 //

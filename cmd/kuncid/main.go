@@ -181,7 +181,7 @@ func parseFlags(args []string, help io.Writer) (server.Config, options, error) {
 	fs.StringVar(&o.keyFile, "cluster-key-file", "", "`file` holding the cluster key, which every peer link proves it knows before anything it says is acted on (at least 16 bytes, e.g. from 'openssl rand -base64 32'; not readable by others); required with --peers")
 	fs.StringVar(&o.oldKey, "cluster-key-file-old", "", "`file` holding an older cluster key still accepted beside --cluster-key-file, for rotating the key without an outage")
 	fs.BoolVar(&cfg.InsecurePeers, "insecure-peers", false, "run a cluster without a cluster key: anyone who reaches a node's port can pose as a peer (logged as a warning at every start)")
-	fs.BoolVar(&cfg.SemiSync, "semi-sync", false, "answer a request only after a connected standby acknowledged the changes before it (no granted lock is lost in a crash failover; costs a round trip to the standby)")
+	fs.BoolVar(&cfg.SemiSync, "semi-sync", false, "answer a request only after every connected standby holding a copy acknowledged the changes before it (no granted lock is lost in a crash failover; costs a round trip to the standbys)")
 	fs.IntVar(&cfg.Loops, "loops", 1, "event loops that read and write connections; more loops use more cores")
 	fs.IntVar(&cfg.Shards, "shards", 1, "lock engine shards (each with its own mutex); the key space is split by hash")
 	fs.DurationVar(&cfg.MaxLease, "max-lease", server.DefaultMaxLease, "longest lease a client may ask for")
