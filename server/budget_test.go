@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -37,13 +38,17 @@ func TestBufferBudgetHoldsManyNonReaders(t *testing.T) {
 	for range flooders {
 		fs = append(fs, dialSmallBuffer(t, n.Addr(), 4096))
 	}
-	end := time.Now().Add(4 * time.Second) // after the dials, which a busy machine slows
+	// The flood lasts 4 s after the dials (which a busy machine slows), and
+	// on until the node has closed a flooder: a starved machine floods
+	// slowly. At most 20 s.
+	start := time.Now()
+	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for _, f := range fs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for time.Now().Before(end) {
+			for !stop.Load() {
 				_ = f.conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 				if _, err := f.conn.Write(block); err != nil && !isTimeout(err) {
 					return // closed by the node
@@ -55,7 +60,10 @@ func TestBufferBudgetHoldsManyNonReaders(t *testing.T) {
 	var peakHeap uint64
 	var peakBuffered int64
 	var slowest time.Duration
-	for time.Now().Before(end) {
+	for !stop.Load() {
+		if d := time.Since(start); d > 20*time.Second || d > 4*time.Second && n.Metrics().SlowClosed > 0 {
+			stop.Store(true)
+		}
 		runtime.ReadMemStats(&ms)
 		peakHeap = max(peakHeap, ms.HeapInuse)
 		peakBuffered = max(peakBuffered, n.Metrics().Buffered)

@@ -347,8 +347,8 @@ func TestPeerHandshakeRefusals(t *testing.T) {
 		key        []byte
 		want       string
 	}{
-		{"another key", tc.Addrs[1], []byte("not the cluster key, but 32 long"), "peer refused the handshake: N - no cluster key in common"},
-		{"no key", tc.Addrs[1], nil, "peer refused the handshake: N - this cluster needs the cluster key"},
+		{"another key", tc.Addrs[1], []byte("not the cluster key, but 32 long"), "refused the handshake: N - no cluster key in common"},
+		{"no key", tc.Addrs[1], nil, "refused the handshake: N - this cluster needs the cluster key"},
 		{"not a peer", stranger, testClusterKey, "peer refused the handshake: N - not a peer of this cluster"},
 		{"the node itself", tc.Addrs[0], testClusterKey, "peer refused the handshake: N - not a peer of this cluster"},
 	} {
