@@ -65,7 +65,7 @@ func TestCommandsWithCredentials(t *testing.T) {
 		args []string
 		want string
 	}{
-		{noCreds, []string{"acquire", "k"}, "auth required"},
+		{noCreds, []string{"acquire", "k"}, "auth required (give credentials: --credentials FILE"},
 		{noCreds, []string{"release", "k", "1"}, "auth required"},
 		{noCreds, []string{"status"}, "refused: auth required"},
 		{badCreds, []string{"acquire", "k"}, "refused the credentials: bad credentials"},

@@ -59,7 +59,7 @@ func cmdInspect(args []string, stdout, stderr io.Writer) int {
 	case err != nil && sig.received() != nil:
 		return c.interrupted(sig.received(), "")
 	case errors.As(err, &refused):
-		return c.fail(exitUnavailable, "%s: the node refused it: %s", key, refused.Reason)
+		return c.fail(exitUnavailable, "%s: the node refused it: %s", key, withHint(refused.Reason))
 	case errors.Is(err, clientlib.ErrNoConnection):
 		return c.fail(exitUnavailable, "%s: %s", key, unreachable(c.tls, addrs, err))
 	case err != nil:

@@ -144,6 +144,15 @@ func acquireErrorCode(err error) int {
 	return exitFailed
 }
 
+// withHint adds to a node's refusal what the user can do about it, where
+// the refusal alone does not say.
+func withHint(reason string) string {
+	if reason == "auth required" {
+		return reason + " (give credentials: --credentials FILE, or KUNCI_CREDENTIALS_FILE)"
+	}
+	return reason
+}
+
 // describeAuthError says which node refused the credentials, and why.
 func describeAuthError(err error) string {
 	var auth *clientlib.AuthError
@@ -164,10 +173,10 @@ func describeAcquireError(key string, addrs []string, tc *tls.Config, wait time.
 	case errors.As(err, &auth):
 		return fmt.Sprintf("%s: %s", key, describeAuthError(err))
 	case errors.As(err, &refused):
-		return fmt.Sprintf("%s: the node refused the acquire: %s", key, refused.Reason)
+		return fmt.Sprintf("%s: the node refused the acquire: %s", key, withHint(refused.Reason))
 	case errors.Is(err, clientlib.ErrNoConnection) && wait > 0 && strings.Contains(err.Error(), "no active node answered"):
 		if why := whyUnreachable(tc, addrs); why != "" {
-			return fmt.Sprintf("%s: %s at %s%s within the wait of %v: no grant was received (a node that runs again later grants nothing to a client that has left)", key, errUnreachable, strings.Join(addrs, ","), why, wait)
+			return fmt.Sprintf("%s: %s at %s%s within the wait of %v: nothing was granted", key, errUnreachable, strings.Join(addrs, ","), why, wait)
 		}
 		return fmt.Sprintf("%s: %s at %s: no grant was received (a node that runs again later grants nothing to a client that has left)", key, plain(err), strings.Join(addrs, ","))
 	case errors.Is(err, clientlib.ErrNoConnection):
@@ -246,7 +255,7 @@ func (c *cli) tokenAnswer(what, key string, token uint64, a answer, err error, s
 	case a.kind == 'E' && a.op == "U":
 		return c.fail(exitUnavailable, "%s %s %d: the node refused the credentials: %s", what, key, token, a.text)
 	case a.kind == 'E':
-		return c.fail(exitUnavailable, "%s %s %d: the node refused it: %s", what, key, token, a.text)
+		return c.fail(exitUnavailable, "%s %s %d: the node refused it: %s", what, key, token, withHint(a.text))
 	case (a.kind == 'R' || a.kind == 'X') && a.ok:
 		return exitOK
 	case a.kind == 'R' || a.kind == 'X':

@@ -103,7 +103,7 @@ func cmdLocks(args []string, stdout, stderr io.Writer) int {
 // nodeError is a listing the node refused (E), or ended with an E line.
 type nodeError struct{ reason string }
 
-func (e *nodeError) Error() string { return "the node refused it: " + e.reason }
+func (e *nodeError) Error() string { return "the node refused it: " + withHint(e.reason) }
 
 // listAll sends the listing request line to the active node: it tries
 // addrs in order and follows redirects, as ask does, and passes each H line

@@ -174,7 +174,7 @@ func askAll(ctx context.Context, tc *tls.Config, addrs []string, creds *clientli
 			a, rtt, err := exchange(actx, tc, addr, creds, []byte("I\n"))
 			switch {
 			case err == nil && a.kind == 'E':
-				err = fmt.Errorf("refused: %s", a.text)
+				err = fmt.Errorf("refused: %s", withHint(a.text))
 			case err == nil && a.kind != 'I':
 				err = fmt.Errorf("unexpected answer %q %s", a.kind, a.text)
 			}

@@ -126,6 +126,33 @@ func (l peerList) Set(v string) error {
 
 // byteSize is a flag of a size in bytes: a number with an optional unit,
 // KiB, MiB or GiB (also K, M, G, powers of 1024).
+// duration is a flag.Value for a duration that says what it wants when
+// given something else (flag's own says "parse error").
+type duration struct{ p *time.Duration }
+
+func (d duration) String() string {
+	if d.p == nil {
+		return ""
+	}
+	return d.p.String()
+}
+
+func (d duration) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration: a number with a unit, as 30s, 5m or 24h", s)
+	}
+	*d.p = v
+	return nil
+}
+
+// durationVar is fs.DurationVar with duration's errors; --help shows the
+// value as a duration.
+func durationVar(fs *flag.FlagSet, p *time.Duration, name string, def time.Duration, usage string) {
+	*p = def
+	fs.Var(duration{p}, name, usage+" (a `duration`: 30s, 5m, 24h)")
+}
+
 type byteSize struct{ p *int64 }
 
 func (b byteSize) String() string {
@@ -176,16 +203,16 @@ func parseFlags(args []string, help io.Writer) (server.Config, options, error) {
 	fs.StringVar(&cfg.Listen, "listen", server.DefaultListen, "`address` (host:port) to serve clients on; port 0 picks a free port")
 	fs.StringVar(&cfg.Advertise, "advertise", "", "this node's `address` for clients and peers (its entry in --peers); default: --listen")
 	fs.Var(peerList{&cfg.Peers}, "peers", "cluster members' `addresses`, comma-separated, in priority order (first = highest), this node's --advertise among them; empty: a single active node")
-	fs.DurationVar(&cfg.Heartbeat, "heartbeat", server.DefaultHeartbeat, "how often a cluster node tells its peers it is alive")
-	fs.DurationVar(&cfg.FailoverTimeout, "failover-timeout", server.DefaultFailoverTimeout, "how long every higher-priority peer must be silent before a standby promotes itself")
+	durationVar(fs, &cfg.Heartbeat, "heartbeat", server.DefaultHeartbeat, "how often a cluster node tells its peers it is alive")
+	durationVar(fs, &cfg.FailoverTimeout, "failover-timeout", server.DefaultFailoverTimeout, "how long every higher-priority peer must be silent before a standby promotes itself")
 	fs.StringVar(&o.keyFile, "cluster-key-file", "", "`file` holding the cluster key, which every peer link proves it knows before anything it says is acted on (at least 16 bytes, e.g. from 'openssl rand -base64 32'; not readable by others); required with --peers")
 	fs.StringVar(&o.oldKey, "cluster-key-file-old", "", "`file` holding an older cluster key still accepted beside --cluster-key-file, for rotating the key without an outage")
 	fs.BoolVar(&cfg.InsecurePeers, "insecure-peers", false, "run a cluster without a cluster key: anyone who reaches a node's port can pose as a peer (logged as a warning at every start)")
 	fs.BoolVar(&cfg.SemiSync, "semi-sync", false, "answer a request only after every connected standby holding a copy acknowledged the changes before it (no granted lock is lost in a crash failover; costs a round trip to the standbys)")
 	fs.IntVar(&cfg.Loops, "loops", 1, "event loops that read and write connections; more loops use more cores")
 	fs.IntVar(&cfg.Shards, "shards", 1, "lock engine shards (each with its own mutex); the key space is split by hash")
-	fs.DurationVar(&cfg.MaxLease, "max-lease", server.DefaultMaxLease, "longest lease a client may ask for")
-	fs.DurationVar(&cfg.MaxWait, "max-wait", server.DefaultMaxWait, "longest wait a client may ask for (a wait of 0 is unbounded)")
+	durationVar(fs, &cfg.MaxLease, "max-lease", server.DefaultMaxLease, "longest lease a client may ask for")
+	durationVar(fs, &cfg.MaxWait, "max-wait", server.DefaultMaxWait, "longest wait a client may ask for (a wait of 0 is unbounded)")
 	fs.IntVar(&cfg.MaxConns, "max-conns", server.DefaultMaxConns, "client connections at once; more are answered 'E - - too many connections' and closed")
 	fs.IntVar(&cfg.MaxWaiters, "max-waiters", server.DefaultMaxWaiters, "queued acquires of one key; more are answered 'E A key too many waiters'")
 	fs.IntVar(&cfg.MaxKeys, "max-keys", server.DefaultMaxKeys, "keys held at once; acquires of more are answered 'E A key too many keys'")
@@ -198,12 +225,12 @@ func parseFlags(args []string, help io.Writer) (server.Config, options, error) {
 	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "the node's TLS certificate (PEM `file`; a chain: the node's first); SIGHUP re-reads it")
 	fs.StringVar(&cfg.TLSKey, "tls-key", "", "the TLS certificate's private key (PEM `file`); SIGHUP re-reads it")
 	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "CA certificates (PEM `file`): TLS clients must present a certificate they signed (mutual TLS); one naming a credential of --auth-file stands for it; SIGHUP re-reads it")
-	fs.DurationVar(&cfg.TLSHandshakeTimeout, "tls-handshake-timeout", server.DefaultTLSHandshakeTimeout, "a TLS connection that has not completed its handshake within this long is closed")
+	durationVar(fs, &cfg.TLSHandshakeTimeout, "tls-handshake-timeout", server.DefaultTLSHandshakeTimeout, "a TLS connection that has not completed its handshake within this long is closed")
 	fs.BoolVar(&cfg.PeerTLS, "peer-tls", false, "links between cluster nodes use TLS (the cluster key is proved over it): --peers and --advertise name the nodes' --tls-listen addresses")
 	fs.StringVar(&cfg.PeerTLSCA, "peer-tls-ca", "", "CA certificates (PEM `file`) to verify peers with under --peer-tls; default: --tls-client-ca")
 	fs.StringVar(&cfg.AuthFile, "auth-file", "", "`file` of client credentials, one \"name secret [prefix,...]\" a line, mode 600: a client must then authenticate first (U name secret), and may touch only keys under its prefixes if it has some; SIGHUP re-reads it (empty: no authentication)")
-	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a client connection that has sent nothing for this long while it holds no grant and has no acquire queued (answered 'E - - idle'); 0: never")
-	fs.DurationVar(&cfg.StallTimeout, "stall-timeout", server.DefaultStallTimeout, "close a client connection that has read none of its answers for this long while the node waits for it to (its unsent answers at the limit, or a listing waiting)")
+	durationVar(fs, &cfg.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a client connection that has sent nothing for this long while it holds no grant and has no acquire queued (answered 'E - - idle'); 0: never")
+	durationVar(fs, &cfg.StallTimeout, "stall-timeout", server.DefaultStallTimeout, "close a client connection that has read none of its answers for this long while the node waits for it to (its unsent answers at the limit, or a listing waiting)")
 	cfg.MaxBuffered = server.DefaultMaxBuffered()
 	fs.Var(byteSize{&cfg.MaxBuffered}, "max-buffered", "`size` of the memory all client connections together may hold in answers not yet read and requests not yet served (KiB, MiB, GiB); past half of it each connection is held to 64 KiB, past all of it those holding the most are closed; default: a sixteenth of the memory, 32MiB to 512MiB")
 	fs.IntVar(&cfg.MaxConnsPerIP, "max-conns-per-ip", server.DefaultMaxConnsPerIP, "client connections from one source (an IPv4 address, or an IPv6 /64); more are answered 'E - - too many connections from this address' and closed")
