@@ -259,7 +259,7 @@ func (c *cli) tokenAnswer(what, key string, token uint64, a answer, err error, s
 	case (a.kind == 'R' || a.kind == 'X') && a.ok:
 		return exitOK
 	case a.kind == 'R' || a.kind == 'X':
-		return c.fail(exitFailed, "%s %s %d: STALE: that token is not the key's grant (released before, its lease ran out, or never issued); nothing changed", what, key, token)
+		return c.fail(exitFailed, "%s %s %d: STALE: that token is not the key's grant (released before, its lease ran out, never issued, or the grant was lost when a single node restarted); nothing changed", what, key, token)
 	}
 	return c.fail(exitFailed, "%s %s %d: unexpected answer %q", what, key, token, a.kind)
 }
