@@ -6,8 +6,9 @@
 #   docker run --rm -p 7070:7070 kunci:0.9.0
 #
 # The node listens on 7070 (clients and peers) and serves its admin endpoint
-# on 7071 (/healthz, /readyz, /metrics): publish 7071 only where operators
-# and monitoring reach it. Every kuncid flag is an environment variable
+# (/healthz, /readyz, /metrics, /locks) on 127.0.0.1:7071, inside the
+# container only; a cluster node needs KUNCI_ADVERTISE, the address its
+# peers and clients reach it at (a wildcard is refused). Every kuncid flag is an environment variable
 # (KUNCI_MAX_KEYS=...). State lives in /var/lib/kunci: mount a volume there
 # to keep tokens increasing across restarts. deploy/k8s/ runs three of
 # these as a cluster. cmd/kuncid/container_test.go checks this file.
@@ -36,12 +37,15 @@ FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/kuncid /out/kunci /usr/local/bin/
 COPY --from=build --chown=65532:65532 /out/data /var/lib/kunci
 USER 65532:65532
+# The admin endpoint is container-local: /locks lists every token. Publish
+# it (KUNCI_ADMIN=0.0.0.0:7071, -p 127.0.0.1:7071:7071) only where no one
+# else can reach it.
 ENV KUNCI_LISTEN=0.0.0.0:7070 \
-    KUNCI_ADMIN=0.0.0.0:7071 \
+    KUNCI_ADMIN=127.0.0.1:7071 \
     KUNCI_DATA_DIR=/var/lib/kunci \
     KUNCI_LOG_FORMAT=json
 VOLUME /var/lib/kunci
-EXPOSE 7070 7071
+EXPOSE 7070
 # No curl in the image: kunci health is the probe (exit 0 on a 2xx answer).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
     CMD ["/usr/local/bin/kunci", "health", "--timeout", "2s", "http://127.0.0.1:7071/healthz"]

@@ -377,6 +377,12 @@ type kube struct {
 		Selector                 yaml.Node  `yaml:"selector"`
 		Ports                    []kubePort `yaml:"ports"`
 		MinAvailable             *int       `yaml:"minAvailable"`
+		PodSelector              yaml.Node  `yaml:"podSelector"`
+		Ingress                  []struct {
+			Ports []struct {
+				Port string `yaml:"port"`
+			} `yaml:"ports"`
+		} `yaml:"ingress"`
 		// StatefulSet
 		ServiceName string `yaml:"serviceName"`
 		Replicas    int    `yaml:"replicas"`
@@ -444,10 +450,9 @@ type kubePort struct {
 }
 
 type kubeProbe struct {
-	HTTPGet *struct {
-		Path string `yaml:"path"`
-		Port string `yaml:"port"`
-	} `yaml:"httpGet"`
+	Exec *struct {
+		Command []string `yaml:"command"`
+	} `yaml:"exec"`
 }
 
 // selector returns a Service's selector or a PDB's matchLabels.
@@ -463,7 +468,11 @@ func (k *kube) selector(t *testing.T) map[string]string {
 		}
 		return plain
 	}
-	if err := k.Spec.Selector.Decode(&sel); err != nil {
+	node := &k.Spec.Selector
+	if k.Kind == "NetworkPolicy" {
+		node = &k.Spec.PodSelector
+	}
+	if err := node.Decode(&sel); err != nil {
 		t.Fatalf("%s %s: selector: %v", k.Kind, k.Metadata.Name, err)
 	}
 	return sel.MatchLabels
@@ -584,6 +593,9 @@ func TestContainerSettingsAreKuncidSettings(t *testing.T) {
 				if k == "KUNCI_CLUSTER_KEY_FILE" || k == "KUNCI_CLUSTER_KEY_FILE_OLD" {
 					v = testKeyFile(t) // the Secret's file, mounted
 				}
+				if k == "KUNCI_AUTH_FILE" {
+					v = testAuthFile(t) // likewise
+				}
 				t.Setenv(k, v)
 			}
 			cfg, _, err := parseFlags(nil, io.Discard)
@@ -626,14 +638,24 @@ func TestContainerSettingsAreKuncidSettings(t *testing.T) {
 		n, _ := strconv.Atoi(p)
 		return n
 	}
-	if ports["kunci"] != portOf(env["KUNCI_LISTEN"]) || ports["admin"] != portOf(env["KUNCI_ADMIN"]) {
-		t.Errorf("container ports %v, want kunci = KUNCI_LISTEN %s and admin = KUNCI_ADMIN %s", ports, env["KUNCI_LISTEN"], env["KUNCI_ADMIN"])
+	if ports["kunci"] != portOf(env["KUNCI_LISTEN"]) || len(ports) != 1 {
+		t.Errorf("container ports %v, want kunci = KUNCI_LISTEN %s alone", ports, env["KUNCI_LISTEN"])
 	}
-	if p := c.ReadinessProbe.HTTPGet; p == nil || p.Path != "/readyz" || p.Port != "admin" {
-		t.Errorf("readiness probe %+v: want GET /readyz on the admin port (ready = the active)", p)
+	// The admin endpoint lists every token: it stays in the pod, and the
+	// probes read it there.
+	if host, _, _ := net.SplitHostPort(env["KUNCI_ADMIN"]); host != "127.0.0.1" {
+		t.Errorf("KUNCI_ADMIN %s: want the admin endpoint on 127.0.0.1, in the pod", env["KUNCI_ADMIN"])
 	}
-	if p := c.LivenessProbe.HTTPGet; p == nil || p.Path != "/healthz" || p.Port != "admin" {
-		t.Errorf("liveness probe %+v: want GET /healthz on the admin port", p)
+	probe := func(p kubeProbe, path string) bool {
+		want := "http://" + env["KUNCI_ADMIN"] + path
+		return p.Exec != nil && len(p.Exec.Command) > 2 && p.Exec.Command[0] == "/usr/local/bin/kunci" &&
+			p.Exec.Command[1] == "health" && p.Exec.Command[len(p.Exec.Command)-1] == want
+	}
+	if !probe(c.ReadinessProbe, "/readyz") {
+		t.Errorf("readiness probe %+v: want kunci health of /readyz on KUNCI_ADMIN (ready = the active)", c.ReadinessProbe.Exec)
+	}
+	if !probe(c.LivenessProbe, "/healthz") {
+		t.Errorf("liveness probe %+v: want kunci health of /healthz on KUNCI_ADMIN", c.LivenessProbe.Exec)
 	}
 	if c.Resources.Requests["cpu"] == "" || c.Resources.Requests["memory"] == "" || c.Resources.Limits["memory"] == "" {
 		t.Errorf("resources %+v: want cpu and memory requests and a memory limit", c.Resources)
@@ -648,12 +670,12 @@ func TestContainerSettingsAreKuncidSettings(t *testing.T) {
 	for _, m := range c.VolumeMounts {
 		mounts[m.Name] = m.MountPath
 	}
-	var secretVol string
+	secretVols := map[string]string{} // Secret volume → mount path
 	for _, v := range sts.Spec.Template.Spec.Volumes {
 		if v.Secret == nil {
 			continue
 		}
-		secretVol = v.Name
+		secretVols[v.Name] = mounts[v.Name]
 		// kuncid refuses a key file that others may read or its group write.
 		if m := v.Secret.DefaultMode; m == nil || *m&0o027 != 0 {
 			t.Errorf("Secret volume %s: defaultMode %s, want one kuncid accepts (no group write, nothing for others: 0400, 0440)", v.Name, modeString(m))
@@ -662,8 +684,20 @@ func TestContainerSettingsAreKuncidSettings(t *testing.T) {
 			t.Errorf("Secret volume %s without fsGroup: the non-root user could not read the key", v.Name)
 		}
 	}
-	if key := env["KUNCI_CLUSTER_KEY_FILE"]; secretVol == "" || mounts[secretVol] == "" || filepath.Dir(key) != mounts[secretVol] {
-		t.Errorf("KUNCI_CLUSTER_KEY_FILE %q is not in the Secret volume %q mounted at %q", key, secretVol, mounts[secretVol])
+	inSecret := func(file string) bool {
+		for _, m := range secretVols {
+			if m != "" && filepath.Dir(file) == m {
+				return true
+			}
+		}
+		return false
+	}
+	// The cluster key, and the clients' credentials: any pod that reaches
+	// the port could otherwise release any lock.
+	for _, v := range []string{"KUNCI_CLUSTER_KEY_FILE", "KUNCI_AUTH_FILE"} {
+		if !inSecret(env[v]) {
+			t.Errorf("%s %q is not in a Secret volume (mounted: %v)", v, env[v], secretVols)
+		}
 	}
 	// With fsGroup the kubelet makes the volume's root group-writable, and
 	// kuncid refuses a data directory its group may write: the data
@@ -710,5 +744,15 @@ func TestContainerSettingsAreKuncidSettings(t *testing.T) {
 	}
 	if pdb == nil || !selects(pdb.selector(t)) {
 		t.Errorf("want a PodDisruptionBudget selecting the pods")
+	}
+	// Only the kunci port is reachable, and only from chosen pods.
+	np := objs["NetworkPolicy/kunci"]
+	if np == nil || !selects(np.selector(t)) || len(np.Spec.Ingress) == 0 {
+		t.Fatalf("want a NetworkPolicy selecting the pods, with ingress rules")
+	}
+	for _, in := range np.Spec.Ingress {
+		if len(in.Ports) != 1 || in.Ports[0].Port != "kunci" {
+			t.Errorf("NetworkPolicy ingress %+v: want the kunci port alone", in)
+		}
 	}
 }

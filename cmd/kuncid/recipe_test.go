@@ -121,6 +121,16 @@ func testKeyFile(t *testing.T) string {
 	return f
 }
 
+// testAuthFile writes a credentials file (kuncid --auth-file).
+func testAuthFile(t *testing.T) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "auth")
+	if err := os.WriteFile(f, []byte("billing a-test-secret-of-some-length\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // clearKunciEnv unsets the test's own KUNCI_ variables for the test.
 func clearKunciEnv(t *testing.T) {
 	t.Helper()
