@@ -453,3 +453,18 @@ func TestAuthTimeout(t *testing.T) {
 	ok.expectNothing(limit)
 	ok.roundTrip()
 }
+
+// A cluster whose clients must authenticate still links: peers prove the
+// cluster key instead (the Kubernetes manifests run it so).
+func TestClusterWithClientCredentials(t *testing.T) {
+	t.Parallel()
+	path := writeAuthFile(t, "", "app "+strings.Repeat("s", 24)+"\n")
+	tc := newCluster(t, 2, func(c *server.Config) { c.AuthFile = path })
+	tc.StartAll()
+	tc.WaitActive(0)
+	c := dial(t, tc.Addrs[0])
+	c.send("U app "+strings.Repeat("s", 24), "A k 30 0")
+	c.expect("U OK")
+	c.expectGrant("k")
+	tc.waitSame(0, 1)
+}
