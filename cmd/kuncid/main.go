@@ -228,7 +228,7 @@ func parseFlags(args []string, help io.Writer) (server.Config, options, error) {
 	durationVar(fs, &cfg.TLSHandshakeTimeout, "tls-handshake-timeout", server.DefaultTLSHandshakeTimeout, "a TLS connection that has not completed its handshake within this long is closed")
 	fs.BoolVar(&cfg.PeerTLS, "peer-tls", false, "links between cluster nodes use TLS (the cluster key is proved over it): --peers and --advertise name the nodes' --tls-listen addresses")
 	fs.StringVar(&cfg.PeerTLSCA, "peer-tls-ca", "", "CA certificates (PEM `file`) to verify peers with under --peer-tls; default: --tls-client-ca")
-	fs.StringVar(&cfg.AuthFile, "auth-file", "", "`file` of client credentials, one \"name secret [prefix,...]\" a line, mode 600: a client must then authenticate first (U name secret), and may touch only keys under its prefixes if it has some; SIGHUP re-reads it (empty: no authentication)")
+	fs.StringVar(&cfg.AuthFile, "auth-file", "", "`file` of client credentials, one \"name secret [prefix,...]\" a line, mode 600 (or 0640, 0440: never readable by others): a client must then authenticate first (U name secret), and may touch only keys under its prefixes if it has some; SIGHUP re-reads it (empty: no authentication)")
 	durationVar(fs, &cfg.IdleTimeout, "idle-timeout", server.DefaultIdleTimeout, "close a client connection that has sent nothing for this long while it holds no grant and has no acquire queued (answered 'E - - idle'); 0: never")
 	durationVar(fs, &cfg.StallTimeout, "stall-timeout", server.DefaultStallTimeout, "close a client connection that has read none of its answers for this long while the node waits for it to (its unsent answers at the limit, or a listing waiting)")
 	cfg.MaxBuffered = server.DefaultMaxBuffered()
