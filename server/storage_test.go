@@ -72,17 +72,12 @@ func useUpTokens(t *testing.T, c *client, key string) (last uint64) {
 // waitHealth polls /healthz until it answers code, and returns its body.
 func waitHealth(t *testing.T, n *server.Node, code int) string {
 	t.Helper()
-	deadline := time.Now().Add(answerTimeout)
-	for {
-		got, body := get(t, "http://"+n.AdminAddr()+"/healthz")
-		if got == code {
-			return body
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/healthz answers %d %q, want %d", got, body, code)
-		}
-		time.Sleep(10 * time.Millisecond)
+	var got int
+	var body string
+	if !testnode.Until(answerTimeout, func() bool { got, body = get(t, "http://"+n.AdminAddr()+"/healthz"); return got == code }) {
+		t.Fatalf("/healthz answers %d %q, want %d", got, body, code)
 	}
+	return body
 }
 
 // metricsOf returns the node's /metrics page.
@@ -143,12 +138,8 @@ func storageFailure(t *testing.T, n *server.Node, dir string, logs *logBuf, why 
 	if body := waitHealth(t, n, 503); !strings.Contains(body, why) || !strings.Contains(body, "token ceiling") {
 		t.Errorf("/healthz while the ceiling cannot be persisted: %q, want it to say %q", body, why)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for metric(t, metricsOf(t, n), "kunci_storage_errors_total") < 3 {
-		if time.Now().After(deadline) {
-			t.Fatal("the reserver does not retry")
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testnode.Until(10*time.Second, func() bool { return metric(t, metricsOf(t, n), "kunci_storage_errors_total") >= 3 }) {
+		t.Fatal("the ceiling writer does not retry")
 	}
 	m := metricsOf(t, n)
 	if v := metric(t, m, "kunci_storage_ok"); v != 0 {
@@ -163,7 +154,7 @@ func storageFailure(t *testing.T, n *server.Node, dir string, logs *logBuf, why 
 
 	// Repaired: grants resume by themselves.
 	fix()
-	deadline = time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		c.send("A k 30 0")
 		line := c.next()

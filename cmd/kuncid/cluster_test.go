@@ -38,19 +38,19 @@ func startPeer(t *testing.T, addrs []string, i int, dir string) *exec.Cmd {
 // waitInfo waits until the node at addr answers I with want.
 func waitInfo(t *testing.T, addr, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
 	var got string
-	for time.Now().Before(deadline) {
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			_ = c.SetDeadline(time.Now().Add(time.Second))
-			_, _ = c.Write([]byte("I\n"))
-			got, _ = bufio.NewReader(c).ReadString('\n')
-			c.Close()
-			if got == want {
-				return
-			}
+	if testnode.Until(10*time.Second, func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(time.Second))
+		_, _ = c.Write([]byte("I\n"))
+		got, _ = bufio.NewReader(c).ReadString('\n')
+		return got == want
+	}) {
+		return
 	}
 	t.Fatalf("%s: I answered %q, want %q", addr, got, want)
 }
