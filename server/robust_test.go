@@ -345,9 +345,15 @@ func TestSlowReaderGetsAllAnswers(t *testing.T) {
 		c.OutputLimit = 64 << 10
 		c.InputLimit = 16 << 20
 	})
-	c := dialSmallBuffer(t, n.Addr(), 4096)
-	// 12 MB of requests and of answers: more than the kernel's socket
-	// buffers hold (4 MB by default), so most of it waits in the node.
+	slowReaderGetsAllAnswers(t, dialSmallBuffer(t, n.Addr(), 4096))
+}
+
+// slowReaderGetsAllAnswers sends c 12 MB of requests whose answers are 12
+// MB too, more than the kernel's socket buffers hold (4 MB by default), so
+// that most of it waits in the node; reads nothing for half a second; and
+// then reads every answer, once each.
+func slowReaderGetsAllAnswers(t *testing.T, c *client) {
+	t.Helper()
 	const count = 48_000
 	pad := strings.Repeat("s", 236)
 	var req []byte
@@ -360,7 +366,7 @@ func TestSlowReaderGetsAllAnswers(t *testing.T) {
 		_, err := c.conn.Write(req)
 		errc <- err
 	}()
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // not reading is the scenario
 
 	seen := make(map[string]bool, count)
 	for i := range count {

@@ -527,37 +527,7 @@ func TestTLSSlowReaderGetsAllAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tc.Close()
-	c := &client{t: t, name: tc.LocalAddr().String(), conn: tc, r: newReader(tc)}
-	const count = 48_000
-	pad := strings.Repeat("s", 236)
-	var req []byte
-	for i := range count {
-		req = fmt.Appendf(req, "R slow%s%06d 1\n", pad, i)
-	}
-	errc := make(chan error, 1)
-	go func() {
-		_ = tc.SetWriteDeadline(time.Now().Add(30 * time.Second))
-		_, err := tc.Write(req)
-		errc <- err
-	}()
-	time.Sleep(500 * time.Millisecond)
-	seen := make(map[string]bool, count)
-	for i := range count {
-		line, err := c.readLine(answerTimeout)
-		if err != nil {
-			t.Fatalf("got %d answers of %d, then: %v", i, count, err)
-		}
-		k, ok := strings.CutPrefix(line, "R slow"+pad)
-		k, ok2 := strings.CutSuffix(k, " STALE")
-		if !ok || !ok2 || seen[k] {
-			t.Fatalf("answer %d: got %q", i+1, line)
-		}
-		seen[k] = true
-	}
-	if err := <-errc; err != nil {
-		t.Fatalf("write: %v", err)
-	}
-	c.roundTrip()
+	slowReaderGetsAllAnswers(t, &client{t: t, name: tc.LocalAddr().String(), conn: tc, r: newReader(tc)})
 }
 
 // A request that reaches the node with the end of the client's handshake

@@ -18,7 +18,14 @@ import (
 
 // frozenNode accepts connections and reads them, but answers nothing, as a
 // node whose process was stopped (SIGSTOP) looks to a client.
-func frozenNode(t *testing.T) string {
+func frozenNode(t *testing.T) string { return fakeNode(t, "") }
+
+// fakeInfo answers every I with line.
+func fakeInfo(t *testing.T, line string) string { return fakeNode(t, line) }
+
+// fakeNode accepts connections and answers every line with line, or with
+// nothing when line is empty.
+func fakeNode(t *testing.T, line string) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -37,6 +44,9 @@ func frozenNode(t *testing.T) string {
 				for {
 					if _, err := r.ReadString('\n'); err != nil {
 						return
+					}
+					if line != "" {
+						_, _ = c.Write([]byte(line + "\n"))
 					}
 				}
 			}()
@@ -75,34 +85,6 @@ func TestAcquireDuringAFailoverExits69(t *testing.T) {
 	}
 }
 
-// fakeInfo answers every I with line.
-func fakeInfo(t *testing.T, line string) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				for {
-					if _, err := r.ReadString('\n'); err != nil {
-						return
-					}
-					_, _ = c.Write([]byte(line + "\n"))
-				}
-			}()
-		}
-	}()
-	return l.Addr().String()
-}
 
 func TestStatusShowsANodeBetweenRolesAndExits3OnTwoActives(t *testing.T) {
 	a := startNode(t)
