@@ -85,7 +85,6 @@ func TestAcquireDuringAFailoverExits69(t *testing.T) {
 	}
 }
 
-
 func TestStatusShowsANodeBetweenRolesAndExits3OnTwoActives(t *testing.T) {
 	a := startNode(t)
 	b := startNode(t) // two single nodes: both say they are active
