@@ -456,7 +456,9 @@ func TestHeartbeatFloodOnAPeerLinkIsRateLimited(t *testing.T) {
 	}
 	p.send(strings.TrimSuffix(b.String(), "\n"))
 	waitFor(t, "dropped heartbeats counted", func() bool { return tc.Nodes[0].Metrics().PeerFramesDropped > 4000 })
-	if closed, _ := p.closedWithin(quiet); closed {
+	// The link may close for the fake peer's silence after its burst (a
+	// failover timeout, soon on a busy machine), never for the burst.
+	if closed, _ := p.closedWithin(quiet); closed && tc.Nodes[0].Metrics().PeerRefused > 0 {
 		t.Fatal("the link was closed for heartbeats over the rate")
 	}
 }
