@@ -114,18 +114,20 @@ func parseCommand(t *testing.T, where string, fields []string) recipeNode {
 // testKeyFile writes a cluster key file as kuncid wants it (mode 0600).
 func testKeyFile(t *testing.T) string {
 	t.Helper()
-	f := filepath.Join(t.TempDir(), "cluster.key")
-	if err := os.WriteFile(f, []byte("a test cluster key of 32 bytes.\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return f
+	return testFile(t, "cluster.key", "a test cluster key of 32 bytes.\n")
 }
 
 // testAuthFile writes a credentials file (kuncid --auth-file).
 func testAuthFile(t *testing.T) string {
 	t.Helper()
-	f := filepath.Join(t.TempDir(), "auth")
-	if err := os.WriteFile(f, []byte("billing a-test-secret-of-some-length\n"), 0o600); err != nil {
+	return testFile(t, "auth", "billing a-test-secret-of-some-length\n")
+}
+
+// testFile writes content to a new file name, mode 600.
+func testFile(t *testing.T, name, content string) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(f, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return f
