@@ -195,7 +195,7 @@ func listOnce(ctx context.Context, tc *tls.Config, addr string, creds *clientlib
 			return "", end, started, err
 		}
 		if _, perr := wire.ParseAnswer(b, &a); perr != nil {
-			return "", end, started, fmt.Errorf("%s: unreadable answer %q: %w", addr, strings.TrimRight(string(b), "\r\n"), perr)
+			return "", end, started, fmt.Errorf("%s: %w", addr, notKunci(b, perr))
 		}
 		switch a.Kind {
 		case 'U':

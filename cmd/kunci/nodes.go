@@ -121,7 +121,7 @@ func readAnswer(ctx context.Context, r *bufio.Reader) (answer, error) {
 			continue
 		}
 		if perr != nil {
-			return answer{}, fmt.Errorf("unreadable answer %q: %w", strings.TrimRight(string(buf), "\r\n"), perr)
+			return answer{}, notKunci(buf, perr)
 		}
 		return copyAnswer(&a), nil
 	}
@@ -261,3 +261,25 @@ func (c *cli) interrupted(s os.Signal, doing string) int {
 	}
 	return c.fail(128+int(s.(syscall.Signal)), "interrupted by %s%s", name, doing)
 }
+
+// notKunci says that a line a node sent is not a kunci answer: the address
+// is another service's (an HTTP server, say), or a kunci port behind
+// something that is not kunci.
+func notKunci(line []byte, err error) error {
+	text := strings.TrimRight(string(line), "\r\n")
+	if len(text) > 60 {
+		text = text[:60] + "…"
+	}
+	return &notKunciError{text, err}
+}
+
+type notKunciError struct {
+	text string
+	err  error // wire.ErrBadAnswer
+}
+
+func (e *notKunciError) Error() string {
+	return fmt.Sprintf("answered %q, which is not kunci's protocol: is it a kunci node's address?", e.text)
+}
+
+func (e *notKunciError) Unwrap() error { return e.err }
