@@ -98,3 +98,16 @@ func TestStatusShowsANodeBetweenRolesAndExits3OnTwoActives(t *testing.T) {
 		t.Fatalf("a node handing over: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 }
+
+// An address that answers, but not in kunci's protocol (another service's
+// port), is named so, not reported as "wire: bad answer".
+func TestAnAddressThatIsNotKunciIsNamedSo(t *testing.T) {
+	t.Parallel()
+	addr := fakeNode(t, "HTTP/1.1 400 Bad Request")
+	for _, args := range [][]string{{"release", "k", "1"}, {"status"}} {
+		code, out, errs := kunci(t, nil, append(args, "--addrs", addr)...)
+		if code == 0 || !strings.Contains(out+errs, `answered "HTTP/1.1 400 Bad Request", which is not kunci's protocol`) || strings.Contains(out+errs, "wire:") {
+			t.Errorf("%v against an HTTP port: exit %d, %q %q", args, code, out, errs)
+		}
+	}
+}
