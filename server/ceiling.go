@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/kunci/kunci/internal/datadir"
 )
 
 // ceilingWriter is the one goroutine that writes the token ceiling to the
@@ -17,7 +19,7 @@ import (
 // the next round: kicks that come meanwhile (each refused grant kicks) do
 // not make it write sooner.
 type ceilingWriter struct {
-	data *dataDir
+	data *datadir.Dir
 	// next returns the ceiling to make durable now, 0 for none; wrote is
 	// told how its write went. Both are called on the writer's goroutine
 	// only, and set before start.
@@ -40,7 +42,7 @@ const (
 // in progress: a disk that does not answer must not hold it up.
 const stopWriteWait = 2 * time.Second
 
-func (w *ceilingWriter) start(d *dataDir, next func() (uint64, error), wrote func(uint64, error)) {
+func (w *ceilingWriter) start(d *datadir.Dir, next func() (uint64, error), wrote func(uint64, error)) {
 	w.data, w.next, w.wrote = d, next, wrote
 	w.kick = make(chan struct{}, 1)
 	w.quit = make(chan struct{})
@@ -86,7 +88,7 @@ func (w *ceilingWriter) run() {
 				break
 			}
 			if err == nil {
-				err = w.data.setCeiling(c)
+				err = w.data.SetCeiling(c)
 				w.wrote(c, err)
 			}
 			if err != nil {

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kunci/kunci/internal/datadir"
 	"github.com/rs/zerolog"
 )
 
@@ -15,6 +16,9 @@ import (
 // engine.MaxToken (2^63-1). Grants are then refused as "storage
 // unavailable", as they are when the ceiling cannot be persisted.
 var ErrTokensExhausted = errors.New("server: token space exhausted: no block of tokens is left below 2^63-1")
+
+// ErrDataDirInUse means another process holds the data directory's lock.
+var ErrDataDirInUse = datadir.ErrInUse
 
 // storageLogEvery is how often, at most, a node whose token ceiling cannot
 // be persisted says so again in its log: the ceiling writer retries far more
@@ -76,6 +80,15 @@ func (h *storageHealth) ok() {
 	h.log.Warn().Uint64("failures", h.count).Dur("after", time.Since(h.since).Round(time.Millisecond)).
 		Msg("the token ceiling is persisted again: grants resume")
 	h.err = nil
+}
+
+// report takes how a write of the ceiling went: nil, it worked.
+func (h *storageHealth) report(err error) {
+	if err != nil {
+		h.failed(err)
+	} else {
+		h.ok()
+	}
 }
 
 // status returns why tokens cannot be reserved, or nil.

@@ -8,13 +8,14 @@ import (
 
 	"github.com/kunci/kunci/engine"
 	"github.com/kunci/kunci/failover"
+	"github.com/kunci/kunci/internal/datadir"
 )
 
 // tokenStore is the data directory and what the node keeps there, the
 // token ceiling. data and saved are set by Start before anything runs;
 // health is safe for concurrent use; writer is its own goroutine's.
 type tokenStore struct {
-	data   *dataDir      // nil without Config.DataDir
+	data   *datadir.Dir  // nil without Config.DataDir
 	saved  uint64        // the token ceiling the data dir held at start
 	health storageHealth // whether tokens can be reserved
 	writer ceilingWriter // writes the token ceiling to data (ceiling.go)
@@ -89,17 +90,17 @@ func (cl *cluster) checkCeiling(c uint64) error {
 // it starts all the same, refusing grants, and says so (storageHealth). A
 // cluster node issues nothing until its failover.Node promotes it.
 func (n *Node) openTokens() error {
-	d, err := openDataDir(n.cfg.DataDir, &n.store.health)
+	d, err := datadir.Open(n.cfg.DataDir, n.store.health.report)
 	if err != nil {
 		return err
 	}
-	floor, err := d.ceiling()
+	floor, err := d.Ceiling()
 	if err == nil && floor > n.maxCeiling() {
 		err = fmt.Errorf("server: token ceiling %d in %s leaves no room for a block of tokens per node below 2^63-1 (the ceiling may be at most %d): the file is damaged",
-			floor, filepath.Join(n.cfg.DataDir, ceilingFile), n.maxCeiling())
+			floor, filepath.Join(n.cfg.DataDir, datadir.CeilingFile), n.maxCeiling())
 	}
 	if err != nil {
-		d.close()
+		d.Close()
 		return err
 	}
 	n.store.data = d
@@ -116,7 +117,7 @@ func (n *Node) openTokens() error {
 func (n *Node) reserveFirst() error {
 	d := n.store.data
 	lo, hi := n.tokenRange(n.store.saved)
-	if err := d.setCeiling(hi); err != nil {
+	if err := d.SetCeiling(hi); err != nil {
 		return err
 	}
 	if lo == hi {
@@ -162,13 +163,13 @@ func (n *Node) closeTokens(ctx context.Context) {
 	}
 	n.store.data = nil
 	if n.store.writer.stop(ctx) {
-		d.close()
+		d.Close()
 		return
 	}
-	n.log.Warn().Str("data_dir", d.path).
+	n.log.Warn().Str("data_dir", d.Path()).
 		Msg("the token ceiling is still being written: stopping without waiting; the data directory stays locked until the write ends")
 	go func() {
 		<-n.store.writer.done
-		d.close()
+		d.Close()
 	}()
 }

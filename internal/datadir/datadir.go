@@ -1,4 +1,8 @@
-package server
+// Package datadir is a kunci node's data directory: what must outlive the
+// process, the token ceiling, in a directory locked to one node and private
+// to kuncid's user. The server package uses it; it reports every write of
+// the ceiling to a callback, for the node's storage health.
+package datadir
 
 import (
 	"errors"
@@ -16,7 +20,7 @@ import (
 	"github.com/kunci/kunci/engine"
 )
 
-// dataDir is the node's directory for what must outlive the process: the
+// Dir is the node's directory for what must outlive the process: the
 // token ceiling. It is locked, so two nodes never share one. It must be
 // private to kuncid's user: kuncid creates it 0700 and its files 0600,
 // refuses a directory that others may write, and refuses to write through
@@ -24,24 +28,28 @@ import (
 // a handle that did not follow a symbolic link, and every file in it is
 // opened relative to that handle: a directory swapped for a link after
 // the start is never written through either.
-type dataDir struct {
+type Dir struct {
 	path   string
 	dir    *os.File // the directory, opened with O_NOFOLLOW
 	lock   *os.File
-	health *storageHealth // told of every attempt to persist the ceiling
+	report func(error) // told of every attempt to persist the ceiling; may be nil
 
 	mu  sync.Mutex // the ceiling writer and a standby's replicated ceilings write
 	cur uint64     // the ceiling on disk
 }
 
-// ErrDataDirInUse means another process holds the data directory's lock.
-var ErrDataDirInUse = errors.New("server: data directory in use by another kuncid")
+// ErrInUse means another process holds the data directory's lock.
+var ErrInUse = errors.New("data directory in use by another kuncid")
 
-const ceilingFile = "token-ceiling"
+// CeilingFile is the token ceiling's file in the directory.
+const CeilingFile = "token-ceiling"
 
-func openDataDir(path string, health *storageHealth) (*dataDir, error) {
+// Open creates the directory path if need be (0700), checks that it is
+// private to this user and no symbolic link, and locks it. report, when
+// not nil, is told how every write of the ceiling went (nil: it worked).
+func Open(path string, report func(error)) (*Dir, error) {
 	if err := os.MkdirAll(path, 0o700); err != nil {
-		return nil, fmt.Errorf("server: data directory: %w", err)
+		return nil, fmt.Errorf("data directory: %w", err)
 	}
 	// The last element of the path is what someone who may write its
 	// parent could swap for a link; links higher up (/var on some
@@ -50,18 +58,18 @@ func openDataDir(path string, health *storageHealth) (*dataDir, error) {
 	if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
 		if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode()&os.ModeSymlink != 0 {
 			target, _ := os.Readlink(path)
-			return nil, fmt.Errorf("server: data directory %s is a symbolic link (to %s): refused, since whoever can change the link can point kuncid's token ceiling elsewhere; give the directory's real path (--data-dir %s)",
+			return nil, fmt.Errorf("data directory %s is a symbolic link (to %s): refused, since whoever can change the link can point kuncid's token ceiling elsewhere; give the directory's real path (--data-dir %s)",
 				path, target, resolved(path))
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("server: data directory %s: %w", path, err)
+		return nil, fmt.Errorf("data directory %s: %w", path, err)
 	}
 	dir := os.NewFile(uintptr(fd), path)
 	fi, err := dir.Stat()
 	if err != nil {
 		dir.Close()
-		return nil, fmt.Errorf("server: data directory: %w", err)
+		return nil, fmt.Errorf("data directory: %w", err)
 	}
 	if perm := fi.Mode().Perm(); perm&0o022 != 0 {
 		dir.Close()
@@ -72,23 +80,23 @@ func openDataDir(path string, health *storageHealth) (*dataDir, error) {
 		case 0o002:
 			who = "others"
 		}
-		return nil, fmt.Errorf("server: data directory %s is writable by %s (mode %04o): whoever can write there can replace the token ceiling, so kuncid refuses it; make it private with: chmod go-w %s",
+		return nil, fmt.Errorf("data directory %s is writable by %s (mode %04o): whoever can write there can replace the token ceiling, so kuncid refuses it; make it private with: chmod go-w %s",
 			path, who, perm, path)
 	}
-	d := &dataDir{path: path, dir: dir, health: health}
+	d := &Dir{path: path, dir: dir, report: report}
 	f, err := d.openPrivate("LOCK", os.O_RDWR)
 	if err != nil {
 		dir.Close()
-		return nil, fmt.Errorf("server: data directory: %w", err)
+		return nil, fmt.Errorf("data directory: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		owner, _ := io.ReadAll(f)
 		f.Close()
 		dir.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s (lock held by pid %s)", ErrDataDirInUse, path, strings.TrimSpace(string(owner)))
+			return nil, fmt.Errorf("%w: %s (lock held by pid %s)", ErrInUse, path, strings.TrimSpace(string(owner)))
 		}
-		return nil, fmt.Errorf("server: locking data directory %s: %w", path, err)
+		return nil, fmt.Errorf("locking data directory %s: %w", path, err)
 	}
 	_ = f.Truncate(0)
 	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
@@ -110,7 +118,7 @@ func resolved(path string) string {
 // (someone linked a file there to have kuncid overwrite it), and anything
 // but a regular file (O_NONBLOCK: opening a FIFO does not wait). It does not
 // truncate: the caller does once the file is known to be safe.
-func (d *dataDir) openPrivate(name string, flag int) (*os.File, error) {
+func (d *Dir) openPrivate(name string, flag int) (*os.File, error) {
 	path := filepath.Join(d.path, name)
 	fd, err := unix.Openat(int(d.dir.Fd()), name, flag|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
 	if errors.Is(err, unix.ELOOP) {
@@ -139,30 +147,30 @@ func (d *dataDir) openPrivate(name string, flag int) (*os.File, error) {
 	return f, nil
 }
 
-// ceiling returns the persisted token ceiling, 0 when there is none yet.
-func (d *dataDir) ceiling() (uint64, error) {
+// Ceiling returns the persisted token ceiling, 0 when there is none yet.
+func (d *Dir) Ceiling() (uint64, error) {
 	var b []byte
-	fd, err := unix.Openat(int(d.dir.Fd()), ceilingFile, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	fd, err := unix.Openat(int(d.dir.Fd()), CeilingFile, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	switch {
 	case errors.Is(err, unix.ENOENT):
 		return 0, nil
 	case errors.Is(err, unix.ELOOP):
-		return 0, fmt.Errorf("server: token ceiling %s is a symbolic link: refused (a ceiling is kuncid's own file); remove the link, and put the ceiling file itself there if it is the right one", filepath.Join(d.path, ceilingFile))
+		return 0, fmt.Errorf("token ceiling %s is a symbolic link: refused (a ceiling is kuncid's own file); remove the link, and put the ceiling file itself there if it is the right one", filepath.Join(d.path, CeilingFile))
 	case err == nil:
-		f := os.NewFile(uintptr(fd), filepath.Join(d.path, ceilingFile))
+		f := os.NewFile(uintptr(fd), filepath.Join(d.path, CeilingFile))
 		b, err = io.ReadAll(io.LimitReader(f, 64))
 		f.Close()
 	}
 	if err != nil {
-		return 0, fmt.Errorf("server: reading token ceiling: %w", err)
+		return 0, fmt.Errorf("reading token ceiling: %w", err)
 	}
 	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("server: token ceiling file %s is damaged: %q", filepath.Join(d.path, ceilingFile), b)
+		return 0, fmt.Errorf("token ceiling file %s is damaged: %q", filepath.Join(d.path, CeilingFile), b)
 	}
 	if v > engine.MaxToken {
-		return 0, fmt.Errorf("server: token ceiling %d in %s is above 2^63-1 (%d), the largest token kuncid issues (tokens fit a signed 64-bit integer): the file is damaged",
-			v, filepath.Join(d.path, ceilingFile), uint64(engine.MaxToken))
+		return 0, fmt.Errorf("token ceiling %d in %s is above 2^63-1 (%d), the largest token kuncid issues (tokens fit a signed 64-bit integer): the file is damaged",
+			v, filepath.Join(d.path, CeilingFile), uint64(engine.MaxToken))
 	}
 	d.mu.Lock()
 	d.cur = max(d.cur, v)
@@ -170,23 +178,19 @@ func (d *dataDir) ceiling() (uint64, error) {
 	return v, nil
 }
 
-// setCeiling makes c the persisted ceiling: written to a new file, synced,
+// SetCeiling makes c the persisted ceiling: written to a new file, synced,
 // renamed over the old one, and the directory synced. A ceiling never goes
 // down: a lower c than the one on disk changes nothing. Each write, failed
-// or not, is reported to d.health.
-func (d *dataDir) setCeiling(c uint64) error {
+// or not, is reported.
+func (d *Dir) SetCeiling(c uint64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if c <= d.cur {
 		return nil
 	}
 	err := d.writeCeiling(c)
-	if d.health != nil {
-		if err != nil {
-			d.health.failed(err)
-		} else {
-			d.health.ok()
-		}
+	if d.report != nil {
+		d.report(err)
 	}
 	if err != nil {
 		return err
@@ -195,13 +199,13 @@ func (d *dataDir) setCeiling(c uint64) error {
 	return nil
 }
 
-func (d *dataDir) writeCeiling(c uint64) error {
+func (d *Dir) writeCeiling(c uint64) error {
 	if c > engine.MaxToken {
-		return fmt.Errorf("server: token ceiling %d is above 2^63-1, the largest token: not written", c)
+		return fmt.Errorf("token ceiling %d is above 2^63-1, the largest token: not written", c)
 	}
-	f, err := d.openPrivate(ceilingFile+".tmp", os.O_WRONLY)
+	f, err := d.openPrivate(CeilingFile+".tmp", os.O_WRONLY)
 	if err != nil {
-		return fmt.Errorf("server: writing token ceiling: %w", err)
+		return fmt.Errorf("writing token ceiling: %w", err)
 	}
 	err = f.Truncate(0)
 	if err == nil {
@@ -215,17 +219,21 @@ func (d *dataDir) writeCeiling(c uint64) error {
 	}
 	if err == nil {
 		dfd := int(d.dir.Fd())
-		if err = unix.Renameat(dfd, ceilingFile+".tmp", dfd, ceilingFile); err == nil {
+		if err = unix.Renameat(dfd, CeilingFile+".tmp", dfd, CeilingFile); err == nil {
 			err = d.dir.Sync()
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("server: writing token ceiling: %w", err)
+		return fmt.Errorf("writing token ceiling: %w", err)
 	}
 	return nil
 }
 
-func (d *dataDir) close() {
+// Path returns the directory's path, as given to Open.
+func (d *Dir) Path() string { return d.path }
+
+// Close unlocks the directory.
+func (d *Dir) Close() {
 	if d != nil && d.lock != nil {
 		_ = d.lock.Close() // releases the flock
 		_ = d.dir.Close()
