@@ -109,6 +109,11 @@ type Client struct {
 	// authErr is the last refusal of the credentials, nil once a node
 	// accepted them (see noConnection).
 	authErr atomic.Pointer[AuthError]
+	// ups fires whenever a connection comes up (usable), for the requests
+	// and connections waiting for one; outage is what the connections
+	// learned of nodes down and of the active (see outage.go).
+	ups    *beacon
+	outage outage
 }
 
 // New returns a client for cfg.Addrs. It makes a first attempt to connect
@@ -119,7 +124,8 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), epoch: time.Now()}
+	c := &Client{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), epoch: time.Now(), ups: newBeacon()}
+	c.outage = outage{down: make(map[string]time.Time), forget: cfg.ReconnectInterval}
 	c.dialer = net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 15 * time.Second}
 	addrs := cfg.Addrs
 	if len(addrs) == 1 {
@@ -330,12 +336,15 @@ func (c *Client) TryAcquire(ctx context.Context, key string, lease time.Duration
 
 // acquire is Acquire, or TryAcquire when try is set (wait is then 0).
 func (c *Client) acquire(ctx context.Context, key string, lease, wait time.Duration, try bool) (*Lock, error) {
-	p := retryPolicy{pause: c.cfg.ReconnectInterval}
-	if wait > 0 {
-		// A failover elects a new active meanwhile: try again while the
-		// wait lasts.
+	// A failover elects a new active meanwhile: try again while the wait
+	// lasts, or with no bound until ctx ends. A try has no window.
+	var p retryPolicy
+	switch {
+	case wait > 0:
 		p.deadline = time.Now().Add(wait)
 		p.over = func(last error) error { return c.waitOver(wait, last) }
+	case !try:
+		p.unbounded = true
 	}
 	leaseMs := ceilMs(lease)
 	r, err := c.route(ctx, p, func(cn *conn) (result, error) {
@@ -539,11 +548,11 @@ func (l *Lock) Release(ctx context.Context) error {
 	return ErrStale
 }
 
-// retrying is the policy of a release, extend or inspect: tried again
-// every Config.ReleaseInterval for Config.ReleaseRetry from the first
-// failed round, and not past ends, when given.
+// retrying is the policy of a release, extend or inspect: tried again as
+// connections come up, for Config.ReleaseRetry from the first failure, and
+// not past ends, when given.
 func (c *Client) retrying(ends func() time.Time) retryPolicy {
-	return retryPolicy{span: c.cfg.ReleaseRetry, pause: c.cfg.ReleaseInterval, ends: ends}
+	return retryPolicy{span: c.cfg.ReleaseRetry, ends: ends}
 }
 
 // Extend makes the grant end lease from now. It returns ErrStale when the
