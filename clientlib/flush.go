@@ -2,7 +2,7 @@ package clientlib
 
 import (
 	"errors"
-	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -168,8 +168,7 @@ func (cn *conn) write() {
 	cn.mu.Lock()
 	cn.w.spare = buf[:0]
 	cn.writing.Store(false)
-	var ne net.Error
-	if errors.As(err, &ne) && ne.Timeout() {
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 		// The node stopped reading: the reader sees the closed
 		// connection and fails the calls. After any other error the
 		// node closed the connection, and the reader reads what it sent

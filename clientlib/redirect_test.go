@@ -92,17 +92,16 @@ func TestRedirectFallsBack(t *testing.T) {
 // TestRedirectToDeadNode: a redirect to an address that cannot be reached
 // sends the connection home, which is then asked which node is the active
 // (I) instead of being sent the request again; the acquire ends with
-// ErrNoConnection when its wait runs out, naming the cause.
+// ErrNoConnection when its wait runs out.
 func TestRedirectToDeadNode(t *testing.T) {
 	t.Parallel()
-	dead := deadAddr(t)
-	f := newFakeNode(t, dead, 1)
+	f := newFakeNode(t, deadAddr(t), 1)
 	c := newClient(t, fast, f.addr)
 	const wait = 500 * time.Millisecond
 	start := time.Now()
 	_, err := c.Acquire(ctxT(t), "k", long, wait)
-	if !isNoConnection(err) || !strings.Contains(err.Error(), dead) {
-		t.Fatalf("acquire redirected to a dead node: %v, want ErrNoConnection naming %s", err, dead)
+	if !isNoConnection(err) {
+		t.Fatalf("acquire redirected to a dead node: %v, want ErrNoConnection", err)
 	}
 	if d := time.Since(start); d < wait || d > wait+lateBound {
 		t.Fatalf("ErrNoConnection after %v, want after the wait of %v", d, wait)
