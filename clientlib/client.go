@@ -132,7 +132,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), epoch: time.Now(), ups: newBeacon()}
-	c.outage = outage{down: make(map[string]time.Time), forget: cfg.ReconnectInterval}
+	c.outage = outage{down: make(map[string]time.Time), forget: min(cfg.ReconnectInterval, time.Second)}
 	c.dialer = net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 15 * time.Second}
 	addrs := cfg.Addrs
 	if len(addrs) == 1 {

@@ -223,11 +223,16 @@ func (cn *conn) run(first chan<- struct{}) {
 			cn.cl.log.Debug("kunci: connection lost", "err", err, "addr", addr)
 			lost := addr
 			addr, named = cn.home, false
-			// Try again at once after a connection that served; one that
-			// failed soon after it was made, serving nothing, waits
-			// ReconnectInterval (or the active found elsewhere), so a
-			// node that closes every connection is not dialled in a loop.
+			// Try again at once after a connection that served. One that
+			// failed soon after it was made, serving nothing, is from a
+			// node that is stopping, or closes every connection: it
+			// counts as down (redirects to it are not followed), and
+			// our own node is dialled again after ReconnectInterval (or
+			// the active found elsewhere), not in a loop.
 			if quick {
+				cn.cl.outage.markDown(lost)
+			}
+			if quick && lost == cn.home {
 				to, ok := cn.pause(cn.cl.cfg.ReconnectInterval, lost)
 				if !ok {
 					return

@@ -70,27 +70,36 @@ type outage struct {
 	mu     sync.Mutex
 	down   map[string]time.Time // address → when a dial to it last failed
 	active string               // where a connection last found the active
-	// forget is how long an address counts as down after a failed dial
-	// (ReconnectInterval: by then its own connection dials it again).
+	// forget is how long an address counts as down (ReconnectInterval, at
+	// most a second): a node that names it as the active after that is
+	// believed again, and the address dialled.
 	forget time.Duration
 }
 
-// dialed notes how a dial to addr went.
+// dialed notes how a dial to addr went: down when it failed.
 func (o *outage) dialed(addr string, err error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if err == nil {
-		delete(o.down, addr)
-		return
-	}
 	var ae *AuthError
-	if !errors.As(err, &ae) { // a node that refuses the credentials answers
-		o.down[addr] = time.Now()
+	switch {
+	case err == nil:
+		o.mu.Lock()
+		delete(o.down, addr)
+		o.mu.Unlock()
+	case !errors.As(err, &ae): // a node that refuses the credentials answers
+		o.markDown(addr)
 	}
 }
 
-// isDown reports whether a dial to addr failed lately, and none worked
-// since.
+// markDown notes that addr is down: a dial to it failed, or it closed a
+// connection as soon as it was made, having served nothing (a node
+// stopping).
+func (o *outage) markDown(addr string) {
+	o.mu.Lock()
+	o.down[addr] = time.Now()
+	o.mu.Unlock()
+}
+
+// isDown reports whether addr was found down lately (see markDown), and
+// no dial to it worked since.
 func (o *outage) isDown(addr string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()

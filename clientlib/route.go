@@ -60,6 +60,18 @@ func (c *Client) route(ctx context.Context, p retryPolicy, send func(cn *conn) (
 	var lastErr error
 	var failed *conn
 	until := p.deadline
+	windowless := p.deadline.IsZero() && !p.unbounded && p.span <= 0
+	// failure starts a window that runs from the first failure.
+	failure := func() {
+		if until.IsZero() && p.span > 0 {
+			until = time.Now().Add(p.span)
+			if p.ends != nil {
+				if e := p.ends(); e.Before(until) {
+					until = e
+				}
+			}
+		}
+	}
 	fail := func() (result, error) {
 		if p.over != nil {
 			return result{}, p.over(lastErr)
@@ -86,22 +98,22 @@ func (c *Client) route(ctx context.Context, p retryPolicy, send func(cn *conn) (
 			}
 			switch r.kind {
 			case kindRedirect:
-				lastErr = errRedirected
+				lastErr, failed = errRedirected, cn
 				if redirects++; redirects > maxRedirects {
 					return result{}, c.noConnection(errors.New("too many redirects"))
 				}
-				if until.IsZero() && !p.unbounded && p.span <= 0 {
-					// No window: the moved connection may take a dial.
+				if windowless && until.IsZero() {
+					// The moved connection may take a dial.
 					until = time.Now().Add(c.cfg.DialTimeout)
 				}
-				failed = cn
+				failure()
 				continue
 			case kindBroken:
-				lastErr = r.err
-				failed = cn
-				if attempts++; until.IsZero() && !p.unbounded && p.span <= 0 && attempts >= len(c.conns) {
-					return fail() // no window: each connection once
+				lastErr, failed = r.err, cn
+				if attempts++; windowless && attempts >= len(c.conns) {
+					return fail() // each connection once
 				}
+				failure()
 				continue
 			}
 			return r, nil
@@ -110,17 +122,10 @@ func (c *Client) route(ctx context.Context, p retryPolicy, send func(cn *conn) (
 		if lastErr == nil {
 			lastErr = errNotUp
 		}
-		if until.IsZero() && !p.unbounded {
-			if p.span <= 0 {
-				return fail()
-			}
-			until = time.Now().Add(p.span)
-			if p.ends != nil {
-				if e := p.ends(); e.Before(until) {
-					until = e
-				}
-			}
+		if windowless && until.IsZero() {
+			return fail()
 		}
+		failure()
 		up := c.ups.wait()
 		if c.next(nil) != nil {
 			continue // one came up since next looked

@@ -178,7 +178,9 @@ func run(kuncid string, semi, handback, crash bool, goroutines int) (outcome, er
 			var failed []string
 			for i := 0; ctx.Err() == nil; i++ {
 				began := time.Now()
-				l, err := c.Acquire(ctx, "handoff/"+strconv.Itoa(g)+"/"+strconv.Itoa(i%16), 30*time.Second, 5*time.Second)
+				// A new key each time: a release lost in a crash failover
+				// (replication is asynchronous) leaves its key held.
+				l, err := c.Acquire(ctx, "handoff/"+strconv.Itoa(g)+"/"+strconv.Itoa(i), 30*time.Second, 5*time.Second)
 				if err != nil {
 					if ctx.Err() == nil {
 						failed = append(failed, fmt.Sprintf("acquire after %v: %v", time.Since(began).Round(time.Millisecond), err))
