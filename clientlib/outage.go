@@ -27,8 +27,9 @@ import (
 // A node that is not the active names the active in its redirect ("M
 // addr"), followed at once. During a crash failover the standbys go on
 // naming the crashed active for up to the failover timeout, and then name
-// none ("M -") until one is elected. A redirect to an address that does not
-// answer (down) or to none is therefore not followed: the connection asks
+// none ("M -") until one is elected. A redirect to an address that is down
+// (a dial to it failed lately, or it closed a new connection at once: see
+// outage.markDown) or to none is therefore not followed: the connection asks
 // the node that sent it, with I every seekInterval, which node is the
 // active (seek), and comes up once that node says it is, or goes to the
 // active it names. So the client follows a failover within seekInterval
