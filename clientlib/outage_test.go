@@ -136,28 +136,41 @@ func (cy *cycler) end(t *testing.T) {
 
 // TestHandoffPausesNoCaller: a graceful handoff (the active stopped) moves
 // every connection to the successor at once. The client is made just
-// before, so that the connection to the standby was redirected to the
-// active moments before the handoff redirects it again: that connection
-// used to wait ReconnectInterval before following (a second redirect soon
-// after one), and its callers waited out DialTimeout (2.00 s). No caller may
-// wait even a second now; bench/handoff measures the pause (milliseconds).
+// before, so that its connections to the standby were redirected to the
+// active moments before the handoff redirects them again: such a
+// connection used to wait ReconnectInterval before following (a second
+// redirect soon after one), and its callers waited out DialTimeout (2.00 s).
+// No caller may wait even a second now; bench/handoff measures the pause
+// (milliseconds).
 func TestHandoffPausesNoCaller(t *testing.T) {
-	nodes, addrs := startCluster(t, 2)
-	// The library's defaults: ReconnectInterval 3 s, DialTimeout 2 s.
-	c := newClient(t, nil, addrs[1], addrs[0])
-	cy := startCycler(c, 16, 2*time.Second)
-	waitFor(t, "the standby's connection to be redirected to the active", func() bool { return nodes[0].Conns() >= 2 })
+	for _, tc := range []struct {
+		name  string
+		addrs func(addrs []string) []string
+	}{
+		// The standby's address first, so that one connection is
+		// redirected; then only it, so that both are.
+		{"every address", func(addrs []string) []string { return []string{addrs[1], addrs[0]} }},
+		{"the standby's address", func(addrs []string) []string { return addrs[1:] }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nodes, addrs := startCluster(t, 2)
+			// The library's defaults: ReconnectInterval 3 s, DialTimeout 2 s.
+			c := newClient(t, nil, tc.addrs(addrs)...)
+			cy := startCycler(c, 16, 2*time.Second)
+			waitFor(t, "both connections at the active", func() bool { return nodes[0].Conns() >= 2 })
 
-	cy.begin()
-	stopNode(t, nodes[0]) // hands over to node 1
-	waitFor(t, "cycles on the successor", func() bool { n, _ := cy.completed(); return n >= 200 })
-	cy.end(t)
-	t.Logf("the longest cycle took %v, the longest pause after the handoff began %v", cy.longest, cy.gap)
-	if len(cy.failed) > 0 {
-		t.Fatalf("%d requests failed across the handoff, the first: %s", len(cy.failed), cy.failed[0])
-	}
-	if cy.longest >= time.Second {
-		t.Fatalf("a caller waited %v across the handoff, want well under a second", cy.longest)
+			cy.begin()
+			stopNode(t, nodes[0]) // hands over to node 1
+			waitFor(t, "cycles on the successor", func() bool { n, _ := cy.completed(); return n >= 200 })
+			cy.end(t)
+			t.Logf("the longest cycle took %v, the longest pause after the handoff began %v", cy.longest, cy.gap)
+			if len(cy.failed) > 0 {
+				t.Fatalf("%d requests failed across the handoff, the first: %s", len(cy.failed), cy.failed[0])
+			}
+			if cy.longest >= time.Second {
+				t.Fatalf("a caller waited %v across the handoff, want well under a second", cy.longest)
+			}
+		})
 	}
 }
 
