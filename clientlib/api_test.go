@@ -259,10 +259,11 @@ func TestConfig(t *testing.T) {
 	}
 
 	// A node that is not up yet is not an error for New: the client keeps
-	// trying in the background, and requests report ErrNoConnection.
+	// trying in the background, and requests report ErrNoConnection when
+	// their wait runs out.
 	c := newClient(t, fast, deadAddr(t))
 	start := time.Now()
-	_, err := c.Acquire(ctxT(t), "k", time.Second, 0)
+	_, err := c.Acquire(ctxT(t), "k", time.Second, 100*time.Millisecond)
 	if !isNoConnection(err) {
 		t.Fatalf("Acquire with no node: %v, want ErrNoConnection", err)
 	}

@@ -35,16 +35,23 @@ type Config struct {
 	DialTimeout time.Duration
 	// WriteTimeout bounds each write to a node (default 5 s).
 	WriteTimeout time.Duration
-	// ReconnectInterval is the pause between attempts to re-dial a lost
-	// connection (default 3 s).
+	// ReconnectInterval is the pause between attempts to re-dial an
+	// address that does not answer, or a node that closes connections as
+	// soon as they are made (default 3 s). A connection whose address does
+	// not answer goes at once to the active when another connection finds
+	// it; a redirect to a node that answers is followed at once; a node
+	// that knows no live active (the cluster is electing one) is asked
+	// which node is the active every 50 ms.
 	ReconnectInterval time.Duration
 	// ProbeInterval: a connection that has read nothing for this long is
 	// sent an I probe (default 5 s). ProbeTimeout: if nothing comes back
 	// within it, the connection is taken as dead (default 3 s).
 	ProbeInterval, ProbeTimeout time.Duration
 	// ReleaseRetry is how long Release and Extend keep trying through
-	// connection errors (default 5 s), every ReleaseInterval (default
-	// 200 ms); Extend not past the grant's end.
+	// connection errors (default 5 s; Extend not past the grant's end):
+	// each is sent again as soon as a connection comes up.
+	// ReleaseInterval is how soon KeepAlive tries again after an extend
+	// failed (default 200 ms).
 	ReleaseRetry, ReleaseInterval time.Duration
 	// Credentials, when set, are sent as the first line of every
 	// connection the client opens (redirects and reconnects included), for
@@ -109,6 +116,11 @@ type Client struct {
 	// authErr is the last refusal of the credentials, nil once a node
 	// accepted them (see noConnection).
 	authErr atomic.Pointer[AuthError]
+	// ups fires whenever a connection comes up (usable), for the requests
+	// and connections waiting for one; outage is what the connections
+	// learned of nodes down and of the active (see outage.go).
+	ups    *beacon
+	outage outage
 }
 
 // New returns a client for cfg.Addrs. It makes a first attempt to connect
@@ -119,7 +131,8 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), epoch: time.Now()}
+	c := &Client{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), epoch: time.Now(), ups: newBeacon()}
+	c.outage = outage{down: make(map[string]time.Time), forget: min(cfg.ReconnectInterval, time.Second)}
 	c.dialer = net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 15 * time.Second}
 	addrs := cfg.Addrs
 	if len(addrs) == 1 {
@@ -298,9 +311,11 @@ func (l *Lock) Token() uint64 { return l.token }
 // Acquire waits for key and returns the granted lock, which ends by itself
 // lease after the grant unless released or extended. wait bounds the time in
 // the queue (0: no bound); when the node answers that it ran out the error
-// is ErrTimeout. When it runs out while no active node answered (the nodes
-// are down, frozen, or electing an active), the error is ErrNoConnection,
-// saying so. If ctx ends first, the queued acquire is cancelled on the node
+// is ErrTimeout. While no active node answers (the nodes are down, frozen,
+// or electing an active) the acquire is sent again as soon as a connection
+// comes up, for as long as the wait lasts: when it runs out meanwhile, the
+// error is ErrNoConnection, saying so; with wait 0 it keeps trying until
+// ctx ends. If ctx ends first, the queued acquire is cancelled on the node
 // (and a grant that raced the cancel is released); the error is then
 // ctx.Err().
 func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Duration) (*Lock, error) {
@@ -330,12 +345,15 @@ func (c *Client) TryAcquire(ctx context.Context, key string, lease time.Duration
 
 // acquire is Acquire, or TryAcquire when try is set (wait is then 0).
 func (c *Client) acquire(ctx context.Context, key string, lease, wait time.Duration, try bool) (*Lock, error) {
-	p := retryPolicy{pause: c.cfg.ReconnectInterval}
-	if wait > 0 {
-		// A failover elects a new active meanwhile: try again while the
-		// wait lasts.
+	// A failover elects a new active meanwhile: try again while the wait
+	// lasts, or with no bound until ctx ends. A try has no window.
+	var p retryPolicy
+	switch {
+	case wait > 0:
 		p.deadline = time.Now().Add(wait)
 		p.over = func(last error) error { return c.waitOver(wait, last) }
+	case !try:
+		p.unbounded = true
 	}
 	leaseMs := ceilMs(lease)
 	r, err := c.route(ctx, p, func(cn *conn) (result, error) {
@@ -515,11 +533,11 @@ func (cn *conn) cancel(ctx context.Context, c *call, gen uint64) (result, error)
 	return result{}, ctx.Err()
 }
 
-// Release ends the grant. Through connection errors it is retried every
-// Config.ReleaseInterval for Config.ReleaseRetry. It returns ErrStale when
-// the token is no longer the key's grant (released before, or expired);
-// after a connection error that includes an earlier attempt of this very
-// Release that reached the node before the connection broke.
+// Release ends the grant. Through connection errors it is sent again as
+// soon as a connection comes up, for Config.ReleaseRetry. It returns
+// ErrStale when the token is no longer the key's grant (released before,
+// or expired); after a connection error that includes an earlier attempt
+// of this very Release that reached the node before the connection broke.
 func (l *Lock) Release(ctx context.Context) error {
 	l.stopKeepAlive()
 	c := l.c
@@ -539,18 +557,18 @@ func (l *Lock) Release(ctx context.Context) error {
 	return ErrStale
 }
 
-// retrying is the policy of a release, extend or inspect: tried again
-// every Config.ReleaseInterval for Config.ReleaseRetry from the first
-// failed round, and not past ends, when given.
+// retrying is the policy of a release, extend or inspect: tried again as
+// connections come up, for Config.ReleaseRetry from the first failure, and
+// not past ends, when given.
 func (c *Client) retrying(ends func() time.Time) retryPolicy {
-	return retryPolicy{span: c.cfg.ReleaseRetry, pause: c.cfg.ReleaseInterval, ends: ends}
+	return retryPolicy{span: c.cfg.ReleaseRetry, ends: ends}
 }
 
 // Extend makes the grant end lease from now. It returns ErrStale when the
 // grant already ended. When no connection can carry it (one is coming back
-// after a cut, or the nodes are electing an active), it tries again every
-// Config.ReleaseInterval for up to Config.ReleaseRetry, but not past the
-// grant's end: extending the same token twice is harmless.
+// after a cut, or the nodes are electing an active), it is sent again as
+// soon as a connection comes up, for up to Config.ReleaseRetry, but not
+// past the grant's end: extending the same token twice is harmless.
 func (l *Lock) Extend(ctx context.Context, lease time.Duration) error {
 	if lease <= 0 {
 		return fmt.Errorf("clientlib: lease must be > 0 (got %v)", lease)

@@ -3,6 +3,7 @@ package clientlib
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -48,7 +49,6 @@ type link struct {
 	nc   net.Conn // nil while down
 	addr string   // the address nc goes to
 	gen  uint64   // counts connections made
-	upCh chan struct{}
 	// redirecting: the connection went down to follow a redirect.
 	redirecting bool
 }
@@ -98,7 +98,6 @@ func newConn(cl *Client, addr string, idx uint32) *conn {
 		cl:   cl,
 		home: addr,
 		idx:  idx,
-		link: link{upCh: make(chan struct{})},
 		w:    writeSide{wake: make(chan struct{}, 1)},
 		pend: pending{acq: make(map[string]*call), gates: make(map[string]*gate)},
 	}
@@ -106,19 +105,47 @@ func newConn(cl *Client, addr string, idx uint32) *conn {
 
 // run keeps the connection up until the client closes. first is closed
 // after the first dial attempt.
+//
+// An address that does not answer is dialled again every
+// ReconnectInterval (see pause); a redirect to a node that answers is
+// followed at once, and so is the active when another connection finds it.
+// A redirect to an address that does not answer, or to none, is not
+// followed: the node that sent it is asked which node is the active (see
+// seek, and outage.go).
 func (cn *conn) run(first chan<- struct{}) {
 	defer cn.cl.wg.Done()
 	addr := cn.home
-	quick := false // the last connection ended soon after it was made
+	// named: addr is where a node, or another connection, found the
+	// active; seek: ask the node at addr which node is the active before
+	// the connection is used.
+	named, seek := false, false
+	// bounces counts the redirects followed in a row by connections that
+	// served nothing: nodes that name each other.
+	bounces := 0
 	for attempt := 0; ; attempt++ {
 		if cn.cl.closing() {
 			return
 		}
 		nc, err := cn.cl.dial(addr)
+		cn.cl.outage.dialed(addr, err)
 		if err == nil {
 			if err = cn.cl.authenticate(nc, addr); err != nil {
 				_ = nc.Close()
 			}
+		}
+		if err == nil && seek {
+			var active bool
+			var to string
+			if active, to, err = cn.seek(nc, addr); err == nil && !active {
+				_ = nc.Close()
+				cn.cl.log.Debug("kunci: the node names the active", "node", addr, "active", to)
+				addr, named, seek = to, true, false
+				continue
+			}
+			if err != nil {
+				_ = nc.Close()
+			}
+			named = named || active
 		}
 		if err != nil {
 			if attempt == 0 {
@@ -133,18 +160,25 @@ func (cn *conn) run(first chan<- struct{}) {
 				cn.cl.log.Debug("kunci: dial failed", "err", err, "addr", addr)
 			}
 			if addr != cn.home {
-				addr = cn.home // a redirect target that is gone: back to our own
+				// The active named is gone: back to our own node, which
+				// may know the next one.
+				addr, named, seek = cn.home, false, true
 				continue
 			}
-			if !cn.cl.sleep(cn.cl.cfg.ReconnectInterval) {
+			to, ok := cn.pause(cn.cl.cfg.ReconnectInterval, addr)
+			if !ok {
 				return
+			}
+			if to != "" {
+				addr, named, seek = to, true, false
 			}
 			continue
 		}
 		if cn.cl.cfg.Credentials != nil {
 			cn.cl.authOK()
 		}
-		ok := cn.attach(nc, addr)
+		sought := seek // the node said it is the active
+		ok := cn.attach(nc, addr, named)
 		if attempt == 0 {
 			close(first) // New returns with this connection usable
 		}
@@ -152,36 +186,69 @@ func (cn *conn) run(first chan<- struct{}) {
 			return // closed meanwhile
 		}
 		since := time.Now()
-		redirect, err := cn.read(nc)
+		redirect, served, err := cn.read(nc)
+		switch {
+		case redirect == "" && err == errNoActive:
+			seek = true // ask this node again
+		case redirect != "" && cn.cl.outage.isDown(redirect):
+			err = fmt.Errorf("%w: %s", errActiveDown, redirect)
+			redirect, seek = "", true
+		default:
+			seek = false
+		}
 		cn.detach(nc, redirect, err)
-		wasQuick := quick
-		quick = time.Since(since) < cn.cl.cfg.ReconnectInterval
+		if served {
+			bounces = 0
+		}
+		quick := !served && time.Since(since) < cn.cl.cfg.ReconnectInterval
 		switch {
 		case cn.cl.closing():
 			return
 		case redirect != "":
 			cn.cl.log.Debug("kunci: redirected", "from", addr, "to", redirect)
-			addr = redirect
-			// Follow a redirect at once, but not a ping-pong of them.
-			if quick && wasQuick && !cn.cl.sleep(cn.cl.cfg.ReconnectInterval) {
+			addr, named = redirect, true
+			// Follow a redirect at once, but not nodes that keep
+			// naming each other.
+			if bounces++; bounces > maxRedirects && !cn.cl.sleep(cn.cl.cfg.ReconnectInterval) {
+				return
+			}
+		case seek:
+			cn.cl.log.Debug("kunci: the node knows no active that answers", "err", err, "addr", addr)
+			// Ask it again at once (seek paces the questions), unless it
+			// said it was the active and then served nothing.
+			if quick && sought && !cn.cl.sleep(cn.cl.cfg.ReconnectInterval) {
 				return
 			}
 		default:
 			cn.cl.log.Debug("kunci: connection lost", "err", err, "addr", addr)
-			addr = cn.home
-			// Try again at once after a connection that lasted; one that
-			// failed soon after it was made waits ReconnectInterval, so a
-			// node that closes every connection is not dialled in a loop.
-			if quick && !cn.cl.sleep(cn.cl.cfg.ReconnectInterval) {
-				return
+			lost := addr
+			addr, named = cn.home, false
+			// Try again at once after a connection that served. One that
+			// failed soon after it was made, serving nothing, is from a
+			// node that is stopping, or closes every connection: it
+			// counts as down (redirects to it are not followed), and
+			// our own node is dialled again after ReconnectInterval (or
+			// the active found elsewhere), not in a loop.
+			if quick {
+				cn.cl.outage.markDown(lost)
+			}
+			if quick && lost == cn.home {
+				to, ok := cn.pause(cn.cl.cfg.ReconnectInterval, lost)
+				if !ok {
+					return
+				}
+				if to != "" {
+					addr, named, seek = to, true, false
+				}
 			}
 		}
 	}
 }
 
-// attach makes nc the connection. It returns false, closing nc, when the
-// client has closed meanwhile.
-func (cn *conn) attach(nc net.Conn, addr string) bool {
+// attach makes nc the connection; named: a node, or another connection,
+// found the active at addr. It returns false, closing nc, when the client
+// has closed meanwhile. Requests waiting for a connection are woken.
+func (cn *conn) attach(nc net.Conn, addr string, named bool) bool {
 	cn.mu.Lock()
 	if cn.cl.closing() {
 		cn.mu.Unlock()
@@ -191,9 +258,12 @@ func (cn *conn) attach(nc net.Conn, addr string) bool {
 	cn.link.nc, cn.link.addr = nc, addr
 	cn.link.gen++
 	cn.w.wbuf = cn.w.wbuf[:0]
-	close(cn.link.upCh)
 	cn.usable.Store(true)
 	cn.mu.Unlock()
+	if named {
+		cn.cl.learnActive(addr)
+	}
+	cn.cl.ups.fire()
 	return true
 }
 
@@ -209,7 +279,6 @@ func (cn *conn) detach(nc net.Conn, redirect string, cause error) {
 	cn.usable.Store(false)
 	cn.link.nc = nil
 	cn.link.redirecting = redirect != ""
-	cn.link.upCh = make(chan struct{})
 	for k, c := range cn.pend.acq {
 		delete(cn.pend.acq, k)
 		cn.finish(c, r)
@@ -237,9 +306,11 @@ func (cn *conn) detach(nc net.Conn, redirect string, cause error) {
 
 var errHalfOpen = errors.New("clientlib: node stopped answering")
 
-// read reads answers until the connection fails or the node redirects it.
-// An idle connection is probed with I; no answer in time breaks it.
-func (cn *conn) read(nc net.Conn) (redirect string, err error) {
+// read reads answers until the connection fails or the node redirects it
+// (to redirect; "M -" is errNoActive). served: it carried an answer to a
+// request. An idle connection is probed with I; no answer in time breaks
+// it.
+func (cn *conn) read(nc net.Conn) (redirect string, served bool, err error) {
 	cfg := &cn.cl.cfg
 	buf := make([]byte, 32<<10)
 	end := 0
@@ -255,17 +326,17 @@ func (cn *conn) read(nc net.Conn) (redirect string, err error) {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() && n == 0 {
 				if probing {
-					return "", errHalfOpen
+					return "", served, errHalfOpen
 				}
 				probing = true
 				if err := cn.probe(); err != nil {
-					return "", err
+					return "", served, err
 				}
 				_ = nc.SetReadDeadline(now.Add(cfg.ProbeTimeout))
 				deadlineSet = now
 				continue
 			}
-			return "", err
+			return "", served, err
 		}
 		// Setting a deadline costs a timer update, so it is moved only
 		// when half of it is used up: a probe goes out after between half
@@ -290,7 +361,7 @@ func (cn *conn) read(nc net.Conn) (redirect string, err error) {
 				cn.pend.ready = nil
 				cn.mu.Unlock()
 				cn.cl.tellAll(rs)
-				return "", perr
+				return "", served, perr
 			}
 			start += m
 			if a.Kind == 'M' {
@@ -299,11 +370,11 @@ func (cn *conn) read(nc net.Conn) (redirect string, err error) {
 				cn.mu.Unlock()
 				cn.cl.tellAll(rs)
 				if len(a.Text) == 0 {
-					return "", errors.New("clientlib: redirected to no active node")
+					return "", served, errNoActive
 				}
-				return string(a.Text), nil
+				return string(a.Text), served, nil
 			}
-			cn.dispatch(&a)
+			served = cn.dispatch(&a) || served
 		}
 		rs := cn.pend.ready
 		cn.pend.ready = nil
@@ -313,9 +384,10 @@ func (cn *conn) read(nc net.Conn) (redirect string, err error) {
 	}
 }
 
-// dispatch hands an answer to the oldest outstanding call it answers.
-// cn.mu is held.
-func (cn *conn) dispatch(a *wire.Answer) {
+// dispatch hands an answer to the oldest outstanding call it answers, and
+// reports whether there was one (an answer to a probe or to no request is
+// not). cn.mu is held.
+func (cn *conn) dispatch(a *wire.Answer) bool {
 	if cn.pend.outstanding > 0 {
 		cn.pend.outstanding--
 	}
@@ -328,7 +400,7 @@ func (cn *conn) dispatch(a *wire.Answer) {
 			// About no request: the node is closing the connection
 			// (idle, credentials revoked), or could not read one.
 			cn.cl.log.Warn("kunci: node error", "reason", string(a.Text))
-			return
+			return false
 		}
 		op = a.Op[0]
 	}
@@ -341,14 +413,14 @@ func (cn *conn) dispatch(a *wire.Answer) {
 	case 'I':
 		if cn.pend.probes > 0 {
 			cn.pend.probes--
-			return
+			return false
 		}
 	default:
 		c = cn.takeSent(op, a.Key)
 	}
 	if c == nil {
 		cn.cl.log.Debug("kunci: answer with no request", "kind", string(a.Kind), "key", string(a.Key))
-		return
+		return false
 	}
 	r := result{kind: a.Kind, ok: a.OK, token: a.Token, at: cn.pend.readAt}
 	if a.Kind == 'Q' {
@@ -361,6 +433,7 @@ func (cn *conn) dispatch(a *wire.Answer) {
 		cn.passGate(c.key)
 	}
 	cn.finish(c, r)
+	return true
 }
 
 // takeSent removes and returns the oldest call in sent with op and key, or
@@ -477,21 +550,4 @@ func (cn *conn) do(ctx context.Context, op byte, key string, line func([]byte) [
 	}
 	putCall(c)
 	return r, nil
-}
-
-// waitUp waits until the connection is up again, at most d.
-func (cn *conn) waitUp(ctx context.Context, d time.Duration) bool {
-	cn.mu.Lock()
-	ch := cn.link.upCh
-	cn.mu.Unlock()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ch:
-		return true
-	case <-t.C:
-	case <-ctx.Done():
-	case <-cn.cl.done:
-	}
-	return false
 }

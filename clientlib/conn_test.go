@@ -180,7 +180,7 @@ func TestNodeRestart(t *testing.T) {
 
 	stopNode(t, n)
 	for i := range 3 {
-		_, err := c.Acquire(ctxT(t), "k", time.Second, 0)
+		_, err := c.Acquire(ctxT(t), "k", time.Second, 100*time.Millisecond)
 		if !isNoConnection(err) {
 			t.Fatalf("acquire %d with the node down: %v, want ErrNoConnection", i, err)
 		}

@@ -118,31 +118,23 @@ func (c *Client) authenticate(nc net.Conn, addr string) error {
 	}
 	// The node sends nothing but this answer before the next request.
 	var buf [wire.MaxLine]byte
-	end := 0
-	for {
-		n, err := nc.Read(buf[end:])
-		end += n
-		var a wire.Answer
-		m, perr := wire.ParseAnswer(buf[:end], &a)
-		switch {
-		case perr != nil:
-			return fmt.Errorf("clientlib: %s: unreadable answer to the credentials: %w", addr, perr)
-		case m == 0 && err == nil:
-			continue
-		case m == 0:
-			return fmt.Errorf("clientlib: %s: no answer to the credentials: %w", addr, err)
-		case a.Kind == 'U' && m == end:
-			_ = nc.SetDeadline(time.Time{})
-			return nil
-		case a.Kind == 'E' && len(a.Op) == 1 && a.Op[0] == 'U':
-			return &AuthError{Addr: addr, Reason: string(a.Text)}
-		case a.Kind == 'E':
-			// Refused before the credentials were read (too many
-			// connections, say).
-			return fmt.Errorf("clientlib: %s refused the connection: %s", addr, a.Text)
-		}
-		return fmt.Errorf("clientlib: %s: unexpected answer to the credentials: %q", addr, buf[:m])
+	var a wire.Answer
+	switch err := readAnswer(nc, buf[:], &a); {
+	case errors.Is(err, wire.ErrBadAnswer), errors.Is(err, wire.ErrLineTooLong):
+		return fmt.Errorf("clientlib: %s: unreadable answer to the credentials: %w", addr, err)
+	case err != nil:
+		return fmt.Errorf("clientlib: %s: no answer to the credentials: %w", addr, err)
+	case a.Kind == 'U':
+		_ = nc.SetDeadline(time.Time{})
+		return nil
+	case a.Kind == 'E' && len(a.Op) == 1 && a.Op[0] == 'U':
+		return &AuthError{Addr: addr, Reason: string(a.Text)}
+	case a.Kind == 'E':
+		// Refused before the credentials were read (too many
+		// connections, say).
+		return fmt.Errorf("clientlib: %s refused the connection: %s", addr, a.Text)
 	}
+	return fmt.Errorf("clientlib: %s: unexpected answer to the credentials: %q", addr, a.Kind)
 }
 
 // authFailed records err, an authentication failure, for the errors of

@@ -6,10 +6,15 @@
 // connections, a write at a time, and are pipelined: the requests that many
 // goroutines make about the same time share the current connection and go
 // out in one write, the next ones on the next connection, and each answer
-// is matched to the oldest outstanding request with the same op and key. A dropped connection is left out and re-dialled every three seconds;
-// an acquire caught on a connection that breaks is sent again on the next
-// one with the wait it has left; a node that is not the active answers with
-// a redirect, and the connection moves to the active.
+// is matched to the oldest outstanding request with the same op and key. A
+// dropped connection is left out and re-dialled; an address that does not
+// answer every three seconds, unless another connection finds the active
+// elsewhere, where it goes at once. An acquire caught on a connection that
+// breaks is sent again on the next one with the wait it has left, and a
+// request that finds no usable connection waits for one to come up. A node
+// that is not the active answers with a redirect, and the connection moves
+// to the active; during a failover, a node that knows no live active is
+// asked every 50 ms until it names one or becomes it.
 // Release is retried for five seconds on connection errors, so a lock is not
 // left held because a connection dropped at the wrong moment. With
 // Config.Credentials, every connection authenticates first ("U name

@@ -1,6 +1,8 @@
 package clientlib
 
 import (
+	"errors"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -166,8 +168,12 @@ func (cn *conn) write() {
 	cn.mu.Lock()
 	cn.w.spare = buf[:0]
 	cn.writing.Store(false)
-	if err != nil {
-		// The reader sees the closed connection and fails the calls.
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		// The node stopped reading: the reader sees the closed
+		// connection and fails the calls. After any other error the
+		// node closed the connection, and the reader reads what it sent
+		// before (a redirect, M, that moves the connection) before it
+		// fails them: closing nc here would lose that.
 		_ = nc.Close()
 	}
 	// What was buffered meanwhile is for the writer, unless it was for

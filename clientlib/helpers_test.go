@@ -493,6 +493,7 @@ type fakeNode struct {
 	after    int
 	accepted int
 	requests []string
+	infos    int // I lines
 	wg       sync.WaitGroup
 	conns    map[net.Conn]bool
 }
@@ -536,6 +537,12 @@ func (f *fakeNode) requestCount() int {
 	return len(f.requests)
 }
 
+func (f *fakeNode) infoCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.infos
+}
+
 func (f *fakeNode) accept() {
 	defer f.wg.Done()
 	for {
@@ -573,6 +580,8 @@ func (f *fakeNode) serve(nc net.Conn) {
 		after := f.after
 		if line != "I" {
 			f.requests = append(f.requests, line)
+		} else {
+			f.infos++
 		}
 		f.mu.Unlock()
 		if target == "" {

@@ -12,33 +12,36 @@ import (
 // redirects, moves on from connections that fail, and tries again for as
 // long as the policy says. So the rules are in one place:
 //
-//   - A round tries the request on each usable connection once, in turn
-//     (Client.next), and ends when one answers (A, T, E, R, X, Q: the
-//     operation's to read) or all failed it. A connection that breaks
-//     before the answer, or is not up, fails it.
-//   - A redirect (M) sends the request again on the same connection, once
-//     it is up on the active the node named, within Config.DialTimeout; at
-//     most maxRedirects redirects a request, then it fails ("too many
+//   - The request goes on a usable connection (Client.next), and ends when
+//     one answers (A, T, E, R, X, Q: the operation's to read). A connection
+//     that breaks before the answer, or is not up, fails it, and it goes on
+//     the next usable one.
+//   - A redirect (M) sends the request again once a connection is up: the
+//     same one, moved to the active the node named, or another; at most
+//     maxRedirects redirects a request, then it fails ("too many
 //     redirects"), whatever the operation.
-//   - After a failed round, the request waits the policy's pause and goes
-//     round again, while its window lasts. Then it fails with
-//     ErrNoConnection, saying why the last attempt failed.
+//   - When no connection is usable, the request waits for one to come up
+//     (Client.ups, an event: no polling), while the policy's window lasts.
+//     Then it fails with ErrNoConnection, saying why the last attempt
+//     failed.
 //
-// The policies (retryPolicy):
+// The policies (retryPolicy), their windows:
 //
-//	acquire   window: its wait (from the call);        pause: ReconnectInterval; none with wait 0
-//	release   window: ReleaseRetry (from the first failed round); pause: ReleaseInterval
+//	acquire   its wait (from the call); with wait 0, until ctx ends
+//	try       none: each usable connection once; after a redirect, DialTimeout
+//	release   ReleaseRetry, from the first failure
 //	extend    as release, but never past the grant's end
 //	inspect   as release
 type retryPolicy struct {
 	// deadline ends the window at a fixed time (acquire); zero: the window
-	// starts at the first failed round and lasts span.
-	deadline time.Time
-	span     time.Duration
+	// starts at the first failure and lasts span, or until ctx ends when
+	// unbounded.
+	deadline  time.Time
+	span      time.Duration
+	unbounded bool
 	// ends, when set, caps a window that starts at the first failure (a
 	// grant's end: extending past it is pointless).
-	ends  func() time.Time
-	pause time.Duration
+	ends func() time.Time
 	// over is the error once the window has ended, from why the last
 	// attempt failed; nil: noConnection.
 	over func(last error) error
@@ -55,8 +58,20 @@ var errTryAgainLater = errors.New("clientlib: the window ended before the reques
 func (c *Client) route(ctx context.Context, p retryPolicy, send func(cn *conn) (result, error)) (result, error) {
 	attempts, redirects := 0, 0
 	var lastErr error
-	var cn, failed *conn
+	var failed *conn
 	until := p.deadline
+	windowless := p.deadline.IsZero() && !p.unbounded && p.span <= 0
+	// failure starts a window that runs from the first failure.
+	failure := func() {
+		if until.IsZero() && p.span > 0 {
+			until = time.Now().Add(p.span)
+			if p.ends != nil {
+				if e := p.ends(); e.Before(until) {
+					until = e
+				}
+			}
+		}
+	}
 	fail := func() (result, error) {
 		if p.over != nil {
 			return result{}, p.over(lastErr)
@@ -70,13 +85,10 @@ func (c *Client) route(ctx context.Context, p retryPolicy, send func(cn *conn) (
 		if err := ctx.Err(); err != nil {
 			return result{}, err // nothing is sent for a context that has ended
 		}
-		if !p.deadline.IsZero() && time.Until(p.deadline) <= 0 {
+		if !until.IsZero() && time.Until(until) <= 0 {
 			return fail()
 		}
-		if cn == nil {
-			cn = c.next(failed)
-		}
-		if cn != nil {
+		if cn := c.next(failed); cn != nil {
 			r, err := send(cn)
 			if err == errTryAgainLater {
 				return fail()
@@ -86,53 +98,60 @@ func (c *Client) route(ctx context.Context, p retryPolicy, send func(cn *conn) (
 			}
 			switch r.kind {
 			case kindRedirect:
-				lastErr = errRedirected
+				lastErr, failed = errRedirected, cn
 				if redirects++; redirects > maxRedirects {
 					return result{}, c.noConnection(errors.New("too many redirects"))
 				}
-				// Send it again where the connection went.
-				if !cn.waitUp(ctx, c.cfg.DialTimeout) {
-					cn, failed = nil, cn
+				if windowless && until.IsZero() {
+					// The moved connection may take a dial.
+					until = time.Now().Add(c.cfg.DialTimeout)
 				}
+				failure()
 				continue
 			case kindBroken:
-				lastErr = r.err
-				cn, failed = nil, cn
-				if attempts++; attempts < len(c.conns) {
-					continue
+				lastErr, failed = r.err, cn
+				if attempts++; windowless && attempts >= len(c.conns) {
+					return fail() // each connection once
 				}
-			default:
-				return r, nil
+				failure()
+				continue
 			}
-		} else if lastErr == nil {
+			return r, nil
+		}
+		// No connection is usable: wait for one to come up.
+		if lastErr == nil {
 			lastErr = errNotUp
 		}
-		// The round failed: every connection did, or none is usable.
-		if until.IsZero() {
-			if p.span <= 0 {
-				return fail()
-			}
-			until = time.Now().Add(p.span)
-			if p.ends != nil {
-				if e := p.ends(); e.Before(until) {
-					until = e
-				}
-			}
-		}
-		d := min(p.pause, time.Until(until))
-		if d <= 0 {
+		if windowless && until.IsZero() {
 			return fail()
 		}
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return result{}, ctx.Err()
-		case <-c.done:
-			t.Stop()
-			return result{}, ErrClosed
+		failure()
+		up := c.ups.wait()
+		if c.next(nil) != nil {
+			continue // one came up since next looked
 		}
-		attempts, cn, failed = 0, nil, nil
+		if err := c.awaitUp(ctx, up, until); err != nil {
+			return result{}, err
+		}
 	}
+}
+
+// awaitUp waits for up to fire, or until ends (nil error: both end the
+// wait; zero until: no end), ctx to end or the client to close.
+func (c *Client) awaitUp(ctx context.Context, up <-chan struct{}, until time.Time) error {
+	var timeout <-chan time.Time
+	if !until.IsZero() {
+		t := time.NewTimer(time.Until(until))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-up:
+	case <-timeout:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return ErrClosed
+	}
+	return nil
 }

@@ -1,12 +1,17 @@
 // Command handoff measures what clients see when the role of a two-node
-// cluster's active moves by a handoff: it starts two kuncid processes on
-// loopback, runs acquire+release cycles through clientlib from many
-// goroutines, and mid-run either sends SIGTERM to the active (a graceful
-// stop) or, with --handback, starts the higher-priority node, which copies
-// the state and takes the role back; it reports the longest time without a
-// completed cycle around the handoff, and the cycles/s.
+// cluster's active moves: it starts two kuncid processes on loopback, runs
+// acquire+release cycles through clientlib from many goroutines, and
+// mid-run either sends SIGTERM to the active (a graceful stop), or with
+// --crash SIGKILL (a crash failover), or with --handback starts the
+// higher-priority node, which copies the state and takes the role back. It
+// reports the longest time without a completed cycle around the event, the
+// longest single cycle (the longest any caller waited), the acquires and
+// releases that failed, the releases answered STALE (across a crash: a
+// grant lost, or a release whose first attempt reached the node that died),
+// whether a lease kept alive across the event survived, and the cycles/s;
+// with --runs > 1 also the pauses' minimum, median and maximum.
 //
-//	make build && go run ./bench/handoff --kuncid bin/kuncid [--semi-sync] [--handback]
+//	make build && go run ./bench/handoff --kuncid bin/kuncid [--semi-sync] [--handback | --crash]
 package main
 
 import (
@@ -14,6 +19,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -24,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,24 +43,54 @@ func main() {
 	goroutines := flag.Int("goroutines", 64, "client goroutines")
 	runs := flag.Int("runs", 3, "handoffs to measure, each on a fresh cluster")
 	handback := flag.Bool("handback", false, "start with node 1 alone, then start node 0, which takes the role back")
+	crash := flag.Bool("crash", false, "kill the active with SIGKILL (a crash failover) instead of SIGTERM")
 	flag.Parse()
+	if *handback && *crash {
+		fmt.Fprintln(os.Stderr, "handoff: --handback and --crash exclude each other")
+		os.Exit(2)
+	}
+	var pauses, cycles []time.Duration
+	failed := 0
 	for i := 0; i < *runs; i++ {
-		if err := run(*kuncid, *semi, *handback, *goroutines); err != nil {
+		r, err := run(*kuncid, *semi, *handback, *crash, *goroutines)
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "handoff:", err)
 			os.Exit(1)
 		}
+		pauses = append(pauses, r.pause)
+		cycles = append(cycles, r.longest)
+		failed += r.errors
 	}
+	if *runs > 1 {
+		fmt.Printf("%d runs: longest pause min %v median %v max %v; longest cycle min %v median %v max %v; %d failed requests\n",
+			*runs, spread(pauses)[0], spread(pauses)[1], spread(pauses)[2], spread(cycles)[0], spread(cycles)[1], spread(cycles)[2], failed)
+	}
+}
+
+// spread returns the minimum, median and maximum of ds, rounded.
+func spread(ds []time.Duration) [3]time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	r := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
+	return [3]time.Duration{r(s[0]), r(s[len(s)/2]), r(s[len(s)-1])}
 }
 
 // logLevel is the nodes' --log-level (HANDOFF_LOG, default error).
 var logLevel = cmp.Or(os.Getenv("HANDOFF_LOG"), "error")
 
-func run(kuncid string, semi, handback bool, goroutines int) error {
+// outcome is what one run measured.
+type outcome struct {
+	pause   time.Duration // the longest time without a completed cycle after the event
+	longest time.Duration // the longest cycle that ended after the event
+	errors  int           // acquires and releases that failed
+}
+
+func run(kuncid string, semi, handback, crash bool, goroutines int) (outcome, error) {
 	var addrs []string
 	for i := 0; i < 2; i++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return err
+			return outcome{}, err
 		}
 		addrs = append(addrs, l.Addr().String())
 		l.Close()
@@ -71,14 +108,14 @@ func run(kuncid string, semi, handback bool, goroutines int) error {
 	}()
 	keyDir, err := os.MkdirTemp("", "kunci-handoff-key")
 	if err != nil {
-		return err
+		return outcome{}, err
 	}
 	defer os.RemoveAll(keyDir)
 	keyFile := filepath.Join(keyDir, "cluster.key")
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(key)), 0o600); err != nil {
-		return err
+		return outcome{}, err
 	}
 	start := func(i int) error {
 		dir, err := os.MkdirTemp("", "kunci-handoff")
@@ -104,77 +141,170 @@ func run(kuncid string, semi, handback bool, goroutines int) error {
 	}
 	for i := first; i < len(addrs); i++ {
 		if err := start(i); err != nil {
-			return err
+			return outcome{}, err
 		}
 	}
 	c, err := clientlib.New(clientlib.Config{Addrs: addrs})
 	if err != nil {
-		return err
+		return outcome{}, err
 	}
 	defer c.Close()
 	// Wait for the cluster: node 0 active, the standby holding a copy.
 	time.Sleep(1500 * time.Millisecond)
 
-	const window = 4 * time.Second
+	// A lease kept alive across the event: it must survive it.
+	kept, err := c.Acquire(context.Background(), "handoff/kept", 3*time.Second, 5*time.Second)
+	if err != nil {
+		return outcome{}, fmt.Errorf("the kept-alive lock: %w", err)
+	}
+	keepCtx, stopKeep := context.WithCancel(context.Background())
+	defer stopKeep()
+	lost := kept.KeepAlive(keepCtx)
+
+	window := 4 * time.Second
+	if crash {
+		window = 8 * time.Second // a failover takes a second or more
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), window)
 	defer cancel()
+	type cycle struct{ began, ended time.Time }
 	var mu sync.Mutex
-	var done []time.Time
+	var done []cycle
+	var errs []string
+	var stale atomic.Int64
 	var wg sync.WaitGroup
 	for g := 0; g < goroutines; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			local := make([]time.Time, 0, 1<<15)
+			local := make([]cycle, 0, 1<<15)
+			var failed []string
 			for i := 0; ctx.Err() == nil; i++ {
-				l, err := c.Acquire(ctx, "handoff/"+strconv.Itoa(g)+"/"+strconv.Itoa(i%16), 30*time.Second, 5*time.Second)
+				began := time.Now()
+				// A new key each time: a release lost in a crash failover
+				// (replication is asynchronous) leaves its key held.
+				l, err := c.Acquire(ctx, "handoff/"+strconv.Itoa(g)+"/"+strconv.Itoa(i), 30*time.Second, 5*time.Second)
 				if err != nil {
+					if ctx.Err() == nil {
+						failed = append(failed, fmt.Sprintf("acquire after %v: %v", time.Since(began).Round(time.Millisecond), err))
+					}
 					continue
 				}
-				if l.Release(ctx) == nil {
-					local = append(local, time.Now())
+				switch err := l.Release(ctx); {
+				case errors.Is(err, clientlib.ErrStale):
+					// Across a crash: the grant was lost (replication is
+					// asynchronous), or the release's first attempt reached
+					// the node that died. Not the client's doing.
+					stale.Add(1)
+					continue
+				case err != nil:
+					if ctx.Err() == nil {
+						failed = append(failed, fmt.Sprintf("release: %v", err))
+					}
+					continue
 				}
+				local = append(local, cycle{began, time.Now()})
 			}
 			mu.Lock()
 			done = append(done, local...)
+			errs = append(errs, failed...)
 			mu.Unlock()
 		}()
 	}
-	time.Sleep(window / 4)
+	time.Sleep(time.Second)
 	sig := time.Now()
-	var stopped time.Duration
-	if handback {
+	var stopped, takeover time.Duration
+	switch {
+	case handback:
 		if err := start(0); err != nil {
-			return err
+			return outcome{}, err
 		}
-	} else {
+	case crash:
+		if err := cmds[0].Process.Signal(syscall.SIGKILL); err != nil {
+			return outcome{}, err
+		}
+		_ = cmds[0].Wait()
+		cmds = cmds[1:]
+		takeover = waitActive(addrs[1], sig)
+	default:
 		if err := cmds[0].Process.Signal(syscall.SIGTERM); err != nil {
-			return err
+			return outcome{}, err
 		}
 		if err := cmds[0].Wait(); err != nil {
-			return fmt.Errorf("the stopped active: %w", err)
+			return outcome{}, fmt.Errorf("the stopped active: %w", err)
 		}
 		cmds = cmds[1:]
 		stopped = time.Since(sig)
 	}
 	wg.Wait()
-	slices.SortFunc(done, func(a, b time.Time) int { return a.Compare(b) })
-	var gap time.Duration
+	end := time.Now()
+	keptState := "held"
+	select {
+	case err := <-lost:
+		keptState = fmt.Sprint(cmp.Or(err, errors.New("keep-alive ended")))
+	default:
+		if err := kept.Release(context.Background()); err != nil {
+			keptState = fmt.Sprintf("release: %v", err)
+		}
+	}
+	slices.SortFunc(done, func(a, b cycle) int { return a.ended.Compare(b.ended) })
+	var o outcome
 	for i := 1; i < len(done); i++ {
 		// The pause that spans the event, or starts within the window's
 		// rest after it (a returning node takes a moment to copy the state
 		// before it asks for the role).
-		if done[i].Before(sig) {
+		if done[i].ended.Before(sig) {
 			continue
 		}
-		gap = max(gap, done[i].Sub(done[i-1]))
+		o.pause = max(o.pause, done[i].ended.Sub(done[i-1].ended))
+		o.longest = max(o.longest, done[i].ended.Sub(done[i].began))
 	}
-	if handback {
-		fmt.Printf("handback semi-sync %-5v  %8.0f cycles/s  longest pause after node 0 started %v\n",
-			semi, float64(len(done))/window.Seconds(), gap.Round(10*time.Microsecond))
-		return nil
+	if n := len(done); n == 0 || done[n-1].ended.Before(sig) {
+		o.pause = end.Sub(sig) // no cycle completed after the event
 	}
-	fmt.Printf("handoff  semi-sync %-5v  %8.0f cycles/s  longest pause around the handoff %-10v  old active exited %v after SIGTERM\n",
-		semi, float64(len(done))/window.Seconds(), gap.Round(10*time.Microsecond), stopped.Round(time.Millisecond))
-	return nil
+	o.errors = len(errs)
+	what := "handoff "
+	switch {
+	case handback:
+		what = "handback"
+	case crash:
+		what = "crash   "
+	}
+	fmt.Printf("%s semi-sync %-5v  %8.0f cycles/s  longest pause %-10v  longest cycle %-10v  failed %d  releases STALE %d  kept-alive lease %s",
+		what, semi, float64(len(done))/window.Seconds(), o.pause.Round(10*time.Microsecond), o.longest.Round(10*time.Microsecond), o.errors, stale.Load(), keptState)
+	switch {
+	case crash:
+		fmt.Printf("  standby active %v after SIGKILL", takeover.Round(time.Millisecond))
+	case !handback:
+		fmt.Printf("  old active exited %v after SIGTERM", stopped.Round(time.Millisecond))
+	}
+	fmt.Println()
+	slices.Sort(errs)
+	for i, e := range slices.Compact(errs) {
+		if i == 5 {
+			fmt.Println("  …")
+			break
+		}
+		fmt.Println("  " + e)
+	}
+	return o, nil
+}
+
+// waitActive asks the node at addr every 5 ms whether it is the active, and
+// returns how long after since it first said so (10 s at most).
+func waitActive(addr string, since time.Time) time.Duration {
+	for time.Since(since) < 10*time.Second {
+		if nc, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			_ = nc.SetDeadline(time.Now().Add(time.Second))
+			_, _ = nc.Write([]byte("I\n"))
+			buf := make([]byte, 512)
+			n, _ := nc.Read(buf)
+			nc.Close()
+			if strings.HasPrefix(string(buf[:n]), "I active ") {
+				return time.Since(since)
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Since(since)
 }

@@ -23,7 +23,8 @@ line. kunci itself holds nothing afterwards: the grant stays in force on the
 node until 'kunci release KEY TOKEN', or until its lease runs out (extend it
 with 'kunci extend KEY TOKEN'). While the key is held by someone else, the
 acquire waits in the node's FIFO queue, at most --wait (0: up to the node's
---max-wait, a day by default).
+--max-wait, a day by default). Without a wait it also waits through a
+failover of the cluster, but exits 69 at once when no node answers at all.
 An interrupt (Ctrl-C) while waiting withdraws the acquire: nothing is
 granted. With --try it does not wait at all: a held key exits 75 at once.
 
@@ -92,6 +93,11 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return c.usageError("%v", err)
 	}
+	if *wait == 0 && !*try {
+		if why := unreachableAtOnce(key, c.tls, addrs); why != "" {
+			return c.fail(exitUnavailable, "%s", why)
+		}
+	}
 	ctx, sig := interruptible(context.Background())
 	defer sig.stop()
 	client, code, ok := c.newClient(fitToWait(clientlib.Config{Addrs: addrs, Credentials: creds, TLS: c.tls}, *wait))
@@ -131,6 +137,19 @@ func fitToWait(cfg clientlib.Config, wait time.Duration) clientlib.Config {
 	cfg.ReconnectInterval = part(wait/8, 20*time.Millisecond, 3*time.Second)
 	cfg.DialTimeout = part(wait/2, 100*time.Millisecond, 2*time.Second)
 	return cfg
+}
+
+// unreachableAtOnce says why an acquire without bound of key fails at once
+// when no node of the cluster answers ("" when one does): the library
+// waits through an outage for as long as it takes (a failover elects a new
+// active meanwhile), which for addresses where no node answers at all (a
+// typo, a cluster not started, plain TCP to a TLS address) is never.
+func unreachableAtOnce(key string, tc *tls.Config, addrs []string) string {
+	why := whyNoAnswer(tc, addrs)
+	if why == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s: %s at %s%s: nothing was granted", key, errUnreachable, strings.Join(addrs, ","), why)
 }
 
 // acquireErrorCode maps an error of clientlib.Acquire to an exit status.

@@ -211,6 +211,21 @@ func whyUnreachable(tc *tls.Config, addrs []string) string {
 	return " (" + strings.Join(why, "; ") + ")"
 }
 
+// whyNoAnswer asks every address I, in turn, and says how each failed to
+// answer, as whyUnreachable does, or "" as soon as one answers: a node
+// listens there and speaks the protocol (over TLS when tc is set).
+func whyNoAnswer(tc *tls.Config, addrs []string) string {
+	var why []string
+	for _, addr := range addrs {
+		if _, _, err := exchange(context.Background(), tc, addr, nil, wire.AppendInfoRequest(nil)); err != nil {
+			why = append(why, addr+": "+shortError(err))
+			continue
+		}
+		return ""
+	}
+	return " (" + strings.Join(why, "; ") + ")"
+}
+
 // unreachable is how every command words a request that no node answered:
 // "no node of the cluster could be reached at ADDRS", with how each address
 // failed when one does not connect, else why the last attempt failed (the

@@ -139,6 +139,11 @@ func (r *runner) run() int {
 		r.say("cannot become the child subreaper (%v): orphans of a killed command are not waited for", err)
 	}
 
+	if r.wait == 0 {
+		if why := unreachableAtOnce(r.key, r.tls, r.addrs); why != "" {
+			return r.fail(exitUnavailable, "%s", why)
+		}
+	}
 	client, code, ok := r.newClient(fitToWait(clientlib.Config{Addrs: r.addrs, Credentials: r.creds, TLS: r.tls}, r.wait))
 	if !ok {
 		return code
