@@ -311,8 +311,7 @@ func (l *Lock) Token() uint64 { return l.token }
 // Acquire waits for key and returns the granted lock, which ends by itself
 // lease after the grant unless released or extended. wait bounds the time in
 // the queue (0: no bound of its own, the node's --max-wait bounds it); when
-// the node answers that it ran out the error
-// is ErrTimeout. While no active node answers (the nodes are down, frozen,
+// the node answers that it ran out the error is ErrTimeout. While no active node answers (the nodes are down, frozen,
 // or electing an active) the acquire is sent again as soon as a connection
 // comes up, for as long as the wait lasts: when it runs out meanwhile, the
 // error is ErrNoConnection, saying so; with wait 0 it keeps trying until
