@@ -83,6 +83,9 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 	if *lease <= 0 {
 		return c.usageError("--lease must be more than 0")
 	}
+	if err := c.checkOwner(); err != nil {
+		return c.usageError("%v", err)
+	}
 	if *wait < 0 {
 		return c.usageError("--wait must not be negative")
 	}

@@ -146,6 +146,14 @@ type cli struct {
 	stderr io.Writer
 }
 
+// checkOwner refuses a bad --owner before anything is sent.
+func (c *cli) checkOwner() error {
+	if c.owner != "" && !wire.ValidOwner([]byte(c.owner)) {
+		return fmt.Errorf("--owner %q: 1 to %d bytes of printable ASCII, no space", c.owner, wire.MaxOwner)
+	}
+	return nil
+}
+
 // ownerFlag adds --owner, for the commands that acquire.
 func (c *cli) ownerFlag() {
 	c.fs.StringVar(&c.owner, "owner", "", "name the grant's holder, shown by inspect and locks: 1 to 64 bytes of printable ASCII, no space (e.g. \"$(hostname):$$\"); default none")

@@ -78,6 +78,9 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if *lease <= 0 {
 		return c.usageError("--lease must be more than 0")
 	}
+	if err := c.checkOwner(); err != nil {
+		return c.usageError("%v", err)
+	}
 	if *wait < 0 || *grace < 0 {
 		return c.usageError("--wait and --grace must not be negative")
 	}
