@@ -2,8 +2,8 @@
 # kunci's container image: kuncid (the entrypoint) and kunci, built static
 # (CGO_ENABLED=0) and run on distroless as a non-root user.
 #
-#   docker build -t kunci:0.9.0 --build-arg TAG=0.9.0 --build-arg COMMIT=$(git rev-parse --short HEAD) .
-#   docker run --rm -p 7070:7070 kunci:0.9.0
+#   docker build -t kunci:0.10.0 --build-arg TAG=0.10.0 --build-arg COMMIT=$(git rev-parse --short HEAD) .
+#   docker run --rm -p 7070:7070 kunci:0.10.0
 #
 # The node listens on 7070 (clients and peers) and serves its admin endpoint
 # (/healthz, /readyz, /metrics, /locks) on 127.0.0.1:7071, inside the

@@ -14,7 +14,7 @@ import (
 // Release is the semantic version of this source tree: the release it is,
 // or was last. Raise it, and add its section to CHANGELOG.md, when tagging
 // a release (git tag v0.9.0).
-const Release = "0.9.0"
+const Release = "0.10.0"
 
 // Set by the build with -ldflags '-X ...'; see the Makefile.
 var (
