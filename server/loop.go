@@ -25,6 +25,10 @@ type loop struct {
 	paused []*conn
 	// batch holds the requests parsed from one read, order their
 	// positions grouped by shard.
+	// leaseTooLong and waitTooLong are the refusals naming the node's
+	// maximum (refusal), made once.
+	leaseTooLong, waitTooLong string
+
 	batch  []request
 	order  []int32
 	counts []int32
@@ -107,6 +111,8 @@ func newLoop(n *Node, el gnet.EventLoop) *loop {
 	lp.drainTask = gnet.RunnableFunc(lp.runDrain)
 	lp.tickTask = gnet.RunnableFunc(lp.runTick)
 	lp.heldTask = gnet.RunnableFunc(lp.runHeld)
+	lp.leaseTooLong = wire.Reason(wire.ErrLeaseTooLong) + " (max " + seconds(n.cfg.MaxLease) + ")"
+	lp.waitTooLong = wire.Reason(wire.ErrWaitTooLong) + " (max " + seconds(n.cfg.MaxWait) + ")"
 	return lp
 }
 
@@ -251,7 +257,7 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 		// Keep a refusal in line with the key's other answers.
 		lp.batch = append(lp.batch, request{op: wire.Op(req.EchoOp[0]), key: req.EchoKey, err: err, echoOp: req.EchoOp})
 	case err != nil:
-		cs.out = wire.AppendError(cs.out, req.EchoOp, req.EchoKey, lp.n.refusal(err))
+		cs.out = wire.AppendError(cs.out, req.EchoOp, req.EchoKey, lp.refusal(err))
 		lp.markDirty(cs)
 	case req.Op == wire.OpInfo:
 		lp.info(cs)
@@ -393,7 +399,7 @@ func (lp *loop) apply(sh *engine.Shard, cs *conn, r *request, now int64) {
 		if lp.inbox.pending.Load() {
 			lp.drainInbox()
 		}
-		cs.out = wire.AppendError(cs.out, r.echoOp, r.key, lp.n.refusal(r.err))
+		cs.out = wire.AppendError(cs.out, r.echoOp, r.key, lp.refusal(r.err))
 		lp.markDirty(cs)
 	case r.stale:
 		lp.deliver(cs)
@@ -490,13 +496,13 @@ var opAcquire = []byte{'A'}
 // refusal is the reason an E line gives for err: the protocol's text, and
 // for a lease or a wait over the node's maximum, that maximum in seconds
 // ("lease too long (max 86400)"), so that the client can say what it may
-// ask for.
-func (n *Node) refusal(err error) string {
+// ask for. Made once per loop: a refusal allocates nothing.
+func (lp *loop) refusal(err error) string {
 	switch err {
 	case wire.ErrLeaseTooLong:
-		return wire.Reason(err) + " (max " + seconds(n.cfg.MaxLease) + ")"
+		return lp.leaseTooLong
 	case wire.ErrWaitTooLong:
-		return wire.Reason(err) + " (max " + seconds(n.cfg.MaxWait) + ")"
+		return lp.waitTooLong
 	}
 	return wire.Reason(err)
 }
