@@ -9,12 +9,7 @@ import (
 // handoff, no redirect; connections just close.
 func (n *Node) Crash() {
 	if n.cl != nil {
-		select {
-		case <-n.cl.done:
-		default:
-			close(n.cl.stop)
-			<-n.cl.done
-		}
+		n.cl.Halt()
 	}
 	_ = n.Stop(context.Background())
 }

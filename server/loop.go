@@ -430,8 +430,7 @@ func (lp *loop) apply(sh *engine.Shard, cs *conn, r *request, now int64) {
 func (lp *loop) deliver(cs *conn) {
 	out := &lp.out
 	if len(out.Records) > 0 {
-		cl := lp.n.cl
-		cl.noteSeq(cl.hub.Records(lp.n.now(), out))
+		raiseTo(&lp.n.peers.sync.lastSeq, lp.n.peers.hub.Records(lp.n.now(), out))
 	}
 	if len(out.Answers) == 0 {
 		out.Reset()
@@ -532,7 +531,7 @@ func (lp *loop) flush() {
 	seq, hold := lp.holding()
 	if hold {
 		lp.writeHeld()
-		hold = len(lp.held) > 0 || lp.n.cl.acked.Load() < seq
+		hold = len(lp.held) > 0 || lp.n.peers.sync.acked.Load() < seq
 	}
 	for i, cs := range lp.dirty {
 		lp.dirty[i] = nil

@@ -13,7 +13,9 @@ import (
 	"github.com/panjf2000/gnet/v2"
 	"github.com/rs/zerolog"
 
+	"github.com/kunci/kunci/cluster"
 	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/internal/loglimit"
 	"github.com/kunci/kunci/internal/version"
 	"github.com/kunci/kunci/replica"
 	"github.com/kunci/kunci/wire"
@@ -37,18 +39,18 @@ type Node struct {
 	shards []shardBox    // each under its own mutex
 	tokens engine.Tokens // safe for concurrent use
 
-	run    running     // Start, OnBoot and Stop
-	tick   tickState   // the ticker goroutine (ticker.go)
-	conns  connTable   // safe for concurrent use (conn.go)
-	loops  loopSet     // the loops, as gnet started them
-	gate   clientGate  // who may connect and as whom (auth.go, sources.go)
-	term   *terminator // serves Config.TLSListen; nil without (tls.go)
-	admin  adminServer // the HTTP admin endpoint (admin.go)
-	store  tokenStore  // the data directory and its token ceiling (tokens.go)
-	roles  roleState   // active or standby, frozen or not (cluster.go)
-	cl     *cluster    // nil without Config.Peers; set by OnBoot
-	peers  peerState   // peer links' keys and counters (peer.go)
-	budget budget      // what client connections hold in memory (budget.go)
+	run    running         // Start, OnBoot and Stop
+	tick   tickState       // the ticker goroutine (ticker.go)
+	conns  connTable       // safe for concurrent use (conn.go)
+	loops  loopSet         // the loops, as gnet started them
+	gate   clientGate      // who may connect and as whom (auth.go, sources.go)
+	term   *terminator     // serves Config.TLSListen; nil without (tls.go)
+	admin  adminServer     // the HTTP admin endpoint (admin.go)
+	store  tokenStore      // the data directory and its token ceiling (tokens.go)
+	roles  roleState       // active or standby, frozen or not (cluster.go)
+	cl     *cluster.Driver // nil without Config.Peers; set by OnBoot
+	peers  peerState       // peer links' keys and counters (peer.go)
+	budget budget          // what client connections hold in memory (budget.go)
 
 	refused    refusals      // refusals counted off the loops
 	slowClosed atomic.Uint64 // connections closed for not reading
@@ -62,7 +64,10 @@ type running struct {
 	booted  chan struct{} // closed by OnBoot once the fields above are set
 	bootErr error         // set by OnBoot, read by Start after booted
 	done    chan struct{} // closed when gnet.Run returns
-	err     error         // gnet.Run's error, read after done
+	// loopsUp is closed by gnet's first tick (OnTick): the loops run.
+	loopsUp   chan struct{}
+	loopsOnce sync.Once
+	err       error // gnet.Run's error, read after done
 
 	stopOnce sync.Once
 }
@@ -111,13 +116,13 @@ func New(cfg Config) (*Node, error) {
 		log:   cfg.Logger,
 		epoch: time.Now(),
 		loops: loopSet{byEL: make(map[gnet.EventLoop]*loop)},
-		run:   running{booted: make(chan struct{}), done: make(chan struct{})},
+		run:   running{booted: make(chan struct{}), done: make(chan struct{}), loopsUp: make(chan struct{})},
 		tick:  tickState{stop: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{})},
 		limits: wire.Limits{
 			MaxLease: cfg.MaxLease.Milliseconds(),
 			MaxWait:  cfg.MaxWait.Milliseconds(),
 		},
-		peers: peerState{log: logLimiter{interval: 10 * time.Second}},
+		peers: peerState{log: loglimit.Limiter{Interval: 10 * time.Second}},
 	}
 	if len(cfg.Peers) > 0 {
 		self := cfg.Advertise
@@ -239,14 +244,14 @@ func (n *Node) Start() error {
 		// Peer links are adopted into the loops, which gnet starts after
 		// OnBoot: its ticker's first call says they run.
 		select {
-		case <-n.cl.loopsUp:
+		case <-n.run.loopsUp:
 		case <-n.run.done:
 			n.closeTokens(context.Background())
 			n.stopTLS()
 			return ErrStopped
 		}
-		n.store.writer.start(n.store.data, n.cl.nextCeiling, n.cl.wroteCeiling)
-		go n.cl.run()
+		n.store.writer.start(n.store.data, n.cl.NextCeiling, n.cl.WroteCeiling)
+		n.cl.Start()
 	}
 	if n.cfg.Admin != "" {
 		if err := n.startAdmin(n.cfg.Admin); err != nil {
@@ -286,7 +291,7 @@ func (n *Node) Stop(ctx context.Context) error {
 			return
 		}
 		if n.cl != nil {
-			n.leaveCluster()
+			n.cl.Leave()
 		}
 		n.stopAdmin(ctx)
 		close(n.tick.stop)

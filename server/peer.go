@@ -9,6 +9,7 @@ import (
 
 	"github.com/kunci/kunci/engine"
 	"github.com/kunci/kunci/failover"
+	"github.com/kunci/kunci/internal/loglimit"
 	"github.com/kunci/kunci/replica"
 )
 
@@ -19,11 +20,17 @@ type peerState struct {
 	keys            *replica.Keyring // cluster keys; nil for an insecure cluster; set by New
 	refused         atomic.Uint64    // handshakes refused and peer links closed for breaking the protocol
 	framesDropped   atomic.Uint64    // peer frames dropped unread (heartbeats over the rate)
-	log             logLimiter       // warnings about peer links, rate-limited
+	log             loglimit.Limiter // warnings about peer links, rate-limited
 	standbysDropped dropCounts       // standbys dropped for falling behind, by reason
+	// hub is the replication stream to standbys (safe for concurrent
+	// use): the loops add records and send it, the driver ends and hands
+	// over streams. sync is where it stands, for semi-sync answers.
+	hub  replica.Hub
+	sync semiSync
 }
 
-// peerConn is a connection with a peer node, owned by its event loop.
+// peerConn is a connection with a peer node, owned by its event loop; to
+// the cluster driver it is a cluster.Link.
 // Heartbeats go both ways on every link, so that one working connection in
 // either direction carries them. A link this node dialled (out) carries its
 // other requests to the peer (P S, T, D), and brings back the peer's stream
@@ -69,7 +76,6 @@ type peerConn struct {
 // client connections (and their limit); a newer link from the same peer
 // replaces an older one. It runs on cs's loop.
 func (n *Node) adoptPeer(cs *conn, c gnet.Conn) *peerConn {
-	cl := n.cl
 	hs := cs.hs
 	n.conns.remove(cs)
 	cs.lp.dropConn(cs)
@@ -78,17 +84,10 @@ func (n *Node) adoptPeer(cs *conn, c gnet.Conn) *peerConn {
 	}
 	cs.closed, cs.hs = true, nil
 	send, recv := hs.Keys()
-	pc := &peerConn{n: n, lp: cs.lp, idx: cl.index(hs.Peer), peerInc: hs.Inc, c: sealed(c, send, recv), opened: n.now()}
+	pc := &peerConn{n: n, lp: cs.lp, idx: n.cl.Index(hs.Peer), peerInc: hs.Inc, c: sealed(c, send, recv), opened: n.now()}
 	pc.hbBudget, pc.hbAt = heartbeatBurst, pc.opened
 	c.SetContext(pc)
-	cl.mu.Lock()
-	old := cl.inLinks[pc.idx]
-	cl.inLinks[pc.idx] = pc
-	cl.mu.Unlock()
-	if old != nil {
-		_ = old.c.Close()
-	}
-	cl.mail.post(-1, failover.LinkUp{Peer: pc.idx})
+	n.cl.LinkUp(pc.idx, pc, false)
 	n.log.Debug().Str("peer", hs.Peer).Str("remote", c.RemoteAddr().String()).Msg("peer link authenticated")
 	return pc
 }
@@ -96,26 +95,16 @@ func (n *Node) adoptPeer(cs *conn, c gnet.Conn) *peerConn {
 // onPeerOpen registers a link this node dialled; the cluster goroutine's
 // next tick heartbeats on it and asks for a stream if it needs one.
 func (n *Node) onPeerOpen(pc *peerConn, c gnet.Conn) []byte {
-	cl := n.cl
 	pc.c, pc.opened = sealed(c, pc.keys.send, pc.keys.recv), n.now()
 	pc.keys = peerKeys{}
 	pc.hbBudget, pc.hbAt = heartbeatBurst, pc.opened
 	pc.lp = n.loopOf(c.EventLoop())
+	n.cl.LinkUp(pc.idx, pc, true)
 	pc.registered.Store(true)
-	cl.mu.Lock()
-	old := cl.links[pc.idx]
-	cl.links[pc.idx] = pc
-	cl.dialing[pc.idx] = false
-	cl.mu.Unlock()
-	if old != nil {
-		_ = old.c.Close()
-	}
-	cl.mail.post(-1, failover.LinkUp{Peer: pc.idx})
 	return nil
 }
 
 func (n *Node) onPeerClose(pc *peerConn) {
-	cl := n.cl
 	pc.closed = true
 	if sc, ok := pc.c.(*sealedConn); ok {
 		sc.closed = true
@@ -123,24 +112,28 @@ func (n *Node) onPeerClose(pc *peerConn) {
 	if pc.sub != nil {
 		n.unsubscribe(pc)
 	}
-	if !pc.out {
-		cl.mu.Lock()
-		if cl.inLinks[pc.idx] == pc {
-			cl.inLinks[pc.idx] = nil
-		}
-		cl.mu.Unlock()
+	streaming := pc.out && pc.streaming.Swap(false)
+	if streaming {
+		pc.unlockShard()
 	}
-	if pc.out {
-		cl.mu.Lock()
-		if cl.links[pc.idx] == pc {
-			cl.links[pc.idx] = nil
-		}
-		cl.mu.Unlock()
-		if pc.streaming.Swap(false) {
-			pc.unlockShard()
-			cl.mail.post(-1, failover.StreamLost{From: pc.idx})
-		}
+	n.cl.LinkDown(pc.idx, pc, pc.out, streaming)
+}
+
+// Write, Close, Opened and Stream make a peerConn a cluster.Link.
+
+func (pc *peerConn) Write(b []byte) { _ = pc.c.AsyncWrite(b, checkBacklog) }
+func (pc *peerConn) Close()         { _ = pc.c.Close() }
+func (pc *peerConn) Opened() int64  { return pc.opened }
+
+func (pc *peerConn) Stream(on bool) bool { return pc.streaming.Swap(on) }
+
+// checkBacklog closes a peer link whose unsent frames pile up: the peer is
+// not reading (stopped, or gone without a FIN).
+func checkBacklog(c gnet.Conn, err error) error {
+	if err == nil && c.OutboundBuffered() > 1<<20 {
+		_ = c.Close()
 	}
+	return nil
 }
 
 // onPeerTraffic reads the frames that arrived on pc.
@@ -189,33 +182,32 @@ func (n *Node) onPeerTraffic(pc *peerConn) gnet.Action {
 // proved the cluster key. Even so, what it says is checked: a frame that
 // breaks the protocol closes the link.
 func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
-	cl := n.cl
 	switch f.Kind {
 	case replica.Heartbeat:
 		b := f.Beat
-		if string(f.From) != cl.addrs[pc.idx] || b.Inc != pc.peerInc {
+		if string(f.From) != n.cfg.Peers[pc.idx] || b.Inc != pc.peerInc {
 			return n.dropPeer(pc, "a heartbeat naming another node or incarnation than the link proved")
 		}
-		if err := cl.checkCeiling(b.Ceiling); err != nil {
+		if err := n.checkCeiling(b.Ceiling); err != nil {
 			return n.dropPeer(pc, err.Error())
 		}
-		if err := cl.checkCeiling(b.Issuing); err != nil {
+		if err := n.checkCeiling(b.Issuing); err != nil {
 			return n.dropPeer(pc, err.Error())
 		}
-		if !pc.takeHeartbeat(n.now(), cl.interval) {
+		if !pc.takeHeartbeat(n.now(), n.cfg.Heartbeat) {
 			n.peers.framesDropped.Add(1)
 			return gnet.None
 		}
 		if len(f.Active) > 0 {
 			b.Active = string(f.Active)
 		}
-		cl.mail.heard(pc.idx, b)
+		n.cl.Heard(pc.idx, b)
 	case replica.Sync:
 		if pc.out {
 			return n.dropPeer(pc, "a snapshot asked for on a link this node dialled")
 		}
 		now := n.now()
-		if pc.syncAt != 0 && now-pc.syncAt < int64(cl.interval) {
+		if pc.syncAt != 0 && now-pc.syncAt < int64(n.cfg.Heartbeat) {
 			return n.dropPeer(pc, "snapshots asked for faster than one a heartbeat")
 		}
 		pc.syncAt = now
@@ -232,13 +224,13 @@ func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
 			return n.dropPeer(pc, "an acknowledgement on a link this node dialled")
 		}
 		if pc.sub != nil {
-			if f.Seq > cl.hub.Seq() {
+			if f.Seq > n.peers.hub.Seq() {
 				return n.dropPeer(pc, "an acknowledgement of records never sent")
 			}
 			if !pc.sub.Synced() {
-				cl.syncedSubs.Add(1)
+				n.peers.sync.syncedSubs.Add(1)
 				pc.sub.Ack(f.Seq)
-				if !cl.mail.post(pc.idx, failover.StandbySynced{From: pc.idx, Acked: f.Seq}) {
+				if !n.cl.Post(pc.idx, failover.StandbySynced{From: pc.idx, Acked: f.Seq}) {
 					return n.dropPeer(pc, "too many events")
 				}
 			}
@@ -246,11 +238,11 @@ func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
 			n.ackedAny(f.Seq)
 		}
 	case replica.Takeover:
-		if !cl.mail.post(pc.idx, failover.TakeoverAsked{From: pc.idx}) {
+		if !n.cl.Post(pc.idx, failover.TakeoverAsked{From: pc.idx}) {
 			return n.dropPeer(pc, "too many events")
 		}
 	case replica.Promoted:
-		if !cl.mail.post(pc.idx, failover.PromotedBy{From: pc.idx}) {
+		if !n.cl.Post(pc.idx, failover.PromotedBy{From: pc.idx}) {
 			return n.dropPeer(pc, "too many events")
 		}
 	}
@@ -286,8 +278,8 @@ func (pc *peerConn) takeHeartbeat(now int64, interval time.Duration) bool {
 // reason) and closes it.
 func (n *Node) dropPeer(pc *peerConn, why string) gnet.Action {
 	n.peers.refused.Add(1)
-	n.peers.log.warn(n.log, why, func(e *zerolog.Event) {
-		e.Str("peer", n.cl.addrs[pc.idx]).Bool("dialled", pc.out).Str("why", why)
+	n.peers.log.Warn(n.log, why, func(e *zerolog.Event) {
+		e.Str("peer", n.cfg.Peers[pc.idx]).Bool("dialled", pc.out).Str("why", why)
 	}, "closing a peer link that broke the peer protocol")
 	return gnet.Close
 }
@@ -295,21 +287,19 @@ func (n *Node) dropPeer(pc *peerConn, why string) gnet.Action {
 // unsubscribe ends pc's stream; answers held for its acknowledgement go
 // out if no other standby is left to wait for.
 func (n *Node) unsubscribe(pc *peerConn) {
-	cl := n.cl
 	n.endSnapshot(pc)
-	cl.hub.Remove(pc.sub)
+	n.peers.hub.Remove(pc.sub)
 	if pc.sub.Synced() {
-		cl.syncedSubs.Add(-1)
+		n.peers.sync.syncedSubs.Add(-1)
 	}
 	pc.sub = nil
-	cl.mail.post(-1, failover.StandbyGone{From: pc.idx})
+	n.cl.Post(-1, failover.StandbyGone{From: pc.idx})
 	n.ackedAny(0)
 }
 
 // streamFrame applies a frame of the stream from the active this node
 // follows. It reports whether the frame wants an acknowledgement.
 func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
-	cl := n.cl
 	if !pc.out {
 		return false, gnet.Close
 	}
@@ -325,7 +315,7 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 		pc.unlockShard()
 		n.resetShards()
 		pc.inSnap, pc.seq = true, f.Seq
-		if !cl.mail.post(pc.idx, failover.CopyStarted{From: pc.idx}) {
+		if !n.cl.Post(pc.idx, failover.CopyStarted{From: pc.idx}) {
 			return false, n.dropPeer(pc, "too many events")
 		}
 		return false, gnet.None
@@ -342,18 +332,18 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 		pc.unlockShard()
 		pc.inSnap = false
 		pc.synced.Store(true)
-		if !cl.mail.post(pc.idx, failover.CopyApplied{From: pc.idx}) {
+		if !n.cl.Post(pc.idx, failover.CopyApplied{From: pc.idx}) {
 			return false, n.dropPeer(pc, "too many events")
 		}
 		keys, _ := n.Stats()
-		n.log.Info().Str("active", cl.addrs[pc.idx]).Int("keys", keys).Uint64("seq", pc.seq).Msg("copied the active's state")
+		n.log.Info().Str("active", n.cfg.Peers[pc.idx]).Int("keys", keys).Uint64("seq", pc.seq).Msg("copied the active's state")
 		return true, gnet.None
 	case replica.Handoff:
 		if f.Seq != pc.seq {
 			n.log.Error().Uint64("want", f.Seq).Uint64("have", pc.seq).Msg("handoff before the stream caught up: refusing it")
 			return false, gnet.Close
 		}
-		if !cl.mail.post(pc.idx, failover.HandoffRecord{From: pc.idx, Range: f.Range, Inc: f.Inc, HB: f.HB}) {
+		if !n.cl.Post(pc.idx, failover.HandoffRecord{From: pc.idx, Range: f.Range, Inc: f.Inc, HB: f.HB}) {
 			return false, n.dropPeer(pc, "too many events")
 		}
 		return false, gnet.None

@@ -3,15 +3,16 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
 	"github.com/rs/zerolog"
 
+	"github.com/kunci/kunci/cluster"
 	"github.com/kunci/kunci/replica"
 	"github.com/kunci/kunci/wire"
 )
@@ -81,10 +82,10 @@ func (n *Node) acceptHello(line []byte) (*replica.Accepting, []byte, error) {
 		return nil, nil, errNotCluster
 	}
 	isPeer := func(addr string) bool {
-		i := cl.index(addr)
-		return i >= 0 && i != cl.self
+		i := cl.Index(addr)
+		return i >= 0 && i != cl.Self()
 	}
-	return replica.Accept(n.peers.keys, n.run.self, cl.inc, line, isPeer, nil)
+	return replica.Accept(n.peers.keys, n.run.self, cl.Inc(), line, isPeer, nil)
 }
 
 // refusePeer answers a failed handshake step with an E line, logs it (at
@@ -94,7 +95,7 @@ func (n *Node) refusePeer(cs *conn, c gnet.Conn, op byte, err error) gnet.Action
 	cs.out = wire.AppendError(cs.out, []byte{op}, nil, wire.Reason(err))
 	cs.lp.markDirty(cs)
 	cs.lp.flush()
-	n.peers.log.warn(n.log, "refused "+wire.Reason(err), func(e *zerolog.Event) {
+	n.peers.log.Warn(n.log, "refused "+wire.Reason(err), func(e *zerolog.Event) {
 		e.Str("remote", c.RemoteAddr().String()).Err(err)
 	}, "refused a peer handshake")
 	return gnet.Close
@@ -136,19 +137,44 @@ func (lp *loop) expireProbation() {
 	lp.hasProbation.Store(len(kept) > 0)
 }
 
+// dialLink connects to peer i, proves the cluster key, and adopts the link
+// into a loop (cluster.Host.Dial). It returns once OnOpen took it, or with
+// why not. It runs on the cluster driver's goroutine.
+func (n *Node) dialLink(i int, timeout time.Duration) error {
+	nc, keys, err := n.dialPeer(i, timeout)
+	nc, err = n.peerLink(nc, err) // a TLS link: its TCP socket, for gnet
+	if err != nil {
+		return err
+	}
+	pc := &peerConn{n: n, idx: i, peerInc: keys.inc, out: true, keys: keys}
+	ctx := gnet.NewContext(gnet.NewNetConnContext(context.Background(), nc), pc)
+	ch, err := n.run.eng.Register(ctx)
+	if err != nil {
+		nc.Close()
+		return fmt.Errorf("%w: %w", cluster.ErrNotTaken, err)
+	}
+	select {
+	case <-ch:
+	case <-time.After(timeout):
+	}
+	if !pc.registered.Load() {
+		return cluster.ErrNotTaken // the loop did not take it (stopping, say)
+	}
+	return nil
+}
+
 // dialPeer connects to peer i and runs the handshake as the dialling side,
 // within timeout. It returns the connection, ready to be adopted into a
 // loop, with the proof written and nothing of the peer's unread, and the
 // peer's incarnation and the link's session keys.
-func (cl *cluster) dialPeer(i int, timeout time.Duration) (net.Conn, peerKeys, error) {
-	n := cl.n
-	addr := cl.addrs[i]
+func (n *Node) dialPeer(i int, timeout time.Duration) (net.Conn, peerKeys, error) {
+	addr := n.cfg.Peers[i]
 	nc, err := n.dialPeerTransport(addr, timeout)
 	if err != nil {
 		return nil, peerKeys{}, err
 	}
 	_ = nc.SetDeadline(time.Now().Add(timeout))
-	d, hello, err := replica.Dial(n.peers.keys, n.run.self, cl.inc, addr, nil)
+	d, hello, err := replica.Dial(n.peers.keys, n.run.self, n.cl.Inc(), addr, nil)
 	if err == nil {
 		_, err = nc.Write(hello)
 	}
@@ -187,48 +213,4 @@ func (cl *cluster) dialPeer(i int, timeout time.Duration) (net.Conn, peerKeys, e
 type peerKeys struct {
 	inc        uint64
 	send, recv []byte
-}
-
-// logLimiter logs a warning at most once per interval for each of a bounded
-// set of keys, and says how many were left out meanwhile. Safe for
-// concurrent use.
-type logLimiter struct {
-	mu       sync.Mutex
-	interval time.Duration
-	last     map[string]time.Time
-	skipped  map[string]int
-}
-
-func (l *logLimiter) warn(log zerolog.Logger, key string, fields func(*zerolog.Event), msg string) {
-	l.at(log, zerolog.WarnLevel, key, fields, msg)
-}
-
-func (l *logLimiter) error(log zerolog.Logger, key string, fields func(*zerolog.Event), msg string) {
-	l.at(log, zerolog.ErrorLevel, key, fields, msg)
-}
-
-func (l *logLimiter) at(log zerolog.Logger, level zerolog.Level, key string, fields func(*zerolog.Event), msg string) {
-	l.mu.Lock()
-	if l.last == nil {
-		l.last, l.skipped = map[string]time.Time{}, map[string]int{}
-	}
-	now := time.Now()
-	if t, ok := l.last[key]; ok && now.Sub(t) < l.interval {
-		l.skipped[key]++
-		l.mu.Unlock()
-		return
-	}
-	if len(l.last) >= 64 {
-		clear(l.last) // bounded: a flood of distinct keys forgets the old ones
-		clear(l.skipped)
-	}
-	skipped := l.skipped[key]
-	l.last[key], l.skipped[key] = now, 0
-	l.mu.Unlock()
-	e := log.WithLevel(level)
-	fields(e)
-	if skipped > 0 {
-		e.Int("like_it_since_last", skipped)
-	}
-	e.Msg(msg)
 }

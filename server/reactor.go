@@ -51,7 +51,7 @@ func (r reactor) OnBoot(eng gnet.Engine) gnet.Action {
 		return gnet.None
 	}
 	n.setRole(roleStandby, "")
-	if n.cl, err = newCluster(n); err != nil {
+	if n.cl, err = newDriver(n); err != nil {
 		n.run.bootErr = err
 		return gnet.Shutdown
 	}
@@ -63,9 +63,7 @@ func (r reactor) OnBoot(eng gnet.Engine) gnet.Action {
 // that the loops run; the node's own ticker does the rest.
 func (r reactor) OnTick() (time.Duration, gnet.Action) {
 	n := r.n
-	if n.cl != nil {
-		n.cl.loopsOnce.Do(func() { close(n.cl.loopsUp) })
-	}
+	n.run.loopsOnce.Do(func() { close(n.run.loopsUp) })
 	if n.term != nil {
 		n.term.loopsOnce.Do(func() { close(n.term.loopsUp) })
 	}
@@ -263,7 +261,7 @@ func (n *Node) onTraffic(c gnet.Conn) gnet.Action {
 		}
 	}
 	if cl := n.cl; cl != nil {
-		if alive := cl.alive.Load(); !n.roles.frozen.Load() && now-alive > int64(cl.timeout) {
+		if alive := cl.Alive(); !n.roles.frozen.Load() && now-alive > int64(cl.Timeout()) {
 			// The cluster's clock stood still for longer than the
 			// failover timeout: this process was frozen, or starved.
 			// Nothing is decided from what piled up until the cluster

@@ -43,7 +43,6 @@ type snapshot struct {
 // subscribe starts pc's peer's stream: the snapshot's first line now, the
 // rest from sendSnapshot. It runs on pc's loop.
 func (n *Node) subscribe(pc *peerConn) {
-	cl := n.cl
 	pc.flushTask = gnet.RunnableFunc(func(context.Context) error {
 		n.flushStream(pc)
 		return nil
@@ -65,8 +64,8 @@ func (n *Node) subscribe(pc *peerConn) {
 		n.sendSnapshot(pc)
 		return nil
 	})
-	_, _ = c.Write(cl.hub.Subscribe(pc.sub))
-	n.log.Info().Str("standby", cl.addrs[pc.idx]).Msg("streaming to a standby")
+	_, _ = c.Write(n.peers.hub.Subscribe(pc.sub))
+	n.log.Info().Str("standby", n.cfg.Peers[pc.idx]).Msg("streaming to a standby")
 	n.sendSnapshot(pc)
 }
 
@@ -94,7 +93,7 @@ func (n *Node) sendSnapshot(pc *peerConn) {
 		if sn.shard == len(n.shards) {
 			_, _ = c.Write(replica.AppendEnd(sn.buf[:0]))
 			pc.snap = nil
-			n.cl.hub.SnapshotDone(pc.sub)
+			n.peers.hub.SnapshotDone(pc.sub)
 			return
 		}
 		b := &n.shards[sn.shard]
@@ -167,7 +166,7 @@ func (lp *loop) resumeSnapshots() {
 			resume = append(resume, pc)
 		case now-sn.waiting > int64(snapshotStall):
 			lp.n.peers.standbysDropped[dropStalled].Add(1)
-			lp.n.log.Warn().Str("standby", lp.n.cl.addrs[pc.idx]).Msg("standby does not read its snapshot: dropped")
+			lp.n.log.Warn().Str("standby", lp.n.cfg.Peers[pc.idx]).Msg("standby does not read its snapshot: dropped")
 			_ = pc.c.Close()
 		default:
 			kept = append(kept, pc)
@@ -187,14 +186,14 @@ func (n *Node) flushStream(pc *peerConn) {
 	if pc.closed || pc.sub == nil || pc.snap != nil {
 		return
 	}
-	b := n.cl.hub.Take(pc.sub)
+	b := n.peers.hub.Take(pc.sub)
 	if len(b) == 0 {
 		return
 	}
 	_, _ = pc.c.Write(b)
 	if !pc.closed && pc.c.OutboundBuffered() > maxPeerBacklog {
 		n.peers.standbysDropped[dropBacklog].Add(1)
-		n.log.Warn().Str("standby", n.cl.addrs[pc.idx]).Msg("standby does not keep up: dropped")
+		n.log.Warn().Str("standby", n.cfg.Peers[pc.idx]).Msg("standby does not keep up: dropped")
 		_ = pc.c.Close()
 	}
 }

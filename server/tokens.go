@@ -68,9 +68,8 @@ func (n *Node) maxCeiling() uint64 {
 var errBadCeiling = errors.New("server: bad token ceiling")
 
 // checkCeiling checks a token ceiling a peer reported.
-func (cl *cluster) checkCeiling(c uint64) error {
-	n := cl.n
-	known := max(cl.durable.Load(), n.tokens.Ceiling(), n.tokens.Last())
+func (n *Node) checkCeiling(c uint64) error {
+	known := max(n.cl.Durable(), n.tokens.Ceiling(), n.tokens.Last())
 	switch {
 	case c == 0:
 		return nil

@@ -1,0 +1,126 @@
+package server
+
+import (
+	"context"
+	"sync/atomic"
+)
+
+// Semi-synchronous answers (Config.SemiSync). While a standby that applied
+// its snapshot is streamed to, a loop holds each batch of answers until a
+// standby acknowledged every record made before the batch was flushed, so
+// that no client hears of a grant that a crash failover could lose. With no
+// such standby, answers go out at once, as in the default asynchronous
+// mode. The failover.Node drops a standby that does not acknowledge within
+// a failover timeout (DropStandby), so no answer waits longer than that
+// and a heartbeat.
+
+// heldOutput is a connection's answers waiting for an acknowledgement:
+// the bytes of loop.heldBuf up to end, after the previous entry's.
+type heldOutput struct {
+	cs  *conn
+	seq uint64 // every record up to seq must be acknowledged
+	end int
+}
+
+// semiSync is where the stream to standbys stands, for the loops that
+// hold answers: atomics, written by the loops (records made, standbys'
+// acknowledgements) and read by every loop's flush.
+type semiSync struct {
+	lastSeq    atomic.Uint64 // highest record number made
+	acked      atomic.Uint64 // highest record number every synced standby acknowledged
+	syncedSubs atomic.Int32  // standbys streamed to that applied their snapshot
+}
+
+// raiseTo makes a at least v, and reports whether it raised it.
+func raiseTo(a *atomic.Uint64, v uint64) bool {
+	for {
+		cur := a.Load()
+		if v <= cur {
+			return false
+		}
+		if a.CompareAndSwap(cur, v) {
+			return true
+		}
+	}
+}
+
+// ackedAny records a standby's acknowledgement, or a standby's drop. In
+// semi-synchronous mode, answers are released once every standby that
+// holds a copy acknowledged them, so that whichever of them is promoted has
+// every grant a client was told of.
+func (n *Node) ackedAny(uint64) {
+	if !n.cfg.SemiSync {
+		return
+	}
+	s := &n.peers.sync
+	m, ok := n.peers.hub.MinAcked()
+	if !ok {
+		m = s.lastSeq.Load()
+	}
+	raiseTo(&s.acked, m)
+	n.releaseHeld()
+}
+
+// releaseHeld has every loop holding answers look at them again.
+func (n *Node) releaseHeld() {
+	for _, lp := range *n.loops.all.Load() {
+		if lp.hasHeld.Load() && lp.heldQueued.CompareAndSwap(false, true) {
+			if err := lp.el.Execute(context.Background(), lp.heldTask); err != nil {
+				lp.heldQueued.Store(false)
+			}
+		}
+	}
+}
+
+// holding reports whether a flush must hold its answers for seq.
+func (lp *loop) holding() (uint64, bool) {
+	s := &lp.n.peers.sync
+	if !lp.n.cfg.SemiSync || s.syncedSubs.Load() == 0 || lp.noHold {
+		return 0, false
+	}
+	seq := s.lastSeq.Load()
+	return seq, s.acked.Load() < seq || len(lp.held) > 0
+}
+
+// writeHeldAll writes every held answer now.
+func (lp *loop) writeHeldAll() { lp.writeHeldUpTo(true) }
+
+// writeHeld writes the held answers that are acknowledged now (all of them
+// when no standby is left to wait for). It runs on lp.
+func (lp *loop) writeHeld() { lp.writeHeldUpTo(false) }
+
+func (lp *loop) writeHeldUpTo(all bool) {
+	s := &lp.n.peers.sync
+	acked := s.acked.Load()
+	all = all || s.syncedSubs.Load() == 0
+	i, start := 0, 0
+	for ; i < len(lp.held); i++ {
+		h := &lp.held[i]
+		if !all && h.seq > acked {
+			break
+		}
+		if !h.cs.closed {
+			_, _ = h.cs.c.Write(lp.heldBuf[start:h.end])
+		}
+		h.cs.held -= h.end - start
+		start = h.end
+		*h = heldOutput{}
+	}
+	// Keep what still waits at the front of the buffer.
+	n := copy(lp.heldBuf, lp.heldBuf[start:])
+	lp.heldBuf = lp.heldBuf[:n]
+	lp.held = append(lp.held[:0], lp.held[i:]...)
+	for j := range lp.held {
+		lp.held[j].end -= start
+	}
+	if len(lp.held) == 0 && cap(lp.heldBuf) > maxKeptOutput {
+		lp.heldBuf = nil
+	}
+	lp.hasHeld.Store(len(lp.held) > 0)
+}
+
+func (lp *loop) runHeld(context.Context) error {
+	lp.heldQueued.Store(false)
+	lp.writeHeld()
+	return nil
+}
