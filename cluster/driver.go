@@ -110,6 +110,11 @@ type Config struct {
 // Driver is a node's part in its cluster. Make it with New, start it with
 // Start once the node's loops run, end it with Leave (or Halt).
 //
+// A node without peers has no Driver: its methods that report (State,
+// KeyMismatch, SlowStandbysDropped) and Leave and Halt may be called on a
+// nil *Driver, and say what such a node is (active, no mismatch, nothing
+// dropped, nothing to leave).
+//
 // Who owns what: fields marked (run) are used by the driver's goroutine
 // alone; (mu) under mu; atomics by anyone; the rest is fixed by New.
 type Driver struct {
@@ -195,6 +200,9 @@ func (d *Driver) Start() { go d.run() }
 // can take it, and stops the driver; it waits at most four failover
 // timeouts for the handoff.
 func (d *Driver) Leave() {
+	if d == nil {
+		return
+	}
 	reply := make(chan struct{})
 	select {
 	case d.leave <- reply:
@@ -212,6 +220,9 @@ func (d *Driver) Leave() {
 // Halt stops the driver at once, with no handoff: to its peers, the node
 // falls silent. Safe to call more than once, and after Leave.
 func (d *Driver) Halt() {
+	if d == nil {
+		return
+	}
 	d.once.Do(func() { close(d.stop) })
 	<-d.done
 }
@@ -253,11 +264,19 @@ func (d *Driver) Wake() { d.mail.wake() }
 
 // State returns the failover.Node's state, published around each step so
 // that a node is never seen settled while it is still between roles.
-func (d *Driver) State() failover.State { return failover.State(d.state.Load()) }
+func (d *Driver) State() failover.State {
+	if d == nil {
+		return failover.StateActive
+	}
+	return failover.State(d.state.Load())
+}
 
 // KeyMismatch returns the address of a peer lately seen holding another
 // cluster key, "" for none.
 func (d *Driver) KeyMismatch() string {
+	if d == nil {
+		return ""
+	}
 	if i := d.mismatch.Load(); i >= 0 {
 		return d.addrs[i]
 	}
@@ -266,7 +285,12 @@ func (d *Driver) KeyMismatch() string {
 
 // SlowStandbysDropped returns how many standbys were dropped for not
 // acknowledging the stream within a failover timeout (semi-sync).
-func (d *Driver) SlowStandbysDropped() uint64 { return d.dropped.Load() }
+func (d *Driver) SlowStandbysDropped() uint64 {
+	if d == nil {
+		return 0
+	}
+	return d.dropped.Load()
+}
 
 // Heard hands the driver peer i's heartbeat; of a peer's heartbeats not yet
 // stepped, the newest stands for the others. Safe from any goroutine.

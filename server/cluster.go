@@ -240,9 +240,6 @@ func (n *Node) Role() string {
 // between roles ("promoting", "handing-over", "demoting", "rejoining"), ""
 // otherwise.
 func (n *Node) State() string {
-	if n.cl == nil {
-		return ""
-	}
 	switch n.cl.State() {
 	case failover.StatePromoting:
 		return "promoting"
@@ -260,9 +257,6 @@ func (n *Node) State() string {
 // cluster key (this node then promotes itself on no peer's silence), or
 // "" when there is none.
 func (n *Node) KeyMismatch() string {
-	if n.cl == nil {
-		return ""
-	}
 	return n.cl.KeyMismatch()
 }
 

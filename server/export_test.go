@@ -8,9 +8,7 @@ import (
 // Crash stops n the way a crash would look to its peers and clients: no
 // handoff, no redirect; connections just close.
 func (n *Node) Crash() {
-	if n.cl != nil {
-		n.cl.Halt()
-	}
+	n.cl.Halt()
 	_ = n.Stop(context.Background())
 }
 

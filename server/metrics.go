@@ -101,9 +101,7 @@ func (n *Node) Metrics() Metrics {
 	for i, name := range dropReasonNames {
 		m.StandbysDropped[name] = n.peers.standbysDropped[i].Load()
 	}
-	if n.cl != nil {
-		m.StandbysDropped[dropReasonNames[dropSlow]] += n.cl.SlowStandbysDropped()
-	}
+	m.StandbysDropped[dropReasonNames[dropSlow]] += n.cl.SlowStandbysDropped()
 	for i := range n.shards {
 		b := &n.shards[i]
 		b.mu.Lock()

@@ -290,9 +290,7 @@ func (n *Node) Stop(ctx context.Context) error {
 		case <-n.run.done:
 			return
 		}
-		if n.cl != nil {
-			n.cl.Leave()
-		}
+		n.cl.Leave()
 		n.stopAdmin(ctx)
 		close(n.tick.stop)
 		if n.tick.on {
