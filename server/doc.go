@@ -31,5 +31,13 @@
 // the records decrypted and encrypted in memory (tlsConn): the same
 // parser, limits and ordering, and no goroutine per connection.
 //
+// Cluster. With Config.Peers a cluster.Driver (package cluster) decides
+// roles and sees to the peer links; the node is its cluster.Host
+// (cluster.go). Peer links are served by the loops like client connections
+// (peer.go, peerauth.go, peerseal.go): they read and check peer frames,
+// apply the active's stream on a standby, and stream snapshots and records
+// to standbys (snapshot.go); with Config.SemiSync a loop holds answers until
+// a standby acknowledged their records (semisync.go).
+//
 // Node's methods are safe for concurrent use.
 package server
