@@ -2,103 +2,64 @@ package server
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"net"
 	"net/http"
-	"net/http/pprof"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/internal/admin"
 	"github.com/kunci/kunci/wire"
 )
 
-// adminServer is the HTTP admin endpoint: set by Start, shut by Stop.
-type adminServer struct {
-	srv  *http.Server
-	addr string // the bound address
-}
-
-// startAdmin serves the admin endpoints on addr: /metrics (Prometheus),
-// /healthz (the process serves and can reserve tokens), /readyz (200 only
-// on the active), /locks (the held keys as JSON: list.go) and, with
-// Config.AdminPprof, /debug/pprof/. Every path answers GET and HEAD only.
+// startAdmin serves the admin endpoint (package admin) on addr: /metrics
+// (collector), /healthz (the process serves and can reserve tokens),
+// /readyz (200 only on the active), /locks (the held keys as JSON:
+// list.go) and, with Config.AdminPprof, /debug/pprof/.
 func (n *Node) startAdmin(addr string) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collector{n}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if err := n.store.health.status(); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
+	s, err := admin.Start(admin.Config{
+		Addr:    addr,
+		Metrics: collector{n},
+		Health:  n.store.health.status,
+		Ready:   n.ready,
+		Locks:   http.HandlerFunc(n.serveLocks),
+		Pprof:   n.cfg.AdminPprof,
+		Logger:  n.log,
 	})
-	mux.HandleFunc("/locks", n.serveLocks)
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if role := n.Role(); role != "active" {
-			if p := n.KeyMismatch(); p != "" {
-				role += "; the peer " + p + " holds another cluster key: no node promotes itself while it can reach one"
-			}
-			http.Error(w, role, http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "active")
-	})
-	if n.cfg.AdminPprof {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("server: admin listen %s: %w", addr, err)
+		return err
 	}
-	n.admin.srv = &http.Server{Handler: readOnly(mux), ReadHeaderTimeout: 10 * time.Second}
-	n.admin.addr = ln.Addr().String()
-	go func() {
-		if err := n.admin.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			n.log.Error().Err(err).Msg("admin endpoint stopped")
-		}
-	}()
+	n.admin = s
 	return nil
 }
 
-// readOnly refuses every method but GET and HEAD with 405: the admin
-// endpoint changes nothing.
-func readOnly(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet && r.Method != http.MethodHead {
-			w.Header().Set("Allow", "GET, HEAD")
-			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
+// ready is /readyz: only the active serves clients.
+func (n *Node) ready() (bool, string) {
+	role := n.Role()
+	if role == "active" {
+		return true, ""
+	}
+	if p := n.KeyMismatch(); p != "" {
+		role += "; the peer " + p + " holds another cluster key: no node promotes itself while it can reach one"
+	}
+	return false, role
 }
 
 // AdminAddr returns the admin endpoint's address, or "" without one.
-func (n *Node) AdminAddr() string { return n.admin.addr }
+func (n *Node) AdminAddr() string { return n.admin.Addr() }
 
-func (n *Node) stopAdmin(ctx context.Context) {
-	if n.admin.srv != nil {
-		_ = n.admin.srv.Shutdown(ctx)
-	}
-}
+func (n *Node) stopAdmin(ctx context.Context) { n.admin.Stop(ctx) }
 
 // collector turns a Metrics snapshot into Prometheus metrics at scrape
 // time, so the request path only bumps plain per-shard counters.
 type collector struct{ n *Node }
 
+// descs is every metric the collector may send, in the order made.
+var descs []*prometheus.Desc
+
 func desc(name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc("kunci_"+name, help, labels, nil)
+	d := prometheus.NewDesc("kunci_"+name, help, labels, nil)
+	descs = append(descs, d)
+	return d
 }
 
 var (
@@ -137,10 +98,7 @@ var (
 )
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descGrants, descReleases, descExtends, descExpiries,
-		descTimeouts, descTriesBusy, descCancels, descWithdrawn, descErrors, descSlowClosed, descAuthFailed, descTLSDropped, descBuffered, descShed, descTLSHands, descKeys,
-		descQueued, descConns, descTokens, descRole, descLag, descSynced, descPromotions, descWait, descHold, descPeerRefused, descPeerDropped, descDropped,
-		descStorageOK, descStorageErr, descTickRounds, descMismatch} {
+	for _, d := range descs {
 		ch <- d
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kunci/kunci/cluster"
 	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/internal/admin"
 	"github.com/kunci/kunci/internal/loglimit"
 	"github.com/kunci/kunci/internal/version"
 	"github.com/kunci/kunci/replica"
@@ -45,7 +46,7 @@ type Node struct {
 	loops  loopSet         // the loops, as gnet started them
 	gate   clientGate      // who may connect and as whom (auth.go, sources.go)
 	term   *terminator     // serves Config.TLSListen; nil without (tls.go)
-	admin  adminServer     // the HTTP admin endpoint (admin.go)
+	admin  *admin.Server   // the HTTP admin endpoint: set by Start, stopped by Stop (admin.go)
 	store  tokenStore      // the data directory and its token ceiling (tokens.go)
 	roles  roleState       // active or standby, frozen or not (cluster.go)
 	cl     *cluster.Driver // nil without Config.Peers; set by OnBoot
@@ -263,7 +264,7 @@ func (n *Node) Start() error {
 		Int("loops", n.cfg.Loops).Int("shards", n.cfg.Shards).Str("version", version.String()).
 		Stringer("max_lease", n.cfg.MaxLease).Stringer("max_wait", n.cfg.MaxWait).
 		Int("max_conns", n.cfg.MaxConns).Int("max_waiters", n.cfg.MaxWaiters).
-		Int("max_keys", n.cfg.MaxKeys).Int("max_queued", n.cfg.MaxQueued).Str("admin", n.admin.addr).
+		Int("max_keys", n.cfg.MaxKeys).Int("max_queued", n.cfg.MaxQueued).Str("admin", n.admin.Addr()).
 		Int("max_conns_per_ip", n.cfg.MaxConnsPerIP).Stringer("idle_timeout", n.cfg.IdleTimeout).
 		Str("auth_file", n.cfg.AuthFile).
 		Str("data_dir", n.cfg.DataDir).Uint64("token_floor", n.tokens.Last()).
