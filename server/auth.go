@@ -1,17 +1,12 @@
 package server
 
 import (
-	"bufio"
-	"crypto/rand"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 
+	"github.com/kunci/kunci/internal/authfile"
 	"github.com/kunci/kunci/wire"
 )
 
@@ -20,7 +15,7 @@ import (
 type clientGate struct {
 	// auth is nil without Config.AuthFile. Loops read it; ReloadAuth, one
 	// at a time under reloadMu, replaces it.
-	auth     atomic.Pointer[credentials]
+	auth     atomic.Pointer[authfile.File]
 	reloadMu sync.Mutex
 	failures atomic.Uint64 // refused authentications
 	sources  sources       // connections and auth failures per source address; safe for concurrent use
@@ -43,144 +38,15 @@ var (
 
 // MinSecret is the shortest secret an auth file may hold, in bytes: secrets
 // are machine-made (openssl rand -base64 24), never passwords.
-const MinSecret = 16
+const MinSecret = authfile.MinSecret
 
-// credential is one line of the auth file. It is never changed once made; a
-// reload makes new ones.
-type credential struct {
-	name     string
-	digest   [sha256.Size]byte // of the secret: the secret itself is not kept
-	prefixes []string          // the keys it may touch; nil: every key
-}
-
-// allows reports whether the credential may touch key.
-func (c *credential) allows(key []byte) bool {
-	if c.prefixes == nil {
-		return true
-	}
-	for _, p := range c.prefixes {
-		if len(key) >= len(p) && string(key[:len(p)]) == p {
-			return true
-		}
-	}
-	return false
-}
-
-// credentials is an auth file's content. It is never changed once loaded:
-// Node.auth points to the current one.
-type credentials struct {
-	byName map[string]*credential
-	// decoy is compared with a presented secret whose name has no
-	// credential, so that a bad name costs what a bad secret costs.
-	decoy [sha256.Size]byte
-}
-
-// allowanceName returns the name a U line's failures count under (see
-// sources): the credential's, or "" for a name no credential has. It does
-// not allocate.
-func (s *credentials) allowanceName(name []byte) string {
-	if c := s.byName[string(name)]; c != nil {
-		return c.name
-	}
-	return ""
-}
-
-// check returns the credential that name and secret match, or nil. The
-// secret's digest is compared in constant time, with a random decoy when
-// the name is unknown, so a failure takes the same work whether or not the
-// name exists; and a failure's answer waits Config.AuthFailureDelay, which
-// drowns what little the map lookup could tell.
-func (s *credentials) check(name, secret []byte) *credential {
-	d := sha256.Sum256(secret)
-	c := s.byName[string(name)]
-	want := &s.decoy
-	if c != nil {
-		want = &c.digest
-	}
-	if subtle.ConstantTimeCompare(d[:], want[:]) != 1 || c == nil {
-		return nil
-	}
-	return c
-}
-
-// loadCredentials reads an auth file: one credential a line,
-//
-//	name secret [prefix,prefix,…]
-//
-// fields separated by spaces or tabs; a line whose first non-blank byte is
-// '#' is a comment, and blank lines are skipped ('#' elsewhere is part of
-// its field, so a secret may hold one). Names and secrets are 1 to 250 bytes
-// without space or control byte, as they travel in a U line; a secret is at
-// least MinSecret bytes; a name appears once. Without prefixes the
-// credential may touch every key; with them, only keys that start with one
-// of them (a plain byte prefix: end it with a separator, "orders/"). The
-// file must be a regular file that neither group nor others may read or
-// write (chmod 600), as ssh asks of a private key. Errors name the file and
-// the line, never the line's content, which may hold a secret.
-func loadCredentials(path string) (*credentials, error) {
-	f, err := os.Open(path)
+// loadCredentials reads Config.AuthFile (authfile.Load).
+func loadCredentials(path string) (*authfile.File, error) {
+	f, err := authfile.Load(path)
 	if err != nil {
-		return nil, fmt.Errorf("server: auth file: %w", err)
+		return nil, fmt.Errorf("server: %w", err)
 	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("server: auth file: %w", err)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("server: auth file %s is not a regular file", path)
-	}
-	if perm := st.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("server: auth file %s may be read or written by group or others (mode %04o): it holds secrets; chmod 600 it", path, perm)
-	}
-	s := &credentials{byName: make(map[string]*credential)}
-	if _, err := rand.Read(s.decoy[:]); err != nil {
-		return nil, fmt.Errorf("server: auth file: %w", err)
-	}
-	lineOf := make(map[string]int)
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 4096), 64<<10)
-	for no := 1; sc.Scan(); no++ {
-		fields := strings.Fields(sc.Text())
-		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
-			continue
-		}
-		bad := func(why string) error {
-			return fmt.Errorf("server: auth file %s, line %d: %s", path, no, why)
-		}
-		if len(fields) < 2 || len(fields) > 3 {
-			return nil, bad(fmt.Sprintf("%d fields, want \"name secret\" or \"name secret prefix,prefix,...\"", len(fields)))
-		}
-		name, secret := fields[0], fields[1]
-		switch {
-		case !wire.ValidKey([]byte(name)):
-			return nil, bad("the name is over 250 bytes or holds a control byte")
-		case !wire.ValidKey([]byte(secret)):
-			return nil, bad("the secret is over 250 bytes or holds a control byte")
-		case len(secret) < MinSecret:
-			return nil, bad(fmt.Sprintf("the secret is shorter than %d bytes (make one with: openssl rand -base64 24)", MinSecret))
-		case lineOf[name] != 0:
-			return nil, bad(fmt.Sprintf("name %q already given on line %d", name, lineOf[name]))
-		}
-		c := &credential{name: name, digest: sha256.Sum256([]byte(secret))}
-		if len(fields) == 3 {
-			for _, p := range strings.Split(fields[2], ",") {
-				if !wire.ValidKey([]byte(p)) {
-					return nil, bad(fmt.Sprintf("key prefix %q is empty or not a valid key", p))
-				}
-				c.prefixes = append(c.prefixes, p)
-			}
-		}
-		s.byName[name] = c
-		lineOf[name] = no
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("server: auth file %s: %w", path, err)
-	}
-	if len(s.byName) == 0 {
-		return nil, fmt.Errorf("server: auth file %s holds no credential: no client could connect", path)
-	}
-	return s, nil
+	return f, nil
 }
 
 // beforeAuth handles a line that arrives on a connection that has not
@@ -220,13 +86,13 @@ func (lp *loop) authenticate(cs *conn, req *wire.Request) {
 	n := lp.n
 	now := n.now()
 	set := n.gate.auth.Load()
-	name := set.allowanceName(req.Name)
+	name := set.AllowanceName(req.Name)
 	if !n.gate.sources.mayTry(cs.src, name, now) {
 		n.gate.failures.Add(1)
 		lp.reject(cs, errAuthThrottled, now)
 		return
 	}
-	c := set.check(req.Name, req.Secret)
+	c := set.Check(req.Name, req.Secret)
 	if c == nil {
 		n.gate.failures.Add(1)
 		n.gate.sources.failed(cs.src, name, now)
@@ -240,7 +106,7 @@ func (lp *loop) authenticate(cs *conn, req *wire.Request) {
 }
 
 // admit lets cs send requests under credential c. It runs on cs's loop.
-func (n *Node) admit(cs *conn, c *credential) {
+func (n *Node) admit(cs *conn, c *authfile.Credential) {
 	cs.cred, cs.authed = c, true
 }
 
@@ -254,7 +120,7 @@ func (n *Node) authenticateAs(cs *conn, name string) bool {
 	if set == nil {
 		return false
 	}
-	c := set.byName[name]
+	c := set.Lookup(name)
 	if c == nil {
 		return false
 	}
@@ -336,8 +202,8 @@ func (n *Node) ReloadAuth() error {
 			if cs.cred == nil {
 				continue
 			}
-			c := set.byName[cs.cred.name]
-			if c == nil || c.digest != cs.cred.digest {
+			c := set.Lookup(cs.cred.Name())
+			if c == nil || !c.SameSecret(cs.cred) {
 				gone = append(gone, cs)
 				continue
 			}
@@ -350,7 +216,7 @@ func (n *Node) ReloadAuth() error {
 		}
 		revoked.Add(int64(len(gone)))
 	})
-	n.log.Info().Str("file", n.cfg.AuthFile).Int("credentials", len(set.byName)).
+	n.log.Info().Str("file", n.cfg.AuthFile).Int("credentials", set.Len()).
 		Int64("connections_kept", kept.Load()).Int64("connections_revoked", revoked.Load()).
 		Msg("auth file reloaded")
 	return nil

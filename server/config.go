@@ -53,7 +53,7 @@ type Config struct {
 	AdminPprof bool
 	// AuthFile, when set, makes clients authenticate: a connection's first
 	// line must be "U name secret" naming a credential of this file (see
-	// loadCredentials for its form). ReloadAuth re-reads it.
+	// authfile.Load for its form). ReloadAuth re-reads it.
 	AuthFile string
 	// AuthFailureDelay is how long a failed authentication waits before
 	// its answer, after which the connection is closed.

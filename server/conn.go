@@ -11,6 +11,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 
 	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/internal/authfile"
 	"github.com/kunci/kunci/replica"
 )
 
@@ -60,11 +61,11 @@ type conn struct {
 	list *listing
 
 	// What a hostile client is held to (see auth.go, idle.go).
-	src       netip.Addr  // its source (sources.go)
-	perSource bool        // counted under src: not when taken in on probation
-	pos       int         // its index in lp.conns
-	authed    bool        // may send requests: authenticated, or no auth file
-	cred      *credential // the credential it authenticated with, else nil
+	src       netip.Addr           // its source (sources.go)
+	perSource bool                 // counted under src: not when taken in on probation
+	pos       int                  // its index in lp.conns
+	authed    bool                 // may send requests: authenticated, or no auth file
+	cred      *authfile.Credential // the credential it authenticated with, else nil
 	// rejected: its authentication failed; it is not read, and is answered
 	// and closed at rejectAt (node clock).
 	rejected error

@@ -137,7 +137,7 @@ type listing struct {
 func (lp *loop) startList(cs *conn, req *wire.Request) {
 	ls := &listing{listWalk: listWalk{prefix: string(req.Prefix), limit: req.Limit}}
 	if cs.cred != nil {
-		ls.allow = func(key []byte) bool { return cs.cred == nil || cs.cred.allows(key) }
+		ls.allow = func(key []byte) bool { return cs.cred == nil || cs.cred.Allows(key) }
 	}
 	ls.task = gnet.RunnableFunc(func(context.Context) error {
 		lp.stepList(cs)

@@ -278,7 +278,7 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 		lp.closing = true
 	case req.Op == wire.OpList:
 		lp.startList(cs, &req)
-	case cs.cred != nil && !cs.cred.allows(req.Key):
+	case cs.cred != nil && !cs.cred.Allows(req.Key):
 		lp.refused.count(errKeyForbidden)
 		lp.batch = append(lp.batch, request{op: req.Op, key: req.Key, err: errKeyForbidden, echoOp: req.EchoOp})
 	default:
