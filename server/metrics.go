@@ -118,7 +118,7 @@ func (n *Node) Metrics() Metrics {
 	}
 	count(&n.refused)
 	if n.term != nil {
-		m.TLSHandshakes = n.term.hs.inProgress()
+		m.TLSHandshakes = n.term.hs.InProgress()
 		m.TLSDropped = make(map[string]uint64, tlsDropReasons)
 		for i := range n.term.dropped {
 			m.TLSDropped[tlsDropNames[i]] = n.term.dropped[i].Load()

@@ -3,20 +3,20 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"os"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/panjf2000/gnet/v2"
 	"github.com/rs/zerolog"
+
+	"github.com/kunci/kunci/internal/tlsterm"
 )
 
 // TLS. gnet has no TLS, so a node with Config.TLSListen terminates it
@@ -72,14 +72,6 @@ const (
 
 var tlsDropNames = [tlsDropReasons]string{"error", "timeout", "busy", "evicted"}
 
-// tlsFiles is what the node read from its TLS files. It is immutable once
-// stored in terminator.files.
-type tlsFiles struct {
-	cert      tls.Certificate
-	server    *tls.Config    // what handshakes with clients and peers use
-	peerRoots *x509.CertPool // verifies the peers this node dials (PeerTLS)
-}
-
 // handoff is a TLS connection whose handshake is done, on its way to a
 // loop: the gnet context of an accepted connection until OnOpen, or an
 // entry of terminator.dialled for a peer link. The handshake's goroutine
@@ -103,9 +95,9 @@ type terminator struct {
 	n     *Node
 	log   zerolog.Logger
 	ln    net.Listener
-	files atomic.Pointer[tlsFiles]
+	files atomic.Pointer[tlsterm.Files]
 	base  *tls.Config // hands every handshake the current files
-	hs    handshakes
+	hs    *tlsterm.Handshakes
 
 	ctx    context.Context // cancelled by closeListener: handshakes and adoptions give up
 	cancel context.CancelFunc
@@ -121,9 +113,18 @@ type terminator struct {
 	stopOnce sync.Once
 }
 
+// loadTLS reads the TLS files cfg names.
+func loadTLS(cfg *Config) (*tlsterm.Files, error) {
+	f, err := tlsterm.Load(tlsterm.Paths{Cert: cfg.TLSCert, Key: cfg.TLSKey, ClientCA: cfg.TLSClientCA, PeerCA: cfg.PeerTLSCA, PeerTLS: cfg.PeerTLS})
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	return f, nil
+}
+
 // newTerminator reads the TLS files and binds Config.TLSListen.
 func newTerminator(n *Node) (*terminator, error) {
-	f, err := loadTLSFiles(&n.cfg)
+	f, err := loadTLS(&n.cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -140,94 +141,15 @@ func newTerminator(n *Node) (*terminator, error) {
 		dialled: make(map[string]*handoff),
 	}
 	t.ctx, t.cancel = context.WithCancel(context.Background())
-	t.hs.init(n.cfg.TLSMaxHandshakes)
+	t.hs = tlsterm.NewHandshakes(n.cfg.TLSMaxHandshakes)
 	t.files.Store(f)
 	t.base = &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
-			return t.files.Load().server, nil
+			return t.files.Load().Server, nil
 		},
 	}
 	return t, nil
-}
-
-// loadTLSFiles reads the certificate, key and CA files cfg names.
-func loadTLSFiles(cfg *Config) (*tlsFiles, error) {
-	cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
-	if err != nil {
-		return nil, fmt.Errorf("server: TLS certificate %s with key %s: %w", cfg.TLSCert, cfg.TLSKey, err)
-	}
-	if cert.Leaf == nil {
-		if cert.Leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
-			return nil, fmt.Errorf("server: TLS certificate %s: %w", cfg.TLSCert, err)
-		}
-	}
-	now := time.Now()
-	if now.After(cert.Leaf.NotAfter) {
-		return nil, fmt.Errorf("server: TLS certificate %s expired on %s", cfg.TLSCert, cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
-	}
-	if now.Before(cert.Leaf.NotBefore) {
-		return nil, fmt.Errorf("server: TLS certificate %s is not valid before %s", cfg.TLSCert, cert.Leaf.NotBefore.UTC().Format(time.RFC3339))
-	}
-	f := &tlsFiles{cert: cert, server: &tls.Config{
-		MinVersion:   tls.VersionTLS12,
-		Certificates: []tls.Certificate{cert},
-		// Full records from the start: answers go out in batches, and
-		// fewer records cost less.
-		DynamicRecordSizingDisabled: true,
-		// Connections are long-lived; without tickets every connection is
-		// verified against the CA file as it is now, and the loops never
-		// see a ticket message.
-		SessionTicketsDisabled: true,
-	}}
-	if cfg.TLSClientCA != "" {
-		pool, err := loadCAs(cfg.TLSClientCA)
-		if err != nil {
-			return nil, err
-		}
-		f.server.ClientCAs = pool
-		f.server.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	if cfg.PeerTLS {
-		ca := cfg.PeerTLSCA
-		if ca == "" {
-			ca = cfg.TLSClientCA
-		}
-		if f.peerRoots, err = loadCAs(ca); err != nil {
-			return nil, err
-		}
-	}
-	return f, nil
-}
-
-func loadCAs(file string) (*x509.CertPool, error) {
-	pem, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("server: TLS CA file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("server: TLS CA file %s holds no PEM certificate", file)
-	}
-	return pool, nil
-}
-
-// identityOf names the verified client certificate of st: its subject's
-// common name, else its first DNS SAN, else its first URI SAN.
-func identityOf(st *tls.ConnectionState) string {
-	if len(st.VerifiedChains) == 0 || len(st.PeerCertificates) == 0 {
-		return ""
-	}
-	c := st.PeerCertificates[0]
-	switch {
-	case c.Subject.CommonName != "":
-		return c.Subject.CommonName
-	case len(c.DNSNames) > 0:
-		return c.DNSNames[0]
-	case len(c.URIs) > 0:
-		return c.URIs[0].String()
-	}
-	return ""
 }
 
 // start runs the accept loop.
@@ -267,7 +189,7 @@ func (t *terminator) accept() {
 			_ = raw.Close()
 			continue
 		}
-		h, evicted := t.hs.start(t.ctx, src, t.n.cfg.TLSHandshakeTimeout)
+		h, evicted := t.hs.Start(t.ctx, src, t.n.cfg.TLSHandshakeTimeout)
 		if evicted {
 			t.dropped[tlsDropEvicted].Add(1)
 		}
@@ -285,7 +207,7 @@ func (t *terminator) accept() {
 // serve handshakes on raw and hands the connection to the loops. The
 // connection counts under src (sources) until OnOpen takes it over, or it
 // is dropped.
-func (t *terminator) serve(raw *net.TCPConn, src netip.Addr, h *handshake) {
+func (t *terminator) serve(raw *net.TCPConn, src netip.Addr, h *tlsterm.Handshake) {
 	defer t.wg.Done()
 	counted := true
 	defer func() {
@@ -295,9 +217,9 @@ func (t *terminator) serve(raw *net.TCPConn, src netip.Addr, h *handshake) {
 	}()
 	mem := &memConn{TCPConn: raw}
 	tc := tls.Server(mem, t.base)
-	err := tc.HandshakeContext(h.ctx)
-	timedOut := errors.Is(h.ctx.Err(), context.DeadlineExceeded)
-	evicted := !t.hs.done(src, h)
+	err := tc.HandshakeContext(h.Ctx)
+	timedOut := errors.Is(h.Ctx.Err(), context.DeadlineExceeded)
+	evicted := !t.hs.Done(src, h)
 	if err != nil {
 		_ = raw.Close()
 		reason := tlsDropError
@@ -316,7 +238,7 @@ func (t *terminator) serve(raw *net.TCPConn, src netip.Addr, h *handshake) {
 	// The connection limits (node-wide, per source, the peers' reserve)
 	// are OnOpen's, as for TCP; it finds the source counted already.
 	st := tc.ConnectionState()
-	ho := &handoff{tc: tc, mem: mem, identity: identityOf(&st), counted: true}
+	ho := &handoff{tc: tc, mem: mem, identity: tlsterm.Identity(&st), counted: true}
 	mem.inLoop = true // from here on only the loop touches tc
 	select {
 	case <-t.loopsUp:
@@ -338,100 +260,6 @@ func (t *terminator) serve(raw *net.TCPConn, src netip.Addr, h *handshake) {
 		// OnOpen never runs, the count dies with the node.
 		counted = false
 	}
-}
-
-// handshakes is the terminator's table of TLS handshakes in progress: at
-// most max at once, at most perSource of them from one source; when all
-// are taken, a connection from a source holding fewer than the source that
-// holds the most takes the oldest handshake of that source's place (which
-// is closed). So however many handshakes one address (or a few) opens and
-// leaves hanging, a client from another address gets one at once; the
-// slots go round the sources that want them, not to the first to fill them.
-// Safe for concurrent use.
-type handshakes struct {
-	mu        sync.Mutex
-	max       int
-	perSource int
-	n         int
-	bySource  map[netip.Addr][]*handshake // oldest first
-}
-
-// handshake is one TLS handshake in progress.
-type handshake struct {
-	ctx    context.Context // ends at the timeout, at eviction or when the node stops
-	cancel context.CancelFunc
-}
-
-func (hs *handshakes) init(limit int) {
-	hs.max = limit
-	hs.perSource = min(limit, max(2, limit/8))
-	hs.bySource = make(map[netip.Addr][]*handshake)
-}
-
-// start takes a slot for a handshake from src, evicting another source's
-// oldest if need be (evicted says so); it returns nil when src may have
-// none now.
-func (hs *handshakes) start(parent context.Context, src netip.Addr, timeout time.Duration) (h *handshake, evicted bool) {
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	mine := len(hs.bySource[src])
-	if mine >= hs.perSource {
-		return nil, false
-	}
-	if hs.n >= hs.max {
-		var worst netip.Addr
-		most := 0
-		for a, l := range hs.bySource {
-			if len(l) > most {
-				worst, most = a, len(l)
-			}
-		}
-		if most <= mine+1 {
-			return nil, false // src has its share already
-		}
-		l := hs.bySource[worst]
-		victim := l[0]
-		hs.drop(worst, 0)
-		victim.cancel()
-		evicted = true
-	}
-	ctx, cancel := context.WithTimeout(parent, timeout)
-	h = &handshake{ctx: ctx, cancel: cancel}
-	hs.bySource[src] = append(hs.bySource[src], h)
-	hs.n++
-	return h, evicted
-}
-
-// done gives h's slot back; it returns false when h was evicted (its slot
-// went to another then).
-func (hs *handshakes) done(src netip.Addr, h *handshake) bool {
-	h.cancel()
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	i := slices.Index(hs.bySource[src], h)
-	if i < 0 {
-		return false
-	}
-	hs.drop(src, i)
-	return true
-}
-
-// inProgress returns how many handshakes are under way.
-func (hs *handshakes) inProgress() int {
-	hs.mu.Lock()
-	defer hs.mu.Unlock()
-	return hs.n
-}
-
-// drop removes the i-th handshake of src. hs.mu is held.
-func (hs *handshakes) drop(src netip.Addr, i int) {
-	l := slices.Delete(hs.bySource[src], i, i+1)
-	if len(l) == 0 {
-		delete(hs.bySource, src)
-	} else {
-		hs.bySource[src] = l
-	}
-	hs.n--
 }
 
 // dialPeerTransport connects to a peer: plain TCP, or with Config.PeerTLS
@@ -466,8 +294,8 @@ func (n *Node) dialPeerTransport(addr string, timeout time.Duration) (net.Conn, 
 	tc := tls.Client(&memConn{TCPConn: raw}, &tls.Config{
 		MinVersion:                  tls.VersionTLS12,
 		ServerName:                  host,
-		RootCAs:                     f.peerRoots,
-		Certificates:                []tls.Certificate{f.cert},
+		RootCAs:                     f.PeerRoots,
+		Certificates:                []tls.Certificate{f.Cert},
 		DynamicRecordSizingDisabled: true,
 	})
 	if err := tc.HandshakeContext(ctx); err != nil {
@@ -774,12 +602,12 @@ func (n *Node) ReloadTLS() error {
 	if n.term == nil {
 		return errors.New("server: TLS is not configured")
 	}
-	f, err := loadTLSFiles(&n.cfg)
+	f, err := loadTLS(&n.cfg)
 	if err != nil {
 		return err
 	}
 	n.term.files.Store(f)
-	leaf := f.cert.Leaf
+	leaf := f.Cert.Leaf
 	n.log.Info().Str("subject", leaf.Subject.String()).Str("serial", leaf.SerialNumber.String()).
 		Time("not_after", leaf.NotAfter).Bool("client_ca", n.cfg.TLSClientCA != "").
 		Msg("TLS certificates reloaded")
