@@ -320,14 +320,18 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 
 // info answers I on cs. The answer is never held for a standby's
 // acknowledgement (it concerns no key), so monitoring sees a node that
-// waits on its standbys as alive. A node between roles says which.
+// waits on its standbys as alive. A node between roles says which, and one
+// that lately saw a peer answer with another cluster key names that peer.
 func (lp *loop) info(cs *conn) {
 	n := lp.n
-	var state string
+	var state, mismatch string
 	if s := n.State(); s != "" {
 		state = "state=" + s
 	}
-	cs.info = wire.AppendInfo(cs.info, n.Role(), n.run.self, n.activeOf(), state)
+	if p := n.KeyMismatch(); p != "" {
+		mismatch = "key-mismatch=" + p
+	}
+	cs.info = wire.AppendInfo(cs.info, n.Role(), n.run.self, n.activeOf(), state, mismatch)
 	lp.markDirty(cs)
 }
 
