@@ -17,14 +17,18 @@ import (
 	"github.com/kunci/kunci/server"
 )
 
-// A waiter's client leaves (it half-closes its connection, so it can
-// still read what the node wrote before it saw the close) at about the
-// moment the holder, on a connection of the other event loop, releases.
-// The grant then decided for the waiter is posted to the waiter's loop,
-// which finds the connection closed: the grant must be released there and
-// then. Either the waiter read its grant, or a third client is granted the
-// key at once; the key is never left held by a grant nobody received. (The
-// node dropped such grants: the key stayed held for its 30 s lease.)
+// A waiter's client leaves at about the moment the holder, on a connection
+// of the other event loop, releases. The grant then decided for the waiter
+// is posted to the waiter's loop, which may find the connection closed:
+// the grant must be released there and then. Either the waiter read its
+// grant, or a third client is granted the key at once; the key is never
+// left held by a grant nobody received. (The node dropped such grants: the
+// key stayed held for its 30 s lease, in 30 of 150 rounds.)
+//
+// The waiter half-closes its connection, so it still reads what the node
+// wrote before it saw the close: a grant written then is one the client
+// could have read, which the node must not release (it cannot tell it
+// from one the client read and left with), and the test counts it apart.
 func TestGrantForAClientThatLeftIsReleased(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, func(c *server.Config) { c.Loops, c.Shards = 2, 4 })
