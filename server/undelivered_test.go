@@ -106,8 +106,8 @@ func TestGrantForAClientThatLeftIsReleased(t *testing.T) {
 		w.close()
 		c.close()
 	}
-	t.Logf("%d rounds: the waiter read its grant in %d, left before it in %d (%d grants released undelivered), the key stayed held in %d",
-		done, reached, freed, n.Metrics().Engine.Undelivered, stuck)
+	t.Logf("%d rounds: the waiter read its grant in %d, left before it in %d (its grant released, or never made), the key stayed held in %d",
+		done, reached, freed, stuck)
 	if stuck > 0 {
 		t.Errorf("in %d of %d rounds the key stayed held by a grant its client never received", stuck, done)
 	}
@@ -202,7 +202,4 @@ func TestHeldGrantForAClientThatLeftIsReleased(t *testing.T) {
 	waitFor(t, "the standby to hold the new grant", func() bool {
 		return tc.Nodes[1].Holders()["held"].Token == next
 	})
-	if u := n.Metrics().Engine.Undelivered; u != 1 {
-		t.Errorf("%d grants released undelivered, want 1", u)
-	}
 }
