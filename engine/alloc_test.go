@@ -119,3 +119,32 @@ func TestHandoffAllocatesNothing(t *testing.T) {
 		t.Errorf("release+handoff+acquire: %v allocations, want 0", a)
 	}
 }
+
+func TestReleaseUndeliveredAllocatesNothing(t *testing.T) {
+	// A grant whose connection closed is released, and the key handed to
+	// the other connection, which queues again behind it.
+	sh := NewShard(Config{}, new(Tokens), 0)
+	var out Output
+	out.WantRecords = true
+	key := []byte("orders/42")
+	sh.Acquire(0, 1, key, 30*sec, 0, &out)
+	sh.Acquire(0, 2, key, 30*sec, 10*sec, &out)
+	token := out.Answers[0].Token
+	out.Reset()
+	holder := ConnID(1)
+	cycle := func() {
+		if !sh.ReleaseUndelivered(0, key, token, &out) {
+			t.Fatal("the grant was not the key's")
+		}
+		token = out.Answers[0].Token
+		sh.Acquire(0, holder, key, 30*sec, 10*sec, &out)
+		holder = 3 - holder
+		out.Reset()
+	}
+	for range 100 {
+		cycle()
+	}
+	if a := testing.AllocsPerRun(10_000, cycle); a != 0 {
+		t.Errorf("undelivered release+handoff+acquire: %v allocations, want 0", a)
+	}
+}

@@ -14,6 +14,9 @@ type Counters struct {
 	TriesBusy     uint64 // tries (a negative wait) of a held key, answered T at once
 	Cancels       uint64 // queued acquires withdrawn by C
 	Withdrawn     uint64 // queued acquires dropped because their connection closed
+	// Undelivered counts grants released because their connection closed
+	// before the grant was written to it (ReleaseUndelivered).
+	Undelivered   uint64
 	TooManyKeys   uint64 // acquires refused: ErrTooManyKeys
 	TooManyWaits  uint64 // acquires refused: ErrTooManyWaiters
 	AlreadyQueued uint64 // acquires refused: ErrAlreadyQueued
@@ -36,6 +39,7 @@ func (c *Counters) Add(o *Counters) {
 	c.TriesBusy += o.TriesBusy
 	c.Cancels += o.Cancels
 	c.Withdrawn += o.Withdrawn
+	c.Undelivered += o.Undelivered
 	c.TooManyKeys += o.TooManyKeys
 	c.TooManyWaits += o.TooManyWaits
 	c.AlreadyQueued += o.AlreadyQueued

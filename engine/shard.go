@@ -319,6 +319,24 @@ func (s *Shard) Release(now int64, conn ConnID, key []byte, token uint64, out *O
 	s.handOff(now, now, h, l, out)
 }
 
+// ReleaseUndelivered ends the grant token of key, which the caller could
+// not deliver: its connection closed before the grant was written to it,
+// so nobody knows the token. It is recorded as a release, and the key
+// passes to its head waiter in the same step, as Release does; nobody is
+// answered. It reports whether the grant was still the key's.
+func (s *Shard) ReleaseUndelivered(now int64, key []byte, token uint64, out *Output) bool {
+	h := hashKey(key)
+	l := s.locks.get(h, key)
+	if l == nil || l.token != token {
+		return false
+	}
+	s.counters.Undelivered++
+	out.record(RecordRelease, l.key, token, 0)
+	s.leases.Cancel(l)
+	s.handOff(now, now, h, l, out)
+	return true
+}
+
 // Extend makes the grant token of key end lease (a duration) from now.
 func (s *Shard) Extend(now int64, conn ConnID, key []byte, token uint64, lease int64, out *Output) {
 	l := s.locks.get(hashKey(key), key)

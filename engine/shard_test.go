@@ -901,6 +901,47 @@ func TestRecords(t *testing.T) {
 	s.checked()
 }
 
+// A grant the server could not deliver (its connection closed first) is
+// released as R would release it: recorded, and handed to the next waiter
+// in the same step, which may be undeliverable too; nobody is answered. A
+// token that is no longer the key's grant changes nothing.
+func TestReleaseUndelivered(t *testing.T) {
+	s := newStory(t, Config{})
+	s.out.WantRecords = true
+	s.acquire(1, "k", 10*sec, 0)
+	s.acquire(2, "k", 20*sec, 0)
+	s.acquire(3, "k", 30*sec, 0)
+	s.expect("conn1: A k 1")
+	s.expectRecords("grant k 1 until 10s")
+	s.at(sec)
+	s.release(1, "k", 1)
+	s.expect("conn1: R k OK", "conn2: A k 2")
+	s.expectRecords("release k 1", "grant k 2 until 21s")
+	// conn2 closed before its grant was written.
+	s.disconnect(2)
+	if !s.sh.ReleaseUndelivered(s.now, []byte("k"), 2, &s.out) {
+		t.Fatal("the undelivered grant was not the key's")
+	}
+	s.expect("conn3: A k 3")
+	s.expectRecords("release k 2", "grant k 3 until 31s")
+	s.disconnect(3)
+	if s.sh.ReleaseUndelivered(s.now, []byte("k"), 2, &s.out) {
+		t.Fatal("a stale token released the key")
+	}
+	s.expect()
+	s.holds("k", 3, 31*sec)
+	if !s.sh.ReleaseUndelivered(s.now, []byte("k"), 3, &s.out) {
+		t.Fatal("the undelivered grant was not the key's")
+	}
+	s.expect()
+	s.expectRecords("release k 3")
+	s.free("k")
+	s.stats(0, 0)
+	if c := s.sh.Counters(); c.Undelivered != 2 || c.Releases != 1 || c.Grants != 3 {
+		t.Fatalf("counters: %d undelivered, %d releases, %d grants; want 2, 1, 3", c.Undelivered, c.Releases, c.Grants)
+	}
+}
+
 func TestNoRecordsUnlessWanted(t *testing.T) {
 	s := newStory(t, Config{})
 	s.acquire(1, "k", 10*sec, 0)

@@ -71,6 +71,7 @@ var (
 	descTriesBusy   = desc("tries_busy_total", "Try-acquires (wait -) of a held key, answered T at once.")
 	descCancels     = desc("cancels_total", "Queued acquires withdrawn by C.")
 	descWithdrawn   = desc("withdrawn_total", "Queued acquires dropped because their connection closed.")
+	descUndelivered = desc("undelivered_total", "Grants released at once because their connection closed before the grant could be written to it (its client left as its turn came).")
 	descErrors      = desc("errors_total", "Requests refused with E, by reason.", "reason")
 	descSlowClosed  = desc("slow_clients_closed_total", "Connections closed for not reading their answers.")
 	descAuthFailed  = desc("auth_failures_total", "Client authentications refused: bad credentials, or a source past its failure allowance.")
@@ -122,6 +123,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descTriesBusy, e.TriesBusy)
 	counter(descCancels, e.Cancels)
 	counter(descWithdrawn, e.Withdrawn)
+	counter(descUndelivered, e.Undelivered)
 	for reason, v := range m.Refused {
 		counter(descErrors, v, reason)
 	}

@@ -79,6 +79,12 @@ type loop struct {
 	hasRejected atomic.Bool // rejected is not empty, for the ticker
 	scanDue     atomic.Bool // the next runTick scans for idle connections
 
+	// undelivered are grants this loop could not write, their connections
+	// closed first: flush releases them (releaseUndelivered). Their keys
+	// are packed in undeliveredKeys.
+	undelivered     []undelivered
+	undeliveredKeys []byte
+
 	// Semi-synchronous mode: answers waiting for a standby's ack.
 	held       []heldOutput
 	heldBuf    []byte // the held answers' bytes, in order
@@ -314,14 +320,18 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 
 // info answers I on cs. The answer is never held for a standby's
 // acknowledgement (it concerns no key), so monitoring sees a node that
-// waits on its standbys as alive. A node between roles says which.
+// waits on its standbys as alive. A node between roles says which, and one
+// that lately saw a peer answer with another cluster key names that peer.
 func (lp *loop) info(cs *conn) {
 	n := lp.n
-	var state string
+	var state, mismatch string
 	if s := n.State(); s != "" {
 		state = "state=" + s
 	}
-	cs.info = wire.AppendInfo(cs.info, n.Role(), n.run.self, n.activeOf(), state)
+	if p := n.KeyMismatch(); p != "" {
+		mismatch = "key-mismatch=" + p
+	}
+	cs.info = wire.AppendInfo(cs.info, n.Role(), n.run.self, n.activeOf(), state, mismatch)
 	lp.markDirty(cs)
 }
 
@@ -445,7 +455,8 @@ func (lp *loop) deliver(cs *conn) {
 		target := cs
 		if cs == nil || a.Conn != cs.id {
 			if target = lp.n.conns.lookup(a.Conn); target == nil {
-				continue // closed since
+				lp.undeliverable(out, a) // closed since
+				continue
 			}
 		}
 		if a.Kind == engine.Inspected && now == 0 {
@@ -456,6 +467,7 @@ func (lp *loop) deliver(cs *conn) {
 			continue
 		}
 		if target.closed {
+			lp.undeliverable(out, a)
 			continue
 		}
 		target.note(a.Kind, a.Deadline)
@@ -525,8 +537,18 @@ func (lp *loop) markDirty(cs *conn) {
 	}
 }
 
-// flush writes every dirty connection's answers, one write each.
+// flush writes every dirty connection's answers, one write each, and
+// releases the grants it, or the loop before it, found it could not write
+// (their connections closed first), writing in turn what that decides.
 func (lp *loop) flush() {
+	lp.write()
+	for len(lp.undelivered) > 0 && lp.releaseUndelivered() {
+		lp.write()
+	}
+}
+
+// write writes every dirty connection's answers, one write each.
+func (lp *loop) write() {
 	limit := 2*lp.n.cfg.OutputLimit + turnBurst
 	seq, hold := lp.holding()
 	if hold {
@@ -550,6 +572,9 @@ func (lp *loop) flush() {
 			}
 		}
 		if cs.closed || len(cs.out) == 0 {
+			if cs.closed {
+				lp.unwritten(cs.out)
+			}
 			cs.out = cs.out[:0]
 			continue
 		}
@@ -563,6 +588,11 @@ func (lp *loop) flush() {
 			continue
 		}
 		_, _ = cs.c.Write(cs.out)
+		if cs.closed {
+			// The write failed and gnet closed the connection (OnClose
+			// ran): none of it was sent.
+			lp.unwritten(cs.out)
+		}
 		if cap(cs.out) > maxKeptOutput {
 			cs.out = nil // a burst's buffer is not kept for the connection's life
 		} else {
@@ -719,10 +749,14 @@ func (lp *loop) drainInbox() {
 	ib.mu.Unlock()
 	start := 0
 	for _, m := range msgs {
-		if !m.cs.closed {
+		switch {
+		case !m.cs.closed:
 			m.cs.note(m.kind, m.deadline)
 			m.cs.out = append(m.cs.out, buf[start:m.end]...)
 			lp.markDirty(m.cs)
+		case m.kind == engine.Granted:
+			// Decided before the connection closed, and posted after.
+			lp.unwritten(buf[start:m.end])
 		}
 		start = m.end
 	}
@@ -736,4 +770,97 @@ func (lp *loop) runDrain(context.Context) error {
 	lp.drainInbox()
 	lp.flush()
 	return nil
+}
+
+// Undelivered grants. A grant decided for a connection that closes before
+// the grant is written to it (its client left while its acquire waited,
+// at about the moment the key was released) reaches nobody: nobody knows
+// its token, so nobody can release it, and every other waiter would wait
+// out its whole lease. The loop that finds a grant it cannot write notes
+// it (deliver: the connection is gone; drainInbox: it closed after another
+// loop posted the grant; flush: a write that failed, or answers held for a
+// standby's acknowledgement, semi-sync), and flush releases it under its
+// shard's mutex as a release would (engine.Shard.ReleaseUndelivered): the
+// next waiter is granted in the same step, and standbys see a release. A
+// grant written to the socket before the node saw the close is not
+// released: the node cannot tell it from one the client read.
+
+// undelivered is a grant noted undelivered: its key is
+// loop.undeliveredKeys[start:end].
+type undelivered struct {
+	start, end int
+	token      uint64
+}
+
+// undeliverable notes answer a of out, for a connection that closed before
+// it could be written: a grant is to be released, the other answers
+// concern nobody now.
+func (lp *loop) undeliverable(out *engine.Output, a *engine.Answer) {
+	if a.Kind == engine.Granted {
+		lp.noteUndelivered(out.Key(a), a.Token)
+	}
+}
+
+// unwritten notes the grants among the encoded answers b, which were for a
+// connection that closed before they were written.
+func (lp *loop) unwritten(b []byte) {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line = b[:i+1]
+		}
+		b = b[len(line):]
+		var a wire.Answer
+		if line[0] == 'A' {
+			if _, err := wire.ParseAnswer(line, &a); err == nil && a.Kind == 'A' {
+				lp.noteUndelivered(a.Key, a.Token)
+			}
+		}
+	}
+}
+
+func (lp *loop) noteUndelivered(key []byte, token uint64) {
+	start := len(lp.undeliveredKeys)
+	lp.undeliveredKeys = append(lp.undeliveredKeys, key...)
+	lp.undelivered = append(lp.undelivered, undelivered{start, len(lp.undeliveredKeys), token})
+}
+
+// releaseUndelivered releases the grants noted undelivered, each under its
+// shard's mutex, and delivers what that decides; a grant among it that
+// cannot be delivered either is noted, and released in the same go. It
+// runs on lp, holding no shard's mutex, and reports whether it released
+// any. A frozen node keeps them for after its thaw; a node that is no
+// longer the active lets them go (its state is handed over or given up).
+func (lp *loop) releaseUndelivered() bool {
+	n := lp.n
+	i := 0
+	if n.roles.current.Load() == roleActive {
+		for ; i < len(lp.undelivered); i++ {
+			u := lp.undelivered[i]
+			key := lp.undeliveredKeys[u.start:u.end]
+			b := &n.shards[engine.ShardOf(key, len(n.shards))]
+			b.mu.Lock()
+			if n.roles.frozen.Load() {
+				b.mu.Unlock()
+				break
+			}
+			b.sh.ReleaseUndelivered(n.now(), key, u.token, &lp.out)
+			lp.deliver(nil)
+			n.noteTimers(b)
+			b.mu.Unlock()
+		}
+	} else {
+		i = len(lp.undelivered)
+	}
+	if i < len(lp.undelivered) {
+		lp.undelivered = append(lp.undelivered[:0], lp.undelivered[i:]...)
+		return i > 0
+	}
+	lp.undelivered = lp.undelivered[:0]
+	if cap(lp.undeliveredKeys) > maxKeptOutput {
+		lp.undeliveredKeys = nil
+	} else {
+		lp.undeliveredKeys = lp.undeliveredKeys[:0]
+	}
+	return i > 0
 }

@@ -102,6 +102,9 @@ func (lp *loop) writeHeldUpTo(all bool) {
 		if !h.cs.closed {
 			_, _ = h.cs.c.Write(lp.heldBuf[start:h.end])
 		}
+		if h.cs.closed {
+			lp.unwritten(lp.heldBuf[start:h.end]) // flush releases its grants
+		}
 		h.cs.held -= h.end - start
 		start = h.end
 		*h = heldOutput{}
@@ -122,5 +125,6 @@ func (lp *loop) writeHeldUpTo(all bool) {
 func (lp *loop) runHeld(context.Context) error {
 	lp.heldQueued.Store(false)
 	lp.writeHeld()
+	lp.flush() // releases the grants of connections found closed
 	return nil
 }

@@ -79,3 +79,40 @@ func TestStatusWaitsForTheClusterToSettle(t *testing.T) {
 		}
 	}
 }
+
+// TestStatusShowsNodesWithDifferentKeys runs kunci status against a real
+// two-node cluster whose nodes were given different cluster keys: each
+// node sees the other answer with another key, and kunci status says so on
+// the node's line and on stderr, and exits 78 (a misconfiguration). Before,
+// it showed two standbys naming no active and exited 0.
+func TestStatusShowsNodesWithDifferentKeys(t *testing.T) {
+	keys := [][]byte{testnode.Key, []byte("another cluster key, 32 bytes ln")}
+	tc := testnode.NewCluster(t, 2, func(i int, c *server.Config) { c.ClusterKey = keys[i] })
+	tc.StartAll()
+	nodes, addrs := tc.Nodes, tc.Addrs
+	testnode.WaitFor(t, "both nodes to see the other's key", func() bool {
+		return nodes[0].KeyMismatch() == addrs[1] && nodes[1].KeyMismatch() == addrs[0]
+	})
+	code, out, errs := kunci(t, nil, "status", "--addrs", strings.Join(addrs, ","))
+	if code != exitConfig {
+		t.Errorf("exit %d, want %d", code, exitConfig)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want a header and two lines:\n%s", out)
+	}
+	for i, line := range lines[1:] {
+		if f := strings.Fields(line); len(f) < 2 || f[0] != addrs[i] || f[1] != "yes" ||
+			!strings.Contains(line, "peer "+addrs[1-i]+" holds another cluster key") {
+			t.Errorf("node %d's line %q does not name its peer %s as holding another cluster key", i, line, addrs[1-i])
+		}
+	}
+	for i := range addrs {
+		if want := addrs[i] + " sees its peer " + addrs[1-i] + " holding another cluster key"; !strings.Contains(errs, want) {
+			t.Errorf("stderr %q does not say %q", errs, want)
+		}
+	}
+	if t.Failed() {
+		t.Logf("stdout:\n%s\nstderr:\n%s", out, errs)
+	}
+}

@@ -28,6 +28,7 @@ const (
 	exitUnavailable = 69 // no node could be reached, or the node refused the request (E)
 	exitTimeout     = 75 // the wait ran out: nothing was granted
 	exitLost        = 76 // kunci run: the lock was lost before the command finished
+	exitConfig      = 78 // status: a node sees a peer holding another cluster key
 	exitCannotExec  = 126
 	exitNotFound    = 127
 )
@@ -46,6 +47,7 @@ const exitCodes = `Exit status:
   69   no node could be reached, or the node refused the request (E ...)
   75   the wait ran out (acquire --try: the key is held): nothing was granted
   76   (run) the lock was lost before the command finished
+  78   (status) a node sees a peer holding another cluster key
   126  (run) the command could not be started
   127  (run) the command was not found
   N    (run) the command's own exit status; 128+S when it died of signal S

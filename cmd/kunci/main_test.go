@@ -775,7 +775,7 @@ func TestFailuresReadAlike(t *testing.T) {
 		t.Errorf("release with one argument: %q", errs)
 	}
 	_, out, errs := kunci(t, nil, "--help")
-	for _, code := range []string{"\n  3 ", "\n  130 ", "inspect: the key is free"} {
+	for _, code := range []string{"\n  3 ", "\n  78 ", "\n  130 ", "inspect: the key is free"} {
 		if !strings.Contains(out+errs, code) {
 			t.Errorf("kunci --help does not list %q", strings.TrimSpace(code))
 		}

@@ -40,6 +40,7 @@ type answer struct {
 	text               string // E's reason, M's address
 	role, self, active string // I
 	state              string // I: a node between roles (state=…), "" otherwise
+	keyMismatch        string // I: a peer it saw holding another cluster key (key-mismatch=…), "" for none
 	op, key            string // E
 }
 
@@ -53,6 +54,9 @@ func copyAnswer(a *wire.Answer) answer {
 		for _, f := range strings.Fields(an.text) {
 			if v, ok := strings.CutPrefix(f, "state="); ok {
 				an.state = v
+			}
+			if v, ok := strings.CutPrefix(f, "key-mismatch="); ok {
+				an.keyMismatch = v
 			}
 		}
 	}

@@ -27,9 +27,13 @@ gives the role to the node it names), demoting (it steps down for the node it
 names) or rejoining (it was cut off, and is learning whether another node
 took over). kunci status warns on stderr when several nodes say they are
 active (a split that the cluster resolves by itself) or when nodes name
-different actives. It exits 0 when every node answered and at most one says
-it is active, 3 when several say so, 1 when some did not answer, 69 when none
-did.
+different actives. A node that sees a peer answer holding another cluster key
+(the nodes were given different --cluster-key-file) names that peer in a NOTE
+column, and kunci status says so on stderr: no node takes over while it can
+reach such a peer, so the cluster may have no active until the keys agree.
+It exits 0 when every node answered and at most one says it is active, 78
+when a node sees a peer holding another cluster key, 3 when several say they
+are active, 1 when some did not answer, 69 when none did.
 
 With --wait, kunci status asks again every 100 ms, for at most that long,
 until the cluster has settled: every node answers, all name the same
@@ -98,8 +102,18 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	var mismatched []nodeStatus
+	for _, s := range st {
+		if s.err == nil && s.a.keyMismatch != "" {
+			mismatched = append(mismatched, s)
+		}
+	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 3, ' ', 0)
-	fmt.Fprintln(tw, "ADDRESS\tANSWERS\tROLE\tACTIVE\tRTT")
+	if len(mismatched) > 0 {
+		fmt.Fprintln(tw, "ADDRESS\tANSWERS\tROLE\tACTIVE\tRTT\tNOTE")
+	} else {
+		fmt.Fprintln(tw, "ADDRESS\tANSWERS\tROLE\tACTIVE\tRTT")
+	}
 	answered, actives := 0, map[string]bool{}
 	var claimActive []string
 	for _, s := range st {
@@ -121,9 +135,16 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		if s.a.state != "" {
 			role += " (" + strings.ReplaceAll(s.a.state, "-", " ") + ")"
 		}
-		fmt.Fprintf(tw, "%s\tyes\t%s\t%s\t%s\n", s.addr, role, active, roundRTT(s.rtt))
+		fmt.Fprintf(tw, "%s\tyes\t%s\t%s\t%s", s.addr, role, active, roundRTT(s.rtt))
+		if s.a.keyMismatch != "" {
+			fmt.Fprintf(tw, "\tpeer %s holds another cluster key", s.a.keyMismatch)
+		}
+		fmt.Fprintln(tw)
 	}
 	_ = tw.Flush()
+	for _, s := range mismatched {
+		fmt.Fprintf(stderr, "kunci status: error: %s sees its peer %s holding another cluster key: the nodes were given different --cluster-key-file; no node takes over while it can reach such a peer\n", s.addr, s.a.keyMismatch)
+	}
 	if len(claimActive) > 1 {
 		fmt.Fprintf(stderr, "kunci status: warning: %d nodes say they are active: %v\n", len(claimActive), claimActive)
 	}
@@ -135,6 +156,8 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kunci status: warning: nodes name different actives: %v\n", names)
 	}
 	switch {
+	case len(mismatched) > 0:
+		return exitConfig
 	case answered == len(st) && len(claimActive) > 1:
 		return exitSplit
 	case answered == len(st):
