@@ -493,7 +493,16 @@ export class Client {
   /** The error of a request that found no connection to carry it: the credentials' refusal when that is why, else an UnavailableError saying why the last attempt failed. */
   private noConnection(cause: unknown, what?: string): KunciError {
     if (this.authErr !== undefined && (cause === undefined || cause === errNotUp)) return this.authErr;
-    const why = cause === undefined || cause === errNotUp ? "no connection is up" : cause instanceof Error ? cause.message : String(cause);
+    let why = cause instanceof Error ? cause.message : String(cause);
+    if (cause === undefined || cause === errNotUp) {
+      // Say why the connections are down.
+      const down = this.conns.find((c) => c.lastErr !== undefined)?.lastErr;
+      why = "no connection is up";
+      if (down !== undefined) {
+        why += ` (last attempt: ${down instanceof Error ? down.message : String(down)})`;
+        cause = down;
+      }
+    }
     return new UnavailableError(what === undefined ? why : `${what} (last: ${why})`, { cause });
   }
 

@@ -303,6 +303,9 @@ export class Conn {
     }
     const a = parseAnswer(line);
     if (a.kind === "U") return;
+    // A connection whose client certificate names a credential is
+    // authenticated by it (mutual TLS), before the U.
+    if (a.kind === "E" && a.op === "U" && a.text === "already authenticated") return;
     if (a.kind === "E" && a.op === "U") throw new AuthError(addr, a.text);
     if (a.kind === "E") throw new Error(`${addr} refused the connection: ${a.text}`);
     throw new BadAnswerError(line);
