@@ -149,8 +149,9 @@ interface Policy {
   unbounded: boolean;
   /** Caps a window that starts at the first failure (a grant's end). */
   ends?: () => number;
-  /** The error once the window has ended, from why the last attempt failed. */
-  over?: (last: unknown) => Error;
+  /** An acquire's key and wait: the error once the wait has ended is a TimeoutError, or says no node answered. */
+  acquireKey?: string;
+  waitMs?: number;
 }
 
 /** A send's answer that the request's window has ended for it (an acquire whose wait ran out in the client). */
@@ -522,6 +523,20 @@ export class Client {
    * @internal
    */
   async route(p: Policy, signal: AbortSignal | undefined, send: (cn: Conn) => Promise<Result>): Promise<Result> {
+    // The usual case first, without the retry state: a usable connection answers.
+    if (this.firstsDone && !this.closed && !(signal?.aborted ?? false) && (p.deadline === 0 || performance.now() < p.deadline)) {
+      const cn = this.next(undefined);
+      if (cn !== undefined) {
+        const r = await send(cn);
+        if (r.kind === "answer") return r;
+        return this.retry(p, signal, send, cn, r);
+      }
+    }
+    return this.retry(p, signal, send, undefined, undefined);
+  }
+
+  /** route after a first attempt on first failed with r, or found no usable connection (first undefined). */
+  private async retry(p: Policy, signal: AbortSignal | undefined, send: (cn: Conn) => Promise<Result>, first: Conn | undefined, r0: Result | undefined): Promise<Result> {
     if (!this.firstsDone) await this.firsts;
     let attempts = 0;
     let redirects = 0;
@@ -535,14 +550,20 @@ export class Client {
         if (p.ends !== undefined) until = Math.min(until, p.ends());
       }
     };
-    const fail = () => (p.over !== undefined ? p.over(lastErr) : this.noConnection(lastErr));
+    const fail = () =>
+      p.acquireKey === undefined
+        ? this.noConnection(lastErr)
+        : lastErr === undefined
+          ? new TimeoutError(p.acquireKey)
+          : this.noConnection(lastErr, `no active node answered within the wait of ${p.waitMs} ms`);
     for (;;) {
       if (this.closed) throw new ClosedError();
       if (signal?.aborted) throw signal.reason;
-      if (until !== 0 && performance.now() >= until) throw fail();
-      const cn = this.next(failed);
+      if (r0 === undefined && until !== 0 && performance.now() >= until) throw fail();
+      const cn = r0 !== undefined ? first : this.next(failed);
       if (cn !== undefined) {
-        const r = await send(cn);
+        const r = r0 ?? (await send(cn));
+        r0 = undefined;
         if (r === TRY_LATER) throw fail();
         if (r.kind === "answer") return r;
         if (this.closed) throw new ClosedError();
@@ -569,15 +590,16 @@ export class Client {
   }
 
   /** One request (not an acquire) on cn; its answer, or broken when cn is not up. */
-  private async request(cn: Conn, op: string, key: string, line: string, signal: AbortSignal | undefined): Promise<Result> {
-    if (!cn.usable) return broken(errNotUp);
+  private request(cn: Conn, op: string, key: string, line: string, signal: AbortSignal | undefined): Promise<Result> {
+    if (!cn.usable) return Promise.resolve(broken(errNotUp));
     const c = new Call(op, key);
     if (op === "L") c.held = [];
     cn.send(c, line);
     if (signal === undefined) return c.promise;
-    const r = await raceAbort(c.promise, signal);
-    if (r === undefined) throw signal.reason; // the answer, when it comes, is dropped
-    return r;
+    return raceAbort(c.promise, signal).then((r) => {
+      if (r === undefined) throw signal.reason; // the answer, when it comes, is dropped
+      return r;
+    });
   }
 
   /** acquire, or tryAcquire when tryIt (wait is then 0). Returns null for a try that found the key held. */
@@ -587,7 +609,8 @@ export class Client {
     const p: Policy = { deadline: 0, span: 0, unbounded: false };
     if (wait > 0) {
       p.deadline = performance.now() + wait;
-      p.over = (last) => (last === undefined ? new TimeoutError(key) : this.noConnection(last, `no active node answered within the wait of ${wait} ms`));
+      p.acquireKey = key;
+      p.waitMs = wait;
     } else if (!tryIt) p.unbounded = true;
     const r = await this.route(p, signal, (cn) => this.acquireOn(cn, key, lease, p.deadline, tryIt, signal));
     const a = r.a!;
@@ -608,31 +631,47 @@ export class Client {
    * no bound), or as a try ("-"), answered T at once while an acquire of key
    * is outstanding on cn.
    */
-  private async acquireOn(cn: Conn, key: string, lease: number, deadline: number, tryIt: boolean, signal: AbortSignal | undefined): Promise<Result> {
-    if (!cn.usable) return broken(errNotUp);
-    const gen = cn.gen;
+  private acquireOn(cn: Conn, key: string, lease: number, deadline: number, tryIt: boolean, signal: AbortSignal | undefined): Promise<Result> {
+    if (!cn.usable) return Promise.resolve(broken(errNotUp));
     if (cn.keyBusy(key)) {
-      if (tryIt) return { kind: "answer", a: { kind: "T", key } as Answer, at: performance.now() };
-      const turn = await cn.waitTurn(key, deadline, signal);
-      if (!turn) {
-        if (signal?.aborted) throw signal.reason;
-        throw new TimeoutError(key);
-      }
-      if (cn.gen !== gen || !cn.usable) return cn.redirecting ? { kind: "redirect", at: 0 } : broken(errNotUp);
-      cn.takeTurn(key);
+      if (tryIt) return Promise.resolve({ kind: "answer", a: { kind: "T", key } as Answer, at: performance.now() });
+      return this.acquireAfterTurn(cn, key, lease, deadline, signal);
     }
+    return this.sendAcquire(cn, cn.gen, key, lease, deadline, tryIt, signal);
+  }
+
+  /** acquireOn once the acquire of key outstanding on cn has been answered. */
+  private async acquireAfterTurn(cn: Conn, key: string, lease: number, deadline: number, signal: AbortSignal | undefined): Promise<Result> {
+    const gen = cn.gen;
+    const turn = await cn.waitTurn(key, deadline, signal);
+    if (!turn) {
+      if (signal?.aborted) throw signal.reason;
+      throw new TimeoutError(key);
+    }
+    if (cn.gen !== gen || !cn.usable) return cn.redirecting ? { kind: "redirect", at: 0 } : broken(errNotUp);
+    cn.takeTurn(key);
+    return this.sendAcquire(cn, gen, key, lease, deadline, false, signal);
+  }
+
+  private sendAcquire(cn: Conn, gen: number, key: string, lease: number, deadline: number, tryIt: boolean, signal: AbortSignal | undefined): Promise<Result> {
     let wait: number | "-" = tryIt ? "-" : 0;
     if (deadline !== 0) {
       const left = deadline - performance.now();
       if (left <= 0) {
         if (cn.gates.size > 0) cn.passGate(key);
-        return TRY_LATER;
+        return Promise.resolve(TRY_LATER);
       }
       wait = Math.ceil(left);
     }
     const c = new Call("A", key);
     cn.send(c, acquireLine(key, lease, wait, this.cfg.owner));
     if (signal === undefined) return c.promise;
+    return this.awaitAcquire(cn, gen, c, lease, signal);
+  }
+
+  /** Waits for the acquire c or for signal; an aborted acquire is withdrawn. */
+  private async awaitAcquire(cn: Conn, gen: number, c: Call, lease: number, signal: AbortSignal): Promise<Result> {
+    const key = c.key;
     const r = await raceAbort(c.promise, signal);
     if (r !== undefined) return r;
     // Withdraw it: its own answer comes (T withdrawn, A the grant won, or a
