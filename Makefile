@@ -29,8 +29,16 @@ vet:
 # idle half the time.
 TESTFLAGS ?= -race -count=1 -p 4 -parallel 4
 
-test: cgo vet
+test: cgo vet test-typescript
 	$(GO) test $(TESTFLAGS) ./...
+
+# The TypeScript client (clients/typescript): npm ci installs what its
+# package-lock.json names (tsc, @types/node), tsc builds it, and node --test
+# runs its tests against this tree's kuncid.
+.PHONY: test-typescript
+test-typescript:
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
+	cd clients/typescript && npm ci --no-audit --no-fund && npm run build && KUNCID=$(CURDIR)/bin/kuncid npm test
 
 # The race detector needs cgo and a C compiler: say so first, rather than
 # let go test say "-race requires cgo" on a machine without gcc.

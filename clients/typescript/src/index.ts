@@ -1,0 +1,30 @@
+// kunci: the official TypeScript/Node client of the kunci lock server.
+// See README.md for a tour, and docs/PROTOCOL.md in the kunci repository for
+// the wire protocol it speaks.
+
+export {
+  Client,
+  Lock,
+  processOwner,
+  type AcquireOptions,
+  type ClientOptions,
+  type Holder,
+  type LockList,
+  type LocksOptions,
+  type Logger,
+  type RequestOptions,
+  type TryAcquireOptions,
+} from "./client.js";
+export { type Credentials, loadCredentials } from "./credentials.js";
+export {
+  AuthError,
+  BadInputError,
+  ClosedError,
+  KunciError,
+  LostError,
+  RefusedError,
+  StaleError,
+  TimeoutError,
+  UnavailableError,
+} from "./errors.js";
+export { MAX_KEY, MAX_OWNER, keyProblem } from "./protocol.js";

@@ -1,0 +1,135 @@
+// The client's matching and retry rules, against a scripted node: a TCP
+// server on 127.0.0.1:0 whose answers the test writes, so that it can answer
+// out of order, cut connections, or stay silent.
+
+import assert from "node:assert/strict";
+import * as net from "node:net";
+import { type TestContext, test } from "node:test";
+import { Client, StaleError, UnavailableError } from "../src/index.js";
+import { waitFor } from "./harness.js";
+
+interface Line {
+  conn: net.Socket;
+  line: string;
+}
+
+/** A scripted node: every line received is handed to onLine, with its connection. */
+class Scripted {
+  readonly server: net.Server;
+  addr = "";
+  readonly lines: Line[] = [];
+  readonly conns: net.Socket[] = [];
+  onLine: (l: Line) => void = () => {};
+  constructor() {
+    this.server = net.createServer((c) => {
+      this.conns.push(c);
+      c.on("error", () => {});
+      let buf = "";
+      c.on("data", (d) => {
+        buf += d.toString();
+        for (let i = buf.indexOf("\n"); i >= 0; i = buf.indexOf("\n")) {
+          const l = { conn: c, line: buf.slice(0, i) };
+          buf = buf.slice(i + 1);
+          this.lines.push(l);
+          this.onLine(l);
+        }
+      });
+    });
+  }
+  async start(t: TestContext): Promise<this> {
+    await new Promise<void>((res) => this.server.listen(0, "127.0.0.1", res));
+    this.addr = `127.0.0.1:${(this.server.address() as net.AddressInfo).port}`;
+    t.after(() => {
+      for (const c of this.conns) c.destroy();
+      return new Promise<void>((res) => this.server.close(() => res()));
+    });
+    return this;
+  }
+}
+
+test("answers are matched by op and key, in send order for equal pairs", async (t) => {
+  const node = await new Scripted().start(t);
+  const c = new Client({ addrs: [node.addr, node.addr] });
+  t.after(() => c.close());
+  const held: Line[] = [];
+  node.onLine = (l) => held.push(l);
+  // Pipelined in one turn: all on one connection, in one write.
+  const r1 = c.adopt("k", 5n, 1000).release();
+  const r2 = c.adopt("k", 6n, 1000).release();
+  const qa = c.inspect("a");
+  const qb = c.inspect("b");
+  await waitFor("four requests", () => held.length === 4);
+  assert.deepEqual(held.map((l) => l.line), ["R k 5", "R k 6", "Q a", "Q b"]);
+  assert.equal(new Set(held.map((l) => l.conn)).size, 1);
+  // Answered across keys out of order; R k OK answers the first R k.
+  held[0]!.conn.write("Q b 9 1 0\nR k OK\nQ a FREE\nR k STALE\n");
+  await r1;
+  await assert.rejects(r2, StaleError);
+  assert.equal(await qa, null);
+  assert.equal((await qb)?.token, 9n);
+});
+
+test("an acquire whose connection breaks goes on on another with the wait it has left", async (t) => {
+  const node = await new Scripted().start(t);
+  const c = new Client({ addrs: [node.addr] });
+  t.after(() => c.close());
+  let first = true;
+  node.onLine = (l) => {
+    if (!l.line.startsWith("A ")) return;
+    if (first) {
+      first = false;
+      setTimeout(() => l.conn.destroy(), 300); // breaks with the acquire queued
+    } else l.conn.write("A k 77\n");
+  };
+  const lock = await c.acquire("k", { leaseMs: 30_000, waitMs: 5000 });
+  assert.equal(lock.token, 77n);
+  const acquires = node.lines.filter((l) => l.line.startsWith("A ")).map((l) => l.line);
+  assert.equal(acquires.length, 2);
+  const wait = (i: number) => Number(acquires[i]!.split(" ")[3]);
+  assert.ok(wait(0) <= 5 && wait(0) > 4.5, acquires[0]);
+  assert.ok(wait(1) <= wait(0) - 0.25 && wait(1) > 0, `sent again with ${wait(1)} s left`);
+  assert.notEqual(node.lines[0]!.conn, node.lines[1]!.conn);
+});
+
+test("a try fails after one attempt per connection", async (t) => {
+  const node = await new Scripted().start(t);
+  const c = new Client({ addrs: [node.addr] });
+  t.after(() => c.close());
+  node.onLine = (l) => l.conn.destroy(); // every request breaks its connection
+  await assert.rejects(c.tryAcquire("k", { leaseMs: 1000 }), UnavailableError);
+  assert.equal(node.lines.length, 2);
+});
+
+test("a second acquirer of a key waits its turn on the connection", async (t) => {
+  const node = await new Scripted().start(t);
+  const c = new Client({ addrs: [node.addr] });
+  t.after(() => c.close());
+  const held: Line[] = [];
+  node.onLine = (l) => held.push(l);
+  // Asked in one turn, the three acquires share a connection: one is sent,
+  // the others wait inside the client until the one before is answered.
+  const ps = [1, 2, 3].map(() => c.acquire("k", { leaseMs: 1000, waitMs: 10_000 }));
+  for (let i = 1; i <= 3; i++) {
+    await waitFor(`acquire ${i}`, () => held.length === i);
+    assert.equal(held[i - 1]!.conn, held[0]!.conn);
+    held[i - 1]!.conn.write(`A k ${i}\n`);
+  }
+  const tokens = (await Promise.all(ps)).map((l) => l.token);
+  assert.deepEqual(tokens, [1n, 2n, 3n]);
+  assert.equal(held.length, 3);
+});
+
+test("an aborted acquire is withdrawn with C", async (t) => {
+  const node = await new Scripted().start(t);
+  const c = new Client({ addrs: [node.addr] });
+  t.after(() => c.close());
+  node.onLine = (l) => {
+    if (l.line === "C k") l.conn.write("T k\nC k OK\n");
+  };
+  const ac = new AbortController();
+  const p = c.acquire("k", { leaseMs: 1000, signal: ac.signal });
+  await waitFor("the acquire", () => node.lines.length === 1);
+  ac.abort(new Error("no longer wanted"));
+  await assert.rejects(p, /no longer wanted/);
+  assert.deepEqual(node.lines.map((l) => l.line), ["A k 1 0", "C k"]);
+});

@@ -1,0 +1,345 @@
+// Real kuncid processes for the tests, on 127.0.0.1: single nodes on port 0
+// (the address read from the node's "kunci node started" log line),
+// clusters on free ports picked here, a TCP proxy that can cut
+// connections, and waiting on conditions with a deadline. Every process
+// is killed when its test ends.
+
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import * as net from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { createInterface } from "node:readline";
+import type { TestContext } from "node:test";
+import { fileURLToPath } from "node:url";
+
+/** The package's directory (clients/typescript), and the repository's. */
+export const PKG = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+export const REPO = resolve(PKG, "../..");
+
+/** How long a test waits for a condition: long enough for a busy 2-core machine. */
+export const WAIT_MS = 15_000;
+
+let kuncid = process.env.KUNCID;
+
+/** The kuncid binary: $KUNCID, or built once from this repository. */
+export function kuncidPath(): string {
+  if (kuncid === undefined) {
+    const dir = mkdtempSync(join(tmpdir(), "kunci-ts-"));
+    kuncid = join(dir, "kuncid");
+    execFileSync("go", ["build", "-o", kuncid, "./cmd/kuncid"], { cwd: REPO, stdio: "inherit" });
+    process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+  }
+  return resolve(kuncid);
+}
+
+/** A temporary directory removed when the test ends. */
+export function tempDir(t: TestContext): string {
+  const d = mkdtempSync(join(tmpdir(), "kunci-ts-"));
+  t.after(() => rmSync(d, { recursive: true, force: true }));
+  return d;
+}
+
+export interface Node {
+  proc: ChildProcess;
+  addr: string;
+  tlsAddr: string;
+  admin: string;
+  /** Resolves with the exit code (or signal) once the process has exited. */
+  exited: Promise<string>;
+  logs: string[];
+  /** Sends sig (default SIGKILL) and waits for the exit. */
+  kill(sig?: NodeJS.Signals): Promise<string>;
+}
+
+/**
+ * Starts kuncid with args (before them --listen 127.0.0.1:0, JSON logs, its
+ * own data directory and an admin endpoint on port 0, each overridable by
+ * giving it again), and waits for its start line. The process is killed
+ * when the test ends.
+ */
+export async function startNode(t: TestContext, args: string[] = []): Promise<Node> {
+  const all = ["--listen", "127.0.0.1:0", "--log-format", "json", "--data-dir", tempDir(t), "--admin", "127.0.0.1:0", ...args];
+  // kuncid refuses to start beside a KUNCI_ variable it does not know.
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("KUNCI_")));
+  const proc = spawn(kuncidPath(), all, { stdio: ["ignore", "ignore", "pipe"], env });
+  const exited = new Promise<string>((res) => proc.once("exit", (code, sig) => res(sig ?? String(code))));
+  const node: Node = {
+    proc,
+    addr: "",
+    tlsAddr: "",
+    admin: "",
+    exited,
+    logs: [],
+    async kill(sig: NodeJS.Signals = "SIGKILL") {
+      if (proc.exitCode === null && proc.signalCode === null) proc.kill(sig);
+      return exited;
+    },
+  };
+  t.after(() => node.kill("SIGKILL"));
+  const lines = createInterface({ input: proc.stderr! });
+  const started = new Promise<void>((res, rej) => {
+    const timer = setTimeout(() => rej(new Error(`kuncid ${all.join(" ")}: no start line within ${WAIT_MS} ms`)), WAIT_MS);
+    void exited.then((how) => {
+      clearTimeout(timer);
+      rej(new Error(`kuncid ${all.join(" ")} exited (${how}) before it started:\n${node.logs.join("\n")}`));
+    });
+    lines.on("line", (l) => {
+      if (node.logs.length < 2000) node.logs.push(l);
+      try {
+        const j = JSON.parse(l) as { message?: string; addr?: string; tls_addr?: string; admin?: string };
+        if (j.message === "kunci node started") {
+          node.addr = j.addr ?? "";
+          node.tlsAddr = j.tls_addr ?? "";
+          node.admin = j.admin ?? "";
+          clearTimeout(timer);
+          res();
+        }
+      } catch {
+        // not JSON: keep it in logs
+      }
+    });
+  });
+  await started;
+  return node;
+}
+
+/** n loopback addresses nothing listened on a moment ago (each held until all are picked). */
+export async function freeAddrs(n: number): Promise<string[]> {
+  const ls: net.Server[] = [];
+  const out: string[] = [];
+  for (let i = 0; i < n; i++) {
+    const l = net.createServer();
+    await new Promise<void>((res) => l.listen(0, "127.0.0.1", res));
+    ls.push(l);
+    out.push(`127.0.0.1:${(l.address() as net.AddressInfo).port}`);
+  }
+  await Promise.all(ls.map((l) => new Promise((res) => l.close(res))));
+  return out;
+}
+
+/** Writes a cluster key file (mode 600) and returns its path. */
+export function clusterKey(t: TestContext): string {
+  const f = join(tempDir(t), "cluster.key");
+  writeFileSync(f, "a test cluster key, 32 bytes lng\n", { mode: 0o600 });
+  chmodSync(f, 0o600);
+  return f;
+}
+
+export interface Cluster {
+  addrs: string[];
+  nodes: Node[];
+}
+
+/**
+ * Starts a cluster of size kuncid processes on free loopback ports (the
+ * first is the active), with test timing (heartbeat 50 ms, failover 500
+ * ms) and extra args, and waits until every standby follows the active's
+ * stream. A port taken meanwhile by another process: tried again on others.
+ */
+export async function startCluster(t: TestContext, size: number, extra: string[] = []): Promise<Cluster> {
+  const key = clusterKey(t);
+  let last: unknown;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const addrs = await freeAddrs(size);
+    const nodes: Node[] = [];
+    try {
+      for (const a of addrs) {
+        nodes.push(
+          await startNode(t, [
+            "--listen", a, "--advertise", a, "--peers", addrs.join(","), "--cluster-key-file", key,
+            "--heartbeat", "50ms", "--failover-timeout", "500ms", ...extra,
+          ]),
+        );
+      }
+    } catch (e) {
+      last = e;
+      await Promise.all(nodes.map((n) => n.kill()));
+      continue;
+    }
+    for (let i = 0; i < size; i++) {
+      await waitInfo(addrs[i]!, i === 0 ? `I active ${addrs[0]} ${addrs[0]}` : `I standby ${addrs[i]} ${addrs[0]}`);
+    }
+    // Every standby has copied the active's state and follows its stream.
+    await waitFor("every standby synced", async () => {
+      const m = await httpGet(nodes[0]!.admin, "/metrics");
+      return addrs.slice(1).every((a) => m.includes(`kunci_replication_synced{standby="${a}"} 1`));
+    });
+    return { addrs, nodes };
+  }
+  throw last;
+}
+
+/** GETs path from an admin endpoint; "" on failure. */
+export function httpGet(addr: string, path: string): Promise<string> {
+  return new Promise((res) => {
+    const [host, port] = [addr.slice(0, addr.lastIndexOf(":")), Number(addr.slice(addr.lastIndexOf(":") + 1))];
+    const s = net.connect({ host, port });
+    let body = "";
+    s.setTimeout(2000, () => s.destroy());
+    s.on("error", () => res(""));
+    s.on("data", (d) => (body += d.toString()));
+    s.on("close", () => res(body));
+    s.write(`GET ${path} HTTP/1.0\r\nHost: ${addr}\r\n\r\n`);
+  });
+}
+
+/** Sends one line to addr on a connection of its own and returns the answer line ("" when none came). */
+export function roundTrip(addr: string, line: string, ms = 2000): Promise<string> {
+  return new Promise((res) => {
+    const i = addr.lastIndexOf(":");
+    const s = net.connect({ host: addr.slice(0, i), port: Number(addr.slice(i + 1)) });
+    let got = "";
+    const done = (v: string) => {
+      s.destroy();
+      res(v);
+    };
+    s.setTimeout(ms, () => done(""));
+    s.on("error", () => done(""));
+    s.on("data", (d) => {
+      got += d.toString();
+      const nl = got.indexOf("\n");
+      if (nl >= 0) done(got.slice(0, nl));
+    });
+    s.write(line + "\n");
+  });
+}
+
+/** Waits until the node at addr answers I with want. */
+export async function waitInfo(addr: string, want: string): Promise<void> {
+  let got = "";
+  await waitFor(`${addr} to answer I with ${JSON.stringify(want)}`, async () => {
+    got = await roundTrip(addr, "I");
+    return got === want;
+  }).catch((e: Error) => {
+    throw new Error(`${e.message}; last answer ${JSON.stringify(got)}`);
+  });
+}
+
+/** Polls cond every 10 ms until it holds; throws after ms. */
+export async function waitFor(what: string, cond: () => boolean | Promise<boolean>, ms = WAIT_MS): Promise<void> {
+  const until = performance.now() + ms;
+  for (;;) {
+    if (await cond()) return;
+    if (performance.now() > until) throw new Error(`still waiting after ${ms} ms for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** A TCP proxy on 127.0.0.1:0 to target that the test controls. */
+export class Proxy {
+  readonly server: net.Server;
+  addr = "";
+  /** Connections accepted in all. */
+  accepted = 0;
+  private readonly pairs = new Set<[net.Socket, net.Socket]>();
+  private blockedUntil = 0;
+
+  constructor(private readonly target: string) {
+    this.server = net.createServer((c) => this.accept(c));
+  }
+
+  async start(t: TestContext): Promise<this> {
+    await new Promise<void>((res) => this.server.listen(0, "127.0.0.1", res));
+    this.addr = `127.0.0.1:${(this.server.address() as net.AddressInfo).port}`;
+    t.after(() => this.close());
+    return this;
+  }
+
+  private accept(c: net.Socket): void {
+    this.accepted++;
+    c.on("error", () => {});
+    if (performance.now() < this.blockedUntil) {
+      c.destroy();
+      return;
+    }
+    const i = this.target.lastIndexOf(":");
+    const u = net.connect({ host: this.target.slice(0, i), port: Number(this.target.slice(i + 1)) });
+    u.on("error", () => {});
+    const pair: [net.Socket, net.Socket] = [c, u];
+    this.pairs.add(pair);
+    const end = () => {
+      c.destroy();
+      u.destroy();
+      this.pairs.delete(pair);
+    };
+    c.on("close", end);
+    u.on("close", end);
+    c.pipe(u);
+    u.pipe(c);
+  }
+
+  /** Cuts every connection through the proxy, and refuses new ones (accepted, then closed) for blockMs. */
+  cut(blockMs = 0): number {
+    this.blockedUntil = performance.now() + blockMs;
+    const n = this.pairs.size;
+    for (const [c, u] of this.pairs) {
+      c.destroy();
+      u.destroy();
+    }
+    this.pairs.clear();
+    return n;
+  }
+
+  close(): Promise<void> {
+    this.cut();
+    return new Promise((res) => this.server.close(() => res()));
+  }
+}
+
+/** A TCP server that accepts connections and keeps what they send, answering nothing. */
+export class Counter {
+  readonly server: net.Server;
+  addr = "";
+  /** What the connections sent, in the order it arrived. */
+  text = "";
+  conns = 0;
+  private readonly socks = new Set<net.Socket>();
+  constructor() {
+    this.server = net.createServer((c) => {
+      this.conns++;
+      this.socks.add(c);
+      c.on("data", (d) => (this.text += d.toString("latin1")));
+      c.on("error", () => {});
+      c.on("close", () => this.socks.delete(c));
+    });
+  }
+  async start(t: TestContext): Promise<this> {
+    await new Promise<void>((res) => this.server.listen(0, "127.0.0.1", res));
+    this.addr = `127.0.0.1:${(this.server.address() as net.AddressInfo).port}`;
+    t.after(() => {
+      for (const s of this.socks) s.destroy();
+      return new Promise<void>((res) => this.server.close(() => res()));
+    });
+    return this;
+  }
+}
+
+/** Makes a CA, a server certificate for 127.0.0.1 and a client certificate named CN, with openssl, in dir. */
+export function makeCerts(dir: string, clientName = "alice"): { ca: string; cert: string; key: string; clientCert: string; clientKey: string; otherCa: string } {
+  const run = (...args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: ["ignore", "ignore", "pipe"] });
+  const ext = join(dir, "san.ext");
+  writeFileSync(ext, "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n");
+  const cext = join(dir, "client.ext");
+  writeFileSync(cext, "extendedKeyUsage=clientAuth\n");
+  const key = (name: string) => run("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", name);
+  key("ca.key");
+  run("req", "-x509", "-new", "-key", "ca.key", "-sha256", "-days", "2", "-subj", "/CN=kunci test CA", "-out", "ca.pem");
+  key("other-ca.key");
+  run("req", "-x509", "-new", "-key", "other-ca.key", "-sha256", "-days", "2", "-subj", "/CN=another CA", "-out", "other-ca.pem");
+  key("node.key");
+  run("req", "-new", "-key", "node.key", "-subj", "/CN=127.0.0.1", "-out", "node.csr");
+  run("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2", "-sha256", "-extfile", ext, "-out", "node.pem");
+  key("client.key");
+  run("req", "-new", "-key", "client.key", "-subj", `/CN=${clientName}`, "-out", "client.csr");
+  run("x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2", "-sha256", "-extfile", cext, "-out", "client.pem");
+  for (const f of ["ca.key", "other-ca.key", "node.key", "client.key"]) chmodSync(join(dir, f), 0o600);
+  return {
+    ca: join(dir, "ca.pem"),
+    cert: join(dir, "node.pem"),
+    key: join(dir, "node.key"),
+    clientCert: join(dir, "client.pem"),
+    clientKey: join(dir, "client.key"),
+    otherCa: join(dir, "other-ca.pem"),
+  };
+}

@@ -1,0 +1,301 @@
+// The client scenarios every official client runs (clients/SCENARIOS.md),
+// under the same names, against real kuncid processes on 127.0.0.1.
+
+import assert from "node:assert/strict";
+import { readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { test } from "node:test";
+import {
+  AuthError,
+  BadInputError,
+  Client,
+  type Lock,
+  LostError,
+  StaleError,
+  TimeoutError,
+  UnavailableError,
+} from "../src/index.js";
+import { Counter, Proxy, WAIT_MS, makeCerts, startCluster, startNode, tempDir, waitFor } from "./harness.js";
+
+const T = { timeout: 60_000 };
+
+/** A client closed when the test ends. */
+function client(t: import("node:test").TestContext, opts: ConstructorParameters<typeof Client>[0]): Client {
+  const c = new Client(opts);
+  t.after(() => c.close());
+  return c;
+}
+
+test("fifo_handoff", T, async (t) => {
+  const n = await startNode(t);
+  const [a, b, c, d, look] = [0, 1, 2, 3, 4].map(() => client(t, { addrs: [n.addr] }));
+  const la = await a!.acquire("k", { leaseMs: 30_000 });
+  const granted: string[] = [];
+  const ask = async (who: string, cl: Client, waiters: number) => {
+    const p = cl.acquire("k", { leaseMs: 30_000, waitMs: WAIT_MS * 2 }).then((l) => {
+      granted.push(who);
+      return l;
+    });
+    await waitFor(`${who} seen waiting`, async () => (await look!.inspect("k"))?.waiters === waiters);
+    return { p };
+  };
+  const { p: pb } = await ask("B", b!, 1);
+  const { p: pc } = await ask("C", c!, 2);
+  const { p: pd } = await ask("D", d!, 3);
+  await la.release();
+  const lb = await pb;
+  assert.deepEqual(granted, ["B"]);
+  assert.ok(lb.token > la.token);
+  await lb.release();
+  const lc = await pc;
+  assert.deepEqual(granted, ["B", "C"]);
+  assert.ok(lc.token > lb.token);
+  await lc.release();
+  const ld = await pd;
+  assert.deepEqual(granted, ["B", "C", "D"]);
+  assert.ok(ld.token > lc.token);
+  await ld.release();
+  assert.equal(await look!.inspect("k"), null);
+});
+
+test("wait_timeout", T, async (t) => {
+  const n = await startNode(t);
+  const a = client(t, { addrs: [n.addr] });
+  const b = client(t, { addrs: [n.addr] });
+  const la = await a.acquire("k", { leaseMs: 30_000 });
+  const start = performance.now();
+  await assert.rejects(b.acquire("k", { leaseMs: 30_000, waitMs: 300 }), (e: unknown) => {
+    assert.ok(e instanceof TimeoutError, String(e));
+    assert.equal(e.code, "ERR_KUNCI_TIMEOUT");
+    return true;
+  });
+  assert.ok(performance.now() - start >= 300, `timed out after ${performance.now() - start} ms`);
+  assert.equal((await b.inspect("k"))?.token, la.token);
+});
+
+test("lease_loss", T, async (t) => {
+  const n = await startNode(t);
+  const a = client(t, { addrs: [n.addr] });
+  const other = client(t, { addrs: [n.addr] });
+  let told: unknown;
+  const run = a.withLock("k", { leaseMs: 1000 }, async (lock, signal) => {
+    // The grant is ended behind A's back: another client releases its key and token.
+    await other.adopt(lock.key, lock.token, 1000).release();
+    await new Promise<void>((res, rej) => {
+      const t = setTimeout(() => rej(new Error("the loss signal never fired")), WAIT_MS);
+      signal.addEventListener("abort", () => {
+        clearTimeout(t);
+        told = signal.reason;
+        res();
+      });
+    });
+    return "done";
+  });
+  await assert.rejects(run, LostError);
+  assert.ok(told instanceof LostError, String(told));
+  // The client goes on.
+  const l = await a.acquire("k", { leaseMs: 1000 });
+  await l.release();
+});
+
+test("release_across_drop", T, async (t) => {
+  const n = await startNode(t);
+  const proxy = await new Proxy(n.addr).start(t);
+  const a = client(t, { addrs: [proxy.addr] });
+  const look = client(t, { addrs: [n.addr] });
+  const lock = await a.acquire("k", { leaseMs: 60_000 });
+  const before = proxy.accepted;
+  assert.equal(proxy.cut(500), 2); // both of A's connections, and none for 0.5 s
+  await lock.release();
+  assert.ok(proxy.accepted > before, "the release came back on a new connection");
+  assert.equal(await look.inspect("k"), null);
+});
+
+test("redirect_from_standby", T, async (t) => {
+  const cl = await startCluster(t, 2);
+  const c = client(t, { addrs: [cl.addrs[1]!] }); // the standby only
+  const lock = await c.acquire("k", { leaseMs: 30_000, waitMs: 10_000 });
+  const active = client(t, { addrs: [cl.addrs[0]!] });
+  assert.equal((await active.inspect("k"))?.token, lock.token);
+  await lock.release();
+});
+
+/** Callers acquiring and releasing keys of their own in a loop, recording tokens with the time each acquire started and ended. */
+function loop(c: Client, callers: number, waitMs: number, allowed: (e: unknown, op: string, started: number) => boolean) {
+  const grants: Array<{ caller: number; token: bigint; started: number; ended: number }> = [];
+  const errors: string[] = [];
+  const cycles = new Array<number>(callers).fill(0);
+  let stop = false;
+  const done = Promise.all(
+    Array.from({ length: callers }, async (_, i) => {
+      const deadline = performance.now() + 45_000;
+      while (!stop && performance.now() < deadline) {
+        const started = performance.now();
+        let lock: Lock;
+        try {
+          lock = await c.acquire(`loop/${i}`, { leaseMs: 10_000, waitMs });
+        } catch (e) {
+          if (!allowed(e, "acquire", started)) errors.push(`acquire: ${String(e)}`);
+          continue;
+        }
+        grants.push({ caller: i, token: lock.token, started, ended: performance.now() });
+        const releasing = performance.now();
+        try {
+          await lock.release();
+        } catch (e) {
+          if (!allowed(e, "release", releasing)) errors.push(`release: ${String(e)}`);
+        }
+        cycles[i]!++;
+      }
+    }),
+  );
+  return {
+    grants,
+    errors,
+    cycles,
+    async stop() {
+      stop = true;
+      await done;
+    },
+  };
+}
+
+test("crash_failover", T, async (t) => {
+  // Semi-sync: every grant a caller saw is on the standbys when the active dies, so its release finds it.
+  const cl = await startCluster(t, 3, ["--semi-sync"]);
+  const c = client(t, { addrs: cl.addrs, logger: process.env.KUNCI_DEBUG ? (lv, m, f) => console.error(Math.round(performance.now()), lv, m, JSON.stringify(f)) : undefined });
+  // Allowed: an acquire with a short wait that ran out, and STALE for a
+  // release sent to the active as it died: the node executed it (and the
+  // standbys have it) but its answer was lost, so the release sent again
+  // finds the grant gone (as clientlib's Release says).
+  let at = Infinity;
+  const allowed = (e: unknown, op: string, started: number) =>
+    op === "acquire" ? e instanceof TimeoutError || e instanceof UnavailableError : e instanceof StaleError && started < at;
+  const l = loop(c, 4, 1500, allowed);
+  t.after(() => l.stop());
+  await waitFor("cycles before the crash", () => l.cycles.every((n) => n >= 20));
+  at = performance.now();
+  await cl.nodes[0]!.kill("SIGKILL");
+  const base = [...l.cycles];
+  await waitFor("every caller goes on at the new active", () => l.cycles.every((n, i) => n >= base[i]! + 20), 30_000);
+  await l.stop();
+  if (process.env.KUNCI_DEBUG) t.diagnostic(JSON.stringify(l.grants.filter((g) => g.ended > at).slice(0, 12).map((g) => [Math.round(g.started - at), Math.round(g.ended - at)])));
+  assert.deepEqual(l.errors, []);
+  const before = l.grants.filter((g) => g.ended < at);
+  const after = l.grants.filter((g) => g.started > at);
+  assert.ok(before.length > 0 && after.length > 0);
+  const maxBefore = before.reduce((m, g) => (g.token > m ? g.token : m), 0n);
+  for (const g of after) assert.ok(g.token > maxBefore, `token ${g.token} after the crash, ${maxBefore} before`);
+});
+
+test("graceful_handoff", T, async (t) => {
+  const cl = await startCluster(t, 2);
+  const c = client(t, { addrs: cl.addrs });
+  const l = loop(c, 4, 10_000, () => false);
+  t.after(() => l.stop());
+  await waitFor("cycles before the handoff", () => l.cycles.every((n) => n >= 20));
+  const at = performance.now();
+  cl.nodes[0]!.proc.kill("SIGINT");
+  assert.equal(await cl.nodes[0]!.exited, "0");
+  const base = [...l.cycles];
+  await waitFor("every caller goes on at the successor", () => l.cycles.every((n, i) => n >= base[i]! + 20), 30_000);
+  await l.stop();
+  assert.deepEqual(l.errors, []);
+  // Tokens keep rising: each caller's, one after the other, and across the handoff.
+  const last = new Map<number, bigint>();
+  for (const g of l.grants) {
+    assert.ok(g.token > (last.get(g.caller) ?? 0n), `caller ${g.caller}: token ${g.token} after ${last.get(g.caller)}`);
+    last.set(g.caller, g.token);
+  }
+  const maxBefore = l.grants.filter((g) => g.ended < at).reduce((m, g) => (g.token > m ? g.token : m), 0n);
+  for (const g of l.grants.filter((g) => g.started > at)) assert.ok(g.token > maxBefore);
+});
+
+test("auth", T, async (t) => {
+  const file = join(tempDir(t), "auth");
+  writeFileSync(file, "alice alice-secret-of-24-bytes\n", { mode: 0o600 });
+  const n = await startNode(t, ["--auth-file", file]);
+  const none = client(t, { addrs: [n.addr] });
+  await assert.rejects(none.acquire("k", { leaseMs: 5000, waitMs: 5000 }), (e: unknown) => {
+    assert.ok(e instanceof AuthError, String(e));
+    assert.match(e.message, /auth required/);
+    return true;
+  });
+  const wrong = client(t, { addrs: [n.addr], credentials: { name: "alice", secret: "not-alices-secret-at-all" } });
+  await assert.rejects(wrong.acquire("k", { leaseMs: 5000, waitMs: 5000 }), (e: unknown) => {
+    assert.ok(e instanceof AuthError, String(e));
+    assert.match(e.message, /bad credentials/);
+    assert.doesNotMatch(e.message, /not-alices-secret/);
+    return true;
+  });
+  await assert.rejects(Client.connect({ addrs: [n.addr], credentials: { name: "alice", secret: "not-alices-secret-at-all" } }), AuthError);
+  const right = client(t, { addrs: [n.addr], credentials: { name: "alice", secret: "alice-secret-of-24-bytes" } });
+  const lock = await right.acquire("k", { leaseMs: 5000, waitMs: 5000 });
+  assert.ok(lock.token >= 1n);
+  await lock.release();
+});
+
+test("tls", T, async (t) => {
+  const certs = makeCerts(tempDir(t));
+  const ca = readFileSync(certs.ca);
+  // The node's certificate, then mutual TLS with a client certificate.
+  const n = await startNode(t, ["--tls-listen", "127.0.0.1:0", "--tls-cert", certs.cert, "--tls-key", certs.key]);
+  const c = client(t, { addrs: [n.tlsAddr], tls: { ca } });
+  const lock = await c.acquire("k", { leaseMs: 5000, waitMs: 5000 });
+  await lock.release();
+
+  const m = await startNode(t, ["--tls-listen", "127.0.0.1:0", "--tls-cert", certs.cert, "--tls-key", certs.key, "--tls-client-ca", certs.ca]);
+  const mc = client(t, { addrs: [m.tlsAddr], tls: { ca, cert: readFileSync(certs.clientCert), key: readFileSync(certs.clientKey) } });
+  const ml = await mc.acquire("k", { leaseMs: 5000, waitMs: 5000 });
+  await ml.release();
+
+  // A client that does not trust the CA.
+  const untrusting = client(t, { addrs: [n.tlsAddr], tls: { ca: readFileSync(certs.otherCa) } });
+  await assert.rejects(untrusting.acquire("k", { leaseMs: 5000, waitMs: 1000 }), (e: unknown) => {
+    assert.ok(e instanceof UnavailableError, String(e));
+    assert.match(e.message, /certificate/);
+    return true;
+  });
+});
+
+test("bad_input", T, async (t) => {
+  const raw = await new Counter().start(t);
+  const c = client(t, { addrs: [raw.addr] });
+  await waitFor("the client's connections", () => raw.conns === 2);
+  const bad: Array<[string, () => Promise<unknown>]> = [
+    ["key with a space", () => c.acquire("a b", { leaseMs: 1000 })],
+    ["key over 250 bytes", () => c.acquire("k".repeat(251), { leaseMs: 1000 })],
+    ["key over 250 bytes in UTF-8", () => c.acquire("é".repeat(126), { leaseMs: 1000 })],
+    ["empty key", () => c.acquire("", { leaseMs: 1000 })],
+    ["key with a control byte", () => c.acquire("a\nA x 1 0", { leaseMs: 1000 })],
+    ["lease 0", () => c.acquire("k", { leaseMs: 0 })],
+    ["lease below 0", () => c.acquire("k", { leaseMs: -5 })],
+    ["lease not a number", () => c.acquire("k", { leaseMs: Number.NaN })],
+    ["negative wait", () => c.acquire("k", { leaseMs: 1000, waitMs: -1 })],
+    ["try with lease 0", () => c.tryAcquire("k", { leaseMs: 0 })],
+    ["inspect a bad key", () => c.inspect("a b")],
+    ["list a bad prefix", () => c.locks({ prefix: "a b" })],
+    ["list a negative limit", () => c.locks({ limit: -1 })],
+    ["extend by 0", () => c.adopt("k", 1n, 1000).extend(0)],
+    ["adopt token 0", async () => c.adopt("k", 0n, 1000)],
+  ];
+  for (const [what, f] of bad) {
+    await assert.rejects(f(), (e: unknown) => {
+      assert.ok(e instanceof BadInputError, `${what}: ${String(e)}`);
+      assert.match(e.message, /^kunci: /, what);
+      return true;
+    });
+  }
+  assert.throws(() => new Client({ addrs: ["nohost"] }), BadInputError);
+  assert.throws(() => new Client({ addrs: [raw.addr], owner: "two words" }), BadInputError);
+  assert.throws(() => new Client({ addrs: [raw.addr], credentials: { name: "a", secret: "b c" } }), BadInputError);
+  // A good request after them is the first thing the node gets.
+  c.tryAcquire("sentinel", { leaseMs: 1000 }).catch(() => {}); // never answered: ends with the client
+  await waitFor("the good request", () => raw.text.includes("\n"));
+  assert.equal(raw.text, "A sentinel 1 -\n");
+});
+
+test("readme_examples", T, async (t) => {
+  const { runReadmeExamples } = await import("./readme.js");
+  await runReadmeExamples(t);
+});
