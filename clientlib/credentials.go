@@ -103,6 +103,10 @@ func (e *AuthError) Is(target error) bool { return target == ErrAuth }
 // by default).
 const authTimeout = 3 * time.Second
 
+// alreadyAuthenticated is a node's answer to a U on a connection its
+// client certificate authenticated.
+const alreadyAuthenticated = "already authenticated"
+
 // authenticate sends the client's credentials as the first line of nc, a
 // new connection to addr, and reads the node's answer. It returns an
 // *AuthError when the node refuses them. Without credentials it does
@@ -124,7 +128,9 @@ func (c *Client) authenticate(nc net.Conn, addr string) error {
 		return fmt.Errorf("clientlib: %s: unreadable answer to the credentials: %w", addr, err)
 	case err != nil:
 		return fmt.Errorf("clientlib: %s: no answer to the credentials: %w", addr, err)
-	case a.Kind == 'U':
+	case a.Kind == 'U', a.Kind == 'E' && string(a.Text) == alreadyAuthenticated:
+		// Already: a verified TLS client certificate naming a
+		// credential stands for it, and the node took it.
 		_ = nc.SetDeadline(time.Time{})
 		return nil
 	case a.Kind == 'E' && len(a.Op) == 1 && a.Op[0] == 'U':

@@ -62,6 +62,27 @@ func TestMutualTLS(t *testing.T) {
 	}
 }
 
+// A client given credentials and a certificate that names a credential:
+// the node takes the certificate for the credential, and answers the
+// client's U "already authenticated". The connection is authenticated, so
+// the client goes on (it refused the connection before).
+func TestCredentialsBesideACertificateThatNamesOne(t *testing.T) {
+	ca := testcert.NewCA(t, "clientlib test CA")
+	dir := t.TempDir()
+	cert, key := ca.Issue(t, "node", testcert.Options{}).Write(t, dir, "node")
+	auth := withAuth(t)
+	n := startNode(t, "", func(c *server.Config) {
+		c.TLSListen, c.TLSCert, c.TLSKey = "127.0.0.1:0", cert, key
+		c.TLSClientCA = ca.Write(t, dir, "ca")
+		auth(c)
+	})
+	c := newClient(t, func(cfg *clientlib.Config) {
+		cfg.TLS = testcert.ClientConfig(ca, ca.Issue(t, "app", testcert.Options{}))
+		cfg.Credentials = appCreds
+	}, n.TLSAddr())
+	release(t, acquire(t, c, "k"))
+}
+
 // tryAcquire makes a client for addr with cfg and acquires "other" once.
 func tryAcquire(t *testing.T, addr string, cfg *tls.Config) (*clientlib.Lock, error) {
 	t.Helper()
