@@ -111,6 +111,25 @@ test("release_across_drop", T, async (t) => {
   assert.equal(await look.inspect("k"), null);
 });
 
+test("give_up_withdraws", T, async (t) => {
+  const n = await startNode(t);
+  const [a, b, c] = [0, 1, 2].map(() => client(t, { addrs: [n.addr] }));
+  const la = await a!.acquire("k", { leaseMs: 30_000 });
+  const gaveUp = AbortSignal.timeout(300);
+  const start = performance.now();
+  await assert.rejects(b!.acquire("k", { leaseMs: 30_000, waitMs: 10_000, signal: gaveUp }), (e: unknown) => {
+    assert.equal(e, gaveUp.reason);
+    return true;
+  });
+  assert.ok(performance.now() - start < 5_000, "the acquire outlived its signal");
+  await la.release();
+  // B's abandoned acquire was withdrawn: nothing holds k for B's lease.
+  const lc = await c!.tryAcquire("k", { leaseMs: 30_000 });
+  assert.ok(lc, "k was held after the release: the abandoned acquire was granted");
+  assert.ok(lc.token > la.token);
+  await lc.release();
+});
+
 test("redirect_from_standby", T, async (t) => {
   const cl = await startCluster(t, 2);
   const c = client(t, { addrs: [cl.addrs[1]!] }); // the standby only
