@@ -35,12 +35,9 @@ func cmdInspect(args []string, stdout, stderr io.Writer) int {
 	if done {
 		return code
 	}
-	if len(pos) != 1 {
-		return c.usageError("want one KEY, got %s", argCount(len(pos)))
-	}
-	key := pos[0]
-	if err := checkKey(key); err != nil {
-		return c.usageError("%v", err)
+	key, code, ok := c.oneKey(pos, "")
+	if !ok {
+		return code
 	}
 	addrs, creds, err := c.target()
 	if err != nil {
