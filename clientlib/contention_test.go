@@ -75,8 +75,7 @@ func contend(t *testing.T, clients []*clientlib.Client, goroutines, keys, rounds
 
 func TestContentionOneClient(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	c := newClient(t, nil, n.Addr())
+	n, c := nodeClient(t, nil)
 	contend(t, []*clientlib.Client{c}, 1000, 10, 3)
 	waitKeys(t, n, 0)
 	waitQueued(t, n, 0)

@@ -94,7 +94,7 @@ func TestStalledPeerDoesNotStallTheOthers(t *testing.T) {
 	}
 	const window, bucket = 4 * time.Second, 250 * time.Millisecond
 	start := time.Now()
-	time.Sleep(window)
+	time.Sleep(window) // the window measured
 	close(stop)
 	wg.Wait()
 
