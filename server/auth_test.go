@@ -1,17 +1,16 @@
 package server_test
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
 
@@ -377,7 +376,7 @@ func TestAuthFileRefused(t *testing.T) {
 // the log.
 func TestSecretsNeverLogged(t *testing.T) {
 	t.Parallel()
-	var log lockedBuffer
+	var log testnode.Buffer
 	path := writeAuthFile(t, "", authFile)
 	n := startNode(t, func(cfg *server.Config) {
 		cfg.AuthFile = path
@@ -409,23 +408,6 @@ func TestSecretsNeverLogged(t *testing.T) {
 	}
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestAuthTimeout: a connection that has not authenticated within
 // AuthTimeout is answered "E - - auth timeout" and closed, however it
 // trickles bytes; one that authenticated stays, with no idle timeout set.
@@ -441,7 +423,7 @@ func TestAuthTimeout(t *testing.T) {
 			break
 		}
 		trickle.sendRaw([]byte{b})
-		time.Sleep(limit / 20)
+		time.Sleep(limit / 20) // trickling is the scenario
 	}
 	for _, c := range []*client{silent, trickle} {
 		c.expect("E - - auth timeout")

@@ -81,7 +81,7 @@ func TestBufferBudgetHoldsManyNonReaders(t *testing.T) {
 			t.Fatalf("a reading connection's round trip during the flood: %q %v after %v", line, err, time.Since(rt))
 		}
 		slowest = max(slowest, time.Since(rt))
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // a sample every 20 ms while the flood lasts
 	}
 	wg.Wait()
 	m := n.Metrics()

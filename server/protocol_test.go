@@ -20,6 +20,14 @@ func ext(key string, token uint64, lease string) string {
 	return fmt.Sprintf("X %s %d %s", key, token, lease)
 }
 
+// release sends the release of key's grant token and expects it done:
+// "R key OK".
+func (c *client) release(key string, token uint64) {
+	c.t.Helper()
+	c.send(rel(key, token))
+	c.expect("R " + key + " OK")
+}
+
 // A free key is granted at once; waiters on other connections get it in
 // arrival order, each with a larger token, in the same step as the release
 // that ends the previous grant: an acquire pipelined right behind that
@@ -126,8 +134,7 @@ func TestWaitRunsOutNeverEarly(t *testing.T) {
 	}
 	waitQueued(t, n, 0)
 
-	h.send(rel("k", t1))
-	h.expect("R k OK")
+	h.release("k", t1)
 	waitKeys(t, n, 0)
 	w.expectNothing(quiet)
 	f.send("A k 30 0")
@@ -224,8 +231,7 @@ func TestCancel(t *testing.T) {
 	w.expect("C k NONE", "C other NONE")
 
 	// The withdrawn acquire is never granted: the key becomes free.
-	h.send(rel("k", t1))
-	h.expect("R k OK")
+	h.release("k", t1)
 	waitKeys(t, n, 0)
 	w.expectNothing(quiet)
 
@@ -234,16 +240,14 @@ func TestCancel(t *testing.T) {
 	t2 := w.expectGrant("g")
 	w.send("C g")
 	w.expect("C g NONE")
-	w.send(rel("g", t2))
-	w.expect("R g OK")
+	w.release("g", t2)
 
 	// Acquire and cancel pipelined while the key is held.
 	h.send("A k 30 0")
 	t3 := h.expectGrant("k")
 	w.send("A k 30 0", "C k")
 	w.expect("T k", "C k OK")
-	h.send(rel("k", t3))
-	h.expect("R k OK")
+	h.release("k", t3)
 	waitKeys(t, n, 0)
 	waitQueued(t, n, 0)
 }
@@ -263,8 +267,7 @@ func TestDisconnect(t *testing.T) {
 
 	q.close()
 	waitQueued(t, n, 1)
-	h.send(rel("k", t1))
-	h.expect("R k OK")
+	h.release("k", t1)
 	t2 := w.expectGrant("k")
 	if t2 <= t1 {
 		t.Fatalf("token %d after %d, want a larger one", t2, t1)
@@ -278,8 +281,7 @@ func TestDisconnect(t *testing.T) {
 	waitQueued(t, n, 1)
 	x.expectNothing(quiet)
 	y := dial(t, n.Addr())
-	y.send(rel("k", t2))
-	y.expect("R k OK")
+	y.release("k", t2)
 	t3 := x.expectGrant("k")
 	if t3 <= t2 {
 		t.Fatalf("token %d after %d, want a larger one", t3, t2)
@@ -321,8 +323,7 @@ func TestSameKeyAnswersInOrder(t *testing.T) {
 	h.expect("T k")
 	h.send("C k")
 	h.expect("C k NONE")
-	c.send(rel("k", t2))
-	c.expect("R k OK")
+	c.release("k", t2)
 	waitKeys(t, n, 0)
 }
 
@@ -348,8 +349,7 @@ func TestStale(t *testing.T) {
 	other := dial(t, n.Addr())
 	other.send(rel("k", t1), ext("k", t1, "30"))
 	other.expect("R k STALE", "X k STALE")
-	other.send(rel("k", t2))
-	other.expect("R k OK")
+	other.release("k", t2)
 	waitKeys(t, n, 0)
 }
 

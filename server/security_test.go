@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/kunci/kunci/failover"
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/replica"
 	"github.com/kunci/kunci/server"
 )
@@ -178,15 +179,15 @@ func TestOutsiderCannotRaiseTheTokenCeiling(t *testing.T) {
 	tc := newCluster(t, 2, nil)
 	tc.StartAll()
 	tc.WaitActive(0)
-	waitFor(t, "both ceiling files", func() bool {
+	waitFor(t, "the standby to hold the active's ceiling", func() bool {
 		for _, d := range tc.Dirs {
 			if _, err := os.Stat(filepath.Join(d, "token-ceiling")); err != nil {
 				return false
 			}
 		}
-		return true
+		c := tc.ceilings()
+		return c[0] == c[1]
 	})
-	time.Sleep(3 * testHeartbeat) // the standby has the active's ceiling
 	before := tc.ceilings()
 	for _, ceiling := range []string{"9223372036854775808", "18446744073709551615"} {
 		for i := range tc.Addrs {
@@ -196,6 +197,8 @@ func TestOutsiderCannotRaiseTheTokenCeiling(t *testing.T) {
 			c.expectClosed()
 		}
 	}
+	// Heartbeats go on meanwhile: a ceiling taken from the outsider would
+	// be persisted within them.
 	time.Sleep(3 * testHeartbeat)
 	if after := tc.ceilings(); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("ceiling files changed from %v to %v", before, after)
@@ -243,7 +246,7 @@ func TestHeartbeatFloodFromAnOutsiderMakesNoSecondActive(t *testing.T) {
 			wg.Wait()
 			t.Fatalf("%d actives during the flood", n)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // a look every 5 ms while the flood lasts
 	}
 	stop.Store(true)
 	wg.Wait()
@@ -577,17 +580,12 @@ func TestOnPathInjectionIntoAPeerLinkIsRefused(t *testing.T) {
 		t.Fatal("the grant of trigger never crossed the proxy")
 	}
 	pn.Tap(tc.Addrs[0], tc.Addrs[1], nil)
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
+	if !testnode.Until(2*time.Second, func() bool {
 		if h, ok := tc.Nodes[1].Holders()["forged"]; ok {
 			t.Fatalf("the standby applied the forged grant: %+v", h)
 		}
-		if tc.Nodes[1].Metrics().PeerRefused > refused {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	if tc.Nodes[1].Metrics().PeerRefused == refused {
+		return tc.Nodes[1].Metrics().PeerRefused > refused
+	}) {
 		t.Fatal("the standby did not close the link that carried the forged frame")
 	}
 	// It copies the state afresh, without the forged grant.

@@ -25,6 +25,7 @@ import (
 
 	"github.com/kunci/kunci/clientlib"
 	"github.com/kunci/kunci/internal/testcert"
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
 
@@ -136,22 +137,7 @@ func servedSerial(t testing.TB, addr string, cfg *tls.Config) string {
 }
 
 // logLines collects a node's log lines besides sending them to the test.
-type logLines struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logLines) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logLines struct{ testnode.Buffer }
 
 func (l *logLines) into(t testing.TB) func(*server.Config) {
 	return func(c *server.Config) {
@@ -314,14 +300,7 @@ func TestTLSClientThatNeverReadsIsCutOffLikeATCPOne(t *testing.T) {
 	other := dialTLS(t, n.TLSAddr(), p.client("other"))
 	other.roundTrip()
 
-	var flood []byte
-	for range 100_000 {
-		flood = append(flood, "I\n"...)
-	}
-	pad := strings.Repeat("f", 90)
-	for i := range 100_000 {
-		flood = fmt.Appendf(flood, "R flood%s%d 1\n", pad, i%10)
-	}
+	flood := unreadFlood()
 	for i, transport := range []string{"tcp", "tls"} {
 		runtime.GC()
 		var ms runtime.MemStats
@@ -487,28 +466,7 @@ func TestTLSAcrossLoops(t *testing.T) {
 		cs = append(cs, c)
 	}
 	cs = append(cs, dial(t, n.Addr()))
-	for s, key := range keyPerShard("loops", 4) {
-		order := append(append([]*client{}, cs[s:]...), cs[:s]...)
-		h, ws := order[0], order[1:]
-		h.send("A " + key + " 30 0")
-		tok := h.expectGrant(key)
-		for i, w := range ws {
-			w.send("A " + key + " 30 0")
-			waitQueued(t, n, i+1)
-		}
-		h.send(rel(key, tok))
-		h.expect("R " + key + " OK")
-		for i, w := range ws {
-			next := w.expectGrant(key)
-			if next <= tok {
-				t.Fatalf("%s: waiter %d: token %d after %d", key, i, next, tok)
-			}
-			tok = next
-			w.send(rel(key, tok))
-			w.expect("R " + key + " OK")
-		}
-		waitKeys(t, n, 0)
-	}
+	grantsInOrder(t, n, cs, "loops")
 }
 
 // A TLS client that stops reading while its answers pass the output
@@ -837,7 +795,10 @@ func TestTLSStopLeavesNoGoroutine(t *testing.T) {
 	go reader.conn.Write(flood) // never read: the node's output for it waits
 	handshaking := dial(t, addr)
 	handshaking.sendRaw([]byte{0x16, 0x03, 0x01})
-	time.Sleep(100 * time.Millisecond)
+	waitFor(t, "the handshake under way, and answers for the reader held in the node", func() bool {
+		m := n.Metrics()
+		return m.TLSHandshakes == 1 && m.Buffered > 0
+	})
 
 	stopNode(t, n)
 	for _, c := range []*client{holder, waiter, handshaking} {
@@ -926,7 +887,7 @@ func TestPeerTLSRefusesAStranger(t *testing.T) {
 	})
 	tc.StartAll()
 	waitFor(t, "node 0 active", func() bool { return tc.Nodes[0].Role() == "active" })
-	time.Sleep(5 * testFailover)
+	time.Sleep(5 * testFailover) // what must not happen, given time to
 	if got := tc.Nodes[0].Replication(); len(got) != 0 {
 		t.Fatalf("the active streams to %v", got)
 	}
