@@ -210,14 +210,20 @@ func TestCopyAppliedJustAfterTheActiveFellSilentCounts(t *testing.T) {
 		u.n.Step(u.now, e)
 		u.do()
 	}
-	for k := 0; k < 3; k++ {
-		activeHB()
-		standbyHB("a")
-		u.tick(u.now+cfg.Heartbeat, 0, nil)
+	// followActive hears both peers for three heartbeats, and checks that
+	// this node then follows node 0.
+	followActive := func() {
+		t.Helper()
+		for k := 0; k < 3; k++ {
+			activeHB()
+			standbyHB("a")
+			u.tick(u.now+cfg.Heartbeat, 0, nil)
+		}
+		if u.n.State() != StateStandby || u.n.active != 0 {
+			t.Fatalf("state %v following %d, want a standby of node 0", u.n.State(), u.n.active)
+		}
 	}
-	if u.n.State() != StateStandby || u.n.active != 0 {
-		t.Fatalf("state %v following %d, want a standby of node 0", u.n.State(), u.n.active)
-	}
+	followActive()
 	step(CopyStarted{From: 0})
 	for k := 0; k < 12; k++ { // no heartbeat from node 0 for longer than the timeout
 		standbyHB("a")
@@ -227,14 +233,7 @@ func TestCopyAppliedJustAfterTheActiveFellSilentCounts(t *testing.T) {
 		t.Fatalf("state %v following %d after node 0 was silent a timeout, want a standby of none", u.n.State(), u.n.active)
 	}
 	step(CopyApplied{From: 0})
-	for k := 0; k < 3; k++ {
-		activeHB()
-		standbyHB("a")
-		u.tick(u.now+cfg.Heartbeat, 0, nil)
-	}
-	if u.n.State() != StateStandby || u.n.active != 0 {
-		t.Fatalf("state %v following %d, want a standby of node 0", u.n.State(), u.n.active)
-	}
+	followActive()
 	if !u.n.Synced() {
 		t.Fatal("the standby holds a whole copy of node 0 but does not say it is synced: it can never take over")
 	}
