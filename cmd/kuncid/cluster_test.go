@@ -73,21 +73,30 @@ func startCluster(t *testing.T) (addrs, admins []string, cmds []*exec.Cmd) {
 	return addrs, admins, cmds
 }
 
+// firstAnswer sends line on a new connection to addr, open until the test
+// ends, and returns the connection's reader and the first answer (with its
+// LF; "" when none came within 10 s).
+func firstAnswer(t *testing.T, addr, line string) (*bufio.Reader, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = c.Write([]byte(line + "\n"))
+	r := bufio.NewReader(c)
+	answer, _ := r.ReadString('\n')
+	return r, answer
+}
+
 func TestClusterOfProcessesHandsOverOnSIGTERM(t *testing.T) {
 	addrs, admins, cmds := startCluster(t)
 	if got := roundTrip(t, addrs[1], "A k 30 0\n"); got != "M "+addrs[0]+"\n" {
 		t.Fatalf("standby answered %q", got)
 	}
 
-	c, err := net.Dial("tcp", addrs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	r := bufio.NewReader(c)
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	_, _ = c.Write([]byte("A k 30 0\n"))
-	grant, _ := r.ReadString('\n')
+	r, grant := firstAnswer(t, addrs[0], "A k 30 0")
 	if !strings.HasPrefix(grant, "A k ") {
 		t.Fatalf("grant: %q", grant)
 	}
@@ -137,15 +146,7 @@ func TestFrozenActiveYieldsWhenItContinues(t *testing.T) {
 	_ = cmds[0].Process.Signal(syscall.SIGSTOP)
 	t.Cleanup(func() { _ = cmds[0].Process.Signal(syscall.SIGCONT) })
 	waitInfo(t, addrs[1], "I active "+addrs[1]+" "+addrs[1]+"\n")
-	holder, err := net.Dial("tcp", addrs[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	hr := bufio.NewReader(holder)
-	_ = holder.SetDeadline(time.Now().Add(10 * time.Second))
-	_, _ = holder.Write([]byte("A shared 60 0\n"))
-	grant, _ := hr.ReadString('\n')
+	_, grant := firstAnswer(t, addrs[1], "A shared 60 0")
 	token, ok := strings.CutPrefix(strings.TrimSpace(grant), "A shared ")
 	if !ok {
 		t.Fatalf("the new active's grant: %q", grant)
