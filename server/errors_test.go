@@ -136,11 +136,7 @@ func TestRefusalsPipelined(t *testing.T) {
 func TestRefuseSecondQueuedAcquire(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, nil)
-	h, w := dial(t, n.Addr()), dial(t, n.Addr())
-	h.send("A k 30 0")
-	t1 := h.expectGrant("k")
-	w.send("A k 30 0")
-	waitQueued(t, n, 1)
+	h, w, t1 := queuedBehind(t, n, "k")
 	w.send("A k 30 0")
 	w.expect("E A k acquire already queued on this connection")
 	waitQueued(t, n, 1)
@@ -156,8 +152,7 @@ func TestRefuseTooManyWaiters(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, func(cfg *server.Config) { cfg.MaxWaiters = 2 })
 	h := dial(t, n.Addr())
-	h.send("A k 30 0")
-	t1 := h.expectGrant("k")
+	t1 := h.hold("k")
 	w1, w2, w3 := dial(t, n.Addr()), dial(t, n.Addr()), dial(t, n.Addr())
 	w1.send("A k 30 0")
 	waitQueued(t, n, 1)
@@ -167,8 +162,7 @@ func TestRefuseTooManyWaiters(t *testing.T) {
 	w3.expect("E A k too many waiters")
 	w3.roundTrip()
 	// Another key is not affected.
-	w3.send("A other 30 0")
-	w3.expectGrant("other")
+	w3.hold("other")
 
 	h.release("k", t1)
 	t2 := w1.expectGrant("k")
@@ -196,8 +190,7 @@ func TestRefuseTooManyKeys(t *testing.T) {
 	c.release("k1", t1)
 	t2 := w.expectGrant("k1")
 	w.release("k1", t2)
-	c.send("A k4 30 0")
-	c.expectGrant("k4")
+	c.hold("k4")
 }
 
 func TestRefuseTooManyConnections(t *testing.T) {

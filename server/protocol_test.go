@@ -20,6 +20,25 @@ func ext(key string, token uint64, lease string) string {
 	return fmt.Sprintf("X %s %d %s", key, token, lease)
 }
 
+// hold sends "A key 30 0", expects the key granted at once, and returns
+// the token.
+func (c *client) hold(key string) uint64 {
+	c.t.Helper()
+	c.send("A " + key + " 30 0")
+	return c.expectGrant(key)
+}
+
+// queuedBehind dials two connections to n: h holds key (token) and w's
+// acquire of it is queued behind.
+func queuedBehind(t *testing.T, n *server.Node, key string) (h, w *client, token uint64) {
+	t.Helper()
+	h, w = dial(t, n.Addr()), dial(t, n.Addr())
+	token = h.hold(key)
+	w.send("A " + key + " 30 0")
+	waitQueued(t, n, 1)
+	return h, w, token
+}
+
 // release sends the release of key's grant token and expects it done:
 // "R key OK".
 func (c *client) release(key string, token uint64) {
@@ -83,8 +102,7 @@ func TestLeaseEndsNeverEarly(t *testing.T) {
 	sent := time.Now()
 	h.send("A k 0.3 0")
 	t1 := h.expectGrant("k")
-	w.send("A k 30 0")
-	t2 := w.expectGrant("k")
+	t2 := w.hold("k")
 	if got := time.Since(sent); got < lease {
 		t.Fatalf("waiter granted %v after the holder's acquire was sent, before its %v lease ended", got, lease)
 	} else if got > lease+lateBound {
@@ -121,8 +139,7 @@ func TestWaitRunsOutNeverEarly(t *testing.T) {
 	n := startNode(t, nil)
 	const wait = 300 * time.Millisecond
 	h, w, f := dial(t, n.Addr()), dial(t, n.Addr()), dial(t, n.Addr())
-	h.send("A k 30 0")
-	t1 := h.expectGrant("k")
+	t1 := h.hold("k")
 
 	sent := time.Now()
 	w.send("A k 30 0.3")
@@ -213,12 +230,7 @@ func TestWaitAndLeaseEndTogether(t *testing.T) {
 func TestCancel(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, nil)
-	h, w := dial(t, n.Addr()), dial(t, n.Addr())
-	h.send("A k 30 0")
-	t1 := h.expectGrant("k")
-
-	w.send("A k 30 0")
-	waitQueued(t, n, 1)
+	h, w, t1 := queuedBehind(t, n, "k")
 	// The holder has nothing queued: its cancel touches neither its grant
 	// nor the other connection's acquire.
 	h.send("C k")
@@ -236,15 +248,13 @@ func TestCancel(t *testing.T) {
 	w.expectNothing(quiet)
 
 	// A granted acquire cannot be cancelled.
-	w.send("A g 30 0")
-	t2 := w.expectGrant("g")
+	t2 := w.hold("g")
 	w.send("C g")
 	w.expect("C g NONE")
 	w.release("g", t2)
 
 	// Acquire and cancel pipelined while the key is held.
-	h.send("A k 30 0")
-	t3 := h.expectGrant("k")
+	t3 := h.hold("k")
 	w.send("A k 30 0", "C k")
 	w.expect("T k", "C k OK")
 	h.release("k", t3)
@@ -258,8 +268,7 @@ func TestDisconnect(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, nil)
 	h, q, w := dial(t, n.Addr()), dial(t, n.Addr()), dial(t, n.Addr())
-	h.send("A k 30 0")
-	t1 := h.expectGrant("k")
+	t1 := h.hold("k")
 	q.send("A k 30 0")
 	waitQueued(t, n, 1)
 	w.send("A k 30 0")
@@ -292,8 +301,7 @@ func TestDisconnect(t *testing.T) {
 	y.send("A gone 0.3 0")
 	y.expectGrant("gone")
 	y.close()
-	x.send("A gone 30 0")
-	x.expectGrant("gone")
+	x.hold("gone")
 	if got := time.Since(sent); got < 300*time.Millisecond {
 		t.Fatalf("granted %v after the closed holder's acquire was sent, before its lease ended", got)
 	}
@@ -336,16 +344,14 @@ func TestStale(t *testing.T) {
 	c.send("R nokey 1", "X nokey 1 30")
 	c.expect("R nokey STALE", "X nokey STALE")
 
-	c.send("A k 30 0")
-	t1 := c.expectGrant("k")
+	t1 := c.hold("k")
 	c.send(rel("k", t1+1), ext("k", t1+1, "30"), rel("k", 18446744073709551615), ext("k", t1+1000, "1"))
 	c.expect("R k STALE", "X k STALE", "R k STALE", "X k STALE")
 	// Still held under t1.
 	c.send(ext("k", t1, "30"), rel("k", t1), rel("k", t1), ext("k", t1, "30"))
 	c.expect("X k OK", "R k OK", "R k STALE", "X k STALE")
 
-	c.send("A k 30 0")
-	t2 := c.expectGrant("k")
+	t2 := c.hold("k")
 	other := dial(t, n.Addr())
 	other.send(rel("k", t1), ext("k", t1, "30"))
 	other.expect("R k STALE", "X k STALE")
@@ -364,8 +370,7 @@ func TestExtend(t *testing.T) {
 	sent := time.Now()
 	h.send(ext("k", t1, "1"))
 	h.expect("X k OK")
-	w.send("A k 30 0")
-	t2 := w.expectGrant("k")
+	t2 := w.hold("k")
 	if got := time.Since(sent); got < time.Second {
 		t.Fatalf("waiter granted %v after X k %d 1, before the extended lease ended", got, t1)
 	} else if got > time.Second+lateBound {

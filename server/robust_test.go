@@ -261,6 +261,31 @@ func unreadFlood() []byte {
 	return flood
 }
 
+// writeSampling writes flood on f, 64 KiB at a time with a 30 s deadline,
+// and calls sample every 20 ms until the write ends; it returns the
+// write's error.
+func writeSampling(f net.Conn, flood []byte, sample func()) error {
+	done := make(chan error, 1)
+	go func() {
+		_ = f.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		for off := 0; off < len(flood); off += 64 << 10 {
+			if _, err := f.Write(flood[off:min(off+64<<10, len(flood))]); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(20 * time.Millisecond):
+			sample()
+		}
+	}
+}
+
 // A client that pipelines 200,000 requests and never reads its answers
 // makes the node stop reading it or close it: the node's memory stays
 // bounded, and other connections are served meanwhile.
@@ -276,19 +301,7 @@ func TestFloodWithoutReading(t *testing.T) {
 	base := ms.HeapInuse
 
 	f := dialSmallBuffer(t, n.Addr(), 4096)
-	done := make(chan error, 1)
 	start := time.Now()
-	go func() {
-		_ = f.conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
-		for off := 0; off < len(flood); off += 64 << 10 {
-			if _, err := f.conn.Write(flood[off:min(off+64<<10, len(flood))]); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
-
 	var peak uint64
 	var slowest time.Duration
 	var trips int
@@ -305,16 +318,7 @@ func TestFloodWithoutReading(t *testing.T) {
 			t.Fatalf("a round trip on another connection took %v during the flood", d)
 		}
 	}
-	var werr error
-wait:
-	for {
-		select {
-		case werr = <-done:
-			break wait
-		case <-time.After(20 * time.Millisecond):
-			sample()
-		}
-	}
+	werr := writeSampling(f.conn, flood, sample)
 	if isTimeout(werr) {
 		t.Fatalf("flood write still blocked after 30 s: the node neither reads nor closes the connection")
 	}
@@ -398,8 +402,7 @@ func TestRestartOnSamePort(t *testing.T) {
 	first := startNode(t, nil)
 	addr := first.Addr()
 	c := dial(t, addr)
-	c.send("A k 30 0")
-	c.expectGrant("k")
+	c.hold("k")
 	stopNode(t, first)
 	c.expectClosed()
 

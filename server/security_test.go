@@ -176,9 +176,7 @@ func (tc *testCluster) actives() int {
 // both nodes persist it, and neither could start again.
 func TestOutsiderCannotRaiseTheTokenCeiling(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, nil)
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 2, nil)
 	waitFor(t, "the standby to hold the active's ceiling", func() bool {
 		for _, d := range tc.Dirs {
 			if _, err := os.Stat(filepath.Join(d, "token-ceiling")); err != nil {
@@ -214,9 +212,7 @@ func TestOutsiderCannotRaiseTheTokenCeiling(t *testing.T) {
 // itself: two actives on a healthy network.
 func TestHeartbeatFloodFromAnOutsiderMakesNoSecondActive(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, nil)
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 2, nil)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
@@ -263,8 +259,7 @@ func TestOutsiderCannotDemoteTheActiveOrAskForItsRole(t *testing.T) {
 	tc.Start(2)
 	tc.WaitActive(1)
 	c := dial(t, tc.Addrs[1])
-	c.send("A held 30 0")
-	tok := c.expectGrant("held")
+	tok := c.hold("held")
 	for _, line := range []string{
 		fmt.Sprintf("P H %s a - 1 1 0 1", tc.Addrs[0]),
 		fmt.Sprintf("P H %s s - 1 1 0 1", tc.Addrs[0]),
@@ -292,12 +287,9 @@ func TestOutsiderCannotDemoteTheActiveOrAskForItsRole(t *testing.T) {
 // every key and token, to the outsider.
 func TestOutsiderGetsNoSnapshot(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, nil)
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 2, nil)
 	c := dial(t, tc.Addrs[0])
-	c.send("A secret/1 30 0")
-	c.expectGrant("secret/1")
+	c.hold("secret/1")
 	nc, err := net.Dial("tcp", tc.Addrs[0])
 	if err != nil {
 		t.Fatal(err)
@@ -315,9 +307,7 @@ func TestOutsiderGetsNoSnapshot(t *testing.T) {
 // answers never wait for it.
 func TestQuietFakeStandbyCannotStallSemiSync(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, func(c *server.Config) { c.SemiSync = true })
-	tc.Start(0)
-	tc.WaitActive(0)
+	tc := loneActive(t, 2, func(c *server.Config) { c.SemiSync = true })
 	nc, err := net.Dial("tcp", tc.Addrs[0])
 	if err != nil {
 		t.Fatal(err)
@@ -341,9 +331,7 @@ func TestQuietFakeStandbyCannotStallSemiSync(t *testing.T) {
 
 func TestPeerHandshakeRefusals(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, nil)
-	tc.Start(0)
-	tc.WaitActive(0)
+	tc := loneActive(t, 2, nil)
 	stranger := "127.0.0.1:1"
 	for _, tt := range []struct {
 		name, from string
@@ -386,9 +374,7 @@ func TestPeerHandshakeRefusals(t *testing.T) {
 // Defence in depth: what an authenticated peer says is checked too.
 func TestAuthenticatedPeerInputIsChecked(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 3, nil)
-	tc.Start(0)
-	tc.WaitActive(0)
+	tc := loneActive(t, 3, nil)
 	before := tc.ceilings()[0]
 	for _, tt := range []struct {
 		name  string
@@ -428,9 +414,7 @@ func TestAuthenticatedPeerInputIsChecked(t *testing.T) {
 // (and the memory behind them) are bounded by the peer list.
 func TestNewerPeerLinkReplacesTheOlder(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, nil)
-	tc.Start(0)
-	tc.WaitActive(0)
+	tc := loneActive(t, 2, nil)
 	old := dialAsPeer(t, tc.Addrs[0], tc.Addrs[1], testClusterKey)
 	old.send(old.heartbeat('s', 1, 0))
 	for i := 0; i < 5; i++ {
@@ -449,9 +433,7 @@ func TestNewerPeerLinkReplacesTheOlder(t *testing.T) {
 // rate; the rest are dropped unread and counted.
 func TestHeartbeatFloodOnAPeerLinkIsRateLimited(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, nil)
-	tc.Start(0)
-	tc.WaitActive(0)
+	tc := loneActive(t, 2, nil)
 	p := dialAsPeer(t, tc.Addrs[0], tc.Addrs[1], testClusterKey)
 	var b bytes.Buffer
 	for hb := uint64(1); hb <= 5000; hb++ {
@@ -472,9 +454,7 @@ func TestHeartbeatFloodOnAPeerLinkIsRateLimited(t *testing.T) {
 // itself a peer, quickly.
 func TestPeersAreNotStarvedByClientsHoldingEverySlot(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, func(c *server.Config) { c.MaxConns = 10 })
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 2, func(c *server.Config) { c.MaxConns = 10 })
 	for i := 0; i < 10; i++ {
 		dial(t, tc.Addrs[0]) // idle: they send nothing
 	}
@@ -595,13 +575,31 @@ func TestOnPathInjectionIntoAPeerLinkIsRefused(t *testing.T) {
 	}
 }
 
+// activeCluster starts a cluster of size nodes, with conf as newCluster's,
+// and waits until node 0 is active and the others follow it.
+func activeCluster(t *testing.T, size int, conf func(*server.Config)) *testCluster {
+	t.Helper()
+	tc := newCluster(t, size, conf)
+	tc.StartAll()
+	tc.WaitActive(0)
+	return tc
+}
+
+// loneActive starts node 0 of a cluster of size nodes alone, with conf as
+// newCluster's, and waits until it is active; its peers are down.
+func loneActive(t *testing.T, size int, conf func(*server.Config)) *testCluster {
+	t.Helper()
+	tc := newCluster(t, size, conf)
+	tc.Start(0)
+	tc.WaitActive(0)
+	return tc
+}
+
 // tappedCluster starts a two-node cluster whose peer links go through a
 // proxy of the test's (peerNet), node 0 active.
 func tappedCluster(t *testing.T) (*peerNet, *testCluster) {
 	pn := newPeerNet(t)
-	tc := newCluster(t, 2, func(c *server.Config) { c.PeerDialer = pn.Dialer(c.Listen) })
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 2, func(c *server.Config) { c.PeerDialer = pn.Dialer(c.Listen) })
 	return pn, tc
 }
 

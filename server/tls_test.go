@@ -126,6 +126,20 @@ func tlsDial(d net.Dialer, addr string, cfg *tls.Config) (*tls.Conn, error) {
 	return tc, nil
 }
 
+// slowHandshakeNode starts a node serving TLS (mutual: asking for client
+// certificates) whose handshakes may take a minute, so that stalled ones
+// stay; configure, when set, changes its Config further.
+func slowHandshakeNode(t *testing.T, mutual bool, configure func(*server.Config)) (*pki, *server.Node) {
+	t.Helper()
+	p := newPKI(t)
+	return p, startNode(t, p.serve(mutual, func(c *server.Config) {
+		c.TLSHandshakeTimeout = time.Minute
+		if configure != nil {
+			configure(c)
+		}
+	}))
+}
+
 // servedSerial dials addr and returns the serial of the certificate the
 // node presented.
 func servedSerial(t testing.TB, addr string, cfg *tls.Config) string {
@@ -318,30 +332,12 @@ func TestTLSClientThatNeverReadsIsCutOffLikeATCPOne(t *testing.T) {
 			defer tc.Close()
 			f = tc
 		}
-		done := make(chan error, 1)
-		go func() {
-			_ = f.SetWriteDeadline(time.Now().Add(30 * time.Second))
-			for off := 0; off < len(flood); off += 64 << 10 {
-				if _, err := f.Write(flood[off:min(off+64<<10, len(flood))]); err != nil {
-					done <- err
-					return
-				}
-			}
-			done <- nil
-		}()
 		var peak uint64
-		var werr error
-	wait:
-		for {
-			select {
-			case werr = <-done:
-				break wait
-			case <-time.After(20 * time.Millisecond):
-				runtime.ReadMemStats(&ms)
-				peak = max(peak, ms.HeapInuse)
-				other.roundTrip()
-			}
-		}
+		werr := writeSampling(f, flood, func() {
+			runtime.ReadMemStats(&ms)
+			peak = max(peak, ms.HeapInuse)
+			other.roundTrip()
+		})
 		if isTimeout(werr) {
 			t.Fatalf("%s: flood write still blocked after 30 s: the node neither reads nor closes the connection", transport)
 		}
@@ -548,11 +544,7 @@ func (h *holdWrites) flush() error {
 // closed at once instead of waiting.
 func TestTLSHandshakesInProgressAreCapped(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
-	n := startNode(t, p.serve(false, func(c *server.Config) {
-		c.TLSMaxHandshakes = 2
-		c.TLSHandshakeTimeout = time.Minute
-	}))
+	p, n := slowHandshakeNode(t, false, func(c *server.Config) { c.TLSMaxHandshakes = 2 })
 	idle := []*client{dial(t, n.TLSAddr()), dial(t, n.TLSAddr())}
 	extra := dial(t, n.TLSAddr())
 	extra.expectClosed() // long before the minute the idle ones may take
@@ -590,8 +582,7 @@ func stallHandshakes(t testing.TB, addr string, count int) []net.Conn {
 // 127.0.0.2 failed for the whole handshake timeout).
 func TestTLSHandshakeSlotsAreSharedFairly(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
-	n := startNode(t, p.serve(true, func(c *server.Config) { c.TLSHandshakeTimeout = time.Minute }))
+	p, n := slowHandshakeNode(t, true, nil)
 	stallHandshakes(t, n.TLSAddr(), 300)
 	waitFor(t, "the stalled handshakes refused past their source's share", func() bool {
 		return n.Metrics().TLSDropped["busy"] >= 300-server.DefaultTLSMaxHandshakes/8
@@ -616,11 +607,7 @@ func TestTLSHandshakeSlotsAreSharedFairly(t *testing.T) {
 // source that holds the most, which is closed.
 func TestTLSHandshakeSlotsGoToTheSourceHoldingFewer(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
-	n := startNode(t, p.serve(false, func(c *server.Config) {
-		c.TLSMaxHandshakes = 4
-		c.TLSHandshakeTimeout = time.Minute
-	}))
+	p, n := slowHandshakeNode(t, false, func(c *server.Config) { c.TLSMaxHandshakes = 4 })
 	// 127.0.0.1 takes its share (2), and 127.0.0.3 the rest.
 	stalled := stallHandshakes(t, n.TLSAddr(), 2)
 	for range 2 {
@@ -666,11 +653,7 @@ func TestTLSHandshakeSlotsGoToTheSourceHoldingFewer(t *testing.T) {
 // allowance back once the stalled handshakes are gone.
 func TestTLSHandshakesCountUnderTheirSource(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
-	n := startNode(t, p.serve(false, func(c *server.Config) {
-		c.MaxConnsPerIP = 2
-		c.TLSHandshakeTimeout = time.Minute
-	}))
+	p, n := slowHandshakeNode(t, false, func(c *server.Config) { c.MaxConnsPerIP = 2 })
 	stalled := stallHandshakes(t, n.TLSAddr(), 2)
 	waitFor(t, "the two handshakes under way", func() bool { return n.Metrics().TLSHandshakes == 2 })
 	plain := dial(t, n.Addr())
@@ -829,8 +812,7 @@ func TestPeerTLS(t *testing.T) {
 		t.Fatalf("node 0 serves TLS on %s, want its peer address %s", got, tc.Addrs[0])
 	}
 	a := dialTLS(t, tc.Addrs[0], p.client("app"))
-	a.send("A k 30 0")
-	a.expectGrant("k")
+	a.hold("k")
 	tc.waitSame(0, 1)
 
 	s := dialTLS(t, tc.Addrs[1], p.client("app"))
@@ -969,8 +951,7 @@ func TestTLSCertificateStandsForItsCredential(t *testing.T) {
 	app := dialTLS(t, n.TLSAddr(), p.client("stranger"))
 	app.send("U app " + appSecret)
 	app.expect("U OK")
-	app.send("A k 30 0")
-	app.expectGrant("k")
+	app.hold("k")
 	bad := dialTLS(t, n.TLSAddr(), p.client("stranger"))
 	bad.send("U app " + otherSecret)
 	bad.expect("E U - bad credentials")
