@@ -90,6 +90,7 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return c.usageError("%v", err)
 	}
+	// Probed before the signals are caught: an interrupt ends kunci at once.
 	if *wait == 0 && !*try {
 		if why := unreachableAtOnce(key, c.tls, addrs); why != "" {
 			return c.fail(exitUnavailable, "%s", why)
@@ -207,14 +208,13 @@ func cmdRelease(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	addrs, creds, err := c.target()
-	if err != nil {
-		return c.usageError("%v", err)
+	rc, code, ok := c.reach()
+	if !ok {
+		return code
 	}
-	ctx, sig := interruptible(context.Background())
-	defer sig.stop()
-	a, err := ask(ctx, c.tls, addrs, creds, wire.AppendRelease(nil, []byte(key), token))
-	return c.tokenAnswer("release", key, token, a, err, sig)
+	defer rc.stop()
+	a, err := ask(rc.ctx, c.tls, rc.addrs, rc.creds, wire.AppendRelease(nil, []byte(key), token))
+	return c.tokenAnswer("release", key, token, a, err, rc.signals)
 }
 
 func cmdExtend(args []string, stdout, stderr io.Writer) int {
@@ -227,15 +227,14 @@ func cmdExtend(args []string, stdout, stderr io.Writer) int {
 	if *lease <= 0 {
 		return c.usageError("--lease is required, more than 0: the grant then ends that long from now")
 	}
-	addrs, creds, err := c.target()
-	if err != nil {
-		return c.usageError("%v", err)
+	rc, code, ok := c.reach()
+	if !ok {
+		return code
 	}
-	ctx, sig := interruptible(context.Background())
-	defer sig.stop()
+	defer rc.stop()
 	ms := int64((*lease + time.Millisecond - 1) / time.Millisecond) // never shorter than asked
-	a, err := ask(ctx, c.tls, addrs, creds, wire.AppendExtend(nil, []byte(key), token, ms))
-	return c.tokenAnswer("extend", key, token, a, err, sig)
+	a, err := ask(rc.ctx, c.tls, rc.addrs, rc.creds, wire.AppendExtend(nil, []byte(key), token, ms))
+	return c.tokenAnswer("extend", key, token, a, err, rc.signals)
 }
 
 // oneKey checks that a command (inspect, acquire, run) was given one
