@@ -33,9 +33,7 @@ func contend(t *testing.T, clients []*clientlib.Client, goroutines, keys, rounds
 		}
 	}
 	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			k := g % keys
 			key := "contended/" + strconv.Itoa(k)
 			st := &state[k]
@@ -59,7 +57,7 @@ func contend(t *testing.T, clients []*clientlib.Client, goroutines, keys, rounds
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	total := 0

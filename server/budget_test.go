@@ -48,16 +48,14 @@ func TestBufferBudgetHoldsManyNonReaders(t *testing.T) {
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for _, f := range fs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for !stop.Load() {
 				_ = f.conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 				if _, err := f.conn.Write(block); err != nil && !isTimeout(err) {
 					return // closed by the node
 				}
 			}
-		}()
+		})
 	}
 
 	var peakHeap uint64

@@ -90,9 +90,7 @@ func TestMultiLoopCancelRacingGrant(t *testing.T) {
 	var cancelled, granted int
 	for p, key := range keyPerShard("race", 4) {
 		h, w := cs[2*p], cs[2*p+1]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range rounds {
 				outcome, err := cancelRace(h, w, key)
 				if err != nil {
@@ -107,7 +105,7 @@ func TestMultiLoopCancelRacingGrant(t *testing.T) {
 				}
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	t.Logf("%d cancelled before the grant, %d granted before the cancel", cancelled, granted)
@@ -192,9 +190,7 @@ func TestMultiLoopMutualExclusion(t *testing.T) {
 	cs := dialN(t, n, conns)
 	var wg sync.WaitGroup
 	for g, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(g), 7))
 			err := func() error {
 				for range cycles {
@@ -244,7 +240,7 @@ func TestMultiLoopMutualExclusion(t *testing.T) {
 			if err != nil {
 				t.Errorf("connection %d: %v", g, err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if grants != conns*cycles && !t.Failed() {

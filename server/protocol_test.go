@@ -172,9 +172,7 @@ func TestWaitAndLeaseEndTogether(t *testing.T) {
 	for i := range keys {
 		key := fmt.Sprintf("race%d", i)
 		h, w := dial(t, n.Addr()), dial(t, n.Addr())
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			err := func() error {
 				if err := h.write([]byte("A " + key + " 0.2 0\n")); err != nil {
 					return err
@@ -217,7 +215,7 @@ func TestWaitAndLeaseEndTogether(t *testing.T) {
 			if err != nil {
 				t.Errorf("%s: %v", key, err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	t.Logf("%d grants, %d timeouts", grants, timeouts)

@@ -216,9 +216,7 @@ func TestHeartbeatFloodFromAnOutsiderMakesNoSecondActive(t *testing.T) {
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for hb := 1; hb < 200 && !stop.Load(); hb++ {
 				nc, err := net.DialTimeout("tcp", tc.Addrs[1], time.Second)
 				if err != nil {
@@ -233,7 +231,7 @@ func TestHeartbeatFloodFromAnOutsiderMakesNoSecondActive(t *testing.T) {
 				_, _ = io.Copy(io.Discard, nc)
 				nc.Close()
 			}
-		}()
+		})
 	}
 	deadline := time.Now().Add(3 * testFailover)
 	for time.Now().Before(deadline) {

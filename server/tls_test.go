@@ -631,16 +631,14 @@ func TestTLSHandshakeSlotsGoToTheSourceHoldingFewer(t *testing.T) {
 	var mu sync.Mutex
 	closed := 0
 	for _, s := range stalled {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			_ = s.SetReadDeadline(time.Now().Add(time.Second))
 			if _, err := s.Read(make([]byte, 1)); err != nil && !isTimeout(err) {
 				mu.Lock()
 				closed++
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if closed != 1 {

@@ -746,14 +746,12 @@ func TestFailuresReadAlike(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for _, args := range cmds {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			code, _, errs := kunci(t, nil, append(args, "--addrs", addr)...)
 			if code != exitUnavailable || !strings.Contains(errs, want) || strings.Contains(errs, "clientlib") {
 				t.Errorf("kunci %s with the node down: exit %d, %q; want %d and %q", strings.Join(args, " "), code, errs, exitUnavailable, want)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if _, _, errs := kunci(t, nil, "inspect"); !strings.Contains(errs, "got 0 arguments") {

@@ -165,9 +165,7 @@ func askAll(ctx context.Context, tc *tls.Config, addrs []string, creds *clientli
 	st := make([]nodeStatus, len(addrs))
 	var wg sync.WaitGroup
 	for i, addr := range addrs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			actx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			a, rtt, err := exchange(actx, tc, addr, creds, []byte("I\n"))
@@ -178,7 +176,7 @@ func askAll(ctx context.Context, tc *tls.Config, addrs []string, creds *clientli
 				err = fmt.Errorf("unexpected answer %q %s", a.kind, a.text)
 			}
 			st[i] = nodeStatus{addr: addr, err: err, a: a, rtt: rtt}
-		}()
+		})
 	}
 	wg.Wait()
 	return st
