@@ -329,16 +329,17 @@ func startRedis(t *testing.T) string {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
+	var dialErr error
+	if !testnode.Until(testnode.Wait, func() bool {
+		var c net.Conn
+		if c, dialErr = net.Dial("tcp", addr); dialErr == nil {
 			_ = c.Close()
-			return addr
 		}
-		if time.Since(start) > 5*time.Second {
-			t.Fatalf("redis-server on %s did not start: %v", addr, err)
-		}
+		return dialErr == nil
+	}) {
+		t.Fatalf("redis-server on %s did not start: %v", addr, dialErr)
 	}
+	return addr
 }
 
 func TestRedis(t *testing.T) {

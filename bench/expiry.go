@@ -5,7 +5,6 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/kunci/kunci/wire"
 )
@@ -81,13 +80,28 @@ func (e *expiryState) granted(i int, token uint64, now int64) (late int64, err e
 	return late, nil
 }
 
+// handedOn is granted for a driver that keeps its figures for a batch: the
+// lateness goes to late, or an early hand-on is counted in errs.
+func (e *expiryState) handedOn(i int, token uint64, now int64, late *[]int64, errs *[nErrKinds]int64) error {
+	l, err := e.granted(i, token, now)
+	switch {
+	case err != nil:
+		return err
+	case l < 0:
+		errs[errEarly]++
+	default:
+		*late = append(*late, l)
+	}
+	return nil
+}
+
 // rawExpiry is the kunci raw driver for the expiry workload. Connection c
 // holds the keys c, c+C, c+2C, … (C connections), keeping --depth holder
 // acquires in flight; the waiters of its keys queue on connection c+1
 // (mod C), whose socket it writes them to under that connection's wmu.
 type rawExpiry struct {
-	r     *runner
-	conns []*expConn
+	r *runner
+	lineConns[*expConn]
 }
 
 type expConn struct {
@@ -133,32 +147,12 @@ func newRawExpiry(r *runner) (*rawExpiry, error) {
 		ec.holderN = (n - c + conns - 1) / conns
 		prev := (c + conns - 1) % conns
 		ec.waitN = (n - prev + conns - 1) / conns
-		d.conns = append(d.conns, ec)
+		d.lineConns = append(d.lineConns, ec)
 	}
-	for c, ec := range d.conns {
-		ec.next = d.conns[(c+1)%conns]
+	for c, ec := range d.lineConns {
+		ec.next = d.lineConns[(c+1)%conns]
 	}
 	return d, nil
-}
-
-func (d *rawExpiry) run() {
-	var wg sync.WaitGroup
-	for _, c := range d.conns {
-		wg.Go(c.run)
-	}
-	wg.Wait()
-}
-
-func (d *rawExpiry) abort(t time.Time) {
-	for _, c := range d.conns {
-		_ = c.nc.SetReadDeadline(t)
-	}
-}
-
-func (d *rawExpiry) close() {
-	for _, c := range d.conns {
-		_ = c.nc.Close()
-	}
 }
 
 func (c *expConn) run() {
@@ -255,14 +249,8 @@ func (c *expConn) answer(a *wire.Answer, now int64) error {
 			c.errs[errRefused]++
 		}
 	case a.Kind == 'A': // handed on
-		late, err := e.granted(key, a.Token, now)
-		if err != nil {
+		if err := e.handedOn(key, a.Token, now, &c.late, &c.errs); err != nil {
 			return err
-		}
-		if late < 0 {
-			c.errs[errEarly]++
-		} else {
-			c.late = append(c.late, late)
 		}
 		c.reclaimed++
 		c.pend = wire.AppendRelease(c.pend, a.Key, a.Token)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/kunci/kunci/clientlib"
@@ -135,6 +136,41 @@ func (l *lineConn) flush() error {
 	_, err := l.nc.Write(l.out)
 	l.out = l.out[:0]
 	return err
+}
+
+// lineConns are a raw driver's connections, each run by its own goroutine:
+// the run, abort and close of the driver interface for all of them.
+type lineConns[C interface {
+	run()
+	line() *lineConn
+}] []C
+
+func (cs lineConns[C]) run() { runEach(cs) }
+
+func (cs lineConns[C]) abort(t time.Time) {
+	for _, c := range cs {
+		_ = c.line().nc.SetReadDeadline(t)
+	}
+}
+
+func (cs lineConns[C]) close() {
+	for _, c := range cs {
+		_ = c.line().nc.Close()
+	}
+}
+
+// line returns l: a raw driver's connection type embeds *lineConn, and so
+// has this method, for lineConns.
+func (l *lineConn) line() *lineConn { return l }
+
+// runEach runs every worker in a goroutine of its own and returns when all
+// have returned.
+func runEach[W interface{ run() }](workers []W) {
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Go(w.run)
+	}
+	wg.Wait()
 }
 
 // errBadAnswer marks an answer the driver cannot match or parse.

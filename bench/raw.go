@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"sync"
-	"time"
 
 	"github.com/kunci/kunci/wire"
 )
@@ -12,8 +10,8 @@ import (
 // (uncontended, contended, zipf): one goroutine per connection, each
 // keeping --depth cycles in flight.
 type rawCycles struct {
-	r     *runner
-	conns []*rawConn
+	r *runner
+	lineConns[*rawConn]
 }
 
 func newRawCycles(r *runner) (*rawCycles, error) {
@@ -25,7 +23,7 @@ func newRawCycles(r *runner) (*rawCycles, error) {
 			return nil, err
 		}
 		rc := &rawConn{lineConn: l, r: r, cnt: r.rec.addWorker(), sh: r.rec.shardOf(c)}
-		d.conns = append(d.conns, rc)
+		d.lineConns = append(d.lineConns, rc)
 		if c == 0 {
 			if err := l.probe(); err != nil {
 				d.close()
@@ -44,26 +42,6 @@ func newRawCycles(r *runner) (*rawCycles, error) {
 		rc.gaps = make([]int64, 0, 2*r.cfg.Depth)
 	}
 	return d, nil
-}
-
-func (d *rawCycles) run() {
-	var wg sync.WaitGroup
-	for _, c := range d.conns {
-		wg.Go(c.run)
-	}
-	wg.Wait()
-}
-
-func (d *rawCycles) abort(t time.Time) {
-	for _, c := range d.conns {
-		_ = c.nc.SetReadDeadline(t)
-	}
-}
-
-func (d *rawCycles) close() {
-	for _, c := range d.conns {
-		_ = c.nc.Close()
-	}
 }
 
 // Slot states.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -255,13 +254,7 @@ func newRedisPipeline(ctx context.Context, r *runner) (*redisPipeline, error) {
 	return p, nil
 }
 
-func (p *redisPipeline) run() {
-	var wg sync.WaitGroup
-	for _, c := range p.conns {
-		wg.Go(c.run)
-	}
-	wg.Wait()
-}
+func (p *redisPipeline) run() { runEach(p.conns) }
 
 func (p *redisPipeline) abort(t time.Time) { p.timer = time.AfterFunc(time.Until(t), p.cancel) }
 
@@ -431,14 +424,8 @@ func (c *redisConn) expiryGrant(i int, now int64) error {
 		c.assign()
 		return nil
 	}
-	late, err := e.granted(s.key, uint64(s.token), now)
-	if err != nil {
+	if err := e.handedOn(s.key, uint64(s.token), now, &c.late, &c.errs); err != nil {
 		return err
-	}
-	if late < 0 {
-		c.errs[errEarly]++
-	} else {
-		c.late = append(c.late, late)
 	}
 	c.grants++
 	c.cycles++

@@ -13,8 +13,7 @@ import (
 
 func TestAcquireReleaseExtend(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	c := newClient(t, nil, n.Addr())
+	n, c := nodeClient(t, nil)
 	ctx := ctxT(t)
 
 	l1 := acquire(t, c, "orders/42")
@@ -44,8 +43,7 @@ func TestAcquireReleaseExtend(t *testing.T) {
 
 func TestAcquireTimesOut(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	c := newClient(t, nil, n.Addr())
+	n, c := nodeClient(t, nil)
 	other := newClient(t, nil, n.Addr())
 	held := acquire(t, other, "k")
 
@@ -67,8 +65,7 @@ func TestAcquireTimesOut(t *testing.T) {
 
 func TestStale(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	c := newClient(t, nil, n.Addr())
+	n, c := nodeClient(t, nil)
 	ctx := ctxT(t)
 
 	l := acquire(t, c, "k")
@@ -139,9 +136,7 @@ func TestRefusedCarriesNodeReason(t *testing.T) {
 // on the wire.
 func TestBadArgumentsRejectedLocally(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	p := newProxy(t, n.Addr())
-	c := newClient(t, nil, p.addr)
+	_, p, c := proxied(t, nil)
 	ctx := ctxT(t)
 
 	for _, tc := range []struct {
@@ -285,8 +280,7 @@ func TestConfig(t *testing.T) {
 // on one lock and one client, for the race detector.
 func TestSafeForConcurrentUse(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	c := newClient(t, nil, n.Addr())
+	_, c := nodeClient(t, nil)
 	ctx := ctxT(t)
 	l := acquire(t, c, "shared")
 	errs := make(chan error, 64)
@@ -379,9 +373,7 @@ func TestLockHandle(t *testing.T) {
 // a busy machine.)
 func TestExtendWaitsForAConnectionComingBack(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	p := newProxy(t, n.Addr())
-	c := newClient(t, fast, p.addr)
+	_, p, c := proxied(t, fast)
 	l := acquire(t, c, "k")
 	p.down()
 	back := time.AfterFunc(300*time.Millisecond, p.up)

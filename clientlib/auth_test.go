@@ -127,7 +127,7 @@ func TestBadCredentialsReported(t *testing.T) {
 	if errors.Is(err, clientlib.ErrRefused) {
 		t.Fatalf("a connection error reads as a refused request: %v", err)
 	}
-	time.Sleep(3 * every)
+	time.Sleep(3 * every) // the pacing is what is measured
 	tries := n.Metrics().AuthFailures - before
 	if most := uint64(time.Since(start)/every) + 2; tries < 1 || tries > most {
 		t.Fatalf("%d attempts in %v with a reconnect interval of %v, want 1..%d", tries, time.Since(start), every, most)

@@ -443,18 +443,8 @@ func (cn *conn) acquire(ctx context.Context, key string, leaseMs int64, deadline
 	}
 	c := getCall('A', key)
 	owner := cn.cl.cfg.Owner
-	err := cn.send(ctx, c, gen, func(b []byte) []byte { return wire.AppendAcquireOwner(b, key, owner, leaseMs, waitMs) })
-	cn.mu.Unlock()
-	if err != nil {
-		putCall(c)
-		return result{kind: kindBroken, err: err}, nil
-	}
-	r, ok := cn.await(c)
-	if !ok {
-		return cn.cancel(ctx, c, gen)
-	}
-	putCall(c)
-	return r, nil
+	return cn.sendAwait(ctx, c, gen, func(b []byte) []byte { return wire.AppendAcquireOwner(b, key, owner, leaseMs, waitMs) },
+		func() (result, error) { return cn.cancel(ctx, c, gen) })
 }
 
 // waitGate waits until ch is closed (our turn, or the connection broke),

@@ -536,7 +536,22 @@ func (cn *conn) send(ctx context.Context, c *call, gen uint64, line func([]byte)
 func (cn *conn) do(ctx context.Context, op byte, key string, line func([]byte) []byte) (result, error) {
 	c := getCall(op, key)
 	cn.mu.Lock()
-	err := cn.send(ctx, c, 0, line)
+	return cn.sendAwait(ctx, c, 0, line, func() (result, error) {
+		r, ok := cn.drop(c)
+		if !ok {
+			return result{}, ctx.Err()
+		}
+		putCall(c)
+		return r, nil
+	})
+}
+
+// sendAwait sends c as line (for connection generation gen, 0: any), with
+// cn.mu held by the caller, which it unlocks, and waits for the answer. A
+// send that fails is a broken connection. When ctx ends first, giveUp
+// decides what becomes of the call, and what to return.
+func (cn *conn) sendAwait(ctx context.Context, c *call, gen uint64, line func([]byte) []byte, giveUp func() (result, error)) (result, error) {
+	err := cn.send(ctx, c, gen, line)
 	cn.mu.Unlock()
 	if err != nil {
 		putCall(c)
@@ -544,9 +559,7 @@ func (cn *conn) do(ctx context.Context, op byte, key string, line func([]byte) [
 	}
 	r, ok := cn.await(c)
 	if !ok {
-		if r, ok = cn.drop(c); !ok {
-			return result{}, ctx.Err()
-		}
+		return giveUp()
 	}
 	putCall(c)
 	return r, nil

@@ -13,8 +13,7 @@ import (
 
 func TestConnectionsPerAddress(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	c := newClient(t, nil, n.Addr())
+	n, c := nodeClient(t, nil)
 	waitConns(t, n, 2) // two to a single address
 	release(t, acquire(t, c, "k"))
 	if got := n.Conns(); got != 2 {
@@ -28,9 +27,7 @@ func TestConnectionsPerAddress(t *testing.T) {
 
 func TestRoundRobin(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	p := newProxy(t, n.Addr())
-	c := newClient(t, nil, p.addr)
+	_, p, c := proxied(t, nil)
 	waitFor(t, "two proxied connections", func() bool { return len(p.open()) == 2 })
 
 	var locks []*clientlib.Lock
@@ -112,7 +109,7 @@ func TestReconnectPaced(t *testing.T) {
 	}, p.addr)
 
 	start, before := time.Now(), p.acceptedCount()
-	time.Sleep(4 * interval)
+	time.Sleep(4 * interval) // the pacing is what is measured
 	dials := p.acceptedCount() - before
 	elapsed := time.Since(start)
 	// Two connections, each dialled at most once at once and then once per
@@ -221,6 +218,7 @@ func TestCloseDuringReconnect(t *testing.T) {
 		}
 		waitFor(t, "two proxied connections", func() bool { return len(p.open()) == 2 })
 		p.cutAll() // both are dialled again at once...
+		// A varying head start, to meet the race.
 		for range i % 16 {
 			time.Sleep(10 * time.Microsecond)
 		}

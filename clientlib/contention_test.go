@@ -33,9 +33,7 @@ func contend(t *testing.T, clients []*clientlib.Client, goroutines, keys, rounds
 		}
 	}
 	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			k := g % keys
 			key := "contended/" + strconv.Itoa(k)
 			st := &state[k]
@@ -59,7 +57,7 @@ func contend(t *testing.T, clients []*clientlib.Client, goroutines, keys, rounds
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	total := 0
@@ -75,8 +73,7 @@ func contend(t *testing.T, clients []*clientlib.Client, goroutines, keys, rounds
 
 func TestContentionOneClient(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	c := newClient(t, nil, n.Addr())
+	n, c := nodeClient(t, nil)
 	contend(t, []*clientlib.Client{c}, 1000, 10, 3)
 	waitKeys(t, n, 0)
 	waitQueued(t, n, 0)

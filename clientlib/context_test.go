@@ -15,9 +15,7 @@ import (
 // later goes to the next waiter, never to the cancelled one.
 func TestCancelWaitingAcquire(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	p := newProxy(t, n.Addr())
-	c := newClient(t, nil, p.addr)
+	n, p, c := proxied(t, nil)
 	holder := newClient(t, nil, n.Addr())
 	next := newClient(t, nil, n.Addr())
 	held := acquire(t, holder, "k")
@@ -56,8 +54,7 @@ func TestCancelWaitingAcquire(t *testing.T) {
 // bound, with context.DeadlineExceeded, and leaves nothing queued.
 func TestAcquireContextDeadline(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	c := newClient(t, nil, n.Addr())
+	n, c := nodeClient(t, nil)
 	held := acquire(t, newClient(t, nil, n.Addr()), "k")
 
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -89,8 +86,7 @@ func TestAcquireContextDeadline(t *testing.T) {
 // its answer.
 func TestCancelSharedContext(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	c := newClient(t, nil, n.Addr())
+	n, c := nodeClient(t, nil)
 	holder := newClient(t, nil, n.Addr())
 	const waiters = 16
 	var held []*clientlib.Lock

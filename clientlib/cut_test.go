@@ -35,9 +35,7 @@ func waitField(t testing.TB, line string) time.Duration {
 // connection and is granted when the holder releases.
 func TestAcquireFailsOverWhenConnectionCut(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	p := newProxy(t, n.Addr())
-	c := newClient(t, fast, p.addr)
+	n, p, c := proxied(t, fast)
 	holder := newClient(t, nil, n.Addr())
 	waitConns(t, n, 4)
 	held := acquire(t, holder, "k")
@@ -82,16 +80,14 @@ func TestAcquireFailsOverWhenConnectionCut(t *testing.T) {
 // sent again after a cut gets the wait it has left, not a new one.
 func TestAcquireFailoverKeepsDeadline(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	p := newProxy(t, n.Addr())
-	c := newClient(t, fast, p.addr)
-	holder := newClient(t, nil, n.Addr())
-	held := acquire(t, holder, "k")
+	n, p, c := proxied(t, fast)
+	held := acquire(t, newClient(t, nil, n.Addr()), "k")
 
 	const wait = 2 * time.Second
 	start := time.Now()
 	waiting := goAcquire(ctxT(t), c, "k", long, wait)
 	first := p.waitLine("the acquire at the proxy", 1, acquireLines("k"))[0]
+	// Half the wait passes: the scenario.
 	for time.Since(start) < wait/2 {
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -120,11 +116,8 @@ func TestAcquireFailoverKeepsDeadline(t *testing.T) {
 // reachable again, requests work.
 func TestAcquireNoConnection(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	p := newProxy(t, n.Addr())
-	c := newClient(t, fast, p.addr)
-	holder := newClient(t, nil, n.Addr())
-	held := acquire(t, holder, "k")
+	n, p, c := proxied(t, fast)
+	held := acquire(t, newClient(t, nil, n.Addr()), "k")
 
 	waiting := goAcquire(ctxT(t), c, "k", long, 2*time.Second)
 	waitQueued(t, n, 1)
@@ -149,23 +142,23 @@ func TestAcquireNoConnection(t *testing.T) {
 // back, and then frees the key.
 func TestReleaseRetriedThroughCut(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	p := newProxy(t, n.Addr())
-	c := newClient(t, fast, p.addr)
+	n, p, c := proxied(t, fast)
 	l := acquire(t, c, "k")
 
-	p.down()
+	// The node cannot be reached: the proxy cuts every connection, and
+	// closes each new one at once.
+	p.setRefuse(true)
+	p.cutAll()
+	tries := p.acceptedCount()
 	released := make(chan error, 1)
 	go func() { released <- l.Release(ctxT(t)) }()
-	// Let it try and fail a few times (a shorter pause tests less, but
-	// does not fail the test).
-	time.Sleep(500 * time.Millisecond)
+	waitFor(t, "the client to try the node three times", func() bool { return p.acceptedCount() >= tries+3 })
 	select {
 	case err := <-released:
 		t.Fatalf("Release returned %v with the node unreachable, well before its retry time", err)
 	default:
 	}
-	p.up()
+	p.setRefuse(false)
 	select {
 	case err := <-released:
 		if err != nil {

@@ -35,8 +35,7 @@ func closedWithin(ch <-chan struct{}, d time.Duration) bool {
 // TestTryAcquire: a free key is granted at once; a held one is ErrBusy at
 // once, and leaves nothing queued on the node.
 func TestTryAcquire(t *testing.T) {
-	n := startNode(t, "", nil)
-	c := newClient(t, nil, n.Addr())
+	n, c := nodeClient(t, nil)
 	other := newClient(t, nil, n.Addr())
 	l, err := c.TryAcquire(ctxT(t), "job", long)
 	if err != nil {
@@ -120,8 +119,7 @@ func TestInspectForbidden(t *testing.T) {
 // TestDoReleasesAfter: Do runs fn holding the key, returns fn's error, and
 // releases the key either way.
 func TestDoReleasesAfter(t *testing.T) {
-	n := startNode(t, "", nil)
-	c := newClient(t, nil, n.Addr())
+	n, c := nodeClient(t, nil)
 	var token uint64
 	err := c.Do(ctxT(t), "job", 30*time.Second, 0, func(ctx context.Context, l *clientlib.Lock) error {
 		token = l.Token()
@@ -153,8 +151,7 @@ func TestDoReleasesAfter(t *testing.T) {
 // Do returns an error wrapping ErrLost. The keep-alive holds the lock for
 // longer than its lease before that.
 func TestDoCancelsFnWhenTheLockIsLost(t *testing.T) {
-	n := startNode(t, "", nil)
-	c := newClient(t, nil, n.Addr())
+	n, c := nodeClient(t, nil)
 	other := newClient(t, nil, n.Addr())
 	const lease = 600 * time.Millisecond // extended every 200 ms
 	var cause error
@@ -196,8 +193,7 @@ func TestDoCancelsFnWhenTheLockIsLost(t *testing.T) {
 // TestDoStopsWithItsContext: fn's context ends with Do's, and the lock is
 // released all the same.
 func TestDoStopsWithItsContext(t *testing.T) {
-	n := startNode(t, "", nil)
-	c := newClient(t, nil, n.Addr())
+	n, c := nodeClient(t, nil)
 	ctx, cancel := context.WithCancel(ctxT(t))
 	err := c.Do(ctx, "job", long, 0, func(ctx context.Context, l *clientlib.Lock) error {
 		cancel()
@@ -214,8 +210,7 @@ func TestDoStopsWithItsContext(t *testing.T) {
 // without an extend (but not before), and by a keep-alive that finds the
 // lock gone.
 func TestLockDone(t *testing.T) {
-	n := startNode(t, "", nil)
-	c := newClient(t, nil, n.Addr())
+	n, c := nodeClient(t, nil)
 	l := acquire(t, c, "released")
 	done := l.Done()
 	if closedWithin(done, 50*time.Millisecond) {

@@ -151,9 +151,7 @@ func TestOneAcquirePerKeyPerConnection(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, goroutines)
 	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range rounds {
 				key := "k" + strconv.Itoa((g+i)%3)
 				ctx, cancel := context.WithCancel(ctxT(t))
@@ -178,7 +176,7 @@ func TestOneAcquirePerKeyPerConnection(t *testing.T) {
 					return
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(errs)

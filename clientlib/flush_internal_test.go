@@ -5,6 +5,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/kunci/kunci/internal/testnode"
 )
 
 // TestBlockedWriteHoldsUpItsConnectionOnly: a write that blocks, its peer
@@ -68,16 +70,7 @@ func TestBlockedWriteHoldsUpItsConnectionOnly(t *testing.T) {
 	a.pend.outstanding = 2 // not alone: queued for the writer
 	a.flush()
 	a.mu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if a.writing.Load() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the writer did not start writing the first connection")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testnode.WaitFor(t, "the writer to start writing the first connection", a.writing.Load)
 
 	b.mu.Lock()
 	b.w.wbuf = append(b.w.wbuf, "I\n"...)

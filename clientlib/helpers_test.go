@@ -252,6 +252,29 @@ type tapLine struct {
 	at   time.Time
 }
 
+// under returns what f returns, called with mu held.
+func under[T any](mu *sync.Mutex, f func() T) T {
+	mu.Lock()
+	defer mu.Unlock()
+	return f()
+}
+
+// nodeClient starts a node and a client of it, configured by configure.
+func nodeClient(t testing.TB, configure func(*clientlib.Config)) (*server.Node, *clientlib.Client) {
+	t.Helper()
+	n := startNode(t, "", nil)
+	return n, newClient(t, configure, n.Addr())
+}
+
+// proxied starts a node, a proxy in front of it and a client, configured by
+// configure, that reaches the node through the proxy.
+func proxied(t testing.TB, configure func(*clientlib.Config)) (*server.Node, *proxy, *clientlib.Client) {
+	t.Helper()
+	n := startNode(t, "", nil)
+	p := newProxy(t, n.Addr())
+	return n, p, newClient(t, configure, p.addr)
+}
+
 func newProxy(t testing.TB, target string) *proxy {
 	t.Helper()
 	p := &proxy{t: t, target: target, conns: make(map[int]*pconn)}
@@ -432,11 +455,7 @@ func (p *proxy) setRefuse(refuse bool) {
 	p.mu.Unlock()
 }
 
-func (p *proxy) acceptedCount() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.accepted
-}
+func (p *proxy) acceptedCount() int { return under(&p.mu, func() int { return p.accepted }) }
 
 func (p *proxy) open() []int {
 	p.mu.Lock()
@@ -525,23 +544,11 @@ func (f *fakeNode) setTarget(target string) {
 	f.mu.Unlock()
 }
 
-func (f *fakeNode) acceptedCount() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.accepted
-}
+func (f *fakeNode) acceptedCount() int { return under(&f.mu, func() int { return f.accepted }) }
 
-func (f *fakeNode) requestCount() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.requests)
-}
+func (f *fakeNode) requestCount() int { return under(&f.mu, func() int { return len(f.requests) }) }
 
-func (f *fakeNode) infoCount() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.infos
-}
+func (f *fakeNode) infoCount() int { return under(&f.mu, func() int { return f.infos }) }
 
 func (f *fakeNode) accept() {
 	defer f.wg.Done()

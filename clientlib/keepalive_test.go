@@ -25,8 +25,7 @@ func awaitLost(t testing.TB, lost <-chan error, within time.Duration) (err error
 
 // TestKeepAliveHolds keeps a lock with a short lease for several leases.
 func TestKeepAliveHolds(t *testing.T) {
-	n := startNode(t, "", nil)
-	c := newClient(t, nil, n.Addr())
+	n, c := nodeClient(t, nil)
 	other := newClient(t, nil, n.Addr())
 	const lease = 900 * time.Millisecond // extended every 300 ms
 	l, err := c.Acquire(ctxT(t), "k", lease, 0)
@@ -63,8 +62,7 @@ func TestKeepAliveHolds(t *testing.T) {
 // channel without an error and stops extending; the lease then runs out.
 func TestKeepAliveStopsWithContext(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	c := newClient(t, nil, n.Addr())
+	n, c := nodeClient(t, nil)
 	l, err := c.Acquire(ctxT(t), "k", 300*time.Millisecond, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -85,8 +83,7 @@ func TestKeepAliveStopsWithContext(t *testing.T) {
 // its next extend gets STALE, and it reports ErrLost at once.
 func TestKeepAliveLostOnStale(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	c := newClient(t, nil, n.Addr())
+	n, c := nodeClient(t, nil)
 	const lease = 900 * time.Millisecond
 	l, err := c.Acquire(ctxT(t), "k", lease, 0)
 	if err != nil {
@@ -116,9 +113,7 @@ func TestKeepAliveLostWhenUnreachable(t *testing.T) {
 	t.Parallel()
 	for _, how := range []string{"cut", "half-open"} {
 		t.Run(how, func(t *testing.T) {
-			n := startNode(t, "", nil)
-			p := newProxy(t, n.Addr())
-			c := newClient(t, fast, p.addr)
+			_, p, c := proxied(t, fast)
 			waitFor(t, "two proxied connections", func() bool { return len(p.open()) == 2 })
 			const lease = 600 * time.Millisecond
 			start := time.Now()
@@ -156,15 +151,14 @@ func TestKeepAliveLostWhenUnreachable(t *testing.T) {
 // unreachable, ErrLost comes when the lease ends, counted from the grant.
 func TestKeepAliveLostCountsFromGrant(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	p := newProxy(t, n.Addr())
-	c := newClient(t, fast, p.addr)
+	_, p, c := proxied(t, fast)
 	const lease = 2 * time.Second
 	l, err := c.Acquire(ctxT(t), "k", lease, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	granted := time.Now() // the grant came before this
+	// The lease ages on the node: the scenario.
 	for time.Since(granted) < lease*9/10 {
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -44,8 +44,7 @@ func running(t testing.TB, n *server.Node) goleak.Option {
 // background work, closes it, and finds none of its goroutines left.
 func TestNoGoroutineLeftAfterClose(t *testing.T) {
 	n := startNode(t, "", nil)
-	holder := newClient(t, nil, n.Addr())
-	held := acquire(t, holder, "held")
+	held := acquire(t, newClient(t, nil, n.Addr()), "held")
 	p := newProxy(t, n.Addr())
 	ignore := running(t, n) // the node's, the holder's and the proxy's
 

@@ -232,9 +232,7 @@ func TestStandbyNamingDeadActiveIsAskedForTheNext(t *testing.T) {
 // ErrNoConnection); once the node is back, it is granted.
 func TestAcquireWithoutBoundKeepsTrying(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	p := newProxy(t, n.Addr())
-	c := newClient(t, fast, p.addr)
+	_, p, c := proxied(t, fast)
 	release(t, acquire(t, c, "k"))
 	p.down()
 

@@ -77,9 +77,7 @@ func TestStalledPeerDoesNotStallTheOthers(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for {
 				select {
 				case <-stop:
@@ -90,11 +88,11 @@ func TestStalledPeerDoesNotStallTheOthers(t *testing.T) {
 				_ = l.Release(ctx)
 				cancel()
 			}
-		}()
+		})
 	}
 	const window, bucket = 4 * time.Second, 250 * time.Millisecond
 	start := time.Now()
-	time.Sleep(window)
+	time.Sleep(window) // the window measured
 	close(stop)
 	wg.Wait()
 

@@ -18,9 +18,20 @@ func keyRing(n int) [][]byte {
 }
 
 func TestAcquireReleaseAllocatesNothing(t *testing.T) {
-	for _, n := range []int{1, 1000} {
-		t.Run("keys="+strconv.Itoa(n), func(t *testing.T) {
-			keys := keyRing(n)
+	for _, tc := range []struct {
+		name string
+		keys int
+		// step moves the clock before each cycle, which then ends with
+		// an Advance: grants land in every slot of the lease wheel, and
+		// once each slot has been used, nothing more is allocated.
+		step int64
+	}{
+		{"keys=1", 1, 0},
+		{"keys=1000", 1000, 0},
+		{"keys=1000/clock-moves", 1000, ms / 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			keys := keyRing(tc.keys)
 			sh := NewShard(Config{}, new(Tokens), 0)
 			var out Output
 			now := int64(0)
@@ -28,48 +39,27 @@ func TestAcquireReleaseAllocatesNothing(t *testing.T) {
 			cycle := func() {
 				key := keys[i%len(keys)]
 				i++
+				now += tc.step
 				sh.Acquire(now, 1, key, 30*sec, 0, &out)
 				sh.Release(now, 1, key, out.Answers[0].Token, &out)
 				if len(out.Answers) != 2 || out.Answers[0].Kind != Granted || out.Answers[1].Kind != Released {
 					t.Fatalf("not an acquire and release: %+v", out.Answers)
 				}
+				if tc.step > 0 {
+					sh.Advance(now, &out)
+				}
 				out.Reset()
 			}
-			for range 2 * n {
+			for range max(2*tc.keys, 4*wheelSlots*4) {
 				cycle()
 			}
 			if a := testing.AllocsPerRun(10_000, cycle); a != 0 {
-				t.Errorf("acquire+release: %v allocations, want 0", a)
+				t.Errorf("acquire+release (+advance): %v allocations, want 0", a)
 			}
 			if k, q := sh.Stats(); k != 0 || q != 0 {
 				t.Fatalf("Stats() = %d, %d after the cycles", k, q)
 			}
 		})
-	}
-}
-
-func TestAcquireReleaseWhileClockMovesAllocatesNothing(t *testing.T) {
-	// With the clock moving, grants land in every slot of the lease wheel;
-	// once each slot has been used, nothing more is allocated.
-	keys := keyRing(1000)
-	sh := NewShard(Config{}, new(Tokens), 0)
-	var out Output
-	now := int64(0)
-	i := 0
-	cycle := func() {
-		key := keys[i%len(keys)]
-		i++
-		now += ms / 4
-		sh.Acquire(now, 1, key, 30*sec, 0, &out)
-		sh.Release(now, 1, key, out.Answers[0].Token, &out)
-		sh.Advance(now, &out)
-		out.Reset()
-	}
-	for range 4 * wheelSlots * 4 {
-		cycle()
-	}
-	if a := testing.AllocsPerRun(10_000, cycle); a != 0 {
-		t.Errorf("acquire+release+advance: %v allocations, want 0", a)
 	}
 }
 
@@ -95,22 +85,11 @@ func TestAdvanceIdleAllocatesNothing(t *testing.T) {
 }
 
 func TestHandoffAllocatesNothing(t *testing.T) {
-	// Contended: each release hands the key to the other connection, which
-	// queues again behind it.
-	sh := NewShard(Config{}, new(Tokens), 0)
-	var out Output
-	key := []byte("orders/42")
-	sh.Acquire(0, 1, key, 30*sec, 0, &out)
-	sh.Acquire(0, 2, key, 30*sec, 10*sec, &out)
-	token := out.Answers[0].Token
-	out.Reset()
-	holder := ConnID(1)
+	tu := newTurns()
 	cycle := func() {
-		sh.Release(0, holder, key, token, &out)
-		token = out.Answers[1].Token
-		sh.Acquire(0, holder, key, 30*sec, 10*sec, &out)
-		holder = 3 - holder
-		out.Reset()
+		if !tu.step() {
+			t.Fatalf("no handoff: %+v", tu.out.Answers)
+		}
 	}
 	for range 100 {
 		cycle()
@@ -120,26 +99,52 @@ func TestHandoffAllocatesNothing(t *testing.T) {
 	}
 }
 
+// turns is two connections taking turns on one key: each release hands the
+// key to the other connection, queued behind it, which queues again.
+type turns struct {
+	sh     *Shard
+	out    Output
+	key    []byte
+	token  uint64
+	holder ConnID
+}
+
+func newTurns() *turns {
+	tu := &turns{sh: NewShard(Config{}, new(Tokens), 0), key: []byte("orders/42"), holder: 1}
+	tu.sh.Acquire(0, 1, tu.key, 30*sec, 0, &tu.out)
+	tu.sh.Acquire(0, 2, tu.key, 30*sec, 10*sec, &tu.out)
+	tu.token = tu.out.Answers[0].Token
+	tu.out.Reset()
+	return tu
+}
+
+// step is one release, handoff and re-queue; it reports whether the
+// release handed the key on.
+func (tu *turns) step() bool {
+	tu.sh.Release(0, tu.holder, tu.key, tu.token, &tu.out)
+	if len(tu.out.Answers) != 2 || tu.out.Answers[1].Kind != Granted {
+		return false
+	}
+	tu.token = tu.out.Answers[1].Token
+	tu.sh.Acquire(0, tu.holder, tu.key, 30*sec, 10*sec, &tu.out)
+	tu.holder = 3 - tu.holder
+	tu.out.Reset()
+	return true
+}
+
+// A grant whose connection closed is released (engine.Shard.
+// ReleaseUndelivered), and the key handed to the other connection, which
+// queues again behind it.
 func TestReleaseUndeliveredAllocatesNothing(t *testing.T) {
-	// A grant whose connection closed is released, and the key handed to
-	// the other connection, which queues again behind it.
-	sh := NewShard(Config{}, new(Tokens), 0)
-	var out Output
-	out.WantRecords = true
-	key := []byte("orders/42")
-	sh.Acquire(0, 1, key, 30*sec, 0, &out)
-	sh.Acquire(0, 2, key, 30*sec, 10*sec, &out)
-	token := out.Answers[0].Token
-	out.Reset()
-	holder := ConnID(1)
+	tu := newTurns()
 	cycle := func() {
-		if !sh.ReleaseUndelivered(0, key, token, &out) {
+		if !tu.sh.ReleaseUndelivered(0, tu.key, tu.token, &tu.out) {
 			t.Fatal("the grant was not the key's")
 		}
-		token = out.Answers[0].Token
-		sh.Acquire(0, holder, key, 30*sec, 10*sec, &out)
-		holder = 3 - holder
-		out.Reset()
+		tu.token = tu.out.Answers[0].Token
+		tu.sh.Acquire(0, tu.holder, tu.key, 30*sec, 10*sec, &tu.out)
+		tu.holder = 3 - tu.holder
+		tu.out.Reset()
 	}
 	for range 100 {
 		cycle()

@@ -71,24 +71,12 @@ func BenchmarkInspect(b *testing.B) {
 // hands the key to the other connection, queued behind it, which queues
 // again. One iteration is one release, handoff and re-queue.
 func BenchmarkHandoff(b *testing.B) {
-	sh := NewShard(Config{}, new(Tokens), 0)
-	var out Output
-	key := []byte("orders/42")
-	sh.Acquire(0, 1, key, 30*sec, 0, &out)
-	sh.Acquire(0, 2, key, 30*sec, 10*sec, &out)
-	token := out.Answers[0].Token
-	out.Reset()
+	tu := newTurns()
 	b.ReportAllocs()
-	holder := ConnID(1)
 	for b.Loop() {
-		sh.Release(0, holder, key, token, &out)
-		if len(out.Answers) != 2 || out.Answers[1].Kind != Granted {
-			b.Fatalf("no handoff: %+v", out.Answers)
+		if !tu.step() {
+			b.Fatalf("no handoff: %+v", tu.out.Answers)
 		}
-		token = out.Answers[1].Token
-		sh.Acquire(0, holder, key, 30*sec, 10*sec, &out)
-		holder = 3 - holder
-		out.Reset()
 	}
 }
 

@@ -245,9 +245,7 @@ func (s *Shard) Acquire(now int64, conn ConnID, key []byte, lease, wait int64, o
 // bytes; empty: none), which the grant carries for Inspect, Scan and its
 // replication record.
 func (s *Shard) AcquireBy(now int64, conn ConnID, key, owner []byte, lease, wait int64, out *Output) {
-	if len(owner) > MaxOwner {
-		panic("engine: owner longer than MaxOwner")
-	}
+	checkOwner(owner)
 	h := hashKey(key)
 	l := s.locks.get(h, key)
 	if l == nil {
@@ -535,15 +533,21 @@ func (s *Shard) freeWaiter(w *waiter) {
 	}
 }
 
+// checkOwner panics when owner is longer than MaxOwner: the caller broke
+// the contract of AcquireBy or Install.
+func checkOwner(owner []byte) {
+	if len(owner) > MaxOwner {
+		panic("engine: owner longer than MaxOwner")
+	}
+}
+
 // Install makes token the holder of key with its lease ending at deadline,
 // replacing whatever grant the key had: a standby applies its active's
 // grants and extends this way. A new grant takes owner (empty: none); the
 // grant the key has already (the same token: an extend) keeps its own. The
 // key's queue, if any, is kept. It makes no answers and no records.
 func (s *Shard) Install(now int64, key []byte, token uint64, deadline int64, owner []byte) error {
-	if len(owner) > MaxOwner {
-		panic("engine: owner longer than MaxOwner")
-	}
+	checkOwner(owner)
 	h := hashKey(key)
 	l := s.locks.get(h, key)
 	if l == nil {

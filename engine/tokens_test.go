@@ -65,9 +65,7 @@ func TestTokensConcurrentUnderCeiling(t *testing.T) {
 	var wg sync.WaitGroup
 	seen := make([][]uint64, 4)
 	for g := range seen {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for range 10000 {
 				v, ok := tk.Next()
 				if !ok {
@@ -76,7 +74,7 @@ func TestTokensConcurrentUnderCeiling(t *testing.T) {
 				}
 				seen[g] = append(seen[g], v)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	all := map[uint64]bool{}
@@ -113,9 +111,7 @@ func TestTokensSetRangeSkipsTheGap(t *testing.T) {
 	refused := 0
 	var wg sync.WaitGroup
 	for g := 0; g < 8; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := 0; i < 60; i++ {
 				v, ok := tk.Next()
 				mu.Lock()
@@ -127,7 +123,7 @@ func TestTokensSetRangeSkipsTheGap(t *testing.T) {
 				seen[v] = ok
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	<-low
 	tk.SetRange(300, 600, 550)

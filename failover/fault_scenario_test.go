@@ -55,12 +55,7 @@ func TestSimHandbackSuccessorCrashesMidHandoff(t *testing.T) {
 	load := s.load(rand.New(rand.NewPCG(11, 1)))
 	s.run(100*ms, load)
 	s.start(0)
-	for deadline := s.now + 3*cfg.timeout; s.nodes[1].n.State() != StateLeaving; {
-		if s.now > deadline {
-			t.Fatalf("node 1 never handed over: %s", s.states())
-		}
-		s.run(ms, load)
-	}
+	s.runUntil(3*cfg.timeout, "node 1 to hand over", s.leaving(1), load)
 	s.crash(0) // the order to take over is lost with it
 	both := s.overlap(4*cfg.timeout, load)
 	a, _ := s.waitSettled(3 * cfg.timeout)
@@ -86,8 +81,7 @@ func TestSimRejoinedLoserWhoseWinnerCrashesServesAgain(t *testing.T) {
 	cfg := defaultSim(3)
 	s := newSim(t, cfg, 12)
 	s.traceOn = true
-	s.startAll()
-	s.waitSettled(3 * cfg.timeout)
+	s.startSettled()
 	s.isolate(0, true, false)
 	// Node 0 stays busy on its side: its tokens run blocks above the new
 	// active's.
@@ -100,11 +94,7 @@ func TestSimRejoinedLoserWhoseWinnerCrashesServesAgain(t *testing.T) {
 		t.Fatalf("both sides should be active: %s", s.states())
 	}
 	s.isolate(0, false, false)
-	for deadline := s.now + cfg.timeout; s.nodes[0].n.State() != StateDemoting; s.run(ms, nil) {
-		if s.now > deadline {
-			t.Fatalf("node 0 did not step down: %s\n%s", s.states(), s.lastTrace(30))
-		}
-	}
+	s.runUntil(cfg.timeout, "node 0 to step down", func() bool { return s.nodes[0].n.State() == StateDemoting }, nil)
 	s.crash(1)
 	s.run(3*cfg.timeout, s.load(rand.New(rand.NewPCG(12, 1))))
 	sn := s.nodes[0]
@@ -124,17 +114,7 @@ func TestSimOldActiveFrozenMidHandbackLaterIssuesEveryBlock(t *testing.T) {
 	cfg := defaultSim(3)
 	s := newSim(t, cfg, 13)
 	s.traceOn = true
-	s.start(1)
-	s.start(2)
-	if a, _ := s.waitSettled(3 * cfg.timeout); a != 1 {
-		t.Fatalf("node %d active, want 1", a)
-	}
-	s.start(0)
-	for deadline := s.now + 3*cfg.timeout; s.nodes[1].n.State() != StateLeaving; s.run(ms, nil) {
-		if s.now > deadline {
-			t.Fatalf("node 1 never handed over: %s", s.states())
-		}
-	}
+	s.startHandback()
 	s.freezeProcess(1, true)
 	s.run(3*cfg.timeout/2, nil)
 	s.freezeProcess(1, false)
@@ -170,8 +150,7 @@ func TestSimStandbyWithAFullDiskDoesNotStrandTheCluster(t *testing.T) {
 		cfg := defaultSim(3)
 		s := newSim(t, cfg, 14)
 		s.traceOn = true
-		s.startAll()
-		s.waitSettled(3 * cfg.timeout)
+		s.startSettled()
 		load := s.load(rand.New(rand.NewPCG(14, 1)))
 		s.run(200*ms, load)
 		if early {
@@ -202,8 +181,7 @@ func TestSimNodeRestartedWithItsClockBehindIsHeard(t *testing.T) {
 		cfg := defaultSim(3)
 		s := newSim(t, cfg, 16)
 		s.traceOn = true
-		s.startAll()
-		s.waitSettled(3 * cfg.timeout)
+		s.startSettled()
 		load := s.load(rand.New(rand.NewPCG(16, 1)))
 		s.run(500*ms, load)
 		old := s.nodes[restarted].inc
@@ -229,8 +207,7 @@ func TestSimNodeRestartedWithItsClockBehindIsHeard(t *testing.T) {
 func TestSimBridgedActivesDoNotRaiseTheirCeilingsWithoutEnd(t *testing.T) {
 	cfg := defaultSim(3)
 	s := newSim(t, cfg, 17)
-	s.startAll()
-	s.waitSettled(3 * cfg.timeout)
+	s.startSettled()
 	s.setCut(0, 1, true, false)
 	s.setCut(1, 0, true, false)
 	s.run(3*cfg.timeout, nil)
@@ -276,21 +253,12 @@ func TestSimHandoffOrderOvertakenByTheLeavingHeartbeat(t *testing.T) {
 		s.traceOn = true
 		var from int64
 		if stop {
-			s.startAll()
-			s.waitSettled(3 * cfg.timeout)
+			s.startSettled()
 			s.run(100*ms, nil)
 			from = s.now
 			s.leave(0)
 		} else {
-			s.start(1)
-			s.start(2)
-			s.waitSettled(3 * cfg.timeout)
-			s.start(0)
-			for deadline := s.now + 3*cfg.timeout; s.nodes[1].n.State() != StateLeaving; s.run(ms, nil) {
-				if s.now > deadline {
-					t.Fatalf("node 1 never handed over: %s", s.states())
-				}
-			}
+			s.startHandback()
 			from = s.now
 			for deadline := s.now + 3*cfg.timeout; s.nodes[1].n.State() == StateLeaving && s.now < deadline; {
 				s.run(ms, nil)
@@ -322,15 +290,7 @@ func TestSimSuccessorFrozenWithTheHandoffOrderDoesNotActOnItLater(t *testing.T) 
 	cfg := defaultSim(3)
 	s := newSim(t, cfg, 19)
 	s.traceOn = true
-	s.start(1)
-	s.start(2)
-	s.waitSettled(3 * cfg.timeout)
-	s.start(0)
-	for deadline := s.now + 3*cfg.timeout; s.nodes[1].n.State() != StateLeaving; s.run(ms, nil) {
-		if s.now > deadline {
-			t.Fatalf("node 1 never handed over: %s", s.states())
-		}
-	}
+	s.startHandback()
 	s.freezeProcess(0, true)
 	load := s.load(rand.New(rand.NewPCG(19, 1)))
 	s.run(5*cfg.timeout/2, load)

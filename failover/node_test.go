@@ -5,6 +5,7 @@ import "testing"
 // unitNode is a Node driven by hand: a test steps it and reads its actions.
 type unitNode struct {
 	t     *testing.T
+	cfg   Config
 	n     *Node
 	now   int64
 	peerH uint64
@@ -12,7 +13,7 @@ type unitNode struct {
 }
 
 func newUnitNode(t *testing.T, cfg Config) *unitNode {
-	u := &unitNode{t: t, now: 1_000 * ms}
+	u := &unitNode{t: t, cfg: cfg, now: 1_000 * ms}
 	u.n = NewNode(cfg, u.now, 0)
 	return u
 }
@@ -40,6 +41,23 @@ func (u *unitNode) tick(at int64, seq uint64, acked []uint64) {
 	u.do()
 }
 
+// promote ticks u a heartbeat apart, each Progress acknowledging acked,
+// until it is active, hearing a standby heartbeat from each of standbys
+// before each tick; it fails after 30 heartbeats.
+func (u *unitNode) promote(acked []uint64, standbys ...int) {
+	u.t.Helper()
+	start := u.now
+	for k := int64(1); u.n.State() != StateActive; k++ {
+		if k > 30 {
+			u.t.Fatalf("not active: %v", u.n.State())
+		}
+		for _, p := range standbys {
+			u.hear(p, false)
+		}
+		u.tick(start+k*u.cfg.Heartbeat, 0, acked)
+	}
+}
+
 func (u *unitNode) dropped(p int) bool {
 	for _, a := range u.got {
 		if a.Kind == DropStandby && a.Peer == p {
@@ -58,14 +76,7 @@ func (u *unitNode) dropped(p int) bool {
 func TestSemiSyncDoesNotDropAStandbyThatJustSynced(t *testing.T) {
 	cfg := Config{Peers: []string{"a", "b"}, Self: 0, Heartbeat: 100 * ms, Timeout: 1000 * ms, SemiSync: true, Block: 1000, Inc: 7}
 	u := newUnitNode(t, cfg)
-	start := u.now
-	for k := int64(1); u.n.State() != StateActive; k++ {
-		if k > 30 {
-			t.Fatalf("not active: %v", u.n.State())
-		}
-		u.hear(1, false)
-		u.tick(start+k*cfg.Heartbeat, 0, []uint64{0, 0})
-	}
+	u.promote([]uint64{0, 0}, 1)
 	// Records are made; the standby subscribes after record 10 and its
 	// snapshot covers them. The tick that notes record 10 runs a little
 	// late, as tickers do on a busy machine.
@@ -113,13 +124,7 @@ func (u *unitNode) sentTo(p int) int {
 func TestARejoiningPeersHeartbeatIsAnsweredOnce(t *testing.T) {
 	cfg := Config{Peers: []string{"a", "b", "c"}, Self: 0, Heartbeat: 100 * ms, Timeout: 1000 * ms, Block: 1000, Inc: 7}
 	u := newUnitNode(t, cfg)
-	start := u.now
-	for k := int64(1); u.n.State() != StateActive; k++ {
-		if k > 30 {
-			t.Fatalf("not active: %v", u.n.State())
-		}
-		u.tick(start+k*cfg.Heartbeat, 0, nil)
-	}
+	u.promote(nil)
 	u.tick(u.now+2*cfg.Timeout, 0, nil) // frozen a while: it rejoins
 	if u.n.State() != StateRejoining {
 		t.Fatalf("state %v, want rejoining", u.n.State())
@@ -154,14 +159,7 @@ func TestARejoiningPeersHeartbeatIsAnsweredOnce(t *testing.T) {
 func TestSemiSyncHoldIsBoundedWhenATickRunsLate(t *testing.T) {
 	cfg := Config{Peers: []string{"a", "b"}, Self: 0, Heartbeat: 100 * ms, Timeout: 1000 * ms, SemiSync: true, Block: 1000, Inc: 7}
 	u := newUnitNode(t, cfg)
-	start := u.now
-	for k := int64(1); u.n.State() != StateActive; k++ {
-		if k > 30 {
-			t.Fatalf("not active: %v", u.n.State())
-		}
-		u.hear(1, false)
-		u.tick(start+k*cfg.Heartbeat, 0, []uint64{0, 0})
-	}
+	u.promote([]uint64{0, 0}, 1)
 	u.n.Step(u.now, StandbySynced{From: 1})
 	u.do()
 	base := u.now
@@ -212,14 +210,20 @@ func TestCopyAppliedJustAfterTheActiveFellSilentCounts(t *testing.T) {
 		u.n.Step(u.now, e)
 		u.do()
 	}
-	for k := 0; k < 3; k++ {
-		activeHB()
-		standbyHB("a")
-		u.tick(u.now+cfg.Heartbeat, 0, nil)
+	// followActive hears both peers for three heartbeats, and checks that
+	// this node then follows node 0.
+	followActive := func() {
+		t.Helper()
+		for k := 0; k < 3; k++ {
+			activeHB()
+			standbyHB("a")
+			u.tick(u.now+cfg.Heartbeat, 0, nil)
+		}
+		if u.n.State() != StateStandby || u.n.active != 0 {
+			t.Fatalf("state %v following %d, want a standby of node 0", u.n.State(), u.n.active)
+		}
 	}
-	if u.n.State() != StateStandby || u.n.active != 0 {
-		t.Fatalf("state %v following %d, want a standby of node 0", u.n.State(), u.n.active)
-	}
+	followActive()
 	step(CopyStarted{From: 0})
 	for k := 0; k < 12; k++ { // no heartbeat from node 0 for longer than the timeout
 		standbyHB("a")
@@ -229,14 +233,7 @@ func TestCopyAppliedJustAfterTheActiveFellSilentCounts(t *testing.T) {
 		t.Fatalf("state %v following %d after node 0 was silent a timeout, want a standby of none", u.n.State(), u.n.active)
 	}
 	step(CopyApplied{From: 0})
-	for k := 0; k < 3; k++ {
-		activeHB()
-		standbyHB("a")
-		u.tick(u.now+cfg.Heartbeat, 0, nil)
-	}
-	if u.n.State() != StateStandby || u.n.active != 0 {
-		t.Fatalf("state %v following %d, want a standby of node 0", u.n.State(), u.n.active)
-	}
+	followActive()
 	if !u.n.Synced() {
 		t.Fatal("the standby holds a whole copy of node 0 but does not say it is synced: it can never take over")
 	}

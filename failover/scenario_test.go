@@ -29,8 +29,7 @@ func TestSimClusterStartsWithTheFirstNodeActive(t *testing.T) {
 
 func TestSimCrashFailover(t *testing.T) {
 	s := newSim(t, defaultSim(3), 2)
-	s.startAll()
-	s.waitSettled(3 * s.cfg.timeout)
+	s.startSettled()
 	load := s.load(rand.New(rand.NewPCG(2, 2)))
 	s.run(300*ms, load)
 	s.crash(0)
@@ -72,8 +71,7 @@ func TestSimGracefulHandoffPausesForARoundTrip(t *testing.T) {
 		cfg := defaultSim(3)
 		cfg.semiSync = semi
 		s := newSim(t, cfg, 3)
-		s.startAll()
-		s.waitSettled(3 * cfg.timeout)
+		s.startSettled()
 		pause := s.pauseAround(func() { s.leave(0) }, 500*ms)
 		if a, ok := s.settled(); !ok || a != 1 {
 			t.Fatalf("semi-sync %v: after node 0 stopped: %s", semi, s.states())
@@ -118,8 +116,7 @@ func TestSimPartitionHealWinnerContinuesAboveBothSides(t *testing.T) {
 		cfg := defaultSim(3)
 		s := newSim(t, cfg, 5)
 		s.traceOn = true
-		s.startAll()
-		s.waitSettled(3 * cfg.timeout)
+		s.startSettled()
 		s.run(200*ms, s.load(rand.New(rand.NewPCG(5, 5))))
 		s.isolate(0, true, hold)
 		s.run(3*cfg.timeout, func() {
@@ -166,8 +163,7 @@ func TestSimSemiSyncIsolatedActiveDropsItsStandbysInTime(t *testing.T) {
 	cfg := defaultSim(3)
 	cfg.semiSync = true
 	s := newSim(t, cfg, 6)
-	s.startAll()
-	s.waitSettled(3 * cfg.timeout)
+	s.startSettled()
 	rng := rand.New(rand.NewPCG(6, 6))
 	for range 50 { // the standbys are synced
 		s.run(ms, func() { s.acquire(0, 0) })
@@ -192,8 +188,7 @@ func TestSimFrozenActiveYieldsWhenItContinues(t *testing.T) {
 	cfg := defaultSim(3)
 	s := newSim(t, cfg, 7)
 	s.traceOn = true
-	s.startAll()
-	s.waitSettled(3 * cfg.timeout)
+	s.startSettled()
 	s.run(100*ms, s.load(rand.New(rand.NewPCG(7, 1))))
 	s.freezeProcess(0, true)
 	rng := rand.New(rand.NewPCG(7, 2))
@@ -264,8 +259,7 @@ func simFaults(t *testing.T, seed uint64, semi bool, length int64) {
 			t.Logf("KUNCI_SIM_SEED=%d replays this schedule (semi-sync %v)", seed, semi)
 		}
 	}()
-	s.startAll()
-	s.waitSettled(3 * cfg.timeout)
+	s.startSettled()
 	load := s.load(rand.New(rand.NewPCG(seed, 2)))
 	faults := map[string]int{}
 	heal := func() {

@@ -861,3 +861,41 @@ func (s *sim) startAll() {
 		s.start(i)
 	}
 }
+
+// startSettled starts every node and waits until the cluster settles,
+// failing after three failover timeouts.
+func (s *sim) startSettled() {
+	s.t.Helper()
+	s.startAll()
+	s.waitSettled(3 * s.cfg.timeout)
+}
+
+// runUntil runs a millisecond at a time, each as in run, until cond holds,
+// and fails after limit.
+func (s *sim) runUntil(limit int64, what string, cond func() bool, each func()) {
+	s.t.Helper()
+	for deadline := s.now + limit; !cond(); s.run(ms, each) {
+		if s.now > deadline {
+			s.t.Fatalf("%s: not within %.0fms: %s\n%s", what, float64(limit)/float64(ms), s.states(), s.lastTrace(30))
+		}
+	}
+}
+
+// startHandback starts nodes 1 and 2, waits until node 1 is active, then
+// starts node 0, first in the peer list, and runs until node 1 is leaving:
+// handing its role back to node 0.
+func (s *sim) startHandback() {
+	s.t.Helper()
+	s.start(1)
+	s.start(2)
+	if a, _ := s.waitSettled(3 * s.cfg.timeout); a != 1 {
+		s.t.Fatalf("node %d active, want 1", a)
+	}
+	s.start(0)
+	s.runUntil(3*s.cfg.timeout, "node 1 to hand over", s.leaving(1), nil)
+}
+
+// leaving returns whether node i is leaving: handing its role over.
+func (s *sim) leaving(i int) func() bool {
+	return func() bool { return s.nodes[i].n.State() == StateLeaving }
+}

@@ -85,9 +85,7 @@ func TestGuardConcurrent(t *testing.T) {
 		var wg sync.WaitGroup
 		errs := make(chan string, goroutines)
 		for w := range goroutines {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
+			wg.Go(func() {
 				r := rand.New(rand.NewPCG(seed, uint64(w)))
 				order := r.Perm(tokens)
 				for _, i := range order {
@@ -121,7 +119,7 @@ func TestGuardConcurrent(t *testing.T) {
 						admitted[token].Add(1)
 					}
 				}
-			}()
+			})
 		}
 		wg.Wait()
 		close(errs)

@@ -174,11 +174,7 @@ func Dial(kr *Keyring, from string, inc uint64, addr string, rnd io.Reader) (*Di
 	if err := readNonce(rnd, &d.hs.nonceD); err != nil {
 		return nil, nil, err
 	}
-	b := append([]byte("N "), from...)
-	b = append(b, ' ')
-	b = strconv.AppendUint(b, inc, 10)
-	b = append(b, ' ')
-	b = hex.AppendEncode(b, d.hs.nonceD[:])
+	b := appendHello(nil, from, inc, &d.hs.nonceD)
 	b = append(b, ' ')
 	if kr == nil {
 		b = append(b, '-')
@@ -191,6 +187,17 @@ func Dial(kr *Keyring, from string, inc uint64, addr string, rnd io.Reader) (*Di
 		}
 	}
 	return d, append(b, '\n'), nil
+}
+
+// appendHello appends the fields that the hello and the challenge both
+// start with: "N addr inc nonce".
+func appendHello(b []byte, addr string, inc uint64, nonce *[nonceLen]byte) []byte {
+	b = append(b, "N "...)
+	b = append(b, addr...)
+	b = append(b, ' ')
+	b = strconv.AppendUint(b, inc, 10)
+	b = append(b, ' ')
+	return hex.AppendEncode(b, nonce[:])
 }
 
 // Challenge checks the accepting node's answer to the hello (one line,
@@ -315,11 +322,7 @@ func Accept(kr *Keyring, self string, inc uint64, hello []byte, isPeer func(stri
 	if err := readNonce(rnd, &a.hs.nonceA); err != nil {
 		return nil, nil, err
 	}
-	b := append([]byte("N "), self...)
-	b = append(b, ' ')
-	b = strconv.AppendUint(b, inc, 10)
-	b = append(b, ' ')
-	b = hex.AppendEncode(b, a.hs.nonceA[:])
+	b := appendHello(nil, self, inc, &a.hs.nonceA)
 	if a.secret == nil {
 		b = append(b, " - -"...)
 	} else {

@@ -60,8 +60,7 @@ func TestAdminEndpoint(t *testing.T) {
 	// Some of everything: grants, a handoff after a wait, a stale release,
 	// an extend, a wait timeout, a cancel, a refusal.
 	a, b := dial(t, n.Addr()), dial(t, n.Addr())
-	a.send("A k 30 0")
-	tok := a.expectGrant("k")
+	tok := a.hold("k")
 	b.send("A k 30 0.05")
 	b.expect("T k")
 	b.send("A k 30 0")
@@ -112,9 +111,7 @@ func TestAdminEndpoint(t *testing.T) {
 
 func TestAdminInACluster(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, func(c *server.Config) { c.Admin = "127.0.0.1:0" })
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 2, func(c *server.Config) { c.Admin = "127.0.0.1:0" })
 	active, standby := "http://"+tc.Nodes[0].AdminAddr(), "http://"+tc.Nodes[1].AdminAddr()
 	if code, _ := get(t, active+"/readyz"); code != 200 {
 		t.Fatalf("/readyz on the active: %d", code)

@@ -1,17 +1,16 @@
 package server_test
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
 
@@ -164,6 +163,25 @@ func TestBadCredentials(t *testing.T) {
 	ok.roundTrip()
 }
 
+// guess sends line(i) for each i below tries, each on a connection of its
+// own, all before any answer is read; it checks that the node closes each
+// connection after its answer, and counts the answers.
+func guess(t *testing.T, n *server.Node, tries int, line func(i int) string) map[string]int {
+	t.Helper()
+	var cs []*client
+	for i := range tries {
+		c := dial(t, n.Addr())
+		c.send(line(i))
+		cs = append(cs, c)
+	}
+	counts := map[string]int{}
+	for _, c := range cs {
+		counts[c.next()]++
+		c.expectClosed()
+	}
+	return counts
+}
+
 // TestAuthFailuresRateLimited: a source gets authBurst (10) failures in
 // quick succession; past them its attempts are not even checked, a right
 // secret included, and are answered "too many authentication failures".
@@ -173,18 +191,8 @@ func TestAuthFailuresRateLimited(t *testing.T) {
 	n, _ := startAuthNode(t, func(cfg *server.Config) { cfg.AuthFailureDelay = 50 * time.Millisecond })
 	ok := login(t, n, "app", appSecret)
 	const tries = 14
-	var guessers []*client
 	start := time.Now()
-	for i := range tries {
-		c := dial(t, n.Addr())
-		c.send("U app guess-" + strconv.Itoa(i) + "-0123456789abcdef")
-		guessers = append(guessers, c)
-	}
-	counts := map[string]int{}
-	for _, c := range guessers {
-		counts[c.next()]++
-		c.expectClosed()
-	}
+	counts := guess(t, n, tries, func(i int) string { return "U app guess-" + strconv.Itoa(i) + "-0123456789abcdef" })
 	// One more failure is forgiven every second: a test slowed past a
 	// second sees more of them checked.
 	checked, refused := counts["E U - bad credentials"], counts["E U - too many authentication failures"]
@@ -201,20 +209,8 @@ func TestAuthFailuresRateLimited(t *testing.T) {
 	}
 	// Unknown names share an allowance of their own: made-up names do not
 	// give a guesser a fresh allowance each.
-	var made []*client
 	madeStart := time.Now()
-	for i := range tries {
-		c := dial(t, n.Addr())
-		c.send("U nobody-" + strconv.Itoa(i) + " secret-0123456789abcdef")
-		made = append(made, c)
-	}
-	madeChecked := 0
-	for _, c := range made {
-		if c.next() == "E U - bad credentials" {
-			madeChecked++
-		}
-		c.expectClosed()
-	}
+	madeChecked := guess(t, n, tries, func(i int) string { return "U nobody-" + strconv.Itoa(i) + " secret-0123456789abcdef" })["E U - bad credentials"]
 	if limit := 10 + int(time.Since(madeStart)/time.Second); madeChecked < 10 || madeChecked > limit {
 		t.Errorf("%d of %d guesses under made-up names checked, want 10 (%d allowed by now): they share one allowance", madeChecked, tries, limit)
 	}
@@ -245,8 +241,7 @@ func TestKeyPrefixes(t *testing.T) {
 	t.Parallel()
 	n, _ := startAuthNode(t, nil)
 	app := login(t, n, "app", appSecret) // no prefixes: every key
-	app.send("A other/1 30 0")
-	tok := app.expectGrant("other/1")
+	tok := app.hold("other/1")
 
 	o := login(t, n, "orders", ordersSecret)
 	o.send("A orders/1 30 0", "A jobs/nightly 30 0")
@@ -278,8 +273,7 @@ func TestAuthReload(t *testing.T) {
 	o := login(t, n, "orders", ordersSecret)
 	other := login(t, n, "other", otherSecret)
 	fresh := dial(t, n.Addr())
-	app.send("A free/1 30 0")
-	app.expectGrant("free/1")
+	app.hold("free/1")
 
 	// app now limited to "free/", orders removed, other's secret changed.
 	writeAuthFile(t, path, "app "+appSecret+" free/\nother "+otherSecret+"-new\n")
@@ -350,7 +344,7 @@ func TestAuthFileRefused(t *testing.T) {
 // the log.
 func TestSecretsNeverLogged(t *testing.T) {
 	t.Parallel()
-	var log lockedBuffer
+	var log testnode.Buffer
 	path := writeAuthFile(t, "", authFile)
 	n := startNode(t, func(cfg *server.Config) {
 		cfg.AuthFile = path
@@ -382,23 +376,6 @@ func TestSecretsNeverLogged(t *testing.T) {
 	}
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // TestAuthTimeout: a connection that has not authenticated within
 // AuthTimeout is answered "E - - auth timeout" and closed, however it
 // trickles bytes; one that authenticated stays, with no idle timeout set.
@@ -414,7 +391,7 @@ func TestAuthTimeout(t *testing.T) {
 			break
 		}
 		trickle.sendRaw([]byte{b})
-		time.Sleep(limit / 20)
+		time.Sleep(limit / 20) // trickling is the scenario
 	}
 	for _, c := range []*client{silent, trickle} {
 		c.expect("E - - auth timeout")
@@ -432,9 +409,7 @@ func TestAuthTimeout(t *testing.T) {
 func TestClusterWithClientCredentials(t *testing.T) {
 	t.Parallel()
 	path := writeAuthFile(t, "", "app "+strings.Repeat("s", 24)+"\n")
-	tc := newCluster(t, 2, func(c *server.Config) { c.AuthFile = path })
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 2, func(c *server.Config) { c.AuthFile = path })
 	c := dial(t, tc.Addrs[0])
 	c.send("U app "+strings.Repeat("s", 24), "A k 30 0")
 	c.expect("U OK")

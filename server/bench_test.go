@@ -72,9 +72,7 @@ func benchLockCycles(b *testing.B, conns, depth int) {
 		if i < b.N%conns {
 			cycles++
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			var l *[]time.Duration
 			if lat != nil {
 				l = &lat
@@ -82,7 +80,7 @@ func benchLockCycles(b *testing.B, conns, depth int) {
 			if err := runCycles(c, i, cycles, depth, l); err != nil {
 				b.Errorf("connection %d: %v", i, err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)

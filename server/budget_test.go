@@ -48,16 +48,14 @@ func TestBufferBudgetHoldsManyNonReaders(t *testing.T) {
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for _, f := range fs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for !stop.Load() {
 				_ = f.conn.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
 				if _, err := f.conn.Write(block); err != nil && !isTimeout(err) {
 					return // closed by the node
 				}
 			}
-		}()
+		})
 	}
 
 	var peakHeap uint64
@@ -81,7 +79,7 @@ func TestBufferBudgetHoldsManyNonReaders(t *testing.T) {
 			t.Fatalf("a reading connection's round trip during the flood: %q %v after %v", line, err, time.Since(rt))
 		}
 		slowest = max(slowest, time.Since(rt))
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // a sample every 20 ms while the flood lasts
 	}
 	wg.Wait()
 	m := n.Metrics()

@@ -118,8 +118,7 @@ func TestRefusals(t *testing.T) {
 	tok := c.expectGrant(k250)
 	c.send("A k 0.001 0.001")
 	c.expectGrant("k")
-	c.send(rel(k250, tok))
-	c.expect("R " + k250 + " OK")
+	c.release(k250, tok)
 }
 
 // An E is answered in line with the other answers about its key.
@@ -130,29 +129,22 @@ func TestRefusalsPipelined(t *testing.T) {
 	c.send("A k 30 0", "A k 0 0", "R k 0", "C k x", "C k")
 	tok := c.expectGrant("k")
 	c.expect("E A k bad lease", "E R k bad token", "E C k too many fields", "C k NONE")
-	c.send(rel("k", tok))
-	c.expect("R k OK")
+	c.release("k", tok)
 }
 
 // A connection may keep only one queued acquire of a key.
 func TestRefuseSecondQueuedAcquire(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, nil)
-	h, w := dial(t, n.Addr()), dial(t, n.Addr())
-	h.send("A k 30 0")
-	t1 := h.expectGrant("k")
-	w.send("A k 30 0")
-	waitQueued(t, n, 1)
+	h, w, t1 := queuedBehind(t, n, "k")
 	w.send("A k 30 0")
 	w.expect("E A k acquire already queued on this connection")
 	waitQueued(t, n, 1)
 
-	h.send(rel("k", t1))
-	h.expect("R k OK")
+	h.release("k", t1)
 	t2 := w.expectGrant("k")
 	w.expectNothing(quiet) // one grant, not two
-	w.send(rel("k", t2))
-	w.expect("R k OK")
+	w.release("k", t2)
 	waitKeys(t, n, 0)
 }
 
@@ -160,8 +152,7 @@ func TestRefuseTooManyWaiters(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, func(cfg *server.Config) { cfg.MaxWaiters = 2 })
 	h := dial(t, n.Addr())
-	h.send("A k 30 0")
-	t1 := h.expectGrant("k")
+	t1 := h.hold("k")
 	w1, w2, w3 := dial(t, n.Addr()), dial(t, n.Addr()), dial(t, n.Addr())
 	w1.send("A k 30 0")
 	waitQueued(t, n, 1)
@@ -171,20 +162,16 @@ func TestRefuseTooManyWaiters(t *testing.T) {
 	w3.expect("E A k too many waiters")
 	w3.roundTrip()
 	// Another key is not affected.
-	w3.send("A other 30 0")
-	w3.expectGrant("other")
+	w3.hold("other")
 
-	h.send(rel("k", t1))
-	h.expect("R k OK")
+	h.release("k", t1)
 	t2 := w1.expectGrant("k")
 	// There is room in the queue again.
 	w3.send("A k 30 0")
 	waitQueued(t, n, 2)
-	w1.send(rel("k", t2))
-	w1.expect("R k OK")
+	w1.release("k", t2)
 	t3 := w2.expectGrant("k")
-	w2.send(rel("k", t3))
-	w2.expect("R k OK")
+	w2.release("k", t3)
 	w3.expectGrant("k")
 }
 
@@ -200,13 +187,10 @@ func TestRefuseTooManyKeys(t *testing.T) {
 	// Queueing on a held key takes no new key.
 	w.send("A k1 30 0")
 	waitQueued(t, n, 1)
-	c.send(rel("k1", t1))
-	c.expect("R k1 OK")
+	c.release("k1", t1)
 	t2 := w.expectGrant("k1")
-	w.send(rel("k1", t2))
-	w.expect("R k1 OK")
-	c.send("A k4 30 0")
-	c.expectGrant("k4")
+	w.release("k1", t2)
+	c.hold("k4")
 }
 
 func TestRefuseTooManyConnections(t *testing.T) {
@@ -270,8 +254,7 @@ func TestLineTooLong(t *testing.T) {
 		c := dial(t, n.Addr())
 		c.sendRaw([]byte(valid512))
 		tok := c.expectGrant(key)
-		c.send(rel(key, tok))
-		c.expect("R " + key + " OK")
+		c.release(key, tok)
 		c.sendRaw([]byte("A " + strings.Repeat("k", 509) + "\n"))
 		c.expect("E A - bad key")
 		c.roundTrip()
@@ -284,8 +267,7 @@ func TestLineTooLong(t *testing.T) {
 		}
 		c.sendRaw([]byte(line))
 		tok := c.expectGrant(key)
-		c.send(rel(key, tok))
-		c.expect("R " + key + " OK")
+		c.release(key, tok)
 	})
 	t.Run("split over writes", func(t *testing.T) {
 		c := dial(t, n.Addr())

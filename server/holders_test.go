@@ -29,8 +29,7 @@ func TestHoldersAreSafeToKeep(t *testing.T) {
 	}
 	// Release them, and hold other keys and owners of the same lengths.
 	for key, tok := range toks {
-		c.send(rel(key, tok))
-		c.expect("R " + key + " OK")
+		c.release(key, tok)
 	}
 	for i := range 8 {
 		key := fmt.Sprintf("zzzz/%d", i)

@@ -81,7 +81,7 @@ func TestIdleSparesHoldersAndWaiters(t *testing.T) {
 			talker := dial(t, n.Addr())
 			for time.Since(granted) < lease-idle/2 {
 				talker.roundTrip()
-				time.Sleep(idle / 4)
+				time.Sleep(idle / 4) // talking now and then is the scenario
 			}
 			// Silent for several idle timeouts, none of them was closed.
 			for _, c := range []*client{holder, waiter, ext} {
@@ -124,7 +124,7 @@ func TestIdleScanKeepsTheNodeAsleep(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, func(cfg *server.Config) { cfg.IdleTimeout = server.DefaultIdleTimeout })
 	before := n.Metrics().TickRounds
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // the window in which nothing may wake the node
 	if r := n.Metrics().TickRounds - before; r != 0 {
 		t.Fatalf("%d tick rounds in 300ms with no connection", r)
 	}
@@ -133,7 +133,7 @@ func TestIdleScanKeepsTheNodeAsleep(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond) // let the rounds the opens asked for pass
 	before = n.Metrics().TickRounds
-	time.Sleep(1500 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // the window whose rounds are counted
 	if r := n.Metrics().TickRounds - before; r > 3 {
 		t.Fatalf("%d tick rounds in 1.5s with idle connections, want one a second", r)
 	}

@@ -157,9 +157,7 @@ func TestTryLock(t *testing.T) {
 // R, X and C, with a redirect to the active, and closes.
 func TestStandbyRedirectsInspectAndList(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, nil)
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 2, nil)
 	for _, line := range []string{"Q k", "L 10", "A k 30 -"} {
 		c := dial(t, tc.Addrs[1])
 		c.send(line, "I")

@@ -277,7 +277,7 @@ func TestListingManyKeysBoundedByTheReader(t *testing.T) {
 	var listed uint64
 	waitFor(t, "the unread listing to stop", func() bool {
 		_, l1 := n.Listings()
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // stopped: no progress over 50 ms
 		running, l2 := n.Listings()
 		if running == 0 {
 			t.Fatal("an unread listing ran to its end: it is not held back by its reader")

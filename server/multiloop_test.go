@@ -44,8 +44,16 @@ func dialN(t *testing.T, n *server.Node, count int) []*client {
 func TestMultiLoopFIFO(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, multiLoop)
-	cs := dialN(t, n, 8)
-	for s, key := range keyPerShard("fifo", 4) {
+	grantsInOrder(t, n, dialN(t, n, 8), "fifo")
+}
+
+// grantsInOrder checks, for a key in each of the node's four shards, that
+// the acquires of cs are granted in arrival order with growing tokens, and
+// only when the one before releases: each connection of cs holds the key
+// in turn, starting with a different one for each key.
+func grantsInOrder(t *testing.T, n *server.Node, cs []*client, prefix string) {
+	t.Helper()
+	for s, key := range keyPerShard(prefix, 4) {
 		order := append(append([]*client{}, cs[s:]...), cs[:s]...)
 		h, ws := order[0], order[1:]
 		h.send("A " + key + " 30 0")
@@ -55,8 +63,7 @@ func TestMultiLoopFIFO(t *testing.T) {
 			waitQueued(t, n, i+1)
 		}
 		expectNothingAll(quiet, ws...)
-		h.send(rel(key, tok))
-		h.expect("R " + key + " OK")
+		h.release(key, tok)
 		for i, w := range ws {
 			next := w.expectGrant(key)
 			if next <= tok {
@@ -64,8 +71,7 @@ func TestMultiLoopFIFO(t *testing.T) {
 			}
 			tok = next
 			expectNothingAll(0, ws[i+1:]...)
-			w.send(rel(key, tok))
-			w.expect("R " + key + " OK")
+			w.release(key, tok)
 		}
 		waitKeys(t, n, 0)
 	}
@@ -84,9 +90,7 @@ func TestMultiLoopCancelRacingGrant(t *testing.T) {
 	var cancelled, granted int
 	for p, key := range keyPerShard("race", 4) {
 		h, w := cs[2*p], cs[2*p+1]
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for i := range rounds {
 				outcome, err := cancelRace(h, w, key)
 				if err != nil {
@@ -101,7 +105,7 @@ func TestMultiLoopCancelRacingGrant(t *testing.T) {
 				}
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	t.Logf("%d cancelled before the grant, %d granted before the cancel", cancelled, granted)
@@ -186,9 +190,7 @@ func TestMultiLoopMutualExclusion(t *testing.T) {
 	cs := dialN(t, n, conns)
 	var wg sync.WaitGroup
 	for g, c := range cs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(g), 7))
 			err := func() error {
 				for range cycles {
@@ -238,7 +240,7 @@ func TestMultiLoopMutualExclusion(t *testing.T) {
 			if err != nil {
 				t.Errorf("connection %d: %v", g, err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if grants != conns*cycles && !t.Failed() {

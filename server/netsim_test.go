@@ -39,17 +39,22 @@ func newPeerNet(t testing.TB) *peerNet {
 // Dialer returns the Config.PeerDialer for the node at from.
 func (pn *peerNet) Dialer(from string) func(network, addr string, timeout time.Duration) (net.Conn, error) {
 	return func(network, addr string, timeout time.Duration) (net.Conn, error) {
+		// A SYN that is lost: the dial hangs until the cut heals (Cut
+		// wakes it) or it times out (so does this timer).
 		deadline := time.Now().Add(timeout)
+		wake := time.AfterFunc(timeout, func() {
+			pn.mu.Lock()
+			pn.cv.Broadcast()
+			pn.mu.Unlock()
+		})
+		defer wake.Stop()
 		pn.mu.Lock()
 		for pn.cut[[2]string{from, addr}] || pn.cut[[2]string{addr, from}] {
-			// A SYN that is lost: the dial hangs until it times out.
-			if time.Now().After(deadline) {
+			if !time.Now().Before(deadline) {
 				pn.mu.Unlock()
 				return nil, &net.OpError{Op: "dial", Net: network, Err: timeoutErr{}}
 			}
-			pn.mu.Unlock()
-			time.Sleep(time.Millisecond)
-			pn.mu.Lock()
+			pn.cv.Wait()
 		}
 		pn.mu.Unlock()
 		up, err := net.DialTimeout(network, addr, timeout)

@@ -20,6 +20,33 @@ func ext(key string, token uint64, lease string) string {
 	return fmt.Sprintf("X %s %d %s", key, token, lease)
 }
 
+// hold sends "A key 30 0", expects the key granted at once, and returns
+// the token.
+func (c *client) hold(key string) uint64 {
+	c.t.Helper()
+	c.send("A " + key + " 30 0")
+	return c.expectGrant(key)
+}
+
+// queuedBehind dials two connections to n: h holds key (token) and w's
+// acquire of it is queued behind.
+func queuedBehind(t *testing.T, n *server.Node, key string) (h, w *client, token uint64) {
+	t.Helper()
+	h, w = dial(t, n.Addr()), dial(t, n.Addr())
+	token = h.hold(key)
+	w.send("A " + key + " 30 0")
+	waitQueued(t, n, 1)
+	return h, w, token
+}
+
+// release sends the release of key's grant token and expects it done:
+// "R key OK".
+func (c *client) release(key string, token uint64) {
+	c.t.Helper()
+	c.send(rel(key, token))
+	c.expect("R " + key + " OK")
+}
+
 // A free key is granted at once; waiters on other connections get it in
 // arrival order, each with a larger token, in the same step as the release
 // that ends the previous grant: an acquire pipelined right behind that
@@ -75,8 +102,7 @@ func TestLeaseEndsNeverEarly(t *testing.T) {
 	sent := time.Now()
 	h.send("A k 0.3 0")
 	t1 := h.expectGrant("k")
-	w.send("A k 30 0")
-	t2 := w.expectGrant("k")
+	t2 := w.hold("k")
 	if got := time.Since(sent); got < lease {
 		t.Fatalf("waiter granted %v after the holder's acquire was sent, before its %v lease ended", got, lease)
 	} else if got > lease+lateBound {
@@ -113,8 +139,7 @@ func TestWaitRunsOutNeverEarly(t *testing.T) {
 	n := startNode(t, nil)
 	const wait = 300 * time.Millisecond
 	h, w, f := dial(t, n.Addr()), dial(t, n.Addr()), dial(t, n.Addr())
-	h.send("A k 30 0")
-	t1 := h.expectGrant("k")
+	t1 := h.hold("k")
 
 	sent := time.Now()
 	w.send("A k 30 0.3")
@@ -126,8 +151,7 @@ func TestWaitRunsOutNeverEarly(t *testing.T) {
 	}
 	waitQueued(t, n, 0)
 
-	h.send(rel("k", t1))
-	h.expect("R k OK")
+	h.release("k", t1)
 	waitKeys(t, n, 0)
 	w.expectNothing(quiet)
 	f.send("A k 30 0")
@@ -148,9 +172,7 @@ func TestWaitAndLeaseEndTogether(t *testing.T) {
 	for i := range keys {
 		key := fmt.Sprintf("race%d", i)
 		h, w := dial(t, n.Addr()), dial(t, n.Addr())
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			err := func() error {
 				if err := h.write([]byte("A " + key + " 0.2 0\n")); err != nil {
 					return err
@@ -193,7 +215,7 @@ func TestWaitAndLeaseEndTogether(t *testing.T) {
 			if err != nil {
 				t.Errorf("%s: %v", key, err)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	t.Logf("%d grants, %d timeouts", grants, timeouts)
@@ -206,12 +228,7 @@ func TestWaitAndLeaseEndTogether(t *testing.T) {
 func TestCancel(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, nil)
-	h, w := dial(t, n.Addr()), dial(t, n.Addr())
-	h.send("A k 30 0")
-	t1 := h.expectGrant("k")
-
-	w.send("A k 30 0")
-	waitQueued(t, n, 1)
+	h, w, t1 := queuedBehind(t, n, "k")
 	// The holder has nothing queued: its cancel touches neither its grant
 	// nor the other connection's acquire.
 	h.send("C k")
@@ -224,26 +241,21 @@ func TestCancel(t *testing.T) {
 	w.expect("C k NONE", "C other NONE")
 
 	// The withdrawn acquire is never granted: the key becomes free.
-	h.send(rel("k", t1))
-	h.expect("R k OK")
+	h.release("k", t1)
 	waitKeys(t, n, 0)
 	w.expectNothing(quiet)
 
 	// A granted acquire cannot be cancelled.
-	w.send("A g 30 0")
-	t2 := w.expectGrant("g")
+	t2 := w.hold("g")
 	w.send("C g")
 	w.expect("C g NONE")
-	w.send(rel("g", t2))
-	w.expect("R g OK")
+	w.release("g", t2)
 
 	// Acquire and cancel pipelined while the key is held.
-	h.send("A k 30 0")
-	t3 := h.expectGrant("k")
+	t3 := h.hold("k")
 	w.send("A k 30 0", "C k")
 	w.expect("T k", "C k OK")
-	h.send(rel("k", t3))
-	h.expect("R k OK")
+	h.release("k", t3)
 	waitKeys(t, n, 0)
 	waitQueued(t, n, 0)
 }
@@ -254,8 +266,7 @@ func TestDisconnect(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, nil)
 	h, q, w := dial(t, n.Addr()), dial(t, n.Addr()), dial(t, n.Addr())
-	h.send("A k 30 0")
-	t1 := h.expectGrant("k")
+	t1 := h.hold("k")
 	q.send("A k 30 0")
 	waitQueued(t, n, 1)
 	w.send("A k 30 0")
@@ -263,8 +274,7 @@ func TestDisconnect(t *testing.T) {
 
 	q.close()
 	waitQueued(t, n, 1)
-	h.send(rel("k", t1))
-	h.expect("R k OK")
+	h.release("k", t1)
 	t2 := w.expectGrant("k")
 	if t2 <= t1 {
 		t.Fatalf("token %d after %d, want a larger one", t2, t1)
@@ -278,8 +288,7 @@ func TestDisconnect(t *testing.T) {
 	waitQueued(t, n, 1)
 	x.expectNothing(quiet)
 	y := dial(t, n.Addr())
-	y.send(rel("k", t2))
-	y.expect("R k OK")
+	y.release("k", t2)
 	t3 := x.expectGrant("k")
 	if t3 <= t2 {
 		t.Fatalf("token %d after %d, want a larger one", t3, t2)
@@ -290,8 +299,7 @@ func TestDisconnect(t *testing.T) {
 	y.send("A gone 0.3 0")
 	y.expectGrant("gone")
 	y.close()
-	x.send("A gone 30 0")
-	x.expectGrant("gone")
+	x.hold("gone")
 	if got := time.Since(sent); got < 300*time.Millisecond {
 		t.Fatalf("granted %v after the closed holder's acquire was sent, before its lease ended", got)
 	}
@@ -321,8 +329,7 @@ func TestSameKeyAnswersInOrder(t *testing.T) {
 	h.expect("T k")
 	h.send("C k")
 	h.expect("C k NONE")
-	c.send(rel("k", t2))
-	c.expect("R k OK")
+	c.release("k", t2)
 	waitKeys(t, n, 0)
 }
 
@@ -335,21 +342,18 @@ func TestStale(t *testing.T) {
 	c.send("R nokey 1", "X nokey 1 30")
 	c.expect("R nokey STALE", "X nokey STALE")
 
-	c.send("A k 30 0")
-	t1 := c.expectGrant("k")
+	t1 := c.hold("k")
 	c.send(rel("k", t1+1), ext("k", t1+1, "30"), rel("k", 18446744073709551615), ext("k", t1+1000, "1"))
 	c.expect("R k STALE", "X k STALE", "R k STALE", "X k STALE")
 	// Still held under t1.
 	c.send(ext("k", t1, "30"), rel("k", t1), rel("k", t1), ext("k", t1, "30"))
 	c.expect("X k OK", "R k OK", "R k STALE", "X k STALE")
 
-	c.send("A k 30 0")
-	t2 := c.expectGrant("k")
+	t2 := c.hold("k")
 	other := dial(t, n.Addr())
 	other.send(rel("k", t1), ext("k", t1, "30"))
 	other.expect("R k STALE", "X k STALE")
-	other.send(rel("k", t2))
-	other.expect("R k OK")
+	other.release("k", t2)
 	waitKeys(t, n, 0)
 }
 
@@ -364,8 +368,7 @@ func TestExtend(t *testing.T) {
 	sent := time.Now()
 	h.send(ext("k", t1, "1"))
 	h.expect("X k OK")
-	w.send("A k 30 0")
-	t2 := w.expectGrant("k")
+	t2 := w.hold("k")
 	if got := time.Since(sent); got < time.Second {
 		t.Fatalf("waiter granted %v after X k %d 1, before the extended lease ended", got, t1)
 	} else if got > time.Second+lateBound {

@@ -186,8 +186,7 @@ func TestGarbage(t *testing.T) {
 			c.roundTrip()
 			c.send("A after 1 0")
 			tok := c.expectGrant("after")
-			c.send(rel("after", tok))
-			c.expect("R after OK")
+			c.release("after", tok)
 		})
 	}
 }
@@ -245,18 +244,12 @@ func garbage(rng *rand.Rand, size int) []byte {
 // busy with other work, round trips of 0.6 s have been seen.
 const floodRoundTrip = 2 * time.Second
 
-// A client that pipelines 200,000 requests and never reads its answers
-// makes the node stop reading it or close it: the node's memory stays
-// bounded, and other connections are served meanwhile.
-func TestFloodWithoutReading(t *testing.T) {
-	n := startNode(t, nil)
-	other := dial(t, n.Addr())
-	other.roundTrip()
-
-	// I answers are 20 times longer than the requests, so the output limit
-	// is passed first and the node stops reading; the 10 MB of releases
-	// behind them then pass the input limit, and the node closes the
-	// connection.
+// unreadFlood is 200,000 requests for a client that never reads its
+// answers: I answers are 20 times longer than the requests, so the output
+// limit is passed first and the node stops reading; the 10 MB of releases
+// behind them then pass the input limit, and the node closes the
+// connection.
+func unreadFlood() []byte {
 	var flood []byte
 	for range 100_000 {
 		flood = append(flood, "I\n"...)
@@ -265,26 +258,50 @@ func TestFloodWithoutReading(t *testing.T) {
 	for i := range 100_000 {
 		flood = fmt.Appendf(flood, "R flood%s%d 1\n", pad, i%10)
 	}
+	return flood
+}
 
-	runtime.GC()
-	var ms runtime.MemStats
-	runtime.ReadMemStats(&ms)
-	base := ms.HeapInuse
-
-	f := dialSmallBuffer(t, n.Addr(), 4096)
+// writeSampling writes flood on f, 64 KiB at a time with a 30 s deadline,
+// and calls sample every 20 ms until the write ends; it returns the
+// write's error.
+func writeSampling(f net.Conn, flood []byte, sample func()) error {
 	done := make(chan error, 1)
-	start := time.Now()
 	go func() {
-		_ = f.conn.SetWriteDeadline(time.Now().Add(30 * time.Second))
+		_ = f.SetWriteDeadline(time.Now().Add(30 * time.Second))
 		for off := 0; off < len(flood); off += 64 << 10 {
-			if _, err := f.conn.Write(flood[off:min(off+64<<10, len(flood))]); err != nil {
+			if _, err := f.Write(flood[off:min(off+64<<10, len(flood))]); err != nil {
 				done <- err
 				return
 			}
 		}
 		done <- nil
 	}()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(20 * time.Millisecond):
+			sample()
+		}
+	}
+}
 
+// A client that pipelines 200,000 requests and never reads its answers
+// makes the node stop reading it or close it: the node's memory stays
+// bounded, and other connections are served meanwhile.
+func TestFloodWithoutReading(t *testing.T) {
+	n := startNode(t, nil)
+	other := dial(t, n.Addr())
+	other.roundTrip()
+
+	flood := unreadFlood()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+
+	f := dialSmallBuffer(t, n.Addr(), 4096)
+	start := time.Now()
 	var peak uint64
 	var slowest time.Duration
 	var trips int
@@ -301,16 +318,7 @@ func TestFloodWithoutReading(t *testing.T) {
 			t.Fatalf("a round trip on another connection took %v during the flood", d)
 		}
 	}
-	var werr error
-wait:
-	for {
-		select {
-		case werr = <-done:
-			break wait
-		case <-time.After(20 * time.Millisecond):
-			sample()
-		}
-	}
+	werr := writeSampling(f.conn, flood, sample)
 	if isTimeout(werr) {
 		t.Fatalf("flood write still blocked after 30 s: the node neither reads nor closes the connection")
 	}
@@ -394,8 +402,7 @@ func TestRestartOnSamePort(t *testing.T) {
 	first := startNode(t, nil)
 	addr := first.Addr()
 	c := dial(t, addr)
-	c.send("A k 30 0")
-	c.expectGrant("k")
+	c.hold("k")
 	stopNode(t, first)
 	c.expectClosed()
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/kunci/kunci/failover"
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/replica"
 	"github.com/kunci/kunci/server"
 )
@@ -175,18 +176,16 @@ func (tc *testCluster) actives() int {
 // both nodes persist it, and neither could start again.
 func TestOutsiderCannotRaiseTheTokenCeiling(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, nil)
-	tc.StartAll()
-	tc.WaitActive(0)
-	waitFor(t, "both ceiling files", func() bool {
+	tc := activeCluster(t, 2, nil)
+	waitFor(t, "the standby to hold the active's ceiling", func() bool {
 		for _, d := range tc.Dirs {
 			if _, err := os.Stat(filepath.Join(d, "token-ceiling")); err != nil {
 				return false
 			}
 		}
-		return true
+		c := tc.ceilings()
+		return c[0] == c[1]
 	})
-	time.Sleep(3 * testHeartbeat) // the standby has the active's ceiling
 	before := tc.ceilings()
 	for _, ceiling := range []string{"9223372036854775808", "18446744073709551615"} {
 		for i := range tc.Addrs {
@@ -196,6 +195,8 @@ func TestOutsiderCannotRaiseTheTokenCeiling(t *testing.T) {
 			c.expectClosed()
 		}
 	}
+	// Heartbeats go on meanwhile: a ceiling taken from the outsider would
+	// be persisted within them.
 	time.Sleep(3 * testHeartbeat)
 	if after := tc.ceilings(); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("ceiling files changed from %v to %v", before, after)
@@ -211,15 +212,11 @@ func TestOutsiderCannotRaiseTheTokenCeiling(t *testing.T) {
 // itself: two actives on a healthy network.
 func TestHeartbeatFloodFromAnOutsiderMakesNoSecondActive(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, nil)
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 2, nil)
 	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for hb := 1; hb < 200 && !stop.Load(); hb++ {
 				nc, err := net.DialTimeout("tcp", tc.Addrs[1], time.Second)
 				if err != nil {
@@ -234,7 +231,7 @@ func TestHeartbeatFloodFromAnOutsiderMakesNoSecondActive(t *testing.T) {
 				_, _ = io.Copy(io.Discard, nc)
 				nc.Close()
 			}
-		}()
+		})
 	}
 	deadline := time.Now().Add(3 * testFailover)
 	for time.Now().Before(deadline) {
@@ -243,7 +240,7 @@ func TestHeartbeatFloodFromAnOutsiderMakesNoSecondActive(t *testing.T) {
 			wg.Wait()
 			t.Fatalf("%d actives during the flood", n)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // a look every 5 ms while the flood lasts
 	}
 	stop.Store(true)
 	wg.Wait()
@@ -260,8 +257,7 @@ func TestOutsiderCannotDemoteTheActiveOrAskForItsRole(t *testing.T) {
 	tc.Start(2)
 	tc.WaitActive(1)
 	c := dial(t, tc.Addrs[1])
-	c.send("A held 30 0")
-	tok := c.expectGrant("held")
+	tok := c.hold("held")
 	for _, line := range []string{
 		fmt.Sprintf("P H %s a - 1 1 0 1", tc.Addrs[0]),
 		fmt.Sprintf("P H %s s - 1 1 0 1", tc.Addrs[0]),
@@ -289,12 +285,9 @@ func TestOutsiderCannotDemoteTheActiveOrAskForItsRole(t *testing.T) {
 // every key and token, to the outsider.
 func TestOutsiderGetsNoSnapshot(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, nil)
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 2, nil)
 	c := dial(t, tc.Addrs[0])
-	c.send("A secret/1 30 0")
-	c.expectGrant("secret/1")
+	c.hold("secret/1")
 	nc, err := net.Dial("tcp", tc.Addrs[0])
 	if err != nil {
 		t.Fatal(err)
@@ -312,9 +305,7 @@ func TestOutsiderGetsNoSnapshot(t *testing.T) {
 // answers never wait for it.
 func TestQuietFakeStandbyCannotStallSemiSync(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, func(c *server.Config) { c.SemiSync = true })
-	tc.Start(0)
-	tc.WaitActive(0)
+	tc := loneActive(t, 2, func(c *server.Config) { c.SemiSync = true })
 	nc, err := net.Dial("tcp", tc.Addrs[0])
 	if err != nil {
 		t.Fatal(err)
@@ -338,9 +329,7 @@ func TestQuietFakeStandbyCannotStallSemiSync(t *testing.T) {
 
 func TestPeerHandshakeRefusals(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, nil)
-	tc.Start(0)
-	tc.WaitActive(0)
+	tc := loneActive(t, 2, nil)
 	stranger := "127.0.0.1:1"
 	for _, tt := range []struct {
 		name, from string
@@ -383,9 +372,7 @@ func TestPeerHandshakeRefusals(t *testing.T) {
 // Defence in depth: what an authenticated peer says is checked too.
 func TestAuthenticatedPeerInputIsChecked(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 3, nil)
-	tc.Start(0)
-	tc.WaitActive(0)
+	tc := loneActive(t, 3, nil)
 	before := tc.ceilings()[0]
 	for _, tt := range []struct {
 		name  string
@@ -425,9 +412,7 @@ func TestAuthenticatedPeerInputIsChecked(t *testing.T) {
 // (and the memory behind them) are bounded by the peer list.
 func TestNewerPeerLinkReplacesTheOlder(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, nil)
-	tc.Start(0)
-	tc.WaitActive(0)
+	tc := loneActive(t, 2, nil)
 	old := dialAsPeer(t, tc.Addrs[0], tc.Addrs[1], testClusterKey)
 	old.send(old.heartbeat('s', 1, 0))
 	for i := 0; i < 5; i++ {
@@ -446,9 +431,7 @@ func TestNewerPeerLinkReplacesTheOlder(t *testing.T) {
 // rate; the rest are dropped unread and counted.
 func TestHeartbeatFloodOnAPeerLinkIsRateLimited(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, nil)
-	tc.Start(0)
-	tc.WaitActive(0)
+	tc := loneActive(t, 2, nil)
 	p := dialAsPeer(t, tc.Addrs[0], tc.Addrs[1], testClusterKey)
 	var b bytes.Buffer
 	for hb := uint64(1); hb <= 5000; hb++ {
@@ -469,9 +452,7 @@ func TestHeartbeatFloodOnAPeerLinkIsRateLimited(t *testing.T) {
 // itself a peer, quickly.
 func TestPeersAreNotStarvedByClientsHoldingEverySlot(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, func(c *server.Config) { c.MaxConns = 10 })
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 2, func(c *server.Config) { c.MaxConns = 10 })
 	for i := 0; i < 10; i++ {
 		dial(t, tc.Addrs[0]) // idle: they send nothing
 	}
@@ -577,17 +558,12 @@ func TestOnPathInjectionIntoAPeerLinkIsRefused(t *testing.T) {
 		t.Fatal("the grant of trigger never crossed the proxy")
 	}
 	pn.Tap(tc.Addrs[0], tc.Addrs[1], nil)
-	deadline := time.Now().Add(2 * time.Second)
-	for time.Now().Before(deadline) {
+	if !testnode.Until(2*time.Second, func() bool {
 		if h, ok := tc.Nodes[1].Holders()["forged"]; ok {
 			t.Fatalf("the standby applied the forged grant: %+v", h)
 		}
-		if tc.Nodes[1].Metrics().PeerRefused > refused {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
-	if tc.Nodes[1].Metrics().PeerRefused == refused {
+		return tc.Nodes[1].Metrics().PeerRefused > refused
+	}) {
 		t.Fatal("the standby did not close the link that carried the forged frame")
 	}
 	// It copies the state afresh, without the forged grant.
@@ -597,13 +573,31 @@ func TestOnPathInjectionIntoAPeerLinkIsRefused(t *testing.T) {
 	}
 }
 
+// activeCluster starts a cluster of size nodes, with conf as newCluster's,
+// and waits until node 0 is active and the others follow it.
+func activeCluster(t *testing.T, size int, conf func(*server.Config)) *testCluster {
+	t.Helper()
+	tc := newCluster(t, size, conf)
+	tc.StartAll()
+	tc.WaitActive(0)
+	return tc
+}
+
+// loneActive starts node 0 of a cluster of size nodes alone, with conf as
+// newCluster's, and waits until it is active; its peers are down.
+func loneActive(t *testing.T, size int, conf func(*server.Config)) *testCluster {
+	t.Helper()
+	tc := newCluster(t, size, conf)
+	tc.Start(0)
+	tc.WaitActive(0)
+	return tc
+}
+
 // tappedCluster starts a two-node cluster whose peer links go through a
 // proxy of the test's (peerNet), node 0 active.
 func tappedCluster(t *testing.T) (*peerNet, *testCluster) {
 	pn := newPeerNet(t)
-	tc := newCluster(t, 2, func(c *server.Config) { c.PeerDialer = pn.Dialer(c.Listen) })
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 2, func(c *server.Config) { c.PeerDialer = pn.Dialer(c.Listen) })
 	return pn, tc
 }
 

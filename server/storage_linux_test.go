@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
 
@@ -27,17 +28,10 @@ func mountTmpfs(t *testing.T, size int) string {
 		t.Skipf("cannot mount a tmpfs on %s: %v", mnt, err)
 	}
 	t.Cleanup(func() {
-		for i := 0; ; i++ {
-			err := syscall.Unmount(mnt, 0)
-			if err == nil {
-				return
-			}
-			if i == 50 {
-				t.Errorf("unmount %s: %v (detaching it)", mnt, err)
-				_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
+		var err error
+		if !testnode.Until(5*time.Second, func() bool { err = syscall.Unmount(mnt, 0); return err == nil }) {
+			t.Errorf("unmount %s: %v (detaching it)", mnt, err)
+			_ = syscall.Unmount(mnt, syscall.MNT_DETACH)
 		}
 	})
 	return mnt

@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
-	"github.com/rs/zerolog"
 )
 
 // testBlock is how many tokens the nodes of these tests reserve at a time:
@@ -154,8 +155,7 @@ func storageFailure(t *testing.T, n *server.Node, dir string, logs *logBuf, why 
 
 	// Repaired: grants resume by themselves.
 	fix()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	if !testnode.Until(10*time.Second, func() bool {
 		c.send("A k 30 0")
 		line := c.next()
 		if tok, err := parseGrant(line, "k"); err == nil {
@@ -164,15 +164,14 @@ func storageFailure(t *testing.T, n *server.Node, dir string, logs *logBuf, why 
 			}
 			c.send("R k " + strconv.FormatUint(tok, 10))
 			c.expect("R k OK")
-			break
+			return true
 		}
 		if line != "E A k storage unavailable" {
 			t.Fatalf("got %q", line)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("grants did not resume within 10 s of the repair")
-		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	}) {
+		t.Fatal("grants did not resume within 10 s of the repair")
 	}
 	waitHealth(t, n, 200)
 	if v := metric(t, metricsOf(t, n), "kunci_storage_ok"); v != 1 {
@@ -397,19 +396,15 @@ func TestTokensStopAtMaxToken(t *testing.T) {
 	// still writes the next block: go on until the node says the tokens
 	// are used up.
 	var last uint64
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	if !testnode.Until(10*time.Second, func() bool {
 		last = max(last, useUpTokens(t, c, "k"))
-		if code, body := get(t, "http://"+n.AdminAddr()+"/healthz"); code == 503 {
-			if !strings.Contains(body, "exhausted") {
-				t.Errorf("/healthz with the token space used up: %q", body)
-			}
-			break
+		code, body := get(t, "http://"+n.AdminAddr()+"/healthz")
+		if code == 503 && !strings.Contains(body, "exhausted") {
+			t.Errorf("/healthz with the token space used up: %q", body)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/healthz still 200 after the grants were refused (last token %d)", last)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return code == 503
+	}) {
+		t.Fatalf("/healthz still 200 after the grants were refused (last token %d)", last)
 	}
 	if last <= floor || last > maxToken {
 		t.Errorf("last token %d, want one in (%d, 2^63-1]", last, floor)

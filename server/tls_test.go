@@ -25,6 +25,7 @@ import (
 
 	"github.com/kunci/kunci/clientlib"
 	"github.com/kunci/kunci/internal/testcert"
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
 
@@ -125,6 +126,20 @@ func tlsDial(d net.Dialer, addr string, cfg *tls.Config) (*tls.Conn, error) {
 	return tc, nil
 }
 
+// slowHandshakeNode starts a node serving TLS (mutual: asking for client
+// certificates) whose handshakes may take a minute, so that stalled ones
+// stay; configure, when set, changes its Config further.
+func slowHandshakeNode(t *testing.T, mutual bool, configure func(*server.Config)) (*pki, *server.Node) {
+	t.Helper()
+	p := newPKI(t)
+	return p, startNode(t, p.serve(mutual, func(c *server.Config) {
+		c.TLSHandshakeTimeout = time.Minute
+		if configure != nil {
+			configure(c)
+		}
+	}))
+}
+
 // servedSerial dials addr and returns the serial of the certificate the
 // node presented.
 func servedSerial(t testing.TB, addr string, cfg *tls.Config) string {
@@ -136,22 +151,7 @@ func servedSerial(t testing.TB, addr string, cfg *tls.Config) string {
 }
 
 // logLines collects a node's log lines besides sending them to the test.
-type logLines struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logLines) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logLines struct{ testnode.Buffer }
 
 func (l *logLines) into(t testing.TB) func(*server.Config) {
 	return func(c *server.Config) {
@@ -314,14 +314,7 @@ func TestTLSClientThatNeverReadsIsCutOffLikeATCPOne(t *testing.T) {
 	other := dialTLS(t, n.TLSAddr(), p.client("other"))
 	other.roundTrip()
 
-	var flood []byte
-	for range 100_000 {
-		flood = append(flood, "I\n"...)
-	}
-	pad := strings.Repeat("f", 90)
-	for i := range 100_000 {
-		flood = fmt.Appendf(flood, "R flood%s%d 1\n", pad, i%10)
-	}
+	flood := unreadFlood()
 	for i, transport := range []string{"tcp", "tls"} {
 		runtime.GC()
 		var ms runtime.MemStats
@@ -339,30 +332,12 @@ func TestTLSClientThatNeverReadsIsCutOffLikeATCPOne(t *testing.T) {
 			defer tc.Close()
 			f = tc
 		}
-		done := make(chan error, 1)
-		go func() {
-			_ = f.SetWriteDeadline(time.Now().Add(30 * time.Second))
-			for off := 0; off < len(flood); off += 64 << 10 {
-				if _, err := f.Write(flood[off:min(off+64<<10, len(flood))]); err != nil {
-					done <- err
-					return
-				}
-			}
-			done <- nil
-		}()
 		var peak uint64
-		var werr error
-	wait:
-		for {
-			select {
-			case werr = <-done:
-				break wait
-			case <-time.After(20 * time.Millisecond):
-				runtime.ReadMemStats(&ms)
-				peak = max(peak, ms.HeapInuse)
-				other.roundTrip()
-			}
-		}
+		werr := writeSampling(f, flood, func() {
+			runtime.ReadMemStats(&ms)
+			peak = max(peak, ms.HeapInuse)
+			other.roundTrip()
+		})
 		if isTimeout(werr) {
 			t.Fatalf("%s: flood write still blocked after 30 s: the node neither reads nor closes the connection", transport)
 		}
@@ -487,28 +462,7 @@ func TestTLSAcrossLoops(t *testing.T) {
 		cs = append(cs, c)
 	}
 	cs = append(cs, dial(t, n.Addr()))
-	for s, key := range keyPerShard("loops", 4) {
-		order := append(append([]*client{}, cs[s:]...), cs[:s]...)
-		h, ws := order[0], order[1:]
-		h.send("A " + key + " 30 0")
-		tok := h.expectGrant(key)
-		for i, w := range ws {
-			w.send("A " + key + " 30 0")
-			waitQueued(t, n, i+1)
-		}
-		h.send(rel(key, tok))
-		h.expect("R " + key + " OK")
-		for i, w := range ws {
-			next := w.expectGrant(key)
-			if next <= tok {
-				t.Fatalf("%s: waiter %d: token %d after %d", key, i, next, tok)
-			}
-			tok = next
-			w.send(rel(key, tok))
-			w.expect("R " + key + " OK")
-		}
-		waitKeys(t, n, 0)
-	}
+	grantsInOrder(t, n, cs, "loops")
 }
 
 // A TLS client that stops reading while its answers pass the output
@@ -590,11 +544,7 @@ func (h *holdWrites) flush() error {
 // closed at once instead of waiting.
 func TestTLSHandshakesInProgressAreCapped(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
-	n := startNode(t, p.serve(false, func(c *server.Config) {
-		c.TLSMaxHandshakes = 2
-		c.TLSHandshakeTimeout = time.Minute
-	}))
+	p, n := slowHandshakeNode(t, false, func(c *server.Config) { c.TLSMaxHandshakes = 2 })
 	idle := []*client{dial(t, n.TLSAddr()), dial(t, n.TLSAddr())}
 	extra := dial(t, n.TLSAddr())
 	extra.expectClosed() // long before the minute the idle ones may take
@@ -632,8 +582,7 @@ func stallHandshakes(t testing.TB, addr string, count int) []net.Conn {
 // 127.0.0.2 failed for the whole handshake timeout).
 func TestTLSHandshakeSlotsAreSharedFairly(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
-	n := startNode(t, p.serve(true, func(c *server.Config) { c.TLSHandshakeTimeout = time.Minute }))
+	p, n := slowHandshakeNode(t, true, nil)
 	stallHandshakes(t, n.TLSAddr(), 300)
 	waitFor(t, "the stalled handshakes refused past their source's share", func() bool {
 		return n.Metrics().TLSDropped["busy"] >= 300-server.DefaultTLSMaxHandshakes/8
@@ -658,11 +607,7 @@ func TestTLSHandshakeSlotsAreSharedFairly(t *testing.T) {
 // source that holds the most, which is closed.
 func TestTLSHandshakeSlotsGoToTheSourceHoldingFewer(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
-	n := startNode(t, p.serve(false, func(c *server.Config) {
-		c.TLSMaxHandshakes = 4
-		c.TLSHandshakeTimeout = time.Minute
-	}))
+	p, n := slowHandshakeNode(t, false, func(c *server.Config) { c.TLSMaxHandshakes = 4 })
 	// 127.0.0.1 takes its share (2), and 127.0.0.3 the rest.
 	stalled := stallHandshakes(t, n.TLSAddr(), 2)
 	for range 2 {
@@ -686,16 +631,14 @@ func TestTLSHandshakeSlotsGoToTheSourceHoldingFewer(t *testing.T) {
 	var mu sync.Mutex
 	closed := 0
 	for _, s := range stalled {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			_ = s.SetReadDeadline(time.Now().Add(time.Second))
 			if _, err := s.Read(make([]byte, 1)); err != nil && !isTimeout(err) {
 				mu.Lock()
 				closed++
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if closed != 1 {
@@ -708,11 +651,7 @@ func TestTLSHandshakeSlotsGoToTheSourceHoldingFewer(t *testing.T) {
 // allowance back once the stalled handshakes are gone.
 func TestTLSHandshakesCountUnderTheirSource(t *testing.T) {
 	t.Parallel()
-	p := newPKI(t)
-	n := startNode(t, p.serve(false, func(c *server.Config) {
-		c.MaxConnsPerIP = 2
-		c.TLSHandshakeTimeout = time.Minute
-	}))
+	p, n := slowHandshakeNode(t, false, func(c *server.Config) { c.MaxConnsPerIP = 2 })
 	stalled := stallHandshakes(t, n.TLSAddr(), 2)
 	waitFor(t, "the two handshakes under way", func() bool { return n.Metrics().TLSHandshakes == 2 })
 	plain := dial(t, n.Addr())
@@ -837,7 +776,10 @@ func TestTLSStopLeavesNoGoroutine(t *testing.T) {
 	go reader.conn.Write(flood) // never read: the node's output for it waits
 	handshaking := dial(t, addr)
 	handshaking.sendRaw([]byte{0x16, 0x03, 0x01})
-	time.Sleep(100 * time.Millisecond)
+	waitFor(t, "the handshake under way, and answers for the reader held in the node", func() bool {
+		m := n.Metrics()
+		return m.TLSHandshakes == 1 && m.Buffered > 0
+	})
 
 	stopNode(t, n)
 	for _, c := range []*client{holder, waiter, handshaking} {
@@ -868,8 +810,7 @@ func TestPeerTLS(t *testing.T) {
 		t.Fatalf("node 0 serves TLS on %s, want its peer address %s", got, tc.Addrs[0])
 	}
 	a := dialTLS(t, tc.Addrs[0], p.client("app"))
-	a.send("A k 30 0")
-	a.expectGrant("k")
+	a.hold("k")
 	tc.waitSame(0, 1)
 
 	s := dialTLS(t, tc.Addrs[1], p.client("app"))
@@ -926,7 +867,7 @@ func TestPeerTLSRefusesAStranger(t *testing.T) {
 	})
 	tc.StartAll()
 	waitFor(t, "node 0 active", func() bool { return tc.Nodes[0].Role() == "active" })
-	time.Sleep(5 * testFailover)
+	time.Sleep(5 * testFailover) // what must not happen, given time to
 	if got := tc.Nodes[0].Replication(); len(got) != 0 {
 		t.Fatalf("the active streams to %v", got)
 	}
@@ -1008,8 +949,7 @@ func TestTLSCertificateStandsForItsCredential(t *testing.T) {
 	app := dialTLS(t, n.TLSAddr(), p.client("stranger"))
 	app.send("U app " + appSecret)
 	app.expect("U OK")
-	app.send("A k 30 0")
-	app.expectGrant("k")
+	app.hold("k")
 	bad := dialTLS(t, n.TLSAddr(), p.client("stranger"))
 	bad.send("U app " + otherSecret)
 	bad.expect("E U - bad credentials")

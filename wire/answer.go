@@ -334,11 +334,7 @@ func appendHolding(dst []byte, kind byte, key []byte, token uint64, leftMs int64
 	dst = AppendSeconds(dst, max(leftMs, 0))
 	dst = append(dst, ' ')
 	dst = appendUint(dst, waiters)
-	if len(owner) > 0 {
-		dst = append(dst, " "+ownerField...)
-		dst = append(dst, owner...)
-	}
-	return append(dst, '\n')
+	return appendOwnerEnd(dst, owner)
 }
 
 // AppendListEnd appends the last line of a listing, "L count", or "L count

@@ -318,59 +318,21 @@ const answers = "A orders/42 1001\r\n" +
 	"M node1:7070\n"
 
 func TestParseAnswerSplit(t *testing.T) {
-	whole, _ := parseAnswers(t, []byte(answers))
+	whole, _, _ := parseLines(t, []byte(answers), answerParser())
 	if len(whole) != 8 {
 		t.Fatalf("whole gave %d results", len(whole))
 	}
 	for _, cuts := range [][]byte{{1}, {2}, {3}, {5, 1, 7}, {255}} {
-		split, _ := parseAnswersSplit(t, []byte(answers), cuts)
+		split, _ := parseSplit(t, []byte(answers), cuts, answerParser())
 		compareResults(t, whole, split, equalAnsResult)
 	}
 }
 
-func parseAnswers(t testing.TB, data []byte) (out []ansResult, tooLong bool) {
+// answerParser is ParseAnswer as a lineParser.
+func answerParser() lineParser[ansResult] {
 	var a Answer
-	for {
-		n, err := ParseAnswer(data, &a)
-		if n < 0 || n > len(data) {
-			t.Fatalf("n = %d for %d bytes", n, len(data))
-		}
-		if n == 0 && err == nil {
-			return out, false
-		}
-		out = append(out, detachAnswer(n, err, &a))
-		if err == ErrLineTooLong {
-			return out, true
-		}
-		data = data[n:]
+	return func(b []byte) (ansResult, int, error) {
+		n, err := ParseAnswer(b, &a)
+		return detachAnswer(n, err, &a), n, err
 	}
-}
-
-func parseAnswersSplit(t testing.TB, data, cuts []byte) (out []ansResult, tooLong bool) {
-	var pending []byte
-	var a Answer
-	for i := 0; len(data) > 0; i++ {
-		size := 1
-		if len(cuts) > 0 {
-			size = max(1, int(cuts[i%len(cuts)]))
-		}
-		size = min(size, len(data))
-		pending = append(pending, data[:size]...)
-		data = data[size:]
-		for {
-			n, err := ParseAnswer(pending, &a)
-			if n < 0 || n > len(pending) {
-				t.Fatalf("n = %d for %d bytes", n, len(pending))
-			}
-			if n == 0 && err == nil {
-				break
-			}
-			out = append(out, detachAnswer(n, err, &a))
-			if err == ErrLineTooLong {
-				return out, true
-			}
-			pending = pending[n:]
-		}
-	}
-	return out, false
 }

@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -59,19 +60,34 @@ var requestSeeds = []string{
 	"L 18446744073709551616\n",
 }
 
-func FuzzParseRequest(f *testing.F) {
-	for i, s := range requestSeeds {
+// addSeeds adds each seed twice: fed byte by byte, and in pieces of other
+// sizes.
+func addSeeds(f *testing.F, seeds []string) {
+	for i, s := range seeds {
 		f.Add([]byte(s), []byte{1}) // byte by byte
 		f.Add([]byte(s), []byte{byte(i + 2), 1, 3})
 	}
+}
+
+// parseBothWays parses data whole and split at cuts, each with a parser of
+// its own from newParser, checks that both give the same, and returns what
+// they gave.
+func parseBothWays[T fmt.Stringer](t *testing.T, data, cuts []byte, newParser func() lineParser[T], equal func(a, b T) bool) []T {
+	t.Helper()
+	whole, _, tooLong := parseLines(t, data, newParser())
+	split, splitTooLong := parseSplit(t, data, cuts, newParser())
+	if tooLong != splitTooLong {
+		t.Fatalf("too long: whole %v, split %v", tooLong, splitTooLong)
+	}
+	compareResults(t, whole, split, equal)
+	return whole
+}
+
+func FuzzParseRequest(f *testing.F) {
+	addSeeds(f, requestSeeds)
 	f.Add([]byte(pipeline), []byte{7, 0, 200})
 	f.Fuzz(func(t *testing.T, data, cuts []byte) {
-		whole, tooLong := parseRequests(t, data, nil)
-		split, splitTooLong := parseRequestsSplit(t, data, cuts, nil)
-		if tooLong != splitTooLong {
-			t.Fatalf("too long: whole %v, split %v", tooLong, splitTooLong)
-		}
-		compareResults(t, whole, split, equalReqResult)
+		whole := parseBothWays(t, data, cuts, func() lineParser[reqResult] { return requestParser(nil) }, equalReqResult)
 
 		var line []byte
 		for _, r := range whole {
@@ -155,17 +171,9 @@ var answerSeeds = []string{
 }
 
 func FuzzParseAnswer(f *testing.F) {
-	for i, s := range answerSeeds {
-		f.Add([]byte(s), []byte{1}) // byte by byte
-		f.Add([]byte(s), []byte{byte(i + 2), 1, 3})
-	}
+	addSeeds(f, answerSeeds)
 	f.Fuzz(func(t *testing.T, data, cuts []byte) {
-		whole, tooLong := parseAnswers(t, data)
-		split, splitTooLong := parseAnswersSplit(t, data, cuts)
-		if tooLong != splitTooLong {
-			t.Fatalf("too long: whole %v, split %v", tooLong, splitTooLong)
-		}
-		compareResults(t, whole, split, equalAnsResult)
+		whole := parseBothWays(t, data, cuts, answerParser, equalAnsResult)
 
 		var line []byte
 		for _, r := range whole {

@@ -379,17 +379,7 @@ func isPrint(b []byte) bool {
 
 // ValidKey reports whether k is a key the protocol accepts: 1 to MaxKey
 // bytes, each in 0x21–0x7E or 0x80–0xFF.
-func ValidKey(k []byte) bool {
-	if len(k) == 0 || len(k) > MaxKey {
-		return false
-	}
-	for _, c := range k {
-		if !isKeyByte(c) {
-			return false
-		}
-	}
-	return true
-}
+func ValidKey(k []byte) bool { return len(k) <= MaxKey && isField(k) }
 
 // ValidOwner reports whether b is an owner the protocol accepts: 1 to
 // MaxOwner bytes, each in 0x21–0x7E (printable ASCII, no space).
@@ -460,6 +450,12 @@ func AppendAcquireOwner[T Text](dst []byte, key, owner T, leaseMs, waitMs int64)
 	dst = AppendSeconds(dst, leaseMs)
 	dst = append(dst, ' ')
 	dst = AppendWait(dst, waitMs)
+	return appendOwnerEnd(dst, owner)
+}
+
+// appendOwnerEnd ends a line that may name an owner: " owner=OWNER" when
+// owner is not empty, then the line's LF.
+func appendOwnerEnd[T Text](dst []byte, owner T) []byte {
 	if len(owner) > 0 {
 		dst = append(dst, " "+ownerField...)
 		dst = append(dst, owner...)

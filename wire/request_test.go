@@ -433,33 +433,44 @@ func detach(n int, err error, req *Request) reqResult {
 	return reqResult{n: n, err: err, req: r}
 }
 
-// parseRequests parses data as one buffer, the way a caller with the whole
-// input would: every complete line, then stop at the first need-more or line
-// too long.
-func parseRequests(t testing.TB, data []byte, lim *Limits) (out []reqResult, tooLong bool) {
+// requestParser is ParseRequest with lim, as a lineParser.
+func requestParser(lim *Limits) lineParser[reqResult] {
 	var req Request
+	return func(b []byte) (reqResult, int, error) {
+		n, err := ParseRequest(b, lim, &req)
+		return detach(n, err, &req), n, err
+	}
+}
+
+// lineParser parses the first line of b as ParseRequest or ParseAnswer do,
+// and returns their n and error with the outcome detached from b.
+type lineParser[T any] func(b []byte) (T, int, error)
+
+// parseLines parses every complete line of data with parse, the way a caller
+// with the whole input would, stopping at the first need-more (rest is what
+// it left unparsed) or line too long.
+func parseLines[T any](t testing.TB, data []byte, parse lineParser[T]) (out []T, rest []byte, tooLong bool) {
 	for {
-		n, err := ParseRequest(data, lim, &req)
+		r, n, err := parse(data)
 		if n < 0 || n > len(data) {
 			t.Fatalf("n = %d for %d bytes", n, len(data))
 		}
 		if n == 0 && err == nil {
-			return out, false
+			return out, data, false
 		}
-		out = append(out, detach(n, err, &req))
+		out = append(out, r)
 		if err == ErrLineTooLong {
-			return out, true
+			return out, nil, true
 		}
 		data = data[n:]
 	}
 }
 
-// parseRequestsSplit feeds data to ParseRequest the way a connection would
-// deliver it: in chunks whose sizes come from cuts (cycled; a zero means
-// one byte), each appended to what is still unparsed.
-func parseRequestsSplit(t testing.TB, data, cuts []byte, lim *Limits) (out []reqResult, tooLong bool) {
+// parseSplit feeds data to parse in chunks whose sizes come from cuts
+// (cycled; a zero means one byte), each appended to what is still
+// unparsed, the way a connection delivers its input.
+func parseSplit[T any](t testing.TB, data, cuts []byte, parse lineParser[T]) (out []T, tooLong bool) {
 	var pending []byte
-	var req Request
 	for i := 0; len(data) > 0; i++ {
 		size := 1
 		if len(cuts) > 0 {
@@ -468,19 +479,11 @@ func parseRequestsSplit(t testing.TB, data, cuts []byte, lim *Limits) (out []req
 		size = min(size, len(data))
 		pending = append(pending, data[:size]...)
 		data = data[size:]
-		for {
-			n, err := ParseRequest(pending, lim, &req)
-			if n < 0 || n > len(pending) {
-				t.Fatalf("n = %d for %d bytes", n, len(pending))
-			}
-			if n == 0 && err == nil {
-				break
-			}
-			out = append(out, detach(n, err, &req))
-			if err == ErrLineTooLong {
-				return out, true
-			}
-			pending = pending[n:]
+		var got []T
+		got, pending, tooLong = parseLines(t, pending, parse)
+		out = append(out, got...)
+		if tooLong {
+			return out, true
 		}
 	}
 	return out, false
@@ -524,20 +527,20 @@ const pipeline = "A orders/42 30 5\r\n" +
 	"R k 0\n"
 
 func TestParseRequestSplit(t *testing.T) {
-	whole, tooLong := parseRequests(t, []byte(pipeline), nil)
+	whole, _, tooLong := parseLines(t, []byte(pipeline), requestParser(nil))
 	if len(whole) != 11 || tooLong {
 		t.Fatalf("whole pipeline gave %d results (too long %v)", len(whole), tooLong)
 	}
 	for _, cuts := range [][]byte{{1}, {2}, {3}, {5, 1, 7}, {17}, {255}} {
-		split, tooLong := parseRequestsSplit(t, []byte(pipeline), cuts, nil)
+		split, tooLong := parseSplit(t, []byte(pipeline), cuts, requestParser(nil))
 		if tooLong {
 			t.Fatalf("cuts %v: too long", cuts)
 		}
 		compareResults(t, whole, split, equalReqResult)
 	}
 	// Bytes after the last LF stay unparsed, whole or split.
-	whole2, _ := parseRequests(t, []byte(pipeline+"A k 1"), nil)
-	split2, _ := parseRequestsSplit(t, []byte(pipeline+"A k 1"), []byte{1}, nil)
+	whole2, _, _ := parseLines(t, []byte(pipeline+"A k 1"), requestParser(nil))
+	split2, _ := parseSplit(t, []byte(pipeline+"A k 1"), []byte{1}, requestParser(nil))
 	compareResults(t, whole, whole2, equalReqResult)
 	compareResults(t, whole, split2, equalReqResult)
 }

@@ -90,9 +90,7 @@ func run(target string, pid, conns, block, rcvbuf int, quiet, duration, after ti
 		mu.Lock()
 		open = append(open, c)
 		mu.Unlock()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for time.Now().Before(deadline) {
 				_ = c.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
 				n, err := c.Write(payload)
@@ -111,7 +109,7 @@ func run(target string, pid, conns, block, rcvbuf int, quiet, duration, after ti
 					return
 				}
 			}
-		}()
+		})
 	}
 
 	// The client's cycles during the attack, and the node's memory.

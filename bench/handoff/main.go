@@ -174,9 +174,7 @@ func run(kuncid string, semi, handback, crash bool, goroutines int) (outcome, er
 	var stale atomic.Int64
 	var wg sync.WaitGroup
 	for g := 0; g < goroutines; g++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			local := make([]cycle, 0, 1<<15)
 			var failed []string
 			for i := 0; ctx.Err() == nil; i++ {
@@ -209,7 +207,7 @@ func run(kuncid string, semi, handback, crash bool, goroutines int) (outcome, er
 			done = append(done, local...)
 			errs = append(errs, failed...)
 			mu.Unlock()
-		}()
+		})
 	}
 	time.Sleep(time.Second)
 	sig := time.Now()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -35,33 +34,29 @@ func cmdInspect(args []string, stdout, stderr io.Writer) int {
 	if done {
 		return code
 	}
-	if len(pos) != 1 {
-		return c.usageError("want one KEY, got %s", argCount(len(pos)))
+	key, code, ok := c.oneKey(pos, "")
+	if !ok {
+		return code
 	}
-	key := pos[0]
-	if err := checkKey(key); err != nil {
-		return c.usageError("%v", err)
+	rc, code, ok := c.reach()
+	if !ok {
+		return code
 	}
-	addrs, creds, err := c.target()
-	if err != nil {
-		return c.usageError("%v", err)
-	}
-	ctx, sig := interruptible(context.Background())
-	defer sig.stop()
-	client, code, ok := c.newClient(clientlib.Config{Addrs: addrs, Credentials: creds, TLS: c.tls})
+	defer rc.stop()
+	client, code, ok := c.newClient(clientlib.Config{Addrs: rc.addrs, Credentials: rc.creds, TLS: c.tls})
 	if !ok {
 		return code
 	}
 	defer client.Close()
-	h, err := client.Inspect(ctx, key)
+	h, err := client.Inspect(rc.ctx, key)
 	var refused *clientlib.RefusedError
 	switch {
-	case err != nil && sig.received() != nil:
-		return c.interrupted(sig.received(), "")
+	case err != nil && rc.received() != nil:
+		return c.interrupted(rc.received(), "")
 	case errors.As(err, &refused):
 		return c.fail(exitUnavailable, "%s: the node refused it: %s", key, withHint(refused.Reason))
 	case errors.Is(err, clientlib.ErrNoConnection):
-		return c.fail(exitUnavailable, "%s: %s", key, unreachable(c.tls, addrs, err))
+		return c.fail(exitUnavailable, "%s: %s", key, unreachable(c.tls, rc.addrs, err))
 	case err != nil:
 		return c.fail(exitUnavailable, "%s: %s", key, plain(err))
 	}

@@ -73,17 +73,11 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 	if done {
 		return code
 	}
-	if len(pos) != 1 {
-		return c.usageError("want one KEY, got %s", argCount(len(pos)))
+	key, code, ok := c.oneKey(pos, "")
+	if !ok {
+		return code
 	}
-	key := pos[0]
-	if err := checkKey(key); err != nil {
-		return c.usageError("%v", err)
-	}
-	if *lease <= 0 {
-		return c.usageError("--lease must be more than 0")
-	}
-	if err := c.checkOwner(); err != nil {
+	if err := c.checkGrant(*lease); err != nil {
 		return c.usageError("%v", err)
 	}
 	if *wait < 0 {
@@ -96,6 +90,7 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return c.usageError("%v", err)
 	}
+	// Probed before the signals are caught: an interrupt ends kunci at once.
 	if *wait == 0 && !*try {
 		if why := unreachableAtOnce(key, c.tls, addrs); why != "" {
 			return c.fail(exitUnavailable, "%s", why)
@@ -209,51 +204,68 @@ func describeAcquireError(key string, addrs []string, tc *tls.Config, wait time.
 
 func cmdRelease(args []string, stdout, stderr io.Writer) int {
 	c := newCLI("release", releaseHelp, stdout, stderr)
-	pos, code, done := c.parse(args)
-	if done {
-		return code
-	}
-	key, token, code, ok := c.keyToken(pos)
+	key, token, code, ok := c.parseKeyToken(args)
 	if !ok {
 		return code
 	}
-	addrs, creds, err := c.target()
-	if err != nil {
-		return c.usageError("%v", err)
+	rc, code, ok := c.reach()
+	if !ok {
+		return code
 	}
-	ctx, sig := interruptible(context.Background())
-	defer sig.stop()
-	a, err := ask(ctx, c.tls, addrs, creds, wire.AppendRelease(nil, []byte(key), token))
-	return c.tokenAnswer("release", key, token, a, err, sig)
+	defer rc.stop()
+	a, err := ask(rc.ctx, c.tls, rc.addrs, rc.creds, wire.AppendRelease(nil, []byte(key), token))
+	return c.tokenAnswer("release", key, token, a, err, rc.signals)
 }
 
 func cmdExtend(args []string, stdout, stderr io.Writer) int {
 	c := newCLI("extend", extendHelp, stdout, stderr)
 	lease := c.duration("lease", 0, "the grant now ends this long from now (required)")
-	pos, code, done := c.parse(args)
-	if done {
-		return code
-	}
-	key, token, code, ok := c.keyToken(pos)
+	key, token, code, ok := c.parseKeyToken(args)
 	if !ok {
 		return code
 	}
 	if *lease <= 0 {
 		return c.usageError("--lease is required, more than 0: the grant then ends that long from now")
 	}
-	addrs, creds, err := c.target()
-	if err != nil {
-		return c.usageError("%v", err)
+	rc, code, ok := c.reach()
+	if !ok {
+		return code
 	}
-	ctx, sig := interruptible(context.Background())
-	defer sig.stop()
+	defer rc.stop()
 	ms := int64((*lease + time.Millisecond - 1) / time.Millisecond) // never shorter than asked
-	a, err := ask(ctx, c.tls, addrs, creds, wire.AppendExtend(nil, []byte(key), token, ms))
-	return c.tokenAnswer("extend", key, token, a, err, sig)
+	a, err := ask(rc.ctx, c.tls, rc.addrs, rc.creds, wire.AppendExtend(nil, []byte(key), token, ms))
+	return c.tokenAnswer("extend", key, token, a, err, rc.signals)
 }
 
-// keyToken checks the KEY TOKEN arguments of release and extend.
-func (c *cli) keyToken(pos []string) (key string, token uint64, code int, ok bool) {
+// oneKey checks that a command (inspect, acquire, run) was given one
+// argument before where, a KEY, and returns it; when not, it says why and
+// returns the exit status with ok false.
+func (c *cli) oneKey(pos []string, where string) (key string, code int, ok bool) {
+	if len(pos) != 1 {
+		return "", c.usageError("want one KEY%s, got %s", where, argCount(len(pos))), false
+	}
+	if err := checkKey(pos[0]); err != nil {
+		return "", c.usageError("%v", err), false
+	}
+	return pos[0], 0, true
+}
+
+// checkGrant checks the flags of a grant: --lease, and --owner when given.
+func (c *cli) checkGrant(lease time.Duration) error {
+	if lease <= 0 {
+		return errors.New("--lease must be more than 0")
+	}
+	return c.checkOwner()
+}
+
+// parseKeyToken parses the flags and the KEY TOKEN arguments of release and
+// extend; when it cannot, or on --help, it returns the exit status with ok
+// false.
+func (c *cli) parseKeyToken(args []string) (key string, token uint64, code int, ok bool) {
+	pos, code, done := c.parse(args)
+	if done {
+		return "", 0, code, false
+	}
 	if len(pos) != 2 {
 		return "", 0, c.usageError("want KEY TOKEN, got %s", argCount(len(pos))), false
 	}

@@ -57,12 +57,11 @@ func cmdLocks(args []string, stdout, stderr io.Writer) int {
 	if *prefix != "" && !wire.ValidKey([]byte(*prefix)) {
 		return c.usageError("bad --prefix %q: 1 to %d bytes with no space or control byte", *prefix, wire.MaxKey)
 	}
-	addrs, creds, err := c.target()
-	if err != nil {
-		return c.usageError("%v", err)
+	rc, code, ok := c.reach()
+	if !ok {
+		return code
 	}
-	ctx, sig := interruptible(context.Background())
-	defer sig.stop()
+	defer rc.stop()
 
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
 	lines := 0
@@ -78,12 +77,12 @@ func cmdLocks(args []string, stdout, stderr io.Writer) int {
 			tw.Flush()
 		}
 	}
-	end, err := listAll(ctx, c.tls, addrs, creds, wire.AppendList(nil, *limit, []byte(*prefix)), emit)
+	end, err := listAll(rc.ctx, c.tls, rc.addrs, rc.creds, wire.AppendList(nil, *limit, []byte(*prefix)), emit)
 	tw.Flush()
 	var refused *nodeError
 	switch {
-	case err != nil && sig.received() != nil:
-		return c.interrupted(sig.received(), "")
+	case err != nil && rc.received() != nil:
+		return c.interrupted(rc.received(), "")
 	case errors.As(err, &refused):
 		return c.fail(exitUnavailable, "the node refused the listing: %s", refused.reason)
 	case err != nil:

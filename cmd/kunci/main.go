@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -290,6 +291,27 @@ func (c *cli) target() ([]string, *clientlib.Credentials, error) {
 		return nil, nil, err
 	}
 	return addrs, creds, nil
+}
+
+// reach is how a command reaches the cluster: the addresses and the
+// credentials of its target, and a context that SIGINT, SIGTERM and SIGHUP
+// end (the signals say which came; stop them when done).
+type reach struct {
+	addrs []string
+	creds *clientlib.Credentials
+	ctx   context.Context
+	*signals
+}
+
+// reach returns how the command reaches the cluster. When its target
+// cannot be had, it says why and returns the exit status with ok false.
+func (c *cli) reach() (rc reach, code int, ok bool) {
+	addrs, creds, err := c.target()
+	if err != nil {
+		return reach{}, c.usageError("%v", err), false
+	}
+	ctx, sig := interruptible(context.Background())
+	return reach{addrs: addrs, creds: creds, ctx: ctx, signals: sig}, 0, true
 }
 
 // newClient opens a client with cfg. When it cannot, it says why and returns

@@ -26,23 +26,11 @@ import (
 var kunciBin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "kunci-test")
-	if err != nil {
-		panic(err)
-	}
-	kunciBin = filepath.Join(dir, "kunci")
-	args := []string{"build", "-o", kunciBin}
+	var args []string
 	if raceEnabled {
 		args = append(args, "-race") // kunci's own goroutines are checked too
 	}
-	if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building kunci: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	testnode.RunWithBinary(m, &kunciBin, "kunci", args...)
 }
 
 // startNode starts an in-process node on a free loopback port.
@@ -758,14 +746,12 @@ func TestFailuresReadAlike(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for _, args := range cmds {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			code, _, errs := kunci(t, nil, append(args, "--addrs", addr)...)
 			if code != exitUnavailable || !strings.Contains(errs, want) || strings.Contains(errs, "clientlib") {
 				t.Errorf("kunci %s with the node down: exit %d, %q; want %d and %q", strings.Join(args, " "), code, errs, exitUnavailable, want)
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	if _, _, errs := kunci(t, nil, "inspect"); !strings.Contains(errs, "got 0 arguments") {

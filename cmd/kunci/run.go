@@ -65,20 +65,14 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if done {
 		return code
 	}
-	switch {
-	case len(pos) != 1:
-		return c.usageError("want one KEY before --, got %s", argCount(len(pos)))
-	case len(argv) == 0:
+	if len(pos) == 1 && len(argv) == 0 {
 		return c.usageError("no command after --")
 	}
-	key := pos[0]
-	if err := checkKey(key); err != nil {
-		return c.usageError("%v", err)
+	key, code, ok := c.oneKey(pos, " before --")
+	if !ok {
+		return code
 	}
-	if *lease <= 0 {
-		return c.usageError("--lease must be more than 0")
-	}
-	if err := c.checkOwner(); err != nil {
+	if err := c.checkGrant(*lease); err != nil {
 		return c.usageError("%v", err)
 	}
 	if *wait < 0 || *grace < 0 {

@@ -77,27 +77,26 @@ func cmdStatus(args []string, stdout, stderr io.Writer) int {
 	if *wait < 0 {
 		return c.usageError("--wait must not be negative")
 	}
-	addrs, creds, err := c.target()
-	if err != nil {
-		return c.usageError("%v", err)
+	rc, code, ok := c.reach()
+	if !ok {
+		return code
 	}
-	ctx, sig := interruptible(context.Background())
-	defer sig.stop()
-	st := askAll(ctx, c.tls, addrs, creds, *timeout)
+	defer rc.stop()
+	st := askAll(rc.ctx, c.tls, rc.addrs, rc.creds, *timeout)
 	if *wait > 0 {
 		until := time.Now().Add(*wait)
-		for !settled(st) && ctx.Err() == nil && time.Now().Before(until) {
+		for !settled(st) && rc.ctx.Err() == nil && time.Now().Before(until) {
 			t := time.NewTimer(min(statusRetry, time.Until(until)))
 			select {
 			case <-t.C:
-			case <-ctx.Done():
+			case <-rc.ctx.Done():
 				t.Stop()
 			}
-			if ctx.Err() == nil {
-				st = askAll(ctx, c.tls, addrs, creds, *timeout)
+			if rc.ctx.Err() == nil {
+				st = askAll(rc.ctx, c.tls, rc.addrs, rc.creds, *timeout)
 			}
 		}
-		if !settled(st) && ctx.Err() == nil {
+		if !settled(st) && rc.ctx.Err() == nil {
 			fmt.Fprintf(stderr, "kunci status: the cluster had not settled when the wait of %v ran out\n", time.Duration(*wait))
 		}
 	}
@@ -189,9 +188,7 @@ func askAll(ctx context.Context, tc *tls.Config, addrs []string, creds *clientli
 	st := make([]nodeStatus, len(addrs))
 	var wg sync.WaitGroup
 	for i, addr := range addrs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			actx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			a, rtt, err := exchange(actx, tc, addr, creds, []byte("I\n"))
@@ -202,7 +199,7 @@ func askAll(ctx context.Context, tc *tls.Config, addrs []string, creds *clientli
 				err = fmt.Errorf("unexpected answer %q %s", a.kind, a.text)
 			}
 			st[i] = nodeStatus{addr: addr, err: err, a: a, rtt: rtt}
-		}()
+		})
 	}
 	wg.Wait()
 	return st

@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"io"
 	"net"
+	"net/http"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -23,11 +25,11 @@ func TestNodeNotInItsPeerListRefusesToStart(t *testing.T) {
 }
 
 // startPeer runs kuncid as cluster member i of addrs, with the command
-// line the README gives.
-func startPeer(t *testing.T, addrs []string, i int, dir string) *exec.Cmd {
+// line the README gives and extra flags.
+func startPeer(t *testing.T, addrs []string, i int, dir string, extra ...string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(kuncid, "--listen", addrs[i], "--advertise", addrs[i], "--peers", strings.Join(addrs, ","),
-		"--cluster-key-file", testnode.KeyFile(t), "--data-dir", dir, "--heartbeat", "50ms", "--failover-timeout", "500ms", "--log-format", "json")
+	cmd := exec.Command(kuncid, append([]string{"--listen", addrs[i], "--advertise", addrs[i], "--peers", strings.Join(addrs, ","),
+		"--cluster-key-file", testnode.KeyFile(t), "--data-dir", dir, "--heartbeat", "50ms", "--failover-timeout", "500ms", "--log-format", "json"}, extra...)...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -55,43 +57,65 @@ func waitInfo(t *testing.T, addr, want string) {
 	t.Fatalf("%s: I answered %q, want %q", addr, got, want)
 }
 
-func TestClusterOfProcessesHandsOverOnSIGTERM(t *testing.T) {
-	var addrs []string
-	for i := 0; i < 3; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addrs = append(addrs, l.Addr().String())
-		l.Close()
-	}
-	cmds := make([]*exec.Cmd, 3)
+// startCluster runs a cluster of three kuncid processes, each with an
+// admin endpoint (admins[i]), and waits until node 0 is active and the
+// others follow it.
+func startCluster(t *testing.T) (addrs, admins []string, cmds []*exec.Cmd) {
+	t.Helper()
+	free := testaddr.Free(t, 6)
+	addrs, admins = free[:3], free[3:]
 	for i := range addrs {
-		cmds[i] = startPeer(t, addrs, i, t.TempDir())
+		cmds = append(cmds, startPeer(t, addrs, i, t.TempDir(), "--admin", admins[i]))
 	}
 	waitInfo(t, addrs[0], "I active "+addrs[0]+" "+addrs[0]+"\n")
 	waitInfo(t, addrs[1], "I standby "+addrs[1]+" "+addrs[0]+"\n")
 	waitInfo(t, addrs[2], "I standby "+addrs[2]+" "+addrs[0]+"\n")
+	return addrs, admins, cmds
+}
+
+// firstAnswer sends line on a new connection to addr, open until the test
+// ends, and returns the connection's reader and the first answer (with its
+// LF; "" when none came within 10 s).
+func firstAnswer(t *testing.T, addr, line string) (*bufio.Reader, string) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	_, _ = c.Write([]byte(line + "\n"))
+	r := bufio.NewReader(c)
+	answer, _ := r.ReadString('\n')
+	return r, answer
+}
+
+func TestClusterOfProcessesHandsOverOnSIGTERM(t *testing.T) {
+	addrs, admins, cmds := startCluster(t)
 	if got := roundTrip(t, addrs[1], "A k 30 0\n"); got != "M "+addrs[0]+"\n" {
 		t.Fatalf("standby answered %q", got)
 	}
 
-	c, err := net.Dial("tcp", addrs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	r := bufio.NewReader(c)
-	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-	_, _ = c.Write([]byte("A k 30 0\n"))
-	grant, _ := r.ReadString('\n')
+	r, grant := firstAnswer(t, addrs[0], "A k 30 0")
 	if !strings.HasPrefix(grant, "A k ") {
 		t.Fatalf("grant: %q", grant)
 	}
-	// Let the standbys have it, then stop the active: it hands over to
-	// a standby that copied its state (node 1 unless node 1 is still
-	// copying it on a busy machine) and sends its clients there.
-	time.Sleep(200 * time.Millisecond)
+	// Once the standbys have it, stop the active: it hands over to a
+	// standby that copied its state and sends its clients there.
+	testnode.WaitFor(t, "both standbys to list k", func() bool {
+		for _, admin := range admins[1:] {
+			resp, err := http.Get("http://" + admin + "/locks")
+			if err != nil {
+				return false
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if !strings.Contains(string(body), `"key":"k"`) {
+				return false
+			}
+		}
+		return true
+	})
 	start := time.Now()
 	_ = cmds[0].Process.Signal(syscall.SIGTERM)
 	redirect, _ := r.ReadString('\n')
@@ -117,26 +141,12 @@ func TestClusterOfProcessesHandsOverOnSIGTERM(t *testing.T) {
 // step down and drop a live client's grant: it yields, and only takes its
 // role back through a lossless handoff.
 func TestFrozenActiveYieldsWhenItContinues(t *testing.T) {
-	addrs := testaddr.Free(t, 3)
-	cmds := make([]*exec.Cmd, 3)
-	for i := range addrs {
-		cmds[i] = startPeer(t, addrs, i, t.TempDir())
-	}
-	waitInfo(t, addrs[0], "I active "+addrs[0]+" "+addrs[0]+"\n")
-	waitInfo(t, addrs[1], "I standby "+addrs[1]+" "+addrs[0]+"\n")
+	addrs, _, cmds := startCluster(t)
 
 	_ = cmds[0].Process.Signal(syscall.SIGSTOP)
 	t.Cleanup(func() { _ = cmds[0].Process.Signal(syscall.SIGCONT) })
 	waitInfo(t, addrs[1], "I active "+addrs[1]+" "+addrs[1]+"\n")
-	holder, err := net.Dial("tcp", addrs[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	hr := bufio.NewReader(holder)
-	_ = holder.SetDeadline(time.Now().Add(10 * time.Second))
-	_, _ = holder.Write([]byte("A shared 60 0\n"))
-	grant, _ := hr.ReadString('\n')
+	_, grant := firstAnswer(t, addrs[1], "A shared 60 0")
 	token, ok := strings.CutPrefix(strings.TrimSpace(grant), "A shared ")
 	if !ok {
 		t.Fatalf("the new active's grant: %q", grant)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
@@ -17,8 +18,6 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/kunci/kunci/server"
 )
 
 // The container image and the Kubernetes manifests cannot be built or
@@ -575,36 +574,15 @@ func TestContainerSettingsAreKuncidSettings(t *testing.T) {
 	var peers []string
 	for i := 0; i < sts.Spec.Replicas; i++ {
 		t.Run(fmt.Sprintf("pod %d", i), func(t *testing.T) {
-			clearKunciEnv(t)
-			env := map[string]string{}
-			for k, v := range image {
-				env[k] = v
-			}
+			env := maps.Clone(image)
 			vars := map[string]string{"POD_NAME": fmt.Sprintf("%s-%d", sts.Metadata.Name, i), "POD_NAMESPACE": namespace}
 			for _, e := range c.Env {
 				if e.ValueFrom.Kind == 0 {
 					env[e.Name] = expandKube(e.Value, vars)
 				}
 			}
-			for k, v := range env {
-				if !strings.HasPrefix(k, "KUNCI_") {
-					continue
-				}
-				if k == "KUNCI_CLUSTER_KEY_FILE" || k == "KUNCI_CLUSTER_KEY_FILE_OLD" {
-					v = testKeyFile(t) // the Secret's file, mounted
-				}
-				if k == "KUNCI_AUTH_FILE" {
-					v = testAuthFile(t) // likewise
-				}
-				t.Setenv(k, v)
-			}
-			cfg, _, err := parseFlags(nil, io.Discard)
-			if err != nil {
-				t.Fatalf("pod %d's settings: %v", i, err)
-			}
-			if _, err := server.New(cfg); err != nil {
-				t.Fatalf("pod %d's settings: %v", i, err)
-			}
+			// The Secrets' files are mounted.
+			cfg := configFromEnv(t, fmt.Sprintf("pod %d's settings", i), env)
 			want := fmt.Sprintf("%s-%d.%s.%s.svc:", sts.Metadata.Name, i, sts.Spec.ServiceName, namespace)
 			if !strings.HasPrefix(cfg.Advertise, want) {
 				t.Errorf("pod %d advertises %q, want its stable name %s...", i, cfg.Advertise, want)

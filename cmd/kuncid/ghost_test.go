@@ -122,16 +122,14 @@ func ghostScenario(t *testing.T, p *process, freeze time.Duration) {
 // /proc/pid/stat): kill(2) returns before every thread has stopped.
 func waitStopped(t *testing.T, pid int) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+	testnode.WaitFor(t, fmt.Sprintf("process %d to stop", pid), func() bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
 			t.Fatal(err)
 		}
 		// pid (comm) state ...: comm may hold spaces, the state follows
 		// its closing parenthesis.
-		if i := strings.LastIndexByte(string(b), ')'); i >= 0 && strings.HasPrefix(string(b[i:]), ") T") {
-			return
-		}
-	}
-	t.Fatalf("process %d did not stop", pid)
+		i := strings.LastIndexByte(string(b), ')')
+		return i >= 0 && strings.HasPrefix(string(b[i:]), ") T")
+	})
 }

@@ -11,31 +11,18 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/internal/version"
 )
 
 // kuncid is the binary built once for the tests that run it as a process.
 var kuncid string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "kuncid-test")
-	if err != nil {
-		panic(err)
-	}
-	kuncid = filepath.Join(dir, "kuncid")
-	if out, err := exec.Command("go", "build", "-o", kuncid, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building kuncid: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testnode.RunWithBinary(m, &kuncid, "kuncid") }
 
 // TestHelpExplainsEveryFlag: --help and -h print on stdout (kuncid --help
 // | less) and exit 0; a bad flag is an error on stderr.
@@ -317,17 +304,14 @@ func TestFileDescriptorLimitDoesNotStopTheNode(t *testing.T) {
 		c.Close()
 	}
 	conns = nil
-	// The node is still up and serving.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got := roundTrip(t, p.addr, "A k 30 0\n")
-		if got == "A k 1\n" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node not serving after the fd flood: %q", got)
-		}
-		time.Sleep(50 * time.Millisecond) // closed connections are still being reaped
+	// The node is still up and serving, once the closed connections are
+	// reaped.
+	var got string
+	if !testnode.Until(testnode.Wait, func() bool {
+		got = roundTrip(t, p.addr, "A k 30 0\n")
+		return got == "A k 1\n"
+	}) {
+		t.Fatalf("node not serving after the fd flood: %q", got)
 	}
 }
 
@@ -460,15 +444,12 @@ func TestLogsSayDurationsWithUnits(t *testing.T) {
 // pipe (journald, 2>log) carry no ANSI escapes.
 func TestConsoleLogsHaveNoColourInAPipe(t *testing.T) {
 	cmd := exec.Command(kuncid, "--listen", "127.0.0.1:0", "--data-dir", "")
-	var stderr syncBuffer
+	var stderr testnode.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for !strings.Contains(stderr.String(), "kunci node started") && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testnode.Until(20*time.Second, func() bool { return strings.Contains(stderr.String(), "kunci node started") })
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	_ = cmd.Wait()
 	logs := stderr.String()
@@ -478,23 +459,4 @@ func TestConsoleLogsHaveNoColourInAPipe(t *testing.T) {
 	if strings.Contains(logs, "\x1b[") {
 		t.Fatalf("ANSI escapes in logs written to a pipe:\n%q", logs)
 	}
-}
-
-// syncBuffer is a bytes.Buffer that a process's output copier writes while
-// the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

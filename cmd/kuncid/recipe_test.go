@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
 
@@ -169,22 +170,35 @@ func readEnvFile(t *testing.T, file string) map[string]string {
 // parseEnvFile parses an env file as kuncid reads it from the environment.
 func parseEnvFile(t *testing.T, file string) recipeNode {
 	t.Helper()
+	return recipeNode{where: file, cfg: configFromEnv(t, file, readEnvFile(t, file))}
+}
+
+// configFromEnv makes env's KUNCI_ variables kuncid's whole environment
+// (the cluster key and auth files are files of the test's, as an install
+// makes them), parses it as kuncid does, and checks the Config as the node
+// does before it binds anything; where names env in failures.
+func configFromEnv(t *testing.T, where string, env map[string]string) server.Config {
+	t.Helper()
 	clearKunciEnv(t)
-	for k, v := range readEnvFile(t, file) {
-		if k == "KUNCI_CLUSTER_KEY_FILE" || k == "KUNCI_CLUSTER_KEY_FILE_OLD" {
-			v = testKeyFile(t) // the installed file, as the steps make it
+	for k, v := range env {
+		switch {
+		case !strings.HasPrefix(k, "KUNCI_"):
+			continue
+		case k == "KUNCI_CLUSTER_KEY_FILE" || k == "KUNCI_CLUSTER_KEY_FILE_OLD":
+			v = testKeyFile(t)
+		case k == "KUNCI_AUTH_FILE":
+			v = testAuthFile(t)
 		}
 		t.Setenv(k, v)
 	}
 	cfg, _, err := parseFlags(nil, io.Discard)
 	if err != nil {
-		t.Fatalf("%s: %v", file, err)
+		t.Fatalf("%s: %v", where, err)
 	}
-	// What the node checks before it binds anything.
 	if _, err := server.New(cfg); err != nil {
-		t.Errorf("%s: %v", file, err)
+		t.Fatalf("%s: %v", where, err)
 	}
-	return recipeNode{where: file, cfg: cfg}
+	return cfg
 }
 
 // sameSocket reports whether two listen addresses would take the same
@@ -452,7 +466,7 @@ func TestClusterRecipeRuns(t *testing.T) {
 	cmd := exec.Command("bash", "-c", strings.Join(script, "\n"))
 	cmd.Dir = t.TempDir()
 	cmd.Env = append(os.Environ(), "NO_COLOR=1")
-	var stdout, stderr syncBuffer
+	var stdout, stderr testnode.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	// The shell and its nodes in a group of their own, which the test
 	// kills whatever happens; Wait does not wait for a node left behind.

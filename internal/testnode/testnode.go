@@ -5,12 +5,16 @@
 package testnode
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -38,6 +42,27 @@ func KeyFile(t testing.TB) string {
 	return f
 }
 
+// RunWithBinary is a TestMain for the tests of a command that run it as a
+// process: it builds the command in the current directory with go build and
+// args into a temporary directory, sets *bin to the binary's path, runs the
+// tests and exits with their status, removing the binary.
+func RunWithBinary(m *testing.M, bin *string, name string, args ...string) {
+	dir, err := os.MkdirTemp("", name+"-test")
+	if err != nil {
+		panic(err)
+	}
+	*bin = filepath.Join(dir, name)
+	args = append(append([]string{"build", "-o", *bin}, args...), ".")
+	if out, err := exec.Command("go", args...).CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building %s: %v\n%s", name, err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
 // Cluster timing for tests: fast, with room for a loaded machine.
 const (
 	Heartbeat = 20 * time.Millisecond
@@ -49,6 +74,29 @@ const (
 func Logger(t testing.TB, level zerolog.Level) zerolog.Logger {
 	return zerolog.New(zerolog.NewTestWriter(t)).Level(level)
 }
+
+// Buffer is a bytes.Buffer that another goroutine (a node's logger, a
+// process's output copier) may write while the test reads it.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns what was written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// Count returns how many times s was written so far.
+func (b *Buffer) Count(s string) int { return strings.Count(b.String(), s) }
 
 // Start starts a node with cfg, on a free loopback port unless cfg.Listen
 // says otherwise and logging to t at info level unless cfg.Logger is set,
