@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -57,7 +56,7 @@ func (tc *testCluster) crash(i int) {
 func (tc *testCluster) waitSame(a, s int) {
 	tc.T.Helper()
 	var diff string
-	ok := waitUntil(5*time.Second, func() bool {
+	ok := testnode.Until(5*time.Second, func() bool {
 		diff = sameHolders(tc.Nodes[a].Holders(), tc.Nodes[s].Holders())
 		return diff == ""
 	})
@@ -91,8 +90,6 @@ func sameHolders(active, standby map[string]server.Holding) string {
 	}
 	return strings.Join(d, "; ")
 }
-
-func waitUntil(d time.Duration, cond func() bool) bool { return testnode.Until(d, cond) }
 
 func TestClusterRolesRedirectAndReplication(t *testing.T) {
 	t.Parallel()
@@ -390,26 +387,8 @@ func TestClusterSemiSync(t *testing.T) {
 	c.close()
 }
 
-// logBuf collects a node's logs for a test to search.
-type logBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
-}
-
 // logTo sends every node's logs to buf as well as to the test.
-func logTo(t *testing.T, buf *logBuf) func(*server.Config) {
+func logTo(t *testing.T, buf *testnode.Buffer) func(*server.Config) {
 	return func(c *server.Config) {
 		c.Logger = zerolog.New(zerolog.MultiLevelWriter(zerolog.NewTestWriter(t), buf)).
 			Level(zerolog.InfoLevel).With().Str("node", c.Listen).Logger()
@@ -418,7 +397,7 @@ func logTo(t *testing.T, buf *logBuf) func(*server.Config) {
 
 func TestClusterSemiSyncKeepsAnIdleStandby(t *testing.T) {
 	t.Parallel()
-	var logs logBuf
+	var logs testnode.Buffer
 	tc := newCluster(t, 2, func(c *server.Config) {
 		c.SemiSync = true
 		logTo(t, &logs)(c)
@@ -430,7 +409,7 @@ func TestClusterSemiSyncKeepsAnIdleStandby(t *testing.T) {
 	c.send("A k 30 0")
 	c.expectGrant("k")
 	time.Sleep(5 * testFailover)
-	if n := logs.count("did not acknowledge"); n > 0 {
+	if n := logs.Count("did not acknowledge"); n > 0 {
 		t.Fatalf("a caught-up, idle standby was dropped %d times", n)
 	}
 }
@@ -440,7 +419,7 @@ func TestClusterSemiSyncKeepsAnIdleStandby(t *testing.T) {
 // without stalling grants: well within the failover timeout.
 func TestClusterHigherPeerCeilingRaisesTokensWithoutStalling(t *testing.T) {
 	t.Parallel()
-	var logs logBuf
+	var logs testnode.Buffer
 	tc := newCluster(t, 3, func(c *server.Config) {
 		c.FailoverTimeout = 3 * time.Second
 		logTo(t, &logs)(c)
@@ -468,7 +447,7 @@ func TestClusterHigherPeerCeilingRaisesTokensWithoutStalling(t *testing.T) {
 	if d := time.Since(start); d > 1500*time.Millisecond {
 		t.Errorf("tokens rose above the peer's ceiling only after %v (failover timeout 3s)", d)
 	}
-	if n := logs.count("did not acknowledge"); n > 0 {
+	if n := logs.Count("did not acknowledge"); n > 0 {
 		t.Errorf("the standby was dropped %d times", n)
 	}
 }
@@ -477,7 +456,7 @@ func TestClusterHigherPeerCeilingRaisesTokensWithoutStalling(t *testing.T) {
 // other standby promote itself.
 func TestClusterStandbyRestartDoesNotStallTheActive(t *testing.T) {
 	t.Parallel()
-	var logs logBuf
+	var logs testnode.Buffer
 	tc := newCluster(t, 3, func(c *server.Config) {
 		c.FailoverTimeout = time.Second
 		logTo(t, &logs)(c)
@@ -538,7 +517,7 @@ func TestClusterStandbyRestartDoesNotStallTheActive(t *testing.T) {
 	if worst > 500*time.Millisecond {
 		t.Errorf("the active stalled %v while a standby restarted", worst)
 	}
-	if n := logs.count("promoted to active"); n != 1 {
+	if n := logs.Count("promoted to active"); n != 1 {
 		t.Errorf("%d promotions, want only node 0's", n)
 	}
 }

@@ -67,7 +67,7 @@ func fill(t *testing.T, dir string) string {
 func TestDiskFullIsLoudNotSilent(t *testing.T) {
 	mnt := mountTmpfs(t, 64<<10)
 	dir := filepath.Join(mnt, "data")
-	var logs logBuf
+	var logs testnode.Buffer
 	n := storageNode(t, dir, &logs)
 	full := fill(t, mnt)
 	storageFailure(t, n, dir, &logs, "no space left on device", func() {

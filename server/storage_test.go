@@ -21,7 +21,7 @@ const testBlock = 16
 
 // storageNode starts a node on the data directory dir that reserves tokens
 // testBlock at a time, with an admin endpoint and its logs also in logs.
-func storageNode(t *testing.T, dir string, logs *logBuf) *server.Node {
+func storageNode(t *testing.T, dir string, logs *testnode.Buffer) *server.Node {
 	t.Helper()
 	return startNode(t, func(c *server.Config) {
 		c.DataDir = dir
@@ -94,7 +94,7 @@ func metricsOf(t *testing.T, n *server.Node) string {
 // /healthz, in its metrics and once in its log, and grants again by itself
 // once fix has repaired the directory. why is a part of the reason
 // /healthz gives.
-func storageFailure(t *testing.T, n *server.Node, dir string, logs *logBuf, why string, fix func()) {
+func storageFailure(t *testing.T, n *server.Node, dir string, logs *testnode.Buffer, why string, fix func()) {
 	t.Helper()
 	holder := dial(t, n.Addr())
 	holder.send("A held 30 0")
@@ -149,7 +149,7 @@ func storageFailure(t *testing.T, n *server.Node, dir string, logs *logBuf, why 
 	if v := metric(t, m, `kunci_errors_total{reason="storage unavailable"}`); v != 4 {
 		t.Errorf(`kunci_errors_total{reason="storage unavailable"} %v, want 4`, v)
 	}
-	if got := logs.count("cannot persist the token ceiling"); got != 1 {
+	if got := logs.Count("cannot persist the token ceiling"); got != 1 {
 		t.Errorf("%d log lines about the failing ceiling after %v retries, want 1", got, metric(t, m, "kunci_storage_errors_total"))
 	}
 
@@ -177,7 +177,7 @@ func storageFailure(t *testing.T, n *server.Node, dir string, logs *logBuf, why 
 	if v := metric(t, metricsOf(t, n), "kunci_storage_ok"); v != 1 {
 		t.Errorf("kunci_storage_ok %v after the repair", v)
 	}
-	if got := logs.count("persisted again"); got != 1 {
+	if got := logs.Count("persisted again"); got != 1 {
 		t.Errorf("%d log lines about the recovery, want 1", got)
 	}
 }
@@ -187,7 +187,7 @@ func storageFailure(t *testing.T, n *server.Node, dir string, logs *logBuf, why 
 // ceiling cannot be persisted until the link is removed.
 func TestSymlinkedCeilingTmpFileIsRefused(t *testing.T) {
 	t.Parallel()
-	var logs logBuf
+	var logs testnode.Buffer
 	dir := t.TempDir()
 	n := storageNode(t, dir, &logs)
 	victim := filepath.Join(t.TempDir(), "victim")
@@ -389,7 +389,7 @@ func TestTokensStopAtMaxToken(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "token-ceiling"), []byte(strconv.FormatUint(floor, 10)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var logs logBuf
+	var logs testnode.Buffer
 	n := storageNode(t, dir, &logs)
 	c := dial(t, n.Addr())
 	// A refusal may also come while the reserver, slowed by a busy machine,

@@ -419,7 +419,7 @@ func noLeak(t testing.TB, ignore goleak.Option) {
 	t.Helper()
 	opts := append(gnetPool, ignore)
 	var err error
-	if !waitUntil(answerTimeout, func() bool { err = goleak.Find(opts...); return err == nil }) {
+	if !testnode.Until(answerTimeout, func() bool { err = goleak.Find(opts...); return err == nil }) {
 		t.Fatal(err)
 	}
 }
