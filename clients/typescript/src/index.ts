@@ -16,15 +16,6 @@ export {
   type TryAcquireOptions,
 } from "./client.js";
 export { type Credentials, loadCredentials } from "./credentials.js";
-export {
-  AuthError,
-  BadInputError,
-  ClosedError,
-  KunciError,
-  LostError,
-  RefusedError,
-  StaleError,
-  TimeoutError,
-  UnavailableError,
-} from "./errors.js";
+// Every error class: KunciError and its kinds.
+export * from "./errors.js";
 export { MAX_KEY, MAX_OWNER, keyProblem } from "./protocol.js";
