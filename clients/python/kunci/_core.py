@@ -38,6 +38,7 @@ from . import _wire as wire
 from .errors import AuthError, Closed, KunciError, Lost, Refused, Stale, Timeout, Unavailable
 
 log = logging.getLogger("kunci")
+log.addHandler(logging.NullHandler())
 
 SEEK_INTERVAL = 0.05
 MAX_REDIRECTS = 8
