@@ -11,7 +11,7 @@ LISTEN   ?= 127.0.0.1:7070
 ADMIN    ?= 127.0.0.1:7071
 FUZZTIME ?= 30s
 
-.PHONY: build run test cgo vet bench bench-load bench-compare bench-handoff bench-tls fuzz clean
+.PHONY: build run test test-python cgo vet bench bench-load bench-compare bench-handoff bench-tls fuzz clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
@@ -29,8 +29,16 @@ vet:
 # idle half the time.
 TESTFLAGS ?= -race -count=1 -p 4 -parallel 4
 
-test: cgo vet
+test: cgo vet test-python
 	$(GO) test $(TESTFLAGS) ./...
+
+# The Python client (clients/python) against real nodes built here; installs
+# what its tests need on Debian/Ubuntu when missing (clients/python/tests/deps.sh).
+PYTHON ?= python3
+test-python:
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
+	PYTHON=$(PYTHON) clients/python/tests/deps.sh
+	cd clients/python && KUNCID=$(CURDIR)/bin/kuncid $(PYTHON) -m unittest discover -s tests -t .
 
 # The race detector needs cgo and a C compiler: say so first, rather than
 # let go test say "-race requires cgo" on a machine without gcc.
