@@ -80,19 +80,25 @@ Result = Union[wire.Answer, _Broken, str]
 class _Call:
     """One request waiting for its answer. It stays outstanding on its
     connection until answered or the connection breaks, even when its caller
-    gave up: answers are matched in send order."""
+    gave up: answers are matched in send order. The answer goes to cb when
+    set (the thread client's fast path), else to fut."""
 
-    __slots__ = ("op", "key", "fut", "holders", "late")
+    __slots__ = ("op", "key", "fut", "cb", "holders", "late")
 
-    def __init__(self, op: str, key: bytes, fut: asyncio.Future[Result]) -> None:
+    def __init__(self, op: str, key: bytes, fut: asyncio.Future[Result] | None) -> None:
         self.op = op
         self.key = key
         self.fut = fut
+        self.cb: Callable[[Result], None] | None = None
         self.holders: list[wire.Holder] | None = None  # L: the H lines so far
         self.late: Callable[[Result], None] | None = None  # the answer after the caller left
 
     def resolve(self, r: Result) -> None:
-        if not self.fut.done():
+        cb = self.cb
+        if cb is not None:
+            self.cb = None
+            cb(r)
+        elif self.fut is not None and not self.fut.done():
             self.fut.set_result(r)
         elif self.late is not None:
             self.late(r)
@@ -578,6 +584,7 @@ class _Conn:
         if op == "L":
             call.holders = []
         self.send(call, line)
+        assert call.fut is not None
         r = await call.fut
         if op == "L" and isinstance(r, wire.Answer) and r.kind == "L":
             r.holder = None
@@ -631,6 +638,7 @@ class _Conn:
         call = _Call("A", key, self.loop.create_future())
         self.send(call, wire.acquire_line(key, lease_ms, wait, self.core.cfg.owner))
         try:
+            assert call.fut is not None
             return await call.fut
         except asyncio.CancelledError:
             self._withdraw(call)
@@ -784,7 +792,8 @@ class _Core:
         for cn in self.conns:
             if cn.link is not None:
                 cn.link.fail(Closed("kunci: client closed"))
-        ts = list(self.tasks)
+        me = asyncio.current_task()
+        ts = [t for t in self.tasks if t is not me]
         for t in ts:
             t.cancel()
         if ts:
@@ -889,14 +898,18 @@ class _Core:
 
     # -- the operations --
 
-    async def acquire(self, key: str, lease: float, wait: float, try_: bool) -> LockState | None:
+    async def acquire(
+        self, key: str, lease: float, wait: float, try_: bool, deadline: float | None = None
+    ) -> LockState | None:
+        """Acquire key (deadline, when given, is when the wait ends: an
+        acquire that began elsewhere)."""
         kb = wire.check_key(key)
         lms = wire.lease_ms(lease)
         wms = 0 if try_ else wire.wait_ms(wait)
         loop = self.loop
         p = _Policy()
         if wms > 0:
-            p.deadline = loop.time() + wms / 1000
+            p.deadline = loop.time() + wms / 1000 if deadline is None else deadline
             p.over = lambda last: (
                 Timeout(f"kunci: wait for {key} ran out")
                 if last is None
@@ -904,14 +917,18 @@ class _Core:
             )
         elif not try_:
             p.unbounded = True
-        deadline = p.deadline
+        until = p.deadline
 
         async def send(cn: _Conn) -> Result:
-            return await cn.acquire(kb, lms, deadline, try_)
+            return await cn.acquire(kb, lms, until, try_)
 
-        a = await self.route(p, send)
+        return self.granted(await self.route(p, send), key, kb, lms, try_)
+
+    def granted(self, a: wire.Answer, key: str, kb: bytes, lms: int, try_: bool) -> LockState | None:
+        """The outcome of an acquire's answer: a grant, None for a try that
+        found the key held, or the error."""
         if a.kind == "A":
-            return LockState(self, key, kb, a.token, lms / 1000, loop.time() + lms / 1000)
+            return LockState(self, key, kb, a.token, lms / 1000, self.loop.time() + lms / 1000)
         if a.kind == "T":
             if try_:
                 return None
@@ -937,7 +954,9 @@ class _Core:
 
     async def release_lock(self, ls: LockState) -> None:
         self.stop_keep_alive(ls)
-        ok = await self.release(ls.kb, ls.token)
+        self.released(ls, await self.release(ls.kb, ls.token))
+
+    def released(self, ls: LockState, ok: bool) -> None:
         ls.ended = True
         if not ok:
             raise Stale(f"kunci: release of {ls.key}: token {ls.token} is no longer the grant")
@@ -1029,6 +1048,101 @@ class _Core:
                 if self.closed:
                     return
                 nxt = max(min(retry, valid_until - loop.time() + 0.001), 0)
+
+
+class Waiter:
+    """A thread client's caller waiting for the loop: finish(value, error)
+    is called once, in the loop's thread. cancel, when set, withdraws what
+    the caller waits for (it gave up)."""
+
+    cancel: Callable[[], None] | None
+
+    def finish(self, value: object, err: BaseException | None) -> None:
+        raise NotImplementedError
+
+
+def fast_acquire(core: _Core, w: Waiter, key: str, lease: float, wait: float, try_: bool) -> None:
+    """An acquire for the thread client, in the loop's thread: sent at once on
+    the current connection, answered to w by a callback, without a task; a
+    connection that breaks under it, or none usable, or an acquire of the key
+    already outstanding there, hands it to the full route (a task) with the
+    wait it has left."""
+    try:
+        kb = wire.check_key(key)
+        lms = wire.lease_ms(lease)
+        wms = 0 if try_ else wire.wait_ms(wait)
+    except (ValueError, TypeError) as e:
+        w.finish(None, e)
+        return
+    loop = core.loop
+    deadline = loop.time() + wms / 1000 if wms > 0 else None
+    cn = core.next(None)
+    if core.closed or cn is None or cn.key_busy(kb):
+        slow(core, w, core.acquire(key, lease, wait, try_, deadline))
+        return
+    call = _Call("A", kb, None)
+
+    def answered(r: Result) -> None:
+        if isinstance(r, wire.Answer):
+            try:
+                w.finish(core.granted(r, key, kb, lms, try_), None)
+            except KunciError as e:
+                w.finish(None, e)
+        else:
+            slow(core, w, core.acquire(key, lease, wait, try_, deadline))
+
+    def cancel() -> None:
+        if call.cb is answered:
+            call.cb = None
+            cn._withdraw(call)
+
+    call.cb = answered
+    w.cancel = cancel
+    cn.send(call, wire.acquire_line(kb, lms, None if try_ else wms, core.cfg.owner))
+
+
+def fast_release(core: _Core, w: Waiter, ls: LockState) -> None:
+    """A release for the thread client, as fast_acquire: the full route (a
+    task, retrying for 5 s) only when the first connection fails it."""
+    core.stop_keep_alive(ls)
+    cn = core.next(None)
+    if core.closed or cn is None:
+        slow(core, w, core.release_lock(ls))
+        return
+    call = _Call("R", ls.kb, None)
+
+    def answered(r: Result) -> None:
+        if isinstance(r, wire.Answer):
+            try:
+                if r.kind == "E":
+                    raise core.refusal(r, ls.key)
+                core.released(ls, r.ok)
+                w.finish(None, None)
+            except KunciError as e:
+                w.finish(None, e)
+        else:
+            slow(core, w, core.release_lock(ls))
+
+    call.cb = answered
+    cn.send(call, wire.release_line(ls.kb, ls.token))
+
+
+def slow(core: _Core, w: Waiter, coro: Awaitable[object]) -> None:
+    """Run coro as a task of the loop and tell w its outcome."""
+    t = core.loop.create_task(coro)  # type: ignore[arg-type]
+    core.tasks.add(t)  # type: ignore[arg-type]
+
+    def done(t: asyncio.Task[object]) -> None:
+        core.tasks.discard(t)  # type: ignore[arg-type]
+        if t.cancelled():
+            w.finish(None, Closed("kunci: cancelled"))
+        elif t.exception() is not None:
+            w.finish(None, t.exception())
+        else:
+            w.finish(t.result(), None)
+
+    t.add_done_callback(done)
+    w.cancel = t.cancel
 
 
 def lost_error(ls: LockState) -> Lost:

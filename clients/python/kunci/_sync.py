@@ -3,19 +3,38 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import collections
 import ssl
 import threading
 from types import TracebackType
-from typing import Any, Coroutine, Sequence, TypeVar
+from typing import Any, Callable, Coroutine, Deque, Sequence, TypeVar, cast
 
 from ._async import Locks
 from ._config import CredentialsArg, make_config
-from ._core import LockState, _Core, lost_error
+from ._core import LockState, Waiter, _Core, fast_acquire, fast_release, lost_error, slow
 from ._wire import Holder
 from .errors import Closed, Stale
 
 T = TypeVar("T")
+
+
+class _ThreadWaiter(Waiter):
+    """A caller thread waiting for the I/O thread: a lock it blocks on until
+    the loop releases it. Each thread keeps one (it waits for one request at
+    a time)."""
+
+    __slots__ = ("lock", "value", "err", "cancel")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.value: object = None
+        self.err: BaseException | None = None
+        self.cancel = None
+
+    def finish(self, value: object, err: BaseException | None) -> None:
+        self.value, self.err = value, err
+        self.lock.release()
 
 
 class Lock:
@@ -57,7 +76,7 @@ class Lock:
         """End the grant, trying again through connection failures for 5 s.
         kunci.Stale when it had already ended (released before, or expired)."""
         try:
-            self._client._run(self._client._core.release_lock(self._ls))
+            self._client._call(fast_release, self._ls)
         except Stale:
             self._ls.lose()
             raise
@@ -129,6 +148,10 @@ class Client:
     ) -> None:
         cfg = make_config(addrs, owner, credentials, tls, dial_timeout, reconnect_interval)
         self._closed = False
+        self._local = threading.local()
+        self._pending: Deque[tuple[Callable[..., None], tuple[Any, ...], _ThreadWaiter]] = collections.deque()
+        self._draining = False
+        self._core_or_none: _Core | None = None
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="kunci-io", daemon=True)
         self._thread.start()
@@ -138,25 +161,67 @@ class Client:
             await core.start()
             return core
 
+        fut = asyncio.run_coroutine_threadsafe(start(), self._loop)
         try:
-            self._core: _Core = self._run(start())
+            self._core: _Core = fut.result()
         except BaseException:
             self._stop_loop()
             raise
+        self._core_or_none = self._core
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._closed:
+        """Run coro on the I/O thread's loop and return its outcome."""
+        if self._closed or threading.current_thread() is self._thread:
             coro.close()
+        return cast(T, self._call(slow, coro))
+
+    def _call(self, fn: Callable[..., None], *args: Any) -> Any:
+        """Have the I/O thread run fn(core, waiter, *args), which answers the
+        waiter, and wait for the answer. Requests made by many threads at
+        once are handed over together: one wake-up of the I/O thread."""
+        if self._closed:
             raise Closed("kunci: client closed")
         if threading.current_thread() is self._thread:
-            coro.close()
             raise RuntimeError("kunci: a Client's methods cannot be called from its own I/O thread")
-        fut: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        w: _ThreadWaiter | None = getattr(self._local, "w", None)
+        if w is None:
+            w = self._local.w = _ThreadWaiter()
+        w.cancel = None
+        self._pending.append((fn, args, w))
+        if not self._draining:
+            self._draining = True
+            self._loop.call_soon_threadsafe(self._drain)
         try:
-            return fut.result()
+            w.lock.acquire()
         except BaseException:
-            fut.cancel()  # an acquire is then withdrawn on the node
+            # Given up (KeyboardInterrupt): withdraw it; this thread's waiter
+            # may still be answered, so it gets a new one.
+            self._local.w = None
+            self._loop.call_soon_threadsafe(self._abandon, w)
             raise
+        if w.err is not None:
+            err, w.err = w.err, None
+            raise err
+        v, w.value = w.value, None
+        return v
+
+    def _drain(self) -> None:
+        self._draining = False
+        core, pending = self._core_or_none, self._pending
+        while pending:
+            fn, args, w = pending.popleft()
+            if core is None:
+                w.finish(None, Closed("kunci: client closed"))
+                continue
+            try:
+                fn(core, w, *args)
+            except BaseException as e:  # noqa: BLE001 - the caller gets it
+                w.finish(None, e)
+
+    @staticmethod
+    def _abandon(w: Waiter) -> None:
+        if w.cancel is not None:
+            w.cancel()
 
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -171,6 +236,9 @@ class Client:
         self._run(self._core.close())
         self._closed = True
         self._stop_loop()
+        while self._pending:
+            _, _, w = self._pending.popleft()
+            w.finish(None, Closed("kunci: client closed"))
 
     def __enter__(self) -> Client:
         return self
@@ -183,14 +251,14 @@ class Client:
         the grant (wait 0: no bound of its own, the node's --max-wait bounds
         it). kunci.Timeout when the wait runs out; kunci.Unavailable when no
         node answered within it."""
-        ls = self._run(self._core.acquire(key, lease, wait, False))
+        ls = self._call(fast_acquire, key, lease, wait, False)
         assert ls is not None
         return Lock(self, ls)
 
     def try_acquire(self, key: str, lease: float) -> Lock | None:
         """Take key if nobody holds it, at once (wait "-"): a Lock, or None
         when it is held."""
-        ls = self._run(self._core.acquire(key, lease, 0.0, True))
+        ls = self._call(fast_acquire, key, lease, 0.0, True)
         return None if ls is None else Lock(self, ls)
 
     def lock(self, key: str, lease: float, wait: float = 0.0) -> _LockBlock:
