@@ -190,6 +190,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--callers", default="1,50")
     ap.add_argument("--kuncid", default=os.environ.get("KUNCID", ""), help="kuncid binary (default: go build it)")
+    ap.add_argument("--only", default="", help="run only the cases whose name holds this")
     ap.add_argument("--profile", action="store_true", help="profile kunci with 50 threads instead")
     o = ap.parse_args()
     binary = o.kuncid
@@ -211,6 +212,7 @@ def main() -> None:
                 "kunci.AsyncClient (tasks)": lambda n: kunci_async(addr, n, o.duration),
                 "redis.asyncio (tasks)": lambda n: redis_async(port, n, o.duration),
             }
+            cases = {k: v for k, v in cases.items() if o.only in k}
             callers = [int(x) for x in o.callers.split(",")]
             got: dict[tuple[str, int], list[float]] = {}
             for rnd in range(o.rounds):

@@ -587,9 +587,7 @@ class _Conn:
         assert call.fut is not None
         r = await call.fut
         if op == "L" and isinstance(r, wire.Answer) and r.kind == "L":
-            r.holder = None
-            r.extra = {}
-            setattr(r, "holders", call.holders)
+            r.holders = call.holders
         return r
 
     async def acquire(self, key: bytes, lease_ms: int, deadline: float | None, try_: bool) -> Result:
@@ -1003,7 +1001,7 @@ class _Core:
         a = await self.route(self._retrying(), send)
         if a.kind == "E":
             raise self.refusal(a, "")
-        return list(getattr(a, "holders", [])), a.more
+        return list(a.holders or []), a.more
 
     # -- keep-alive (keepalive.go) --
 

@@ -16,6 +16,7 @@ from ._wire import Holder
 from .errors import Closed, Stale
 
 T = TypeVar("T")
+_lost_mu = threading.Lock()
 
 
 class _ThreadWaiter(Waiter):
@@ -43,11 +44,29 @@ class Lock:
     release found the grant gone, or its lease ran out while no node
     answered."""
 
+    __slots__ = ("_client", "_ls", "_lost")
+
     def __init__(self, client: Client, ls: LockState) -> None:
         self._client = client
         self._ls = ls
-        self.lost = threading.Event()
-        ls.on_lost.append(self.lost.set)
+        self._lost: threading.Event | None = None
+
+    @property
+    def lost(self) -> threading.Event:
+        """Set the moment the lock is known lost (made on first use: most
+        locks are never asked)."""
+        ev = self._lost
+        if ev is None:
+            with _lost_mu:
+                ev = self._lost
+                if ev is None:
+                    ev = self._lost = threading.Event()
+                    # Registered first, then checked: a loss in the I/O
+                    # thread meanwhile is seen one way or the other.
+                    self._ls.on_lost.append(ev.set)
+                    if self._ls.lost:
+                        ev.set()
+        return ev
 
     @property
     def key(self) -> str:

@@ -7,7 +7,8 @@ Pure functions over str and bytes: no I/O, no clock.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass
 
 MAX_LINE = 512
 MAX_KEY = 250
@@ -16,6 +17,7 @@ MAX_U64 = (1 << 64) - 1
 # Seconds whose count of milliseconds overflows a signed 64-bit integer
 # are invalid on the wire.
 _MAX_MS = (1 << 63) - 1
+_BAD_KEY_BYTE = re.compile(rb"[\x00-\x20\x7f]")
 
 
 def check_key(key: str, what: str = "key") -> bytes:
@@ -26,9 +28,8 @@ def check_key(key: str, what: str = "key") -> bytes:
     b = key.encode("utf-8")
     if not 1 <= len(b) <= MAX_KEY:
         raise ValueError(f"kunci: {what} must be 1 to {MAX_KEY} bytes (got {len(b)})")
-    for c in b:
-        if c <= 0x20 or c == 0x7F:
-            raise ValueError(f"kunci: {what} {key!r} holds a space or control byte")
+    if _BAD_KEY_BYTE.search(b):
+        raise ValueError(f"kunci: {what} {key!r} holds a space or control byte")
     return b
 
 
@@ -53,9 +54,23 @@ def _seconds(value: float, what: str) -> float:
     return float(value)
 
 
+# Leases and waits already converted: a program asks for a few, again and again.
+_ms_cache: dict[tuple[type, float], int] = {}
+
+
 def lease_ms(lease: float) -> int:
     """Return lease (seconds) as whole milliseconds, rounded up so that it is
     never shorter than asked; raise ValueError unless it is more than 0."""
+    ms = _ms_cache.get((type(lease), lease))
+    if ms is not None and ms > 0:
+        return ms
+    ms = _lease_ms(lease)
+    if len(_ms_cache) < 256:
+        _ms_cache[(type(lease), lease)] = ms
+    return ms
+
+
+def _lease_ms(lease: float) -> int:
     s = _seconds(lease, "lease")
     if s <= 0:
         raise ValueError(f"kunci: lease must be > 0 seconds (got {lease})")
@@ -68,6 +83,16 @@ def lease_ms(lease: float) -> int:
 def wait_ms(wait: float) -> int:
     """Return wait (seconds) as whole milliseconds, rounded up; raise
     ValueError unless it is 0 or more (0: no bound of its own)."""
+    ms = _ms_cache.get((type(wait), wait))
+    if ms is not None:
+        return ms
+    ms = _wait_ms(wait)
+    if len(_ms_cache) < 256:
+        _ms_cache[(type(wait), wait)] = ms
+    return ms
+
+
+def _wait_ms(wait: float) -> int:
     s = _seconds(wait, "wait")
     if s < 0:
         raise ValueError(f"kunci: wait must be >= 0 seconds (got {wait})")
@@ -158,26 +183,37 @@ class Holder:
         return self.token != 0
 
 
-@dataclass
 class Answer:
-    """One answer line. kind is its letter; key its key (bytes, "" when
-    none). ok: R/X/C said OK (not STALE/NONE). For E: op and reason. For M
-    and I: addr/role/self_addr/active. For L: count, more."""
+    """One answer line. kind is its letter; key its key (bytes, b"" when
+    none). ok: R/X/C said OK (not STALE/NONE). For E: op and reason. For M:
+    addr; for I: role, self_addr, active, extra. For L: count, more. For Q
+    and H: holder. Fields an answer does not have keep the class's defaults
+    (an answer is made for every line: only what it has is set)."""
 
-    kind: str
-    key: bytes = b""
-    token: int = 0
-    ok: bool = False
-    op: str = ""
-    reason: str = ""
-    addr: str = ""
+    token = 0
+    ok = False
+    op = ""
+    reason = ""
+    addr = ""
     holder: Holder | None = None
-    count: int = 0
-    more: bool = False
-    role: str = ""
-    self_addr: str = ""
-    active: str = ""
-    extra: dict[str, str] = field(default_factory=dict)
+    holders: list[Holder] | None = None  # a listing's H lines, on its L answer
+    count = 0
+    more = False
+    role = ""
+    self_addr = ""
+    active = ""
+    extra: dict[str, str] = {}
+
+    def __init__(self, kind: str, key: bytes = b"", token: int = 0, ok: bool = False) -> None:
+        self.kind = kind
+        self.key = key
+        if token:
+            self.token = token
+        if ok:
+            self.ok = ok
+
+    def __repr__(self) -> str:
+        return f"Answer({self.kind!r}, {self.key!r})"
 
 
 def _uint(b: bytes) -> int:
@@ -205,7 +241,9 @@ def _holding(kind: str, key: bytes, rest: list[bytes]) -> Answer:
             owner = f[6:].decode("ascii", "replace")
         # other name=value fields are skipped
     h = Holder(key.decode("utf-8", "surrogateescape"), _uint(rest[0]), _secs(rest[1]), _uint(rest[2]), owner)
-    return Answer(kind, key, token=h.token, holder=h)
+    a = Answer(kind, key, token=h.token)
+    a.holder = h
+    return a
 
 
 def parse_answer(line: bytes) -> Answer:
@@ -218,8 +256,10 @@ def parse_answer(line: bytes) -> Answer:
         if len(parts) < 3 or not parts[2]:
             raise BadAnswer(f"bad refusal: {line[:64]!r}")
         op = parts[0].decode("ascii", "replace")
-        key = b"" if parts[1] == b"-" else parts[1]
-        return Answer("E", key, op="" if op == "-" else op, reason=parts[2].decode("utf-8", "replace"))
+        a = Answer("E", b"" if parts[1] == b"-" else parts[1])
+        a.op = "" if op == "-" else op
+        a.reason = parts[2].decode("utf-8", "replace")
+        return a
     f = line[2:].split(b" ")
     if kind in "ARXC":
         if len(f) != 2:
@@ -237,17 +277,23 @@ def parse_answer(line: bytes) -> Answer:
         return Answer("T", f[0])
     if kind in "QH":
         if kind == "Q" and len(f) == 2 and f[1] == b"FREE":
-            return Answer("Q", f[0], holder=Holder(f[0].decode("utf-8", "surrogateescape")))
+            a = Answer("Q", f[0])
+            a.holder = Holder(f[0].decode("utf-8", "surrogateescape"))
+            return a
         return _holding(kind, f[0], f[1:])
     if kind == "L":
         if len(f) == 1 or (len(f) == 2 and f[1] == b"more"):
-            return Answer("L", count=_uint(f[0]), more=len(f) == 2)
+            a = Answer("L")
+            a.count, a.more = _uint(f[0]), len(f) == 2
+            return a
         raise BadAnswer(f"bad L answer: {line[:64]!r}")
     if kind == "M":
         if len(f) != 1:
             raise BadAnswer("M with more than an address")
-        a = f[0].decode("ascii", "replace")
-        return Answer("M", addr="" if a == "-" else a)
+        a = Answer("M")
+        addr = f[0].decode("ascii", "replace")
+        a.addr = "" if addr == "-" else addr
+        return a
     if kind == "I":
         if len(f) < 3:
             raise BadAnswer("I with fewer than 3 fields")
@@ -256,13 +302,12 @@ def parse_answer(line: bytes) -> Answer:
             n, _, v = x.partition(b"=")
             extra[n.decode("ascii", "replace")] = v.decode("ascii", "replace")
         act = f[2].decode("ascii", "replace")
-        return Answer(
-            "I",
-            role=f[0].decode("ascii", "replace"),
-            self_addr=f[1].decode("ascii", "replace"),
-            active="" if act == "-" else act,
-            extra=extra,
-        )
+        a = Answer("I")
+        a.role = f[0].decode("ascii", "replace")
+        a.self_addr = f[1].decode("ascii", "replace")
+        a.active = "" if act == "-" else act
+        a.extra = extra
+        return a
     if kind == "U":
         if f == [b"OK"]:
             return Answer("U", ok=True)
