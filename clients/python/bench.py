@@ -184,12 +184,23 @@ def redis_async(port: int, n: int, duration: float) -> float:
     return asyncio.run(main())
 
 
+def clientlib_case(bench_bin: str, addr: str, n: int, duration: float) -> float:
+    """clientlib (Go) on the same node: the load generator's client mode,
+    n goroutines over one address (two connections, as the Python clients)."""
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        subprocess.run([bench_bin, "--target", "kunci://" + addr, "--mode", "client", "--conns", "1", "--depth", str(n),
+                        "--duration", f"{duration}s", "--progress", "0", "--json", f.name],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return float(json.load(open(f.name))["cycles_per_s"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--duration", type=float, default=5.0, help="seconds per case and round")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--callers", default="1,50")
     ap.add_argument("--kuncid", default=os.environ.get("KUNCID", ""), help="kuncid binary (default: go build it)")
+    ap.add_argument("--no-go", action="store_true", help="leave clientlib (the Go load generator, go build ./bench) out")
     ap.add_argument("--only", default="", help="run only the cases whose name holds this")
     ap.add_argument("--profile", action="store_true", help="profile kunci with 50 threads instead")
     o = ap.parse_args()
@@ -199,6 +210,10 @@ def main() -> None:
         if not binary:
             binary = os.path.join(tmp, "kuncid")
             subprocess.run(["go", "build", "-o", binary, "./cmd/kuncid"], cwd=HERE.parents[1], check=True)
+        bench_bin = ""
+        if not o.no_go and not o.profile:
+            bench_bin = os.path.join(tmp, "bench")
+            subprocess.run(["go", "build", "-o", bench_bin, "./bench"], cwd=HERE.parents[1], check=True)
         node, addr = start_kuncid(binary)
         if o.profile:
             profile(addr, o.duration)
@@ -212,6 +227,8 @@ def main() -> None:
                 "kunci.AsyncClient (tasks)": lambda n: kunci_async(addr, n, o.duration),
                 "redis.asyncio (tasks)": lambda n: redis_async(port, n, o.duration),
             }
+            if bench_bin:
+                cases["clientlib (Go, goroutines)"] = lambda n: clientlib_case(bench_bin, addr, n, o.duration)
             cases = {k: v for k, v in cases.items() if o.only in k}
             callers = [int(x) for x in o.callers.split(",")]
             got: dict[tuple[str, int], list[float]] = {}

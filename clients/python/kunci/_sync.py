@@ -229,7 +229,7 @@ class Client:
         core, pending = self._core_or_none, self._pending
         while pending:
             fn, args, w = pending.popleft()
-            if core is None:
+            if core is None or core.closed:
                 w.finish(None, Closed("kunci: client closed"))
                 continue
             try:
