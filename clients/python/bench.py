@@ -22,6 +22,7 @@ import io
 import json
 import os
 import pstats
+import resource
 import shutil
 import socket
 import statistics
@@ -235,9 +236,16 @@ def main() -> None:
             for rnd in range(o.rounds):
                 for n in callers:
                     for name, f in cases.items():
+                        r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
                         v = f(n)
+                        r1, t1 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
                         got.setdefault((name, n), []).append(v)
-                        print(f"round {rnd + 1}: {name:28} {n:3} callers {v:9.0f} cycles/s", file=sys.stderr)
+                        cpu = ""
+                        if "Go" not in name:  # this process's CPU (every thread), per cycle
+                            k = 1e6 / (v * (t1 - t0))
+                            cpu = (f"  user {(r1.ru_utime - r0.ru_utime) * k:5.0f} µs, system {(r1.ru_stime - r0.ru_stime) * k:5.0f} µs, "
+                                   f"{(r1.ru_nvcsw - r0.ru_nvcsw) * k / 1e6:4.1f} context switches a cycle")
+                        print(f"round {rnd + 1}: {name:28} {n:3} callers {v:9.0f} cycles/s{cpu}", file=sys.stderr)
             print(f"\nPython {sys.version.split()[0]}, {os.cpu_count()} cores, {o.rounds} interleaved rounds of {o.duration:g} s, "
                   "medians (range)\n")
             print("| client | " + " | ".join(f"{n} caller{'s' if n > 1 else ''}" for n in callers) + " |")
