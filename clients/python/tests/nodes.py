@@ -296,7 +296,7 @@ class Proxy:
         """Close every connection through the proxy, and refuse new ones for
         refuse_for seconds."""
         port = self.ls.getsockname()[1]
-        self.ls.close()
+        self._stop_listening()
         with self.lock:
             socks, self.socks = self.socks, []
         for s in socks:
@@ -315,8 +315,17 @@ class Proxy:
                 time.sleep(0.05)
         threading.Thread(target=self._accept, args=(self.ls,), daemon=True).start()
 
-    def close(self) -> None:
+    def _stop_listening(self) -> None:
+        # close() alone leaves a thread blocked in accept() accepting on
+        # (Linux): shutdown() wakes it.
+        try:
+            self.ls.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         self.ls.close()
+
+    def close(self) -> None:
+        self._stop_listening()
         with self.lock:
             socks, self.socks = self.socks, []
         for s in socks:
