@@ -71,7 +71,8 @@ def start_kuncid(binary: str) -> tuple[subprocess.Popen[bytes], str]:
 
 def start_redis() -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
-    p = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
+    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    p = subprocess.Popen(argv,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -137,7 +138,7 @@ def kunci_async(addr: str, n: int, duration: float) -> float:
 
 
 def redis_threads(port: int, n: int, duration: float) -> float:
-    import redis
+    import redis  # type: ignore[import]
 
     r = redis.Redis(host="127.0.0.1", port=port, connection_pool=redis.BlockingConnectionPool(
         host="127.0.0.1", port=port, max_connections=n))
@@ -156,7 +157,7 @@ def redis_threads(port: int, n: int, duration: float) -> float:
 
 
 def redis_async(port: int, n: int, duration: float) -> float:
-    import redis.asyncio as aredis
+    import redis.asyncio as aredis  # type: ignore[import]
 
     async def main() -> float:
         r = aredis.Redis(connection_pool=aredis.BlockingConnectionPool(host="127.0.0.1", port=port, max_connections=n))
@@ -201,7 +202,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--callers", default="1,50")
     ap.add_argument("--kuncid", default=os.environ.get("KUNCID", ""), help="kuncid binary (default: go build it)")
-    ap.add_argument("--no-go", action="store_true", help="leave clientlib (the Go load generator, go build ./bench) out")
+    ap.add_argument("--no-go", action="store_true",
+                    help="leave clientlib (the Go load generator, go build ./bench) out")
     ap.add_argument("--only", default="", help="run only the cases whose name holds this")
     ap.add_argument("--profile", action="store_true", help="profile kunci with 50 threads instead")
     o = ap.parse_args()
@@ -243,18 +245,20 @@ def main() -> None:
                         cpu = ""
                         if "Go" not in name:  # this process's CPU (every thread), per cycle
                             k = 1e6 / (v * (t1 - t0))
-                            cpu = (f"  user {(r1.ru_utime - r0.ru_utime) * k:5.0f} µs, system {(r1.ru_stime - r0.ru_stime) * k:5.0f} µs, "
+                            user, system = (r1.ru_utime - r0.ru_utime) * k, (r1.ru_stime - r0.ru_stime) * k
+                            cpu = (f"  user {user:5.0f} µs, system {system:5.0f} µs, "
                                    f"{(r1.ru_nvcsw - r0.ru_nvcsw) * k / 1e6:4.1f} context switches a cycle")
                         print(f"round {rnd + 1}: {name:28} {n:3} callers {v:9.0f} cycles/s{cpu}", file=sys.stderr)
-            print(f"\nPython {sys.version.split()[0]}, {os.cpu_count()} cores, {o.rounds} interleaved rounds of {o.duration:g} s, "
+            print(f"\nPython {sys.version.split()[0]}, {os.cpu_count()} cores, "
+                  f"{o.rounds} interleaved rounds of {o.duration:g} s, "
                   "medians (range)\n")
             print("| client | " + " | ".join(f"{n} caller{'s' if n > 1 else ''}" for n in callers) + " |")
             print("| --- |" + " --- |" * len(callers))
             for name in cases:
                 cells = []
                 for n in callers:
-                    v = got[(name, n)]
-                    cells.append(f"{statistics.median(v):,.0f} ({min(v):,.0f}–{max(v):,.0f})")
+                    vs = got[(name, n)]
+                    cells.append(f"{statistics.median(vs):,.0f} ({min(vs):,.0f}–{max(vs):,.0f})")
                 print(f"| {name} | " + " | ".join(cells) + " |")
         finally:
             rs.kill()
@@ -280,9 +284,9 @@ def profile(addr: str, duration: float) -> None:
         finally:
             p.disable()
 
-    threading.Thread.run = run  # type: ignore[method-assign]
+    threading.Thread.run = run  # type: ignore[method-assign,assignment]
     rate = kunci_threads(addr, 50, duration)
-    threading.Thread.run = orig_run  # type: ignore[method-assign]
+    threading.Thread.run = orig_run  # type: ignore[method-assign,assignment]
     print(f"{rate:,.0f} cycles/s under the profiler")
     io_thread, callers = profs[0], profs[1:]
     for title, ps in (("the I/O thread", [io_thread]), ("the 50 caller threads", callers)):

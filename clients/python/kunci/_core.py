@@ -32,7 +32,7 @@ import logging
 import math
 import ssl
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Deque, Union
+from typing import Any, Awaitable, Callable, Coroutine, Deque, Union
 
 from . import _wire as wire
 from .errors import AuthError, Closed, KunciError, Lost, Refused, Stale, Timeout, Unavailable
@@ -420,11 +420,14 @@ class _Conn:
             link = _Link(self, self.loop)
             return link
 
-        kw: dict[str, object] = {}
         if cfg.tls is not None:
-            kw = {"ssl": cfg.tls, "server_hostname": host, "ssl_handshake_timeout": cfg.dial_timeout}
+            dial = self.loop.create_connection(
+                factory, host, port, ssl=cfg.tls, server_hostname=host, ssl_handshake_timeout=cfg.dial_timeout
+            )
+        else:
+            dial = self.loop.create_connection(factory, host, port)
         try:
-            await asyncio.wait_for(self.loop.create_connection(factory, host, port, **kw), cfg.dial_timeout)
+            await asyncio.wait_for(dial, cfg.dial_timeout)
         except asyncio.TimeoutError:
             raise TimeoutError(f"dial {addr}: no answer within {cfg.dial_timeout} s") from None
         assert link is not None
@@ -734,7 +737,7 @@ class LockState:
         self.ends = ends  # loop time when the grant ends on the node (at the latest)
         self.ended = False
         self.lost = False
-        self.keeper: asyncio.Task[None] | None = None
+        self.keeper: asyncio.Task[object] | None = None
         self.on_lost: list[Callable[[], None]] = []
 
     def lose(self) -> None:
@@ -757,7 +760,7 @@ class _Core:
         addrs = cfg.addrs if len(cfg.addrs) > 1 else [cfg.addrs[0], cfg.addrs[0]]
         self.conns = [_Conn(self, a, i) for i, a in enumerate(addrs)]
         self.cur = 0
-        self.tasks: set[asyncio.Task[None]] = set()
+        self.tasks: set[asyncio.Task[object]] = set()
 
     async def start(self) -> None:
         firsts = []
@@ -773,12 +776,12 @@ class _Core:
             assert isinstance(e0, AuthError)
             raise AuthError(e0.addr, e0.reason)
 
-    def spawn(self, coro: Awaitable[None]) -> None:
-        t = self.loop.create_task(coro)  # type: ignore[arg-type]
+    def spawn(self, coro: Coroutine[Any, Any, object]) -> None:
+        t: asyncio.Task[object] = self.loop.create_task(coro)
         self.tasks.add(t)
         t.add_done_callback(self._reap)
 
-    def _reap(self, t: asyncio.Task[None]) -> None:
+    def _reap(self, t: asyncio.Task[object]) -> None:
         self.tasks.discard(t)
         if not t.cancelled() and t.exception() is not None:
             log.error("kunci: background task failed", exc_info=t.exception())
@@ -1007,7 +1010,7 @@ class _Core:
 
     def keep_alive(self, ls: LockState) -> None:
         self.stop_keep_alive(ls)
-        t = self.loop.create_task(self._keep_alive(ls))
+        t: asyncio.Task[object] = self.loop.create_task(self._keep_alive(ls))
         ls.keeper = t
         self.tasks.add(t)
         t.add_done_callback(self._reap)
@@ -1074,10 +1077,11 @@ def fast_acquire(core: _Core, w: Waiter, key: str, lease: float, wait: float, tr
         return
     loop = core.loop
     deadline = loop.time() + wms / 1000 if wms > 0 else None
-    cn = core.next(None)
-    if core.closed or cn is None or cn.key_busy(kb):
+    first = core.next(None)
+    if core.closed or first is None or first.key_busy(kb):
         slow(core, w, core.acquire(key, lease, wait, try_, deadline))
         return
+    cn = first
     call = _Call("A", kb, None)
 
     def answered(r: Result) -> None:
@@ -1125,13 +1129,13 @@ def fast_release(core: _Core, w: Waiter, ls: LockState) -> None:
     cn.send(call, wire.release_line(ls.kb, ls.token))
 
 
-def slow(core: _Core, w: Waiter, coro: Awaitable[object]) -> None:
+def slow(core: _Core, w: Waiter, coro: Coroutine[Any, Any, object]) -> None:
     """Run coro as a task of the loop and tell w its outcome."""
-    t = core.loop.create_task(coro)  # type: ignore[arg-type]
-    core.tasks.add(t)  # type: ignore[arg-type]
+    t: asyncio.Task[object] = core.loop.create_task(coro)
+    core.tasks.add(t)
 
     def done(t: asyncio.Task[object]) -> None:
-        core.tasks.discard(t)  # type: ignore[arg-type]
+        core.tasks.discard(t)
         if t.cancelled():
             w.finish(None, Closed("kunci: cancelled"))
         elif t.exception() is not None:
@@ -1139,8 +1143,11 @@ def slow(core: _Core, w: Waiter, coro: Awaitable[object]) -> None:
         else:
             w.finish(t.result(), None)
 
+    def cancel() -> None:
+        t.cancel()
+
     t.add_done_callback(done)
-    w.cancel = t.cancel
+    w.cancel = cancel
 
 
 def lost_error(ls: LockState) -> Lost:

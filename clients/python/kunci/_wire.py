@@ -229,7 +229,7 @@ def _secs(b: bytes) -> float:
     whole, dot, frac = b.partition(b".")
     if not whole.isdigit() or (dot and (not frac.isdigit() or len(frac) > 3)):
         raise BadAnswer(f"not seconds: {b!r}")
-    return int(whole) + (int(frac) / 10 ** len(frac) if frac else 0.0)
+    return int(whole) + (int(frac) / float(10 ** len(frac)) if frac else 0.0)
 
 
 def _holding(kind: str, key: bytes, rest: list[bytes]) -> Answer:

@@ -80,7 +80,9 @@ class Node:
         argv = [kuncid(), "--log-format", "json", "--data-dir", data, "--idle-timeout", "0"]
         if "--listen" not in args:
             argv += ["--listen", "127.0.0.1:0"]
-        self.proc = subprocess.Popen(argv + args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.proc = subprocess.Popen(
+            argv + args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
         self.lines: list[dict[str, object]] = []
         self.addr = ""
         self.tls_addr = ""
@@ -222,7 +224,10 @@ class NodeCase(unittest.TestCase):
         d = os.path.join(self.tmp, "certs")
         os.mkdir(d)
         ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
-        run = lambda *a: subprocess.run(["openssl", *a], cwd=d, check=True, capture_output=True)  # noqa: E731
+
+        def run(*a: str) -> None:
+            subprocess.run(["openssl", *a], cwd=d, check=True, capture_output=True)
+
         run("req", "-x509", *ec, "-days", "3650", "-subj", "/CN=kunci-ca", "-keyout", "ca.key", "-out", "ca.crt")
         run("req", "-x509", "-CA", "ca.crt", "-CAkey", "ca.key", *ec, "-days", "825", "-subj", "/CN=node1",
             "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-addext", "basicConstraints=critical,CA:FALSE",

@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any, Coroutine
 
 import kunci
 from tests.nodes import NodeCase, Proxy, roundtrip
 
 
 class Async(NodeCase):
-    def run_async(self, coro: "asyncio.coroutines.Coroutine[object, object, None]") -> None:  # type: ignore[name-defined]
+    def run_async(self, coro: Coroutine[Any, Any, None]) -> None:
         asyncio.run(asyncio.wait_for(coro, 60))
 
     def test_tour(self) -> None:

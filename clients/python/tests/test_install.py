@@ -18,8 +18,10 @@ def _has(mod: str) -> bool:
     return subprocess.run([PY, "-c", "import " + mod], capture_output=True).returncode == 0
 
 
-@unittest.skipUnless(os.path.exists(PY) and all(_has(m) for m in ("venv", "ensurepip", "setuptools", "wheel")),
-                     PY + " lacks venv, setuptools or wheel (apt-get install python3-venv python3-setuptools python3-wheel)")
+@unittest.skipUnless(
+    os.path.exists(PY) and all(_has(m) for m in ("venv", "ensurepip", "setuptools", "wheel")),
+    PY + " lacks venv, setuptools or wheel (apt-get install python3-venv python3-setuptools python3-wheel)",
+)
 class Install(unittest.TestCase):
     def test_pip_install_offline(self) -> None:
         tmp = tempfile.mkdtemp(prefix="kunci-py-install-")
@@ -32,7 +34,8 @@ class Install(unittest.TestCase):
         r = subprocess.run([os.path.join(venv, "bin", "pip"), "install", "--no-build-isolation", src],
                            env=env, capture_output=True, text=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
-        code = "import kunci, os; d = os.path.dirname(kunci.__file__); print(d, os.path.exists(os.path.join(d, 'py.typed')))"
+        code = "import kunci, os; d = os.path.dirname(kunci.__file__); "
+        code += "print(d, os.path.exists(os.path.join(d, 'py.typed')))"
         r = subprocess.run([os.path.join(venv, "bin", "python"), "-c", code], cwd=tmp, capture_output=True, text=True)
         self.assertEqual(r.returncode, 0, r.stderr)
         where, typed = r.stdout.split()

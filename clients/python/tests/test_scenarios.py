@@ -10,12 +10,14 @@ import subprocess
 import sys
 import threading
 import time
+import unittest
 from pathlib import Path
 
 import kunci
 from tests.nodes import WAIT, NodeCase, Proxy, info, roundtrip, until
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+SCENARIOS = Path(__file__).resolve().parents[2] / "SCENARIOS.md"
 
 
 class Cycler:
@@ -208,7 +210,8 @@ class Scenarios(NodeCase):
         # Mutual TLS: a client certificate from the CA.
         m = self.node("--tls-listen", "127.0.0.1:0", "--tls-cert", certs["node1.crt"], "--tls-key", certs["node1.key"],
                       "--tls-client-ca", certs["ca.crt"])
-        mc = self.client([m.tls_addr], tls=kunci.tls_context(ca=certs["ca.crt"], cert=certs["app.crt"], key=certs["app.key"]))
+        mtls = kunci.tls_context(ca=certs["ca.crt"], cert=certs["app.crt"], key=certs["app.key"])
+        mc = self.client([m.tls_addr], tls=mtls)
         mc.acquire("k", lease=5, wait=5).release()
         # A client that does not trust the nodes' CA.
         bad = self.client([n.tls_addr], tls=kunci.tls_context(ca=certs["other.crt"]))
@@ -268,11 +271,20 @@ class Scenarios(NodeCase):
         env = dict(os.environ, PYTHONPATH=str(README.parent))
         for i, code in enumerate(blocks):
             code = code.replace("127.0.0.1:7070", n.addr).replace("127.0.0.1:7443", t.tls_addr)
-            r = subprocess.run([sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True, timeout=60)
+            r = subprocess.run(
+                [sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True, timeout=60
+            )
             self.assertEqual(r.returncode, 0, "README example %d:\n%s\n%s" % (i + 1, code, r.stderr))
 
 
-if __name__ == "__main__":
-    import unittest
+class ScenarioList(unittest.TestCase):
+    def test_every_scenario_and_no_other(self) -> None:
+        """Scenarios has a test_<name> for each scenario of clients/SCENARIOS.md."""
+        names = re.findall(r"^\| `([a-z_]+)` \|", SCENARIOS.read_text(), re.M)
+        self.assertGreaterEqual(len(names), 11)
+        tests = sorted(m[len("test_"):] for m in dir(Scenarios) if m.startswith("test_"))
+        self.assertEqual(tests, sorted(names))
 
+
+if __name__ == "__main__":
     unittest.main()

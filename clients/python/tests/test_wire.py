@@ -33,9 +33,9 @@ class Validation(unittest.TestCase):
         for bad in (-0.001, float("nan"), float("-inf")):
             with self.assertRaises(ValueError, msg=repr(bad)):
                 wire.wait_ms(bad)
-        for bad in ("30", None, True):
+        for wrong in ("30", None, True):
             with self.assertRaises(TypeError):
-                wire.lease_ms(bad)  # type: ignore[arg-type]
+                wire.lease_ms(wrong)  # type: ignore[arg-type]
 
     def test_owner_token_limit(self) -> None:
         self.assertEqual(wire.check_owner("web-3:4121"), b"web-3:4121")
@@ -43,12 +43,12 @@ class Validation(unittest.TestCase):
             with self.assertRaises(ValueError):
                 wire.check_owner(bad)
         self.assertEqual(wire.check_token(2**64 - 1), 2**64 - 1)
-        for bad in (0, -1, 2**64, True):
+        for n in (0, -1, 2**64, True):
             with self.assertRaises(ValueError):
-                wire.check_token(bad)
-        for bad in (-1, 2**64):
+                wire.check_token(n)
+        for n in (-1, 2**64):
             with self.assertRaises(ValueError):
-                wire.check_limit(bad)
+                wire.check_limit(n)
 
     def test_addresses(self) -> None:
         self.assertEqual(wire.split_addr("127.0.0.1:7070"), ("127.0.0.1", 7070))
@@ -96,7 +96,9 @@ class Parsing(unittest.TestCase):
         e = wire.parse_answer(b"E - - idle")
         self.assertEqual((e.op, e.key, e.reason), ("", b"", "idle"))
         i = wire.parse_answer(b"I standby node2:7070 node1:7070 state=promoting")
-        self.assertEqual((i.role, i.self_addr, i.active, i.extra), ("standby", "node2:7070", "node1:7070", {"state": "promoting"}))
+        self.assertEqual(
+            (i.role, i.self_addr, i.active, i.extra), ("standby", "node2:7070", "node1:7070", {"state": "promoting"})
+        )
         self.assertEqual(wire.parse_answer(b"I active n:1 -").active, "")
         self.assertEqual(wire.parse_answer(b"M node1:7070").addr, "node1:7070")
         self.assertEqual(wire.parse_answer(b"M -").addr, "")
