@@ -11,7 +11,7 @@ LISTEN   ?= 127.0.0.1:7070
 ADMIN    ?= 127.0.0.1:7071
 FUZZTIME ?= 30s
 
-.PHONY: build run test cgo vet bench bench-load bench-compare bench-handoff bench-tls fuzz clean
+.PHONY: build run test test-python cgo vet bench bench-load bench-compare bench-handoff bench-tls fuzz clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
@@ -29,15 +29,30 @@ vet:
 # idle half the time.
 TESTFLAGS ?= -race -count=1 -p 4 -parallel 4
 
-test: cgo vet test-typescript
+# make test runs the Go tests and the Python and TypeScript clients' tests
+# side by side: each mostly waits on real nodes and sockets.
+test: cgo vet
+	$(MAKE) --no-print-directory -j3 -Otarget test-go test-python test-typescript
+
+.PHONY: test-go test-python test-typescript kuncid-bin
+test-go:
 	$(GO) test $(TESTFLAGS) ./...
+
+# The clients' tests start this tree's kuncid.
+kuncid-bin:
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
+
+# The Python client (clients/python) against real nodes built here; installs
+# what its tests need on Debian/Ubuntu when missing (clients/python/tests/deps.sh).
+PYTHON ?= python3
+test-python: kuncid-bin
+	PYTHON=$(PYTHON) clients/python/tests/deps.sh
+	cd clients/python && KUNCID=$(CURDIR)/bin/kuncid $(PYTHON) -m unittest discover -s tests -t .
 
 # The TypeScript client (clients/typescript): npm ci installs what its
 # package-lock.json names (tsc, @types/node), tsc builds it, and node --test
 # runs its tests against this tree's kuncid.
-.PHONY: test-typescript
-test-typescript:
-	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
+test-typescript: kuncid-bin
 	cd clients/typescript && npm ci --no-audit --no-fund && npm run build && KUNCID=$(CURDIR)/bin/kuncid npm test
 
 # The race detector needs cgo and a C compiler: say so first, rather than

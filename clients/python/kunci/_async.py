@@ -1,0 +1,199 @@
+"""AsyncClient: the client on the caller's asyncio event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from types import TracebackType
+from typing import Sequence
+
+from ._config import CredentialsArg, make_config
+from ._core import LockState, _Core, lost_error
+from ._wire import Holder
+from .errors import Closed, Lost, Stale
+
+
+class Locks(list):  # type: ignore[type-arg]
+    """The held keys a listing found (Holder each); more is True when the
+    limit stopped it with at least one more such key held."""
+
+    more: bool = False
+
+
+class AsyncLock:
+    """A granted lock (see AsyncClient.acquire). lost is set the moment the
+    lock is known lost: its keep-alive, an extend or the release found the
+    grant gone, or its lease ran out while no node answered."""
+
+    def __init__(self, core: _Core, ls: LockState) -> None:
+        self._core = core
+        self._ls = ls
+        self.lost = asyncio.Event()
+        ls.on_lost.append(self.lost.set)
+
+    @property
+    def key(self) -> str:
+        return self._ls.key
+
+    @property
+    def token(self) -> int:
+        """The grant's fencing token, an unsigned 64-bit int: larger than
+        every token the cluster issued before it."""
+        return self._ls.token
+
+    @property
+    def lease(self) -> float:
+        return self._ls.lease
+
+    async def extend(self, lease: float) -> None:
+        """Make the grant end lease seconds from now. kunci.Stale when it had
+        already ended (lost is then set)."""
+        try:
+            await self._core.extend(self._ls, lease)
+        except Stale:
+            self._ls.lose()
+            raise
+
+    async def release(self) -> None:
+        """End the grant, trying again through connection failures for 5 s.
+        kunci.Stale when it had already ended (released before, or expired)."""
+        try:
+            await self._core.release_lock(self._ls)
+        except Stale:
+            self._ls.lose()
+            raise
+
+    def keep_alive(self) -> None:
+        """Extend the lease by its length every third of it, in the
+        background, until released; lost is set if the lock is lost."""
+        self._core.keep_alive(self._ls)
+
+    def __repr__(self) -> str:
+        return f"AsyncLock(key={self.key!r}, token={self.token})"
+
+
+class _AsyncLockBlock:
+    def __init__(self, client: AsyncClient, key: str, lease: float, wait: float) -> None:
+        self._client, self._key, self._lease, self._wait = client, key, lease, wait
+        self._lock: AsyncLock | None = None
+
+    async def __aenter__(self) -> AsyncLock:
+        lock = await self._client.acquire(self._key, self._lease, self._wait)
+        lock.keep_alive()
+        self._lock = lock
+        return lock
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        lock = self._lock
+        assert lock is not None
+        lost = lock.lost.is_set()
+        try:
+            await asyncio.shield(lock.release())
+        except Stale as e:
+            if et is None:
+                raise lost_error(lock._ls) from e
+            return
+        except Exception:
+            if et is None:
+                raise
+            return
+        if lost and et is None:
+            raise lost_error(lock._ls)
+
+
+class AsyncClient:
+    """A kunci client for asyncio: the same behaviour and methods as Client,
+    as coroutines. Use it as "async with AsyncClient([...]) as c:", or await
+    connect() and close(). Its connections live on the loop it connected on;
+    use it from that loop only."""
+
+    def __init__(
+        self,
+        addrs: Sequence[str],
+        *,
+        owner: str | None = None,
+        credentials: CredentialsArg = None,
+        tls: ssl.SSLContext | None = None,
+        dial_timeout: float = 2.0,
+        reconnect_interval: float = 3.0,
+    ) -> None:
+        self._cfg = make_config(addrs, owner, credentials, tls, dial_timeout, reconnect_interval)
+        self._core: _Core | None = None
+        self._closed = False
+
+    async def connect(self) -> AsyncClient:
+        """Make a first attempt to connect to every address (connections that
+        fail are retried in the background). kunci.AuthError when every one
+        was a refusal of the credentials."""
+        if self._closed:
+            raise Closed("kunci: client closed")
+        if self._core is None:
+            core = _Core(self._cfg, asyncio.get_running_loop())
+            self._core = core
+            await core.start()
+        return self
+
+    async def _c(self) -> _Core:
+        if self._core is None:
+            await self.connect()
+        assert self._core is not None
+        if self._closed or self._core.closed:
+            raise Closed("kunci: client closed")
+        return self._core
+
+    async def close(self) -> None:
+        """Close every connection. Locks still held stay held on the node
+        until released or their leases run out."""
+        self._closed = True
+        if self._core is not None:
+            await self._core.close()
+
+    async def __aenter__(self) -> AsyncClient:
+        return await self.connect()
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def acquire(self, key: str, lease: float, wait: float = 0.0) -> AsyncLock:
+        """Wait at most wait seconds for key and hold it for lease seconds from
+        the grant (wait 0: no bound of its own, the node's --max-wait bounds
+        it). kunci.Timeout when the wait runs out; kunci.Unavailable when no
+        node answered within it."""
+        core = await self._c()
+        ls = await core.acquire(key, lease, wait, False)
+        assert ls is not None
+        return AsyncLock(core, ls)
+
+    async def try_acquire(self, key: str, lease: float) -> AsyncLock | None:
+        """Take key if nobody holds it, at once (wait "-"): a lock, or None
+        when it is held."""
+        core = await self._c()
+        ls = await core.acquire(key, lease, 0.0, True)
+        return None if ls is None else AsyncLock(core, ls)
+
+    def lock(self, key: str, lease: float, wait: float = 0.0) -> _AsyncLockBlock:
+        """"async with c.lock(key, lease=30, wait=10) as lock:" acquires key,
+        keeps it alive while the block runs, and releases it after. When the
+        lock is lost meanwhile, lock.lost is set at once, and the block's end
+        raises kunci.Lost (unless the block raised)."""
+        return _AsyncLockBlock(self, key, lease, wait)
+
+    async def inspect(self, key: str) -> Holder:
+        """Who holds key: its Holder (token 0 when free)."""
+        core = await self._c()
+        return await core.inspect(key)
+
+    async def locks(self, prefix: str | None = None, limit: int = 0) -> Locks:
+        """The held keys starting with prefix, at most limit of them (0: all)."""
+        core = await self._c()
+        hs, more = await core.locks(prefix, limit)
+        out = Locks(hs)
+        out.more = more
+        return out
+
+
+__all__ = ["AsyncClient", "AsyncLock", "Locks", "Lost"]

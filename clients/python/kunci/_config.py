@@ -1,0 +1,152 @@
+"""Building a client's Config from what the caller gave: addresses, owner,
+credentials (or a credentials file), TLS."""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import stat
+from dataclasses import dataclass
+from typing import Sequence, Union
+
+from . import _wire as wire
+from ._core import Config
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """A name and secret, sent as the first line of every connection
+    ("U name secret") to nodes started with --auth-file."""
+
+    name: str
+    secret: str
+
+    def __repr__(self) -> str:
+        return f"Credentials(name={self.name!r}, secret=<hidden>)"
+
+    def check(self) -> tuple[bytes, bytes]:
+        try:
+            n = wire.check_key(self.name, "credentials name")
+        except ValueError:
+            raise ValueError(
+                f"kunci: credentials: the name {self.name!r} is empty, over {wire.MAX_KEY} bytes, "
+                "or holds a space or control byte"
+            ) from None
+        try:
+            s = wire.check_key(self.secret, "secret")
+        except ValueError:
+            raise ValueError(
+                f"kunci: credentials of {self.name}: the secret is empty, over {wire.MAX_KEY} bytes, "
+                "or holds a space or control byte"
+            ) from None
+        return n, s
+
+
+def load_credentials(path: Union[str, "os.PathLike[str]"]) -> Credentials:
+    """Read a credentials file, the Go client's format: "name secret" on one
+    line; blank lines and lines starting with # are skipped. Like an ssh key,
+    the file must not be readable or writable by group or others (chmod 600).
+    Errors never show the secret."""
+    p = os.fspath(path)
+    try:
+        with open(p, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            data = f.read()
+    except OSError as e:
+        raise ValueError(f"kunci: credentials file: {e}") from None
+    perm = stat.S_IMODE(mode)
+    if perm & 0o077:
+        raise ValueError(
+            f"kunci: credentials file {p} may be read or written by group or others "
+            f"(mode {perm:04o}): it holds a secret; chmod 600 it"
+        )
+    found: Credentials | None = None
+    for no, raw in enumerate(data.decode("utf-8", "surrogateescape").splitlines(), 1):
+        fields = raw.split()
+        if not fields or fields[0].startswith("#"):
+            continue
+        if found is not None:
+            raise ValueError(
+                f'kunci: credentials file {p}, line {no}: a second credential (the file holds one "name secret" line)'
+            )
+        if len(fields) != 2:
+            raise ValueError(f'kunci: credentials file {p}, line {no}: {len(fields)} fields, want "name secret"')
+        found = Credentials(fields[0], fields[1])
+        try:
+            found.check()
+        except ValueError as e:
+            raise ValueError(f"kunci: credentials file {p}, line {no}: {e}") from None
+    if found is None:
+        raise ValueError(f'kunci: credentials file {p} holds no "name secret" line')
+    return found
+
+
+def tls_context(
+    ca: Union[str, "os.PathLike[str]", None] = None,
+    cert: Union[str, "os.PathLike[str]", None] = None,
+    key: Union[str, "os.PathLike[str]", None] = None,
+) -> ssl.SSLContext:
+    """An ssl.SSLContext for the nodes' TLS addresses: verifying them against
+    the CA certificates in ca (PEM; None: the system's), presenting the client
+    certificate cert with its key for mutual TLS when given. TLS 1.2 or 1.3.
+    Not the strict X.509 checks Python 3.13 turns on by default (a CA
+    without key usage, as docs/security.md's openssl commands make, is
+    accepted, as Go accepts it)."""
+    ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=os.fspath(ca) if ca is not None else None)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    # Python 3.13 verifies strictly by default (RFC 5280: a CA certificate
+    # must carry key usage), which the CA made by docs/security.md's openssl
+    # command does not; Go's crypto/tls, the nodes' and clientlib's, accepts
+    # it. The chain, names and expiry are verified either way.
+    ctx.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    if cert is not None:
+        ctx.load_cert_chain(os.fspath(cert), os.fspath(key) if key is not None else None)
+    elif key is not None:
+        raise ValueError("kunci: a TLS key without its certificate")
+    return ctx
+
+
+def process_owner() -> str:
+    """An owner naming this process, "host:pid" (the host cut to fit 64
+    bytes, bytes an owner may not hold replaced by '_')."""
+    host = socket.gethostname() or "unknown"
+    pid = f":{os.getpid()}"
+    b = host.encode("utf-8", "replace")[: wire.MAX_OWNER - len(pid)]
+    return "".join(chr(c) if 0x21 <= c <= 0x7E else "_" for c in b) + pid
+
+
+CredentialsArg = Union[Credentials, str, "os.PathLike[str]", None]
+
+
+def make_config(
+    addrs: Sequence[str],
+    owner: str | None,
+    credentials: CredentialsArg,
+    tls: ssl.SSLContext | None,
+    dial_timeout: float,
+    reconnect_interval: float,
+) -> Config:
+    if isinstance(addrs, str):
+        raise TypeError('kunci: addrs is a list of "host:port" strings, not one string')
+    al = list(addrs)
+    if not al:
+        raise ValueError("kunci: no node address")
+    for a in al:
+        wire.split_addr(a)
+    cfg = Config(addrs=al)
+    if owner:
+        cfg.owner = wire.check_owner(owner)
+    if credentials is not None:
+        cr = credentials if isinstance(credentials, Credentials) else load_credentials(credentials)
+        n, s = cr.check()
+        cfg.credentials = (n, s, cr.name)
+    if tls is not None and not isinstance(tls, ssl.SSLContext):
+        raise TypeError("kunci: tls must be an ssl.SSLContext (kunci.tls_context makes one)")
+    cfg.tls = tls
+    for v, what in ((dial_timeout, "dial_timeout"), (reconnect_interval, "reconnect_interval")):
+        if not v > 0:
+            raise ValueError(f"kunci: {what} must be > 0 seconds (got {v})")
+    cfg.dial_timeout = dial_timeout
+    cfg.reconnect_interval = reconnect_interval
+    return cfg

@@ -1,0 +1,299 @@
+"""Client: the client for threads, with its own event loop in one I/O thread."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+import threading
+from types import TracebackType
+from typing import Any, Callable, Coroutine, Deque, Sequence, TypeVar, cast
+
+from ._async import Locks
+from ._config import CredentialsArg, make_config
+from ._core import LockState, Waiter, _Core, fast_acquire, fast_release, lost_error, slow
+from ._wire import Holder
+from .errors import Closed, Stale
+
+T = TypeVar("T")
+_lost_mu = threading.Lock()
+
+
+class _ThreadWaiter(Waiter):
+    """A caller thread waiting for the I/O thread: a lock it blocks on until
+    the loop releases it. Each thread keeps one (it waits for one request at
+    a time)."""
+
+    __slots__ = ("lock", "value", "err", "cancel")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.value: object = None
+        self.err: BaseException | None = None
+        self.cancel = None
+
+    def finish(self, value: object, err: BaseException | None) -> None:
+        self.value, self.err = value, err
+        self.lock.release()
+
+
+class Lock:
+    """A granted lock (see Client.acquire). Safe to use from any thread. lost
+    is set the moment the lock is known lost: its keep-alive, an extend or the
+    release found the grant gone, or its lease ran out while no node
+    answered."""
+
+    __slots__ = ("_client", "_ls", "_lost")
+
+    def __init__(self, client: Client, ls: LockState) -> None:
+        self._client = client
+        self._ls = ls
+        self._lost: threading.Event | None = None
+
+    @property
+    def lost(self) -> threading.Event:
+        """Set the moment the lock is known lost (made on first use: most
+        locks are never asked)."""
+        ev = self._lost
+        if ev is None:
+            with _lost_mu:
+                ev = self._lost
+                if ev is None:
+                    ev = self._lost = threading.Event()
+                    # Registered first, then checked: a loss in the I/O
+                    # thread meanwhile is seen one way or the other.
+                    self._ls.on_lost.append(ev.set)
+                    if self._ls.lost:
+                        ev.set()
+        return ev
+
+    @property
+    def key(self) -> str:
+        return self._ls.key
+
+    @property
+    def token(self) -> int:
+        """The grant's fencing token, an unsigned 64-bit int: larger than
+        every token the cluster issued before it."""
+        return self._ls.token
+
+    @property
+    def lease(self) -> float:
+        return self._ls.lease
+
+    def extend(self, lease: float) -> None:
+        """Make the grant end lease seconds from now. kunci.Stale when it had
+        already ended (lost is then set)."""
+        try:
+            self._client._run(self._client._core.extend(self._ls, lease))
+        except Stale:
+            self._ls.lose()
+            raise
+
+    def release(self) -> None:
+        """End the grant, trying again through connection failures for 5 s.
+        kunci.Stale when it had already ended (released before, or expired)."""
+        try:
+            self._client._call(fast_release, self._ls)
+        except Stale:
+            self._ls.lose()
+            raise
+
+    def keep_alive(self) -> None:
+        """Extend the lease by its length every third of it, in the client's
+        I/O thread, until released; lost is set if the lock is lost."""
+        core = self._client._core
+        self._client._loop.call_soon_threadsafe(core.keep_alive, self._ls)
+
+    def __repr__(self) -> str:
+        return f"Lock(key={self.key!r}, token={self.token})"
+
+
+class _LockBlock:
+    def __init__(self, client: Client, key: str, lease: float, wait: float) -> None:
+        self._client, self._key, self._lease, self._wait = client, key, lease, wait
+        self._lock: Lock | None = None
+
+    def __enter__(self) -> Lock:
+        lock = self._client.acquire(self._key, self._lease, self._wait)
+        lock.keep_alive()
+        self._lock = lock
+        return lock
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        lock = self._lock
+        assert lock is not None
+        lost = lock.lost.is_set()
+        try:
+            lock.release()
+        except Stale as e:
+            if et is None:
+                raise lost_error(lock._ls) from e
+            return
+        except Exception:
+            if et is None:
+                raise
+            return
+        if lost and et is None:
+            raise lost_error(lock._ls)
+
+
+class Client:
+    """A kunci client: one persistent connection per node address (two when
+    given one), pipelined, kept up in the background by one I/O thread.
+    Safe for many threads at once. Use it as a context manager, or close()
+    it.
+
+    addrs: every node's "host:port" (TLS addresses with tls). owner names
+    this client's grants for operators (kunci inspect, kunci locks).
+    credentials: a Credentials, or the path of a credentials file ("name
+    secret", mode 600). tls: an ssl.SSLContext (kunci.tls_context makes one).
+
+    The constructor makes a first attempt to connect to every address before
+    it returns (those that fail are retried in the background), and raises
+    kunci.AuthError when every one was a refusal of the credentials.
+    """
+
+    def __init__(
+        self,
+        addrs: Sequence[str],
+        *,
+        owner: str | None = None,
+        credentials: CredentialsArg = None,
+        tls: ssl.SSLContext | None = None,
+        dial_timeout: float = 2.0,
+        reconnect_interval: float = 3.0,
+    ) -> None:
+        cfg = make_config(addrs, owner, credentials, tls, dial_timeout, reconnect_interval)
+        self._closed = False
+        self._local = threading.local()
+        self._pending: Deque[tuple[Callable[..., None], tuple[Any, ...], _ThreadWaiter]] = collections.deque()
+        self._draining = False
+        self._core_or_none: _Core | None = None
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="kunci-io", daemon=True)
+        self._thread.start()
+
+        async def start() -> _Core:
+            core = _Core(cfg, self._loop)
+            await core.start()
+            return core
+
+        fut = asyncio.run_coroutine_threadsafe(start(), self._loop)
+        try:
+            self._core: _Core = fut.result()
+        except BaseException:
+            self._stop_loop()
+            raise
+        self._core_or_none = self._core
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run coro on the I/O thread's loop and return its outcome."""
+        if self._closed or threading.current_thread() is self._thread:
+            coro.close()
+        return cast(T, self._call(slow, coro))
+
+    def _call(self, fn: Callable[..., None], *args: Any) -> Any:
+        """Have the I/O thread run fn(core, waiter, *args), which answers the
+        waiter, and wait for the answer. Requests made by many threads at
+        once are handed over together: one wake-up of the I/O thread."""
+        if self._closed:
+            raise Closed("kunci: client closed")
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("kunci: a Client's methods cannot be called from its own I/O thread")
+        w: _ThreadWaiter | None = getattr(self._local, "w", None)
+        if w is None:
+            w = self._local.w = _ThreadWaiter()
+        w.cancel = None
+        self._pending.append((fn, args, w))
+        if not self._draining:
+            self._draining = True
+            self._loop.call_soon_threadsafe(self._drain)
+        try:
+            w.lock.acquire()
+        except BaseException:
+            # Given up (KeyboardInterrupt): withdraw it; this thread's waiter
+            # may still be answered, so it gets a new one.
+            self._local.w = None
+            self._loop.call_soon_threadsafe(self._abandon, w)
+            raise
+        if w.err is not None:
+            err, w.err = w.err, None
+            raise err
+        v, w.value = w.value, None
+        return v
+
+    def _drain(self) -> None:
+        self._draining = False
+        core, pending = self._core_or_none, self._pending
+        while pending:
+            fn, args, w = pending.popleft()
+            if core is None or core.closed:
+                w.finish(None, Closed("kunci: client closed"))
+                continue
+            try:
+                fn(core, w, *args)
+            except BaseException as e:  # noqa: BLE001 - the caller gets it
+                w.finish(None, e)
+
+    @staticmethod
+    def _abandon(w: Waiter) -> None:
+        if w.cancel is not None:
+            w.cancel()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def close(self) -> None:
+        """Close every connection and stop the I/O thread. Locks still held
+        stay held on the node until released or their leases run out."""
+        if self._closed:
+            return
+        self._run(self._core.close())
+        self._closed = True
+        self._stop_loop()
+        while self._pending:
+            _, _, w = self._pending.popleft()
+            w.finish(None, Closed("kunci: client closed"))
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def acquire(self, key: str, lease: float, wait: float = 0.0) -> Lock:
+        """Wait at most wait seconds for key and hold it for lease seconds from
+        the grant (wait 0: no bound of its own, the node's --max-wait bounds
+        it). kunci.Timeout when the wait runs out; kunci.Unavailable when no
+        node answered within it."""
+        ls = self._call(fast_acquire, key, lease, wait, False)
+        assert ls is not None
+        return Lock(self, ls)
+
+    def try_acquire(self, key: str, lease: float) -> Lock | None:
+        """Take key if nobody holds it, at once (wait "-"): a Lock, or None
+        when it is held."""
+        ls = self._call(fast_acquire, key, lease, 0.0, True)
+        return None if ls is None else Lock(self, ls)
+
+    def lock(self, key: str, lease: float, wait: float = 0.0) -> _LockBlock:
+        """"with c.lock(key, lease=30, wait=10) as lock:" acquires key, keeps
+        it alive while the block runs, and releases it after. When the lock
+        is lost meanwhile, lock.lost is set at once, and the block's end
+        raises kunci.Lost (unless the block raised)."""
+        return _LockBlock(self, key, lease, wait)
+
+    def inspect(self, key: str) -> Holder:
+        """Who holds key: its Holder (token 0 when free)."""
+        return self._run(self._core.inspect(key))
+
+    def locks(self, prefix: str | None = None, limit: int = 0) -> Locks:
+        """The held keys starting with prefix, at most limit of them (0: all)."""
+        hs, more = self._run(self._core.locks(prefix, limit))
+        out = Locks(hs)
+        out.more = more
+        return out

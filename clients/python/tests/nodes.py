@@ -1,0 +1,337 @@
+"""Real kuncid processes, a TCP proxy and certificates for the tests.
+
+The kuncid binary is $KUNCID, or built once per test run from the checkout
+(go build ./cmd/kuncid). Nodes listen on 127.0.0.1 port 0 and the tests learn
+the port from the node's JSON start line; a cluster's nodes must know each
+other's addresses up front, so their ports are picked free first (and the
+cluster started again on new ones if another process took one meanwhile).
+Every wait is bounded: WAIT seconds, generous for a busy machine.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+from pathlib import Path
+from typing import Callable
+
+WAIT = 15.0
+ROOT = Path(__file__).resolve().parents[3]  # the checkout
+CLUSTER_KEY = b"a test cluster key, 32 bytes lng\n"
+
+_built: str | None = None
+_build_lock = threading.Lock()
+
+
+def kuncid() -> str:
+    """The kuncid binary: $KUNCID, or one built from the checkout."""
+    global _built
+    env = os.environ.get("KUNCID")
+    if env:
+        return env
+    with _build_lock:
+        if _built is None:
+            d = tempfile.mkdtemp(prefix="kunci-py-")
+            atexit.register(shutil.rmtree, d, True)
+            out = os.path.join(d, "kuncid")
+            subprocess.run(["go", "build", "-o", out, "./cmd/kuncid"], cwd=ROOT, check=True)
+            _built = out
+    return _built
+
+
+def until(cond: Callable[[], bool], timeout: float = WAIT, every: float = 0.01) -> bool:
+    """Poll cond until it holds or timeout passes; report whether it held."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(every)
+    return True
+
+
+def free_addrs(n: int) -> list[str]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return ["127.0.0.1:%d" % s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+class Node:
+    """A kuncid process with JSON logs on stderr, read by a thread of its own
+    (so the pipe never fills); lines holds them."""
+
+    def __init__(self, args: list[str], tmp: str) -> None:
+        data = tempfile.mkdtemp(dir=tmp)
+        argv = [kuncid(), "--log-format", "json", "--data-dir", data, "--idle-timeout", "0"]
+        if "--listen" not in args:
+            argv += ["--listen", "127.0.0.1:0"]
+        self.proc = subprocess.Popen(
+            argv + args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        self.lines: list[dict[str, object]] = []
+        self.addr = ""
+        self.tls_addr = ""
+        self.started = threading.Event()
+        self.exited = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+        if not until(lambda: self.started.is_set() or self.exited.is_set(), WAIT):
+            self.kill()
+            raise RuntimeError("kuncid did not log its start in time")
+        if not self.started.is_set():
+            raise RuntimeError("kuncid exited before it started: " + self.log_text())
+
+    def _read(self) -> None:
+        assert self.proc.stderr is not None
+        for raw in self.proc.stderr:
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                line = {"message": raw.decode("utf-8", "replace").strip()}
+            self.lines.append(line)
+            if line.get("message") == "kunci node started":
+                self.addr = str(line.get("addr", ""))
+                self.tls_addr = str(line.get("tls_addr", ""))
+                self.started.set()
+        self.exited.set()
+
+    def log_text(self) -> str:
+        return "\n".join(str(x.get("message")) for x in self.lines[-20:])
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(WAIT)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.proc.stderr is not None:
+            self.proc.stderr.close()
+
+    def wait(self, timeout: float = WAIT) -> int:
+        return self.proc.wait(timeout)
+
+
+def info(addr: str) -> str:
+    """The node's answer to I, without its LF ("" when none)."""
+    try:
+        with socket.create_connection(_split(addr), timeout=1) as s:
+            s.sendall(b"I\n")
+            return _readline(s).decode()
+    except OSError:
+        return ""
+
+
+def roundtrip(addr: str, line: bytes) -> bytes:
+    with socket.create_connection(_split(addr), timeout=5) as s:
+        s.sendall(line)
+        return _readline(s)
+
+
+def _readline(s: socket.socket) -> bytes:
+    buf = b""
+    while not buf.endswith(b"\n"):
+        b = s.recv(512)
+        if not b:
+            break
+        buf += b
+    return buf.rstrip(b"\n")
+
+
+def _split(addr: str) -> tuple[str, int]:
+    h, _, p = addr.rpartition(":")
+    return h, int(p)
+
+
+class NodeCase(unittest.TestCase):
+    """A TestCase that starts nodes and kills every one in tearDown."""
+
+    def setUp(self) -> None:
+        self.tmp = tempfile.mkdtemp(prefix="kunci-py-test-")
+        self.nodes: list[Node] = []
+        self.cleanups_first: list[Callable[[], None]] = []
+
+    def tearDown(self) -> None:
+        for f in reversed(self.cleanups_first):
+            try:
+                f()
+            except Exception:
+                pass
+        for n in self.nodes:
+            n.kill()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def node(self, *args: str) -> Node:
+        n = Node(list(args), self.tmp)
+        self.nodes.append(n)
+        return n
+
+    def file(self, name: str, data: bytes, mode: int = 0o600) -> str:
+        p = os.path.join(self.tmp, name)
+        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(p, mode)
+        return p
+
+    def cluster(self, n: int) -> tuple[list[Node], list[str]]:
+        """n nodes of a cluster, node 0 active and the others its standbys."""
+        key = self.file("cluster.key", CLUSTER_KEY)
+        for _ in range(3):
+            addrs = free_addrs(n)
+            nodes: list[Node] = []
+            try:
+                for i in range(n):
+                    nodes.append(self.node(
+                        "--listen", addrs[i], "--advertise", addrs[i], "--peers", ",".join(addrs),
+                        "--cluster-key-file", key, "--heartbeat", "50ms", "--failover-timeout", "500ms",
+                        "--admin", free_addrs(1)[0],
+                    ))
+            except RuntimeError:
+                for x in nodes:
+                    x.kill()
+                continue  # a port was taken meanwhile: other ports
+            want = ["I active %s %s" % (addrs[0], addrs[0])] + [
+                "I standby %s %s" % (a, addrs[0]) for a in addrs[1:]
+            ]
+            ok = until(lambda: [info(a) for a in addrs] == want, WAIT)
+            self.assertTrue(ok, "cluster never settled: %s" % [info(a) for a in addrs])
+            return nodes, addrs
+        raise RuntimeError("could not start a cluster on free ports")
+
+    def certs(self) -> dict[str, str]:
+        """A CA, a node certificate (localhost, 127.0.0.1) and a client one,
+        made with the openssl commands of docs/security.md; and a second CA
+        that signed nothing here."""
+        d = os.path.join(self.tmp, "certs")
+        os.mkdir(d)
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+
+        def run(*a: str) -> None:
+            subprocess.run(["openssl", *a], cwd=d, check=True, capture_output=True)
+
+        run("req", "-x509", *ec, "-days", "3650", "-subj", "/CN=kunci-ca", "-keyout", "ca.key", "-out", "ca.crt")
+        run("req", "-x509", "-CA", "ca.crt", "-CAkey", "ca.key", *ec, "-days", "825", "-subj", "/CN=node1",
+            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-addext", "basicConstraints=critical,CA:FALSE",
+            "-addext", "extendedKeyUsage=serverAuth,clientAuth", "-keyout", "node1.key", "-out", "node1.crt")
+        run("req", "-x509", "-CA", "ca.crt", "-CAkey", "ca.key", *ec, "-days", "825", "-subj", "/CN=app",
+            "-addext", "basicConstraints=critical,CA:FALSE", "-addext", "extendedKeyUsage=clientAuth",
+            "-keyout", "app.key", "-out", "app.crt")
+        run("req", "-x509", *ec, "-days", "3650", "-subj", "/CN=other-ca", "-keyout", "other.key", "-out", "other.crt")
+        for f in os.listdir(d):
+            os.chmod(os.path.join(d, f), 0o600)
+        return {n: os.path.join(d, n) for n in ("ca.crt", "node1.crt", "node1.key", "app.crt", "app.key", "other.crt")}
+
+
+class Proxy:
+    """A TCP proxy on 127.0.0.1 to a node, which the test can cut: cut()
+    closes every connection through it and refuses new ones for a moment.
+    received counts the bytes clients sent through it."""
+
+    def __init__(self, target: str) -> None:
+        self.target = _split(target)
+        self.lock = threading.Lock()
+        self.socks: list[socket.socket] = []
+        self.received = 0
+        self.closed = False
+        self.ls = self._listen(0)
+        self.addr = "127.0.0.1:%d" % self.ls.getsockname()[1]
+        threading.Thread(target=self._accept, args=(self.ls,), daemon=True).start()
+
+    def _listen(self, port: int) -> socket.socket:
+        ls = socket.socket()
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind(("127.0.0.1", port))
+        ls.listen(64)
+        return ls
+
+    def _accept(self, ls: socket.socket) -> None:
+        while True:
+            try:
+                c, _ = ls.accept()
+            except OSError:
+                return
+            try:
+                u = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                c.close()
+                continue
+            with self.lock:
+                self.socks += [c, u]
+            threading.Thread(target=self._pipe, args=(c, u, True), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(u, c, False), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket, up: bool) -> None:
+        try:
+            while True:
+                b = src.recv(65536)
+                if not b:
+                    break
+                if up:
+                    with self.lock:
+                        self.received += len(b)
+                dst.sendall(b)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self, refuse_for: float = 0.3) -> None:
+        """Close every connection through the proxy, and refuse new ones for
+        refuse_for seconds."""
+        port = self.ls.getsockname()[1]
+        self._stop_listening()
+        with self.lock:
+            socks, self.socks = self.socks, []
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+        if refuse_for > 0:
+            time.sleep(refuse_for)
+        for _ in range(100):
+            try:
+                self.ls = self._listen(port)
+                break
+            except OSError:
+                time.sleep(0.05)
+        threading.Thread(target=self._accept, args=(self.ls,), daemon=True).start()
+
+    def _stop_listening(self) -> None:
+        # close() alone leaves a thread blocked in accept() accepting on
+        # (Linux): shutdown() wakes it.
+        try:
+            self.ls.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.ls.close()
+
+    def close(self) -> None:
+        self._stop_listening()
+        with self.lock:
+            socks, self.socks = self.socks, []
+        for s in socks:
+            s.close()

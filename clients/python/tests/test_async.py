@@ -1,0 +1,185 @@
+"""AsyncClient against real kuncid processes: the scenarios' core, the
+same-key queue inside one client, and a cancelled acquire withdrawn."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any, Coroutine
+
+import kunci
+from tests.nodes import NodeCase, Proxy, roundtrip
+
+
+class Async(NodeCase):
+    def run_async(self, coro: Coroutine[Any, Any, None]) -> None:
+        asyncio.run(asyncio.wait_for(coro, 60))
+
+    def test_tour(self) -> None:
+        n = self.node()
+
+        async def main() -> None:
+            async with kunci.AsyncClient([n.addr], owner="billing") as c:
+                lock = await c.acquire("orders/42", lease=30, wait=10)
+                self.assertIsNone(await c.try_acquire("orders/42", lease=5))
+                h = await c.inspect("orders/42")
+                self.assertEqual((h.token, h.owner), (lock.token, "billing"))
+                await lock.extend(60)
+                self.assertGreater((await c.inspect("orders/42")).left, 30)
+                listed = await c.locks(prefix="orders/")
+                self.assertEqual([x.key for x in listed], ["orders/42"])
+                self.assertFalse(listed.more)
+                await lock.release()
+                with self.assertRaises(kunci.Stale):
+                    await lock.release()
+                self.assertTrue(lock.lost.is_set())
+                self.assertFalse((await c.inspect("orders/42")).held)
+
+        self.run_async(main())
+
+    def test_fifo_and_timeout(self) -> None:
+        n = self.node()
+
+        async def main() -> None:
+            async with kunci.AsyncClient([n.addr]) as a, kunci.AsyncClient([n.addr]) as b:
+                held = await a.acquire("k", lease=30, wait=5)
+                start = time.monotonic()
+                with self.assertRaises(kunci.Timeout):
+                    await b.acquire("k", lease=30, wait=0.3)
+                self.assertGreaterEqual(time.monotonic() - start, 0.3)
+                # Six acquirers of one key in one client: two connections, at
+                # most one acquire of the key outstanding on each; all granted
+                # in turn, tokens rising.
+                order: list[int] = []
+
+                async def one() -> None:
+                    lock = await b.acquire("k", lease=30, wait=20)
+                    order.append(lock.token)
+                    await lock.release()
+
+                tasks = [asyncio.ensure_future(one()) for _ in range(6)]
+                for _ in range(500):
+                    if (await a.inspect("k")).waiters >= 2:
+                        break
+                    await asyncio.sleep(0.01)
+                await held.release()
+                await asyncio.gather(*tasks)
+                self.assertEqual(order, sorted(set(order)))
+                self.assertEqual(len(order), 6)
+
+        self.run_async(main())
+
+    def test_lease_loss(self) -> None:
+        n = self.node()
+
+        async def main() -> None:
+            async with kunci.AsyncClient([n.addr]) as c:
+                with self.assertRaises(kunci.Lost):
+                    async with c.lock("k", lease=1, wait=5) as lock:
+                        await asyncio.to_thread(roundtrip, n.addr, b"R k %d\n" % lock.token)
+                        await asyncio.wait_for(lock.lost.wait(), 10)
+                await (await c.acquire("k", lease=5, wait=5)).release()
+
+        self.run_async(main())
+
+    def test_kept_alive_past_its_lease(self) -> None:
+        n = self.node()
+
+        async def main() -> None:
+            async with kunci.AsyncClient([n.addr]) as c:
+                async with c.lock("k", lease=0.6, wait=5) as lock:
+                    await asyncio.sleep(2)
+                    self.assertEqual((await c.inspect("k")).token, lock.token)
+                    self.assertFalse(lock.lost.is_set())
+                self.assertFalse((await c.inspect("k")).held)
+
+        self.run_async(main())
+
+    def test_cancelled_acquire_is_withdrawn(self) -> None:
+        n = self.node()
+
+        async def main() -> None:
+            async with kunci.AsyncClient([n.addr]) as a, kunci.AsyncClient([n.addr]) as b:
+                held = await a.acquire("k", lease=30, wait=5)
+                t = asyncio.ensure_future(b.acquire("k", lease=30, wait=20))
+                for _ in range(500):
+                    if (await a.inspect("k")).waiters == 1:
+                        break
+                    await asyncio.sleep(0.01)
+                t.cancel()
+                with self.assertRaises(asyncio.CancelledError):
+                    await t
+                for _ in range(500):
+                    if (await a.inspect("k")).waiters == 0:
+                        break
+                    await asyncio.sleep(0.01)
+                self.assertEqual((await a.inspect("k")).waiters, 0)
+                await held.release()
+                self.assertFalse((await a.inspect("k")).held)
+
+        self.run_async(main())
+
+    def test_release_across_drop(self) -> None:
+        n = self.node()
+        p = Proxy(n.addr)
+        self.cleanups_first.append(p.close)
+
+        async def main() -> None:
+            async with kunci.AsyncClient([p.addr]) as c:
+                lock = await c.acquire("k", lease=30, wait=5)
+                await asyncio.to_thread(p.cut, 0.3)
+                await lock.release()
+
+        self.run_async(main())
+        self.assertEqual(roundtrip(n.addr, b"Q k\n"), b"Q k FREE")
+
+    def test_bad_input(self) -> None:
+        async def main() -> None:
+            async with kunci.AsyncClient(["127.0.0.1:1"]) as c:
+                for bad in ("a b", "", "k" * 251):
+                    with self.assertRaises(ValueError):
+                        await c.acquire(bad, lease=5, wait=1)
+                with self.assertRaises(ValueError):
+                    await c.acquire("k", lease=0, wait=1)
+                with self.assertRaises(ValueError):
+                    await c.acquire("k", lease=5, wait=-1)
+                with self.assertRaises(kunci.Unavailable):
+                    await c.acquire("k", lease=5, wait=0.2)
+            with self.assertRaises(kunci.Closed):
+                await c.acquire("k", lease=5, wait=1)
+
+        self.run_async(main())
+
+
+class Threads(NodeCase):
+    def test_many_threads_one_client(self) -> None:
+        """Eight threads share one Client, on one key and on keys of their
+        own; every cycle completes, the one key's grants one at a time."""
+        n = self.node()
+        errors: list[BaseException] = []
+        holding = [0]
+        mu = threading.Lock()
+        with kunci.Client([n.addr]) as c:
+
+            def work(g: int) -> None:
+                try:
+                    for i in range(30):
+                        c.acquire("own/%d/%d" % (g, i), lease=30, wait=10).release()
+                        lock = c.acquire("shared", lease=30, wait=30)
+                        with mu:
+                            holding[0] += 1
+                            self.assertEqual(holding[0], 1)
+                        with mu:
+                            holding[0] -= 1
+                        lock.release()
+                except BaseException as e:  # noqa: BLE001
+                    errors.append(e)
+
+            ts = [threading.Thread(target=work, args=(g,)) for g in range(8)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join(60)
+            self.assertEqual(errors, [])
+            self.assertEqual(len(c.locks()), 0)

@@ -1,0 +1,126 @@
+"""The connection behaviour the scenarios do not spell out, against real
+kuncid processes: two connections for one address, an acquire that goes on
+on the other connection with the wait it has left, pipelined requests from
+many tasks on one client."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import urllib.request
+
+import kunci
+from tests.nodes import NodeCase, Proxy, free_addrs, until
+
+
+def connections(admin: str) -> int:
+    with urllib.request.urlopen("http://%s/metrics" % admin, timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("kunci_connections "):
+                return int(float(line.split()[1]))
+    return -1
+
+
+class Connections(NodeCase):
+    def test_two_connections_for_one_address(self) -> None:
+        admin = free_addrs(1)[0]
+        n = self.node("--admin", admin)
+        with kunci.Client([n.addr]):
+            self.assertTrue(until(lambda: connections(admin) == 2), "connections: %d" % connections(admin))
+        self.assertTrue(until(lambda: connections(admin) == 0))
+        with kunci.Client([n.addr, n.addr, n.addr]):
+            self.assertTrue(until(lambda: connections(admin) == 3))
+
+    def test_queued_acquire_goes_on_after_a_cut(self) -> None:
+        """An acquire queued behind a holder when its connection is cut is
+        sent again (on a connection that comes back) with the wait it has
+        left, and granted when the holder releases."""
+        n = self.node()
+        p = Proxy(n.addr)
+        self.cleanups_first.append(p.close)
+        holder = kunci.Client([n.addr])
+        self.cleanups_first.append(holder.close)
+        waiter = kunci.Client([p.addr], reconnect_interval=0.2)
+        self.cleanups_first.append(waiter.close)
+        held = holder.acquire("k", lease=30, wait=5)
+        got: list[object] = []
+
+        def ask() -> None:
+            try:
+                got.append(waiter.acquire("k", lease=30, wait=8))
+            except Exception as e:  # noqa: BLE001
+                got.append(e)
+
+        t = threading.Thread(target=ask, daemon=True)
+        start = time.monotonic()
+        t.start()
+        self.assertTrue(until(lambda: holder.inspect("k").waiters == 1))
+        p.cut(refuse_for=0.3)
+        # The node withdraws the queued acquire with its connection; the
+        # client sends it again once a connection is back.
+        self.assertTrue(until(lambda: holder.inspect("k").waiters == 0, every=0.002), "never withdrawn")
+        self.assertTrue(until(lambda: holder.inspect("k").waiters == 1), "the acquire was not sent again")
+        held.release()
+        t.join(10)
+        self.assertEqual(len(got), 1)
+        lock = got[0]
+        self.assertIsInstance(lock, kunci.Lock, lock)
+        assert isinstance(lock, kunci.Lock)
+        self.assertGreater(lock.token, held.token)
+        self.assertLess(time.monotonic() - start, 8 + 1)
+        lock.release()
+
+    def test_wait_left_bounds_the_acquire_across_a_cut(self) -> None:
+        """The wait counts from the call, not from the last attempt."""
+        n = self.node()
+        p = Proxy(n.addr)
+        self.cleanups_first.append(p.close)
+        holder = kunci.Client([n.addr])
+        self.cleanups_first.append(holder.close)
+        waiter = kunci.Client([p.addr], reconnect_interval=0.2)
+        self.cleanups_first.append(waiter.close)
+        holder.acquire("k", lease=30, wait=5)
+        done = threading.Event()
+        err: list[BaseException] = []
+
+        def ask() -> None:
+            try:
+                waiter.acquire("k", lease=30, wait=2)
+            except BaseException as e:  # noqa: BLE001
+                err.append(e)
+            done.set()
+
+        start = time.monotonic()
+        threading.Thread(target=ask, daemon=True).start()
+        self.assertTrue(until(lambda: holder.inspect("k").waiters == 1))
+        p.cut(refuse_for=0.3)
+        self.assertTrue(done.wait(10))
+        took = time.monotonic() - start
+        self.assertIsInstance(err[0], (kunci.Timeout, kunci.Unavailable))
+        self.assertGreaterEqual(took, 2)
+        self.assertLess(took, 5)
+
+    def test_pipelined_tasks_share_the_connections(self) -> None:
+        """200 tasks on one AsyncClient, keys of their own and one shared
+        key: every answer reaches its own caller."""
+        admin = free_addrs(1)[0]
+        n = self.node("--admin", admin)
+
+        async def main() -> None:
+            async with kunci.AsyncClient([n.addr]) as c:
+                async def one(i: int) -> int:
+                    lock = await c.acquire("p/%d" % i, lease=30, wait=10)
+                    h = await c.inspect("p/%d" % i)
+                    self.assertEqual(h.token, lock.token)
+                    await lock.release()
+                    shared = await c.acquire("shared", lease=30, wait=30)
+                    await shared.release()
+                    return lock.token
+
+                tokens = await asyncio.gather(*(one(i) for i in range(200)))
+                self.assertEqual(len(set(tokens)), 200)
+                self.assertEqual(len(await c.locks()), 0)
+                self.assertEqual(connections(admin), 2)
+
+        asyncio.run(asyncio.wait_for(main(), 60))

@@ -1,0 +1,43 @@
+"""The package installs offline, as README.md says: a fresh venv that sees
+Debian's setuptools and wheel, and pip install --no-build-isolation."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import unittest
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+PY = os.environ.get("KUNCI_INSTALL_PYTHON", "/usr/bin/python3")
+
+
+def _has(mod: str) -> bool:
+    return subprocess.run([PY, "-c", "import " + mod], capture_output=True).returncode == 0
+
+
+@unittest.skipUnless(
+    os.path.exists(PY) and all(_has(m) for m in ("venv", "ensurepip", "setuptools", "wheel")),
+    PY + " lacks venv, setuptools or wheel (apt-get install python3-venv python3-setuptools python3-wheel)",
+)
+class Install(unittest.TestCase):
+    def test_pip_install_offline(self) -> None:
+        tmp = tempfile.mkdtemp(prefix="kunci-py-install-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        venv = os.path.join(tmp, "venv")
+        subprocess.run([PY, "-m", "venv", "--system-site-packages", venv], check=True, capture_output=True)
+        src = os.path.join(tmp, "src")  # a copy: the build leaves nothing in the checkout
+        shutil.copytree(HERE, src, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+        env = dict(os.environ, PIP_FIND_LINKS="", PIP_NO_INDEX="1")
+        r = subprocess.run([os.path.join(venv, "bin", "pip"), "install", "--no-build-isolation", src],
+                           env=env, capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        code = "import kunci, os; d = os.path.dirname(kunci.__file__); "
+        code += "print(d, os.path.exists(os.path.join(d, 'py.typed')))"
+        r = subprocess.run([os.path.join(venv, "bin", "python"), "-c", code], cwd=tmp, capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        where, typed = r.stdout.split()
+        self.assertTrue(where.startswith(venv), where)
+        self.assertEqual(typed, "True")

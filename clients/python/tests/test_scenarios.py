@@ -1,0 +1,290 @@
+"""The scenarios of clients/SCENARIOS.md, one method each (test_<name>), run
+by the thread client against real kuncid processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import unittest
+from pathlib import Path
+
+import kunci
+from tests.nodes import WAIT, NodeCase, Proxy, info, roundtrip, until
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+SCENARIOS = Path(__file__).resolve().parents[2] / "SCENARIOS.md"
+
+
+class Cycler:
+    """Threads that acquire and release keys of their own in a loop, noting
+    every token, every error and when each cycle ended."""
+
+    def __init__(self, c: kunci.Client, threads: int, wait: float) -> None:
+        self.c, self.wait = c, wait
+        self.stop = threading.Event()
+        self.mu = threading.Lock()
+        self.grants: list[tuple[int, float, float, int]] = []  # thread, began, granted, token
+        self.errors: list[str] = []
+        self.timeouts = 0
+        self.stale = 0
+        self.threads = [threading.Thread(target=self.loop, args=(g,), daemon=True) for g in range(threads)]
+        for t in self.threads:
+            t.start()
+
+    def loop(self, g: int) -> None:
+        i = 0
+        while not self.stop.is_set() and i < 100_000:
+            i += 1
+            began = time.monotonic()
+            # A key of its own each time: a release lost in a crash failover
+            # leaves its key held until its lease ends.
+            try:
+                lock = self.c.acquire("cycle/%d/%d" % (g, i), lease=30, wait=self.wait)
+            except kunci.Timeout:
+                with self.mu:
+                    self.timeouts += 1
+                continue
+            except Exception as e:  # noqa: BLE001 - every other error is the test's failure
+                with self.mu:
+                    self.errors.append("acquire: %r" % e)
+                continue
+            with self.mu:
+                self.grants.append((g, began, time.monotonic(), lock.token))
+            try:
+                lock.release()
+            except kunci.Stale:
+                with self.mu:
+                    self.stale += 1
+            except Exception as e:  # noqa: BLE001
+                with self.mu:
+                    self.errors.append("release: %r" % e)
+
+    def count(self) -> int:
+        with self.mu:
+            return len(self.grants)
+
+    def count_after(self, t: float) -> int:
+        with self.mu:
+            return sum(1 for g in self.grants if g[1] > t)
+
+    def end(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(WAIT)
+
+
+class Scenarios(NodeCase):
+    def client(self, addrs: list[str], **kw: object) -> kunci.Client:
+        c = kunci.Client(addrs, **kw)  # type: ignore[arg-type]
+        self.cleanups_first.append(c.close)
+        return c
+
+    def test_fifo_handoff(self) -> None:
+        n = self.node()
+        a = self.client([n.addr])
+        held = a.acquire("k", lease=30, wait=5)
+        order: list[tuple[str, int]] = []
+        mu = threading.Lock()
+
+        def ask(name: str) -> None:
+            c = self.client([n.addr])
+            lock = c.acquire("k", lease=30, wait=WAIT * 2)
+            with mu:
+                order.append((name, lock.token))
+            lock.release()
+
+        threads = []
+        for i, name in enumerate("BCD", 1):
+            t = threading.Thread(target=ask, args=(name,), daemon=True)
+            t.start()
+            threads.append(t)
+            self.assertTrue(until(lambda: a.inspect("k").waiters == i), "%s never seen waiting" % name)
+        held.release()
+        for t in threads:
+            t.join(WAIT * 2)
+        self.assertEqual([x[0] for x in order], ["B", "C", "D"])
+        tokens = [held.token] + [x[1] for x in order]
+        self.assertEqual(tokens, sorted(set(tokens)), "tokens not rising: %s" % tokens)
+
+    def test_wait_timeout(self) -> None:
+        n = self.node()
+        a = self.client([n.addr])
+        b = self.client([n.addr])
+        held = a.acquire("k", lease=30, wait=5)
+        start = time.monotonic()
+        with self.assertRaises(kunci.Timeout):
+            b.acquire("k", lease=30, wait=0.3)
+        self.assertGreaterEqual(time.monotonic() - start, 0.3)
+        self.assertEqual(a.inspect("k").token, held.token)
+
+    def test_lease_loss(self) -> None:
+        n = self.node()
+        a = self.client([n.addr])
+        with self.assertRaises(kunci.Lost):
+            with a.lock("k", lease=1, wait=5) as lock:
+                # The grant ends behind A's back: another client releases it.
+                self.assertEqual(roundtrip(n.addr, b"R k %d\n" % lock.token), b"R k OK")
+                self.assertTrue(lock.lost.wait(10), "the loss was never signalled")
+        # The client goes on.
+        a.acquire("k", lease=5, wait=5).release()
+
+    def test_release_across_drop(self) -> None:
+        n = self.node()
+        p = Proxy(n.addr)
+        self.cleanups_first.append(p.close)
+        a = self.client([p.addr])
+        lock = a.acquire("k", lease=30, wait=5)
+        p.cut(refuse_for=0.3)
+        start = time.monotonic()
+        lock.release()  # retried until a connection is back
+        took = time.monotonic() - start
+        self.assertLess(took, 6.0)
+        self.assertEqual(roundtrip(n.addr, b"Q k\n"), b"Q k FREE")
+
+    def test_redirect_from_standby(self) -> None:
+        nodes, addrs = self.cluster(2)
+        c = self.client([addrs[1]])
+        lock = c.acquire("k", lease=30, wait=10)
+        got = roundtrip(addrs[0], b"Q k\n").decode()
+        self.assertTrue(got.startswith("Q k %d " % lock.token), got)
+        lock.release()
+
+    def test_crash_failover(self) -> None:
+        nodes, addrs = self.cluster(3)
+        c = self.client(addrs)
+        cy = Cycler(c, threads=4, wait=3)
+        self.cleanups_first.append(cy.end)
+        self.assertTrue(until(lambda: cy.count() >= 100), "no cycles on the active")
+        killed = time.monotonic()
+        nodes[0].proc.send_signal(signal.SIGKILL)
+        ok = until(lambda: cy.count_after(killed) >= 100, 20)
+        cy.end()
+        self.assertTrue(ok, "acquires did not go on at the new active: %d errors %s" % (len(cy.errors), cy.errors[:3]))
+        self.assertEqual(cy.errors, [])
+        before = [t for _, _, at, t in cy.grants if at < killed]
+        after = [t for _, began, _, t in cy.grants if began > killed]
+        self.assertGreater(min(after), max(before))
+
+    def test_graceful_handoff(self) -> None:
+        nodes, addrs = self.cluster(2)
+        c = self.client(addrs)
+        cy = Cycler(c, threads=4, wait=10)
+        self.cleanups_first.append(cy.end)
+        self.assertTrue(until(lambda: cy.count() >= 100), "no cycles on the active")
+        stopped = time.monotonic()
+        nodes[0].signal(signal.SIGINT)
+        ok = until(lambda: cy.count_after(stopped) >= 100 and nodes[0].proc.poll() is not None, 20)
+        cy.end()
+        self.assertTrue(ok, "cycles did not go on after the handoff")
+        self.assertEqual((cy.errors, cy.timeouts, cy.stale), ([], 0, 0))
+        for g in range(4):
+            tokens = [t for th, _, _, t in cy.grants if th == g]
+            self.assertEqual(tokens, sorted(set(tokens)), "thread %d: tokens not rising" % g)
+
+    def test_auth(self) -> None:
+        secret = "s3cret-s3cret-s3cret-1234"
+        auth = self.file("auth", b"billing %s\n" % secret.encode())
+        n = self.node("--auth-file", auth)
+        none = self.client([n.addr])
+        with self.assertRaises(kunci.AuthError) as cm:
+            none.acquire("k", lease=5, wait=5)
+        self.assertIn("auth required", str(cm.exception))
+        with self.assertRaises(kunci.AuthError) as cm2:
+            self.client([n.addr], credentials=kunci.Credentials("billing", "wrong-wrong-wrong-wrong"))
+        self.assertIn("bad credentials", str(cm2.exception))
+        cred = self.file("client.cred", b"# billing's\nbilling %s\n" % secret.encode())
+        for creds in (kunci.Credentials("billing", secret), cred):
+            ok = self.client([n.addr], credentials=creds)
+            ok.acquire("k", lease=5, wait=5).release()
+
+    def test_tls(self) -> None:
+        certs = self.certs()
+        n = self.node("--tls-listen", "127.0.0.1:0", "--tls-cert", certs["node1.crt"], "--tls-key", certs["node1.key"])
+        c = self.client([n.tls_addr], tls=kunci.tls_context(ca=certs["ca.crt"]))
+        c.acquire("k", lease=5, wait=5).release()
+        # Mutual TLS: a client certificate from the CA.
+        m = self.node("--tls-listen", "127.0.0.1:0", "--tls-cert", certs["node1.crt"], "--tls-key", certs["node1.key"],
+                      "--tls-client-ca", certs["ca.crt"])
+        mtls = kunci.tls_context(ca=certs["ca.crt"], cert=certs["app.crt"], key=certs["app.key"])
+        mc = self.client([m.tls_addr], tls=mtls)
+        mc.acquire("k", lease=5, wait=5).release()
+        # A client that does not trust the nodes' CA.
+        bad = self.client([n.tls_addr], tls=kunci.tls_context(ca=certs["other.crt"]))
+        with self.assertRaises(kunci.Unavailable) as cm:
+            bad.acquire("k", lease=5, wait=1)
+        self.assertIn("CERTIFICATE_VERIFY_FAILED", str(cm.exception))
+        # Without its certificate, a node asking for one does not serve it.
+        nocert = self.client([m.tls_addr], tls=kunci.tls_context(ca=certs["ca.crt"]))
+        with self.assertRaises(kunci.Unavailable):
+            nocert.acquire("k", lease=5, wait=1)
+
+    def test_bad_input(self) -> None:
+        n = self.node()
+        p = Proxy(n.addr)
+        self.cleanups_first.append(p.close)
+        c = self.client([p.addr])
+        gone = self.client(["127.0.0.1:1"])  # a node that is not there
+        for cl in (c, gone):
+            for call in (
+                lambda: cl.acquire("a key", lease=5, wait=1),
+                lambda: cl.acquire("k" * 251, lease=5, wait=1),
+                lambda: cl.acquire("", lease=5, wait=1),
+                lambda: cl.acquire("k\x01", lease=5, wait=1),
+                lambda: cl.acquire("k", lease=0, wait=1),
+                lambda: cl.acquire("k", lease=-1, wait=1),
+                lambda: cl.acquire("k", lease=float("nan"), wait=1),
+                lambda: cl.acquire("k", lease=5, wait=-0.5),
+                lambda: cl.try_acquire("k k", lease=5),
+                lambda: cl.try_acquire("k", lease=0),
+                lambda: cl.inspect("k\n"),
+                lambda: cl.locks(prefix="a b"),
+                lambda: cl.locks(limit=-1),
+            ):
+                with self.assertRaises(ValueError):
+                    call()
+        with self.assertRaises(ValueError):
+            kunci.Client([p.addr], owner="a b")
+        with self.assertRaises(ValueError):
+            kunci.Client([p.addr], credentials=kunci.Credentials("billing", "with space"))
+        # The lines the node received: none.
+        self.assertEqual(p.received, 0)
+        c.acquire("k", lease=5, wait=5).release()
+        self.assertTrue(until(lambda: p.received > 0))
+
+    def test_readme_examples(self) -> None:
+        certs = self.certs()
+        n = self.node()
+        t = self.node("--tls-listen", "127.0.0.1:0", "--tls-cert", certs["node1.crt"], "--tls-key", certs["node1.key"],
+                      "--tls-client-ca", certs["ca.crt"])
+        work = os.path.join(self.tmp, "readme")
+        os.mkdir(work)
+        for name in ("ca.crt", "app.crt", "app.key"):
+            os.link(certs[name], os.path.join(work, name))
+        self.file("readme/client.cred", b"billing 4f0XkVq3sH8mJp2rT6wYc1nA9dLe\n")
+        blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+        self.assertGreaterEqual(len(blocks), 3)
+        env = dict(os.environ, PYTHONPATH=str(README.parent))
+        for i, code in enumerate(blocks):
+            code = code.replace("127.0.0.1:7070", n.addr).replace("127.0.0.1:7443", t.tls_addr)
+            r = subprocess.run(
+                [sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True, timeout=60
+            )
+            self.assertEqual(r.returncode, 0, "README example %d:\n%s\n%s" % (i + 1, code, r.stderr))
+
+
+class ScenarioList(unittest.TestCase):
+    def test_every_scenario_and_no_other(self) -> None:
+        """Scenarios has a test_<name> for each scenario of clients/SCENARIOS.md."""
+        names = re.findall(r"^\| `([a-z_]+)` \|", SCENARIOS.read_text(), re.M)
+        self.assertGreaterEqual(len(names), 11)
+        tests = sorted(m[len("test_"):] for m in dir(Scenarios) if m.startswith("test_"))
+        self.assertEqual(tests, sorted(names))
+
+
+if __name__ == "__main__":
+    unittest.main()
