@@ -10,11 +10,10 @@ import (
 	"github.com/kunci/kunci/clientlib"
 )
 
-// TestCancelWaitingAcquire cancels the context of an acquire waiting on a
+// giveUpWithdraws cancels the context of an acquire waiting on a
 // held key: the client withdraws it with C, returns ctx.Err(), and the key
 // later goes to the next waiter, never to the cancelled one.
-func TestCancelWaitingAcquire(t *testing.T) {
-	t.Parallel()
+func giveUpWithdraws(t *testing.T) {
 	n, p, c := proxied(t, nil)
 	holder := newClient(t, nil, n.Addr())
 	next := newClient(t, nil, n.Addr())

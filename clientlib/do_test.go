@@ -146,11 +146,11 @@ func TestDoReleasesAfter(t *testing.T) {
 	release(t, held)
 }
 
-// TestDoCancelsFnWhenTheLockIsLost: another client releases Do's grant;
+// leaseLoss: another client releases Do's grant;
 // fn's context is cancelled with ErrLost as its cause, Done is closed, and
 // Do returns an error wrapping ErrLost. The keep-alive holds the lock for
 // longer than its lease before that.
-func TestDoCancelsFnWhenTheLockIsLost(t *testing.T) {
+func leaseLoss(t *testing.T) {
 	n, c := nodeClient(t, nil)
 	other := newClient(t, nil, n.Addr())
 	const lease = 600 * time.Millisecond // extended every 200 ms

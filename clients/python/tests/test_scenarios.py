@@ -3,6 +3,7 @@ by the thread client against real kuncid processes on 127.0.0.1."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 import signal
@@ -145,6 +146,30 @@ class Scenarios(NodeCase):
         took = time.monotonic() - start
         self.assertLess(took, 6.0)
         self.assertEqual(roundtrip(n.addr, b"Q k\n"), b"Q k FREE")
+
+    def test_give_up_withdraws(self) -> None:
+        n = self.node()
+        a = self.client([n.addr])
+        c = self.client([n.addr])
+        held = a.acquire("k", lease=30, wait=5)
+
+        async def scenario() -> None:
+            # B's client stays open throughout: its connection's close
+            # would withdraw the acquire on the node by itself.
+            async with kunci.AsyncClient([n.addr]) as b:
+                start = time.monotonic()
+                with self.assertRaises(asyncio.TimeoutError):
+                    await asyncio.wait_for(b.acquire("k", lease=30, wait=10), 0.3)
+                self.assertLess(time.monotonic() - start, 5)
+                await asyncio.to_thread(held.release)
+                # B's abandoned acquire was withdrawn: nothing holds k.
+                lock = await asyncio.to_thread(c.try_acquire, "k", 30)
+                self.assertIsNotNone(lock, "k was held after the release: the abandoned acquire was granted")
+                assert lock is not None
+                self.assertGreater(lock.token, held.token)
+                await asyncio.to_thread(lock.release)
+
+        asyncio.run(scenario())
 
     def test_redirect_from_standby(self) -> None:
         nodes, addrs = self.cluster(2)
