@@ -23,7 +23,7 @@ trap cleanup EXIT
 (
 	cd "$dir"
 	ec=(-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes)
-	openssl req -x509 "${ec[@]}" -days 1 -subj /CN=bench-ca -keyout ca.key -out ca.crt
+	openssl req -x509 "${ec[@]}" -days 1 -subj /CN=bench-ca -addext keyUsage=critical,keyCertSign,cRLSign -keyout ca.key -out ca.crt
 	openssl req -x509 -CA ca.crt -CAkey ca.key "${ec[@]}" -days 1 -subj /CN=node \
 		-addext subjectAltName=IP:127.0.0.1 -addext basicConstraints=critical,CA:FALSE \
 		-addext extendedKeyUsage=serverAuth,clientAuth -keyout node.key -out node.crt

@@ -89,17 +89,11 @@ def tls_context(
 ) -> ssl.SSLContext:
     """An ssl.SSLContext for the nodes' TLS addresses: verifying them against
     the CA certificates in ca (PEM; None: the system's), presenting the client
-    certificate cert with its key for mutual TLS when given. TLS 1.2 or 1.3.
-    Not the strict X.509 checks Python 3.13 turns on by default (a CA
-    without key usage, as docs/security.md's openssl commands make, is
-    accepted, as Go accepts it)."""
+    certificate cert with its key for mutual TLS when given. TLS 1.2 or 1.3,
+    with Python's default checks (3.13's strict X.509 ones included: a CA
+    certificate must carry key usage, as docs/security.md's commands make)."""
     ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=os.fspath(ca) if ca is not None else None)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    # Python 3.13 verifies strictly by default (RFC 5280: a CA certificate
-    # must carry key usage), which the CA made by docs/security.md's openssl
-    # command does not; Go's crypto/tls, the nodes' and clientlib's, accepts
-    # it. The chain, names and expiry are verified either way.
-    ctx.verify_flags &= ~ssl.VERIFY_X509_STRICT
     if cert is not None:
         ctx.load_cert_chain(os.fspath(cert), os.fspath(key) if key is not None else None)
     elif key is not None:
