@@ -7,8 +7,9 @@ import (
 )
 
 // A release is cut whole: the Release constant, the CHANGELOG's newest
-// released section, and the image the Kubernetes manifests run name the
-// same version (git tag vRELEASE marks it).
+// released section, the image the Kubernetes manifests run, and the
+// Python and TypeScript clients' packages name the same version (git tag
+// vRELEASE marks it).
 func TestReleaseIsTheSameEverywhere(t *testing.T) {
 	log, err := os.ReadFile("../../CHANGELOG.md")
 	if err != nil {
@@ -24,5 +25,18 @@ func TestReleaseIsTheSameEverywhere(t *testing.T) {
 	}
 	if m := regexp.MustCompile(`newTag: (\S+)`).FindSubmatch(k); m == nil || string(m[1]) != Release {
 		t.Errorf("deploy/k8s/kustomization.yaml runs image tag %q, the Release constant %s", m, Release)
+	}
+	for _, f := range []struct{ path, pattern string }{
+		{"../../clients/python/pyproject.toml", `(?m)^version = "([^"]+)"$`},
+		{"../../clients/python/kunci/__init__.py", `(?m)^__version__ = "([^"]+)"$`},
+		{"../../clients/typescript/package.json", `(?m)^  "version": "([^"]+)",$`},
+	} {
+		b, err := os.ReadFile(f.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := regexp.MustCompile(f.pattern).FindSubmatch(b); m == nil || string(m[1]) != Release {
+			t.Errorf("%s says version %q, the Release constant %s", f.path, m, Release)
+		}
 	}
 }
