@@ -2,15 +2,14 @@
 # What the Python client's tests need, installed with apt-get (through sudo
 # unless root) on Debian and Ubuntu when missing: python3 (3.10 or newer) and
 # openssl (the TLS scenario's certificates); and for the install test,
-# python3-venv, python3-setuptools and python3-wheel (without them it is
-# skipped). Elsewhere it says what is missing and stops when it is required.
+# python3-venv (without it the test is skipped). Elsewhere it says what is missing and stops when it is required.
 set -eu
 PYTHON=${PYTHON:-python3}
 need=""
 "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null || need="$need python3"
 command -v openssl >/dev/null || need="$need openssl"
 required=$need
-/usr/bin/python3 -c 'import venv, ensurepip, setuptools, wheel' 2>/dev/null || need="$need python3-venv python3-setuptools python3-wheel"
+"$PYTHON" -c 'import venv, ensurepip' 2>/dev/null || need="$need python3-venv"
 [ -z "$need" ] && exit 0
 if command -v apt-get >/dev/null; then
 	sudo=""

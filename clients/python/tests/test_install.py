@@ -1,37 +1,34 @@
-"""The package installs offline, as README.md says: a fresh venv that sees
-Debian's setuptools and wheel, and pip install --no-build-isolation."""
+"""The package installs offline, as README.md says: plain pip install of the
+checkout into a fresh venv, with no index and nothing else installed (the
+project's own build backend needs nothing)."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import unittest
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parents[1]
-PY = os.environ.get("KUNCI_INSTALL_PYTHON", "/usr/bin/python3")
+PY = os.environ.get("KUNCI_INSTALL_PYTHON", sys.executable)
 
 
 def _has(mod: str) -> bool:
     return subprocess.run([PY, "-c", "import " + mod], capture_output=True).returncode == 0
 
 
-@unittest.skipUnless(
-    os.path.exists(PY) and all(_has(m) for m in ("venv", "ensurepip", "setuptools", "wheel")),
-    PY + " lacks venv, setuptools or wheel (apt-get install python3-venv python3-setuptools python3-wheel)",
-)
+@unittest.skipUnless(_has("venv") and _has("ensurepip"), PY + " lacks venv (Debian: apt-get install python3-venv)")
 class Install(unittest.TestCase):
     def test_pip_install_offline(self) -> None:
         tmp = tempfile.mkdtemp(prefix="kunci-py-install-")
         self.addCleanup(shutil.rmtree, tmp, True)
         venv = os.path.join(tmp, "venv")
-        subprocess.run([PY, "-m", "venv", "--system-site-packages", venv], check=True, capture_output=True)
-        src = os.path.join(tmp, "src")  # a copy: the build leaves nothing in the checkout
-        shutil.copytree(HERE, src, ignore=shutil.ignore_patterns("__pycache__", "build", "*.egg-info"))
+        subprocess.run([PY, "-m", "venv", venv], check=True, capture_output=True)
         env = dict(os.environ, PIP_FIND_LINKS="", PIP_NO_INDEX="1")
-        r = subprocess.run([os.path.join(venv, "bin", "pip"), "install", "--no-build-isolation", src],
+        r = subprocess.run([os.path.join(venv, "bin", "pip"), "install", str(HERE)],
                            env=env, capture_output=True, text=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         code = "import kunci, os; d = os.path.dirname(kunci.__file__); "
