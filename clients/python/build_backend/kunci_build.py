@@ -36,14 +36,15 @@ def _project() -> dict[str, Any]:
     # simple form this project's pyproject.toml writes them.
     table = text.split("[project]", 1)[1].split("\n[", 1)[0]
     p: dict[str, Any] = dict(re.findall(r'^([a-z-]+) = "([^"]*)"$', table, re.M))
-    p["license"] = {"text": re.search(r'^license = \{ text = "([^"]*)" \}$', table, re.M).group(1)}  # type: ignore[union-attr]
+    license = re.search(r'^license = \{ text = "([^"]*)" \}$', table, re.M)
+    p["license"] = {"text": license.group(1) if license else ""}
     p["classifiers"] = re.findall(r'^    "([^"]+)",$', table, re.M)
     return p
 
 
 def _metadata() -> str:
     p = _project()
-    lines = [
+    lines: list[str] = [
         "Metadata-Version: 2.1",
         "Name: " + p["name"],
         "Version: " + p["version"],
@@ -52,7 +53,7 @@ def _metadata() -> str:
         "License: " + p["license"]["text"],
     ]
     lines += ["Classifier: " + c for c in p.get("classifiers", [])]
-    readme = (ROOT / p["readme"]).read_text(encoding="utf-8")
+    readme = (ROOT / str(p["readme"])).read_text(encoding="utf-8")
     return "\n".join(lines) + "\nDescription-Content-Type: text/markdown\n\n" + readme
 
 
@@ -64,7 +65,7 @@ def _files() -> list[Path]:
 
 def _dist_info() -> str:
     p = _project()
-    return "%s-%s.dist-info" % (p["name"], p["version"])
+    return "%s-%s.dist-info" % (str(p["name"]), str(p["version"]))
 
 
 def _record_line(name: str, data: bytes) -> str:
