@@ -228,8 +228,8 @@ class NodeCase(unittest.TestCase):
         def run(*a: str) -> None:
             subprocess.run(["openssl", *a], cwd=d, check=True, capture_output=True)
 
-        run("req", "-x509", *ec, "-days", "3650", "-subj", "/CN=kunci-ca", "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-            "-keyout", "ca.key", "-out", "ca.crt")
+        run("req", "-x509", *ec, "-days", "3650", "-subj", "/CN=kunci-ca",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign", "-keyout", "ca.key", "-out", "ca.crt")
         run("req", "-x509", "-CA", "ca.crt", "-CAkey", "ca.key", *ec, "-days", "825", "-subj", "/CN=node1",
             "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1", "-addext", "basicConstraints=critical,CA:FALSE",
             "-addext", "extendedKeyUsage=serverAuth,clientAuth", "-keyout", "node1.key", "-out", "node1.crt")
