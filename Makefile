@@ -81,6 +81,12 @@ bench-compare:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
 	KUNCID=bin/kuncid GO=$(GO) bench/compare.sh
 
+# What a held key and a queued waiter cost the node in memory, beside Redis
+# (bench/README.md; needs redis-server, as bench-compare).
+bench-memory:
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
+	$(GO) run ./bench/memory --kuncid bin/kuncid --keys 1000000 --waiters 100000 --redis redis-server
+
 # The pause clients see when the active of a two-node cluster is stopped.
 bench-handoff:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid

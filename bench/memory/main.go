@@ -1,0 +1,298 @@
+// Command memory measures what holding locks costs a node in memory: it
+// starts a kuncid process on loopback, takes --keys keys (each "A
+// kNNNNNNNNN LEASE 0", pipelined over a few connections), then queues
+// --waiters acquires behind some of them, and reports the node's resident
+// memory (VmRSS of /proc/PID/status, after the node's own garbage
+// collection settles) before, with the keys held and with the waiters
+// queued: bytes per held key and per waiter. With --redis it does the same
+// for a redis-server process with "SET kNNNNNNNNN 1 NX PX LEASE" (the usual
+// Redis lock), for the same keys, in the same run.
+//
+//	make build && go run ./bench/memory --kuncid bin/kuncid --keys 1000000 [--waiters 100000] [--redis redis-server]
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+func main() {
+	kuncid := flag.String("kuncid", "bin/kuncid", "the kuncid binary")
+	redis := flag.String("redis", "", "a redis-server binary to measure beside kunci (empty: none)")
+	keys := flag.Int("keys", 1_000_000, "keys to hold")
+	waiters := flag.Int("waiters", 0, "acquires to queue behind held keys (one per key, from other connections)")
+	conns := flag.Int("conns", 4, "connections that send the requests")
+	lease := flag.Int("lease", 3600, "lease of every grant, in seconds")
+	flag.Parse()
+	if *keys < 1 || *waiters < 0 || *waiters > *keys || *conns < 1 {
+		fmt.Fprintln(os.Stderr, "memory: want --keys ≥ 1, 0 ≤ --waiters ≤ --keys, --conns ≥ 1")
+		os.Exit(2)
+	}
+	if err := measureKunci(*kuncid, *keys, *waiters, *conns, *lease); err != nil {
+		fmt.Fprintln(os.Stderr, "memory:", err)
+		os.Exit(1)
+	}
+	if *redis != "" {
+		if err := measureRedis(*redis, *keys, *conns, *lease); err != nil {
+			fmt.Fprintln(os.Stderr, "memory:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+func measureKunci(bin string, keys, waiters, conns, lease int) error {
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "kunci-memory-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	max := strconv.Itoa(keys + 1000)
+	cmd := exec.Command(bin, "--listen", addr, "--data-dir", dir, "--log-level", "error",
+		"--max-keys", max, "--max-queued", max, "--max-conns", strconv.Itoa(2*conns+100))
+	stop, err := start(cmd, addr)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	base, err := settledRSS(cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	// Holders on conns connections; their waiters on as many others (a
+	// connection may queue one acquire of a key).
+	holders, err := dialAll(addr, conns)
+	if err != nil {
+		return err
+	}
+	defer closeAll(holders)
+	line := func(i int) string { return fmt.Sprintf("A k%09d %d 0\n", i, lease) }
+	if err := pipeline(holders, keys, line, "A "); err != nil {
+		return err
+	}
+	held, err := settledRSS(cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("kunci   %d keys held: node RSS %.1f MiB (%.1f MiB before): %.0f bytes per held key\n",
+		keys, mib(held), mib(base), float64(held-base)/float64(keys))
+	if waiters == 0 {
+		return nil
+	}
+	queue, err := dialAll(addr, conns)
+	if err != nil {
+		return err
+	}
+	defer closeAll(queue)
+	// Queued acquires are answered only when granted: none is read back.
+	if err := send(queue, waiters, line); err != nil {
+		return err
+	}
+	queued, err := settledRSS(cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("kunci   %d waiters queued: node RSS %.1f MiB: %.0f bytes per waiter\n",
+		waiters, mib(queued), float64(queued-held)/float64(waiters))
+	return nil
+}
+
+func measureRedis(bin string, keys, conns, lease int) error {
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	cmd := exec.Command(bin, "--bind", host, "--port", port, "--save", "", "--appendonly", "no")
+	stop, err := start(cmd, addr)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	base, err := settledRSS(cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	cs, err := dialAll(addr, conns)
+	if err != nil {
+		return err
+	}
+	defer closeAll(cs)
+	line := func(i int) string {
+		k := fmt.Sprintf("k%09d", i)
+		return fmt.Sprintf("*6\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$1\r\n1\r\n$2\r\nNX\r\n$2\r\nPX\r\n$%d\r\n%d\r\n", len(k), k, len(strconv.Itoa(lease*1000)), lease*1000)
+	}
+	if err := pipeline(cs, keys, line, "+OK"); err != nil {
+		return err
+	}
+	held, err := settledRSS(cmd.Process.Pid)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("redis   %d keys set (SET k 1 NX PX): server RSS %.1f MiB (%.1f MiB before): %.0f bytes per key\n",
+		keys, mib(held), mib(base), float64(held-base)/float64(keys))
+	return nil
+}
+
+// pipeline sends line(i) for every i below n, spread over cs, each
+// connection writing while it reads its answers, and checks that every
+// answer starts with ok.
+func pipeline(cs []net.Conn, n int, line func(int) string, ok string) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(cs))
+	for c, nc := range cs {
+		wg.Add(2)
+		count := 0
+		for i := c; i < n; i += len(cs) {
+			count++
+		}
+		go func() {
+			defer wg.Done()
+			w := bufio.NewWriterSize(nc, 64<<10)
+			for i := c; i < n; i += len(cs) {
+				if _, err := w.WriteString(line(i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+			if err := w.Flush(); err != nil {
+				errs <- err
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			_ = nc.SetReadDeadline(time.Now().Add(5 * time.Minute))
+			r := bufio.NewReaderSize(nc, 64<<10)
+			for range count {
+				a, err := r.ReadString('\n')
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !strings.HasPrefix(a, ok) {
+					errs <- fmt.Errorf("answer %q, want %s…", strings.TrimSpace(a), ok)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// send writes line(i) for every i below n, spread over cs, and reads
+// nothing.
+func send(cs []net.Conn, n int, line func(int) string) error {
+	for c, nc := range cs {
+		w := bufio.NewWriterSize(nc, 64<<10)
+		for i := c; i < n; i += len(cs) {
+			if _, err := w.WriteString(line(i)); err != nil {
+				return err
+			}
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// start starts cmd and waits until addr takes connections; stop ends it.
+func start(cmd *exec.Cmd, addr string) (stop func(), err error) {
+	cmd.Stdout, cmd.Stderr = io.Discard, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	stop = func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return stop, nil
+		}
+	}
+	stop()
+	return nil, fmt.Errorf("%s did not listen on %s within 10 s", cmd.Path, addr)
+}
+
+// settledRSS returns pid's resident memory once it stops changing: the
+// last requests' buffers freed, a garbage collection or two run.
+func settledRSS(pid int) (int64, error) {
+	var last int64 = -1
+	for range 40 {
+		time.Sleep(250 * time.Millisecond)
+		rss, err := rss(pid)
+		if err != nil {
+			return 0, err
+		}
+		if last >= 0 && abs(rss-last) < 64<<10 {
+			return rss, nil
+		}
+		last = rss
+	}
+	return last, nil
+}
+
+func rss(pid int) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "VmRSS:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmRSS in /proc/" + strconv.Itoa(pid) + "/status")
+}
+
+func dialAll(addr string, n int) ([]net.Conn, error) {
+	var cs []net.Conn
+	for range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			closeAll(cs)
+			return nil, err
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+func closeAll(cs []net.Conn) {
+	for _, c := range cs {
+		c.Close()
+	}
+}
+
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+func abs(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
