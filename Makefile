@@ -11,7 +11,7 @@ LISTEN   ?= 127.0.0.1:7070
 ADMIN    ?= 127.0.0.1:7071
 FUZZTIME ?= 30s
 
-.PHONY: build run test test-python cgo vet bench bench-load bench-compare bench-handoff bench-tls fuzz clean
+.PHONY: build run test cgo vet bench bench-load bench-compare bench-handoff bench-memory bench-tls fuzz clean
 
 build:
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/kuncid ./cmd/kuncid
