@@ -799,8 +799,11 @@ export class Lock {
         return;
       }
       const sent = performance.now();
+      // An extend must not outlive the lease it tries to save: a node that
+      // takes it and never answers would otherwise hide the loss.
+      const x = deadlineSignal(stop, validUntil - sent);
       try {
-        await this.extend(lease, { signal: stop });
+        await this.extend(lease, { signal: x.signal });
         validUntil = sent + lease;
         next = period;
       } catch (e) {
@@ -812,6 +815,8 @@ export class Lock {
         }
         // Unreachable for now: try again soon, until the lease is gone.
         next = Math.max(Math.min(retry, validUntil - performance.now() + 1), 0);
+      } finally {
+        x.done();
       }
     }
   }
@@ -883,6 +888,22 @@ function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T | undefined
       },
     );
   });
+}
+
+/** A signal that aborts when parent does or ms have passed; done() lets its timer go. (AbortSignal.any needs Node 20.3.) */
+function deadlineSignal(parent: AbortSignal, ms: number): { signal: AbortSignal; done: () => void } {
+  const ac = new AbortController();
+  const onParent = () => ac.abort(parent.reason);
+  const t = setTimeout(() => ac.abort(new KunciError(`kunci: no answer within ${Math.round(ms)} ms`)), Math.max(ms, 0));
+  if (parent.aborted) onParent();
+  else parent.addEventListener("abort", onParent, { once: true });
+  return {
+    signal: ac.signal,
+    done: () => {
+      clearTimeout(t);
+      parent.removeEventListener("abort", onParent);
+    },
+  };
 }
 
 /** Waits ms; false when stop aborts or the client closes first. */

@@ -1,0 +1,41 @@
+// What a node or the network can do to a client, played against real
+// kuncid processes on 127.0.0.1: a node that freezes (SIGSTOP), connections
+// cut in the middle of a pipeline, answers that come late.
+
+import assert from "node:assert/strict";
+import { type TestContext, test } from "node:test";
+import { Client, LostError } from "../src/index.js";
+import { WAIT_MS, startNode } from "./harness.js";
+
+const T = { timeout: 60_000 };
+
+/** A client closed when the test ends. */
+function client(t: TestContext, opts: ConstructorParameters<typeof Client>[0]): Client {
+  const c = new Client(opts);
+  t.after(() => c.close());
+  return c;
+}
+
+/** Resolves with signal's reason once it aborts; rejects after ms. */
+function aborted(signal: AbortSignal, ms: number, what: string): Promise<unknown> {
+  return new Promise((res, rej) => {
+    if (signal.aborted) return res(signal.reason);
+    const t = setTimeout(() => rej(new Error(`${what}: not signalled within ${ms} ms`)), ms);
+    signal.addEventListener("abort", () => {
+      clearTimeout(t);
+      res(signal.reason);
+    });
+  });
+}
+
+test("keep-alive signals the loss when the node freezes with an extend outstanding", T, async (t) => {
+  const n = await startNode(t);
+  // Probes so slow that only the lease can end the wait for the extend's answer.
+  const c = client(t, { addrs: [n.addr], probeIntervalMs: 120_000 });
+  const lock = await c.acquire("k", { leaseMs: 1000 });
+  n.proc.kill("SIGSTOP"); // the node takes the extend, and never answers it
+  t.after(() => n.proc.kill("SIGCONT"));
+  const lost = lock.keepAlive();
+  const reason = await aborted(lost, WAIT_MS, "the loss");
+  assert.ok(reason instanceof LostError, String(reason));
+});
