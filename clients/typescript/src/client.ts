@@ -547,7 +547,9 @@ export class Client {
     const failure = () => {
       if (until === 0 && p.span > 0) {
         until = performance.now() + p.span;
-        if (p.ends !== undefined) until = Math.min(until, p.ends());
+        // Not past the grant's end. A grant already over (its end 0 once
+        // released or found stale) leaves no window, not an endless one.
+        if (p.ends !== undefined) until = Math.max(Math.min(until, p.ends()), 1);
       }
     };
     const fail = () =>

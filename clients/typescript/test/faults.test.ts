@@ -4,7 +4,7 @@
 
 import assert from "node:assert/strict";
 import { type TestContext, test } from "node:test";
-import { Client, LostError } from "../src/index.js";
+import { Client, LostError, UnavailableError } from "../src/index.js";
 import { WAIT_MS, startNode } from "./harness.js";
 
 const T = { timeout: 60_000 };
@@ -28,6 +28,17 @@ function aborted(signal: AbortSignal, ms: number, what: string): Promise<unknown
   });
 }
 
+/** p's value, or "still waiting" after ms. */
+async function within<V>(p: Promise<V>, ms: number): Promise<V | "still waiting"> {
+  let t: NodeJS.Timeout | undefined;
+  const late = new Promise<"still waiting">((res) => (t = setTimeout(res, ms, "still waiting")));
+  try {
+    return await Promise.race([p, late]);
+  } finally {
+    clearTimeout(t);
+  }
+}
+
 test("keep-alive signals the loss when the node freezes with an extend outstanding", T, async (t) => {
   const n = await startNode(t);
   // Probes so slow that only the lease can end the wait for the extend's answer.
@@ -38,4 +49,21 @@ test("keep-alive signals the loss when the node freezes with an extend outstandi
   const lost = lock.keepAlive();
   const reason = await aborted(lost, WAIT_MS, "the loss");
   assert.ok(reason instanceof LostError, String(reason));
+});
+
+test("an extend of a released lock fails at once while no node answers", T, async (t) => {
+  const n = await startNode(t);
+  const c = client(t, { addrs: [n.addr] });
+  const lock = await c.acquire("k", { leaseMs: 30_000 });
+  await lock.release();
+  await n.kill();
+  // The grant is over: there is no window to retry an extend in.
+  const settled = await within(
+    lock.extend(30_000).then(
+      () => "extended",
+      (e: unknown) => e,
+    ),
+    WAIT_MS,
+  );
+  assert.ok(settled instanceof UnavailableError, String(settled));
 });
