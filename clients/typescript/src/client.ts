@@ -4,6 +4,7 @@
 
 import { hostname } from "node:os";
 import type * as tls from "node:tls";
+import { onAbort } from "./abort.js";
 import { type Credentials, checkCredentials } from "./credentials.js";
 import { Call, Conn, MAX_REDIRECTS, type Result, broken, errNotUp, errWaitOver } from "./conn.js";
 import {
@@ -307,9 +308,9 @@ export class Client {
     const ac = new AbortController();
     const lost = lock.keepAlive();
     const onLost = () => ac.abort(lost.reason);
-    const onAbort = () => ac.abort(opts.signal!.reason);
     lost.addEventListener("abort", onLost, { once: true });
-    opts.signal?.addEventListener("abort", onAbort, { once: true });
+    const given = opts.signal;
+    const unwatch = given === undefined ? undefined : onAbort(given, () => ac.abort(given.reason));
     let value: T | undefined;
     let fnErr: unknown;
     let threw = false;
@@ -320,7 +321,7 @@ export class Client {
       fnErr = e;
     } finally {
       lost.removeEventListener("abort", onLost);
-      opts.signal?.removeEventListener("abort", onAbort);
+      unwatch?.();
     }
     let relErr: unknown;
     try {
@@ -413,15 +414,16 @@ export class Client {
     return new Promise<void>((resolve) => {
       if (this.closed || signal?.aborted) return resolve();
       let t: NodeJS.Timeout | undefined;
+      let unwatch: (() => void) | undefined;
       const w = () => {
         clearTimeout(t);
         this.upWaiters.delete(w);
-        signal?.removeEventListener("abort", w);
+        unwatch?.();
         resolve();
       };
       this.upWaiters.add(w);
       if (ms >= 0) t = setTimeout(w, ms);
-      signal?.addEventListener("abort", w, { once: true });
+      if (signal !== undefined) unwatch = onAbort(signal, w);
     });
   }
 
@@ -877,15 +879,14 @@ function holder(a: Answer): Holder {
 function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T | undefined> {
   if (signal.aborted) return Promise.resolve(undefined);
   return new Promise<T | undefined>((resolve, reject) => {
-    const onAbort = () => resolve(undefined);
-    signal.addEventListener("abort", onAbort, { once: true });
+    const unwatch = onAbort(signal, () => resolve(undefined));
     p.then(
       (v) => {
-        signal.removeEventListener("abort", onAbort);
+        unwatch();
         resolve(v);
       },
       (e) => {
-        signal.removeEventListener("abort", onAbort);
+        unwatch();
         reject(e);
       },
     );

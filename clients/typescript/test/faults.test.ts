@@ -3,6 +3,7 @@
 // cut in the middle of a pipeline, answers that come late.
 
 import assert from "node:assert/strict";
+import { getEventListeners } from "node:events";
 import { type TestContext, test } from "node:test";
 import { Client, LostError, UnavailableError } from "../src/index.js";
 import { WAIT_MS, startNode } from "./harness.js";
@@ -66,4 +67,34 @@ test("an extend of a released lock fails at once while no node answers", T, asyn
     WAIT_MS,
   );
   assert.ok(settled instanceof UnavailableError, String(settled));
+});
+
+test("one signal shared by many requests is watched once", T, async (t) => {
+  const n = await startNode(t);
+  const c = client(t, { addrs: [n.addr] });
+  const warnings: string[] = [];
+  const onWarning = (w: Error) => {
+    if (w.name === "MaxListenersExceededWarning") warnings.push(w.message);
+  };
+  process.on("warning", onWarning);
+  t.after(() => process.off("warning", onWarning));
+  // A process's shutdown signal, given to every request: no "possible
+  // EventTarget memory leak" warning, and none left listening afterwards.
+  const shutdown = new AbortController();
+  await c.acquire("held", { leaseMs: 30_000 });
+  const waiting = Array.from({ length: 20 }, () =>
+    c.acquire("held", { leaseMs: 1000, waitMs: 30_000, signal: shutdown.signal }).then(
+      () => "granted",
+      (e: unknown) => String(e),
+    ),
+  );
+  const cycles = Array.from({ length: 50 }, async (_, i) => {
+    await c.withLock(`k${i}`, { leaseMs: 5000, signal: shutdown.signal }, () => c.inspect(`k${i}`, { signal: shutdown.signal }));
+  });
+  await Promise.all(cycles);
+  assert.equal(getEventListeners(shutdown.signal, "abort").length, 1); // for the 20 waiting
+  shutdown.abort(new Error("shutting down"));
+  for (const w of waiting) assert.match(await w, /shutting down/);
+  await new Promise((res) => setImmediate(res)); // warnings are emitted on the next tick
+  assert.deepEqual(warnings, []);
 });
