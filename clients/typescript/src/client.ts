@@ -4,6 +4,7 @@
 
 import { hostname } from "node:os";
 import type * as tls from "node:tls";
+import { onAbort } from "./abort.js";
 import { type Credentials, checkCredentials } from "./credentials.js";
 import { Call, Conn, MAX_REDIRECTS, type Result, broken, errNotUp, errWaitOver } from "./conn.js";
 import {
@@ -307,9 +308,9 @@ export class Client {
     const ac = new AbortController();
     const lost = lock.keepAlive();
     const onLost = () => ac.abort(lost.reason);
-    const onAbort = () => ac.abort(opts.signal!.reason);
     lost.addEventListener("abort", onLost, { once: true });
-    opts.signal?.addEventListener("abort", onAbort, { once: true });
+    const given = opts.signal;
+    const unwatch = given === undefined ? undefined : onAbort(given, () => ac.abort(given.reason));
     let value: T | undefined;
     let fnErr: unknown;
     let threw = false;
@@ -320,7 +321,7 @@ export class Client {
       fnErr = e;
     } finally {
       lost.removeEventListener("abort", onLost);
-      opts.signal?.removeEventListener("abort", onAbort);
+      unwatch?.();
     }
     let relErr: unknown;
     try {
@@ -413,15 +414,16 @@ export class Client {
     return new Promise<void>((resolve) => {
       if (this.closed || signal?.aborted) return resolve();
       let t: NodeJS.Timeout | undefined;
+      let unwatch: (() => void) | undefined;
       const w = () => {
         clearTimeout(t);
         this.upWaiters.delete(w);
-        signal?.removeEventListener("abort", w);
+        unwatch?.();
         resolve();
       };
       this.upWaiters.add(w);
       if (ms >= 0) t = setTimeout(w, ms);
-      signal?.addEventListener("abort", w, { once: true });
+      if (signal !== undefined) unwatch = onAbort(signal, w);
     });
   }
 
@@ -547,7 +549,9 @@ export class Client {
     const failure = () => {
       if (until === 0 && p.span > 0) {
         until = performance.now() + p.span;
-        if (p.ends !== undefined) until = Math.min(until, p.ends());
+        // Not past the grant's end. A grant already over (its end 0 once
+        // released or found stale) leaves no window, not an endless one.
+        if (p.ends !== undefined) until = Math.max(Math.min(until, p.ends()), 1);
       }
     };
     const fail = () =>
@@ -799,8 +803,11 @@ export class Lock {
         return;
       }
       const sent = performance.now();
+      // An extend must not outlive the lease it tries to save: a node that
+      // takes it and never answers would otherwise hide the loss.
+      const x = deadlineSignal(stop, validUntil - sent);
       try {
-        await this.extend(lease, { signal: stop });
+        await this.extend(lease, { signal: x.signal });
         validUntil = sent + lease;
         next = period;
       } catch (e) {
@@ -812,6 +819,8 @@ export class Lock {
         }
         // Unreachable for now: try again soon, until the lease is gone.
         next = Math.max(Math.min(retry, validUntil - performance.now() + 1), 0);
+      } finally {
+        x.done();
       }
     }
   }
@@ -870,19 +879,34 @@ function holder(a: Answer): Holder {
 function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T | undefined> {
   if (signal.aborted) return Promise.resolve(undefined);
   return new Promise<T | undefined>((resolve, reject) => {
-    const onAbort = () => resolve(undefined);
-    signal.addEventListener("abort", onAbort, { once: true });
+    const unwatch = onAbort(signal, () => resolve(undefined));
     p.then(
       (v) => {
-        signal.removeEventListener("abort", onAbort);
+        unwatch();
         resolve(v);
       },
       (e) => {
-        signal.removeEventListener("abort", onAbort);
+        unwatch();
         reject(e);
       },
     );
   });
+}
+
+/** A signal that aborts when parent does or ms have passed; done() lets its timer go. (AbortSignal.any needs Node 20.3.) */
+function deadlineSignal(parent: AbortSignal, ms: number): { signal: AbortSignal; done: () => void } {
+  const ac = new AbortController();
+  const onParent = () => ac.abort(parent.reason);
+  const t = setTimeout(() => ac.abort(new KunciError(`kunci: no answer within ${Math.round(ms)} ms`)), Math.max(ms, 0));
+  if (parent.aborted) onParent();
+  else parent.addEventListener("abort", onParent, { once: true });
+  return {
+    signal: ac.signal,
+    done: () => {
+      clearTimeout(t);
+      parent.removeEventListener("abort", onParent);
+    },
+  };
 }
 
 /** Waits ms; false when stop aborts or the client closes first. */

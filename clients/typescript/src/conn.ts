@@ -10,6 +10,7 @@
 
 import * as net from "node:net";
 import * as tls from "node:tls";
+import { onAbort } from "./abort.js";
 import type { Client } from "./client.js";
 import { AuthError, KunciError, RefusedError } from "./errors.js";
 import { type Answer, BadAnswerError, MAX_LINE, authLine, infoLine, parseAnswer, splitAddr } from "./protocol.js";
@@ -571,14 +572,15 @@ export class Conn {
     const gate = g;
     return new Promise<boolean>((resolve) => {
       let t: NodeJS.Timeout | undefined;
+      let unwatch: (() => void) | undefined;
       const go = () => {
         clearTimeout(t);
-        signal?.removeEventListener("abort", leave);
+        unwatch?.();
         resolve(true);
       };
       const leave = () => {
         clearTimeout(t);
-        signal?.removeEventListener("abort", leave);
+        unwatch?.();
         const i = gate.waiters.indexOf(go);
         if (i >= 0) {
           gate.waiters.splice(i, 1);
@@ -588,7 +590,7 @@ export class Conn {
       };
       gate.waiters.push(go);
       if (until !== 0) t = setTimeout(leave, Math.max(until - performance.now(), 0));
-      signal?.addEventListener("abort", leave, { once: true });
+      if (signal !== undefined) unwatch = onAbort(signal, leave);
     });
   }
 
