@@ -667,6 +667,13 @@ class _Conn:
             if isinstance(r, wire.Answer) and r.kind == "A":
                 core.spawn(core.release(call.key, r.token))
 
+        fut = call.fut
+        if fut is not None and fut.done() and not fut.cancelled():
+            # Answered in the turn the caller gave up (a timeout's timer
+            # ran after the answer was read, before the caller's task did):
+            # asyncio cancels the task anyway, so the grant is ours to end.
+            late(fut.result())
+            return
         call.late = late
         if self.link is not None and self.acq.get(call.key) is call:
             cc = _Call("C", call.key, self.loop.create_future())
