@@ -517,6 +517,9 @@ class _Conn:
                 except (OSError, AuthError, wire.BadAnswer) as e:
                     err = e
                     link.fail(e)
+                except BaseException:
+                    link.fail(Closed("kunci: client closed"))  # not attached: close() cannot see it
+                    raise
             if err is not None:
                 if attempt == 0:
                     self.first_err = err
@@ -775,7 +778,11 @@ class _Core:
             f: asyncio.Future[None] = self.loop.create_future()
             firsts.append(f)
             self.spawn(cn.run(f))
-        await asyncio.gather(*firsts)
+        try:
+            await asyncio.gather(*firsts)
+        except BaseException:
+            self.shut()  # given up (cancelled): nothing may go on dialling
+            raise
         errs = [cn.first_err for cn in self.conns]
         if all(isinstance(e, AuthError) for e in errs):
             await self.close()
@@ -796,6 +803,13 @@ class _Core:
     async def close(self) -> None:
         if self.closed:
             return
+        ts = self.shut()
+        if ts:
+            await asyncio.gather(*ts, return_exceptions=True)
+
+    def shut(self) -> list[asyncio.Task[object]]:
+        """Close every connection and cancel every background task (close
+        without waiting for them to end); return the tasks."""
         self.closed = True
         for cn in self.conns:
             if cn.link is not None:
@@ -804,9 +818,8 @@ class _Core:
         ts = [t for t in self.tasks if t is not me]
         for t in ts:
             t.cancel()
-        if ts:
-            await asyncio.gather(*ts, return_exceptions=True)
         self.fire_ups()
+        return ts
 
     def fire_ups(self) -> None:
         old, self.ups = self.ups, self.loop.create_future()

@@ -160,6 +160,47 @@ class Async(NodeCase):
 
         self.run_async(main())
 
+    def test_cancelled_connect_leaves_nothing_behind(self) -> None:
+        """A connect given up (a timeout around "async with AsyncClient")
+        while a node sits on the credentials stops the client's background
+        work and closes its sockets: no task keeps dialling, no connection
+        stays open."""
+        silent = socket.socket()
+        self.cleanups_first.append(silent.close)
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        addr = "127.0.0.1:%d" % silent.getsockname()[1]
+        accepted: list[socket.socket] = []
+
+        async def main() -> None:
+            before = asyncio.all_tasks()
+            c = kunci.AsyncClient([addr], credentials=kunci.Credentials("app", "s3cret"))
+            with self.assertRaises(asyncio.TimeoutError):
+                await asyncio.wait_for(c.connect(), 0.5)
+
+            def others() -> list[asyncio.Task[Any]]:
+                return list(asyncio.all_tasks() - before)
+
+            for _ in range(500):
+                if not others():
+                    break
+                await asyncio.sleep(0.01)
+            self.assertEqual(others(), [], "the client's tasks outlived its cancelled connect")
+
+        self.run_async(main())
+        silent.settimeout(5)
+        for _ in range(2):
+            s, _ = silent.accept()
+            self.cleanups_first.append(s.close)
+            accepted.append(s)
+        for s in accepted:
+            s.settimeout(5)
+            data = s.recv(512)
+            self.assertTrue(data.startswith(b"U app s3cret"), data)
+            if len(data) == len(b"U app s3cret\n"):
+                data = s.recv(512)
+            self.assertEqual(data, b"", "the connection stayed open")
+
     def test_release_across_drop(self) -> None:
         n = self.node()
         p = Proxy(n.addr)
