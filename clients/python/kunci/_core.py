@@ -1030,6 +1030,8 @@ class _Core:
 
     def keep_alive(self, ls: LockState) -> None:
         self.stop_keep_alive(ls)
+        if ls.ended:
+            return  # released, or known lost: nothing to keep
         t: asyncio.Task[object] = self.loop.create_task(self._keep_alive(ls))
         ls.keeper = t
         self.tasks.add(t)

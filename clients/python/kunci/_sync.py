@@ -52,6 +52,11 @@ class _ThreadWaiter(Waiter):
             self.cancel()
 
 
+def _start_keep_alive(core: _Core, w: Waiter, ls: LockState) -> None:
+    core.keep_alive(ls)
+    w.finish(None, None)
+
+
 def _drop(value: object) -> None:
     """Release a grant nobody will hold (loop thread only)."""
     if isinstance(value, LockState):
@@ -124,8 +129,9 @@ class Lock:
     def keep_alive(self) -> None:
         """Extend the lease by its length every third of it, in the client's
         I/O thread, until released; lost is set if the lock is lost."""
-        core = self._client._core
-        self._client._loop.call_soon_threadsafe(core.keep_alive, self._ls)
+        # Handed over like every request, so it keeps its place before
+        # this thread's next one (a release, which stops it).
+        self._client._call(_start_keep_alive, self._ls)
 
     def __repr__(self) -> str:
         return f"Lock(key={self.key!r}, token={self.token})"

@@ -184,3 +184,32 @@ class Interrupted(NodeCase):
         self.assertTrue(fired.is_set())
         self.assertTrue(until(lambda: roundtrip(n.addr, b"Q k\n") == b"Q k FREE", 5),
                         "the grant was left held: %r" % roundtrip(n.addr, b"Q k\n"))
+
+
+class Ordering(NodeCase):
+    def test_keep_alive_then_release_keeps_their_order(self) -> None:
+        """keep_alive() then release() from one thread, while another
+        thread's request is already on its way to the I/O thread: the
+        keep-alive must start before the release, not after it (it then
+        extended a released grant and set lost on a lock released
+        cleanly)."""
+        n = self.node()
+        c = kunci.Client([n.addr])
+        self.cleanups_first.append(c.close)
+        lock = c.acquire("k", lease=0.6, wait=5)
+        gate = threading.Event()
+        c._loop.call_soon_threadsafe(gate.wait, 10)  # the I/O thread is busy
+        other = threading.Thread(target=c.inspect, args=("j",), daemon=True)
+        other.start()
+        self.assertTrue(until(lambda: len(c._pending) == 1))
+
+        def unblock() -> None:
+            until(lambda: len(c._pending) == 2)
+            gate.set()
+
+        threading.Thread(target=unblock, daemon=True).start()
+        lock.keep_alive()
+        lock.release()
+        other.join(10)
+        gate.set()
+        self.assertFalse(until(lambda: lock.lost.is_set(), 2), "a cleanly released lock was reported lost")
