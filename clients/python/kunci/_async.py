@@ -132,7 +132,11 @@ class AsyncClient:
         if self._core is None:
             core = _Core(self._cfg, asyncio.get_running_loop())
             self._core = core
-            await core.start()
+            try:
+                await core.start()
+            except BaseException:
+                self._core = None  # closed: a later connect starts afresh
+                raise
         return self
 
     async def _c(self) -> _Core:

@@ -517,6 +517,9 @@ class _Conn:
                 except (OSError, AuthError, wire.BadAnswer) as e:
                     err = e
                     link.fail(e)
+                except BaseException:
+                    link.fail(Closed("kunci: client closed"))  # not attached: close() cannot see it
+                    raise
             if err is not None:
                 if attempt == 0:
                     self.first_err = err
@@ -667,6 +670,13 @@ class _Conn:
             if isinstance(r, wire.Answer) and r.kind == "A":
                 core.spawn(core.release(call.key, r.token))
 
+        fut = call.fut
+        if fut is not None and fut.done() and not fut.cancelled():
+            # Answered in the turn the caller gave up (a timeout's timer
+            # ran after the answer was read, before the caller's task did):
+            # asyncio cancels the task anyway, so the grant is ours to end.
+            late(fut.result())
+            return
         call.late = late
         if self.link is not None and self.acq.get(call.key) is call:
             cc = _Call("C", call.key, self.loop.create_future())
@@ -768,7 +778,11 @@ class _Core:
             f: asyncio.Future[None] = self.loop.create_future()
             firsts.append(f)
             self.spawn(cn.run(f))
-        await asyncio.gather(*firsts)
+        try:
+            await asyncio.gather(*firsts)
+        except BaseException:
+            self.shut()  # given up (cancelled): nothing may go on dialling
+            raise
         errs = [cn.first_err for cn in self.conns]
         if all(isinstance(e, AuthError) for e in errs):
             await self.close()
@@ -789,6 +803,13 @@ class _Core:
     async def close(self) -> None:
         if self.closed:
             return
+        ts = self.shut()
+        if ts:
+            await asyncio.gather(*ts, return_exceptions=True)
+
+    def shut(self) -> list[asyncio.Task[object]]:
+        """Close every connection and cancel every background task (close
+        without waiting for them to end); return the tasks."""
         self.closed = True
         for cn in self.conns:
             if cn.link is not None:
@@ -797,9 +818,8 @@ class _Core:
         ts = [t for t in self.tasks if t is not me]
         for t in ts:
             t.cancel()
-        if ts:
-            await asyncio.gather(*ts, return_exceptions=True)
         self.fire_ups()
+        return ts
 
     def fire_ups(self) -> None:
         old, self.ups = self.ups, self.loop.create_future()
@@ -1010,6 +1030,8 @@ class _Core:
 
     def keep_alive(self, ls: LockState) -> None:
         self.stop_keep_alive(ls)
+        if ls.ended:
+            return  # released, or known lost: nothing to keep
         t: asyncio.Task[object] = self.loop.create_task(self._keep_alive(ls))
         ls.keeper = t
         self.tasks.add(t)

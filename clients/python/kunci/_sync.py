@@ -24,7 +24,7 @@ class _ThreadWaiter(Waiter):
     the loop releases it. Each thread keeps one (it waits for one request at
     a time)."""
 
-    __slots__ = ("lock", "value", "err", "cancel")
+    __slots__ = ("lock", "value", "err", "cancel", "abandoned")
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -32,10 +32,36 @@ class _ThreadWaiter(Waiter):
         self.value: object = None
         self.err: BaseException | None = None
         self.cancel = None
+        self.abandoned = False  # its thread gave up (loop thread only)
 
     def finish(self, value: object, err: BaseException | None) -> None:
+        if self.abandoned:
+            _drop(value)
+            return
         self.value, self.err = value, err
         self.lock.release()
+
+    def abandon(self) -> None:
+        """Its thread gave up waiting (a signal's exception): withdraw what
+        it waits for, and end a grant that was answered meanwhile, which
+        the thread will never see. Loop thread only."""
+        self.abandoned = True
+        v, self.value = self.value, None
+        _drop(v)
+        if self.cancel is not None:
+            self.cancel()
+
+
+def _start_keep_alive(core: _Core, w: Waiter, ls: LockState) -> None:
+    core.keep_alive(ls)
+    w.finish(None, None)
+
+
+def _drop(value: object) -> None:
+    """Release a grant nobody will hold (loop thread only)."""
+    if isinstance(value, LockState):
+        core = value.core
+        core.spawn(core.release(value.kb, value.token))
 
 
 class Lock:
@@ -103,8 +129,9 @@ class Lock:
     def keep_alive(self) -> None:
         """Extend the lease by its length every third of it, in the client's
         I/O thread, until released; lost is set if the lock is lost."""
-        core = self._client._core
-        self._client._loop.call_soon_threadsafe(core.keep_alive, self._ls)
+        # Handed over like every request, so it keeps its place before
+        # this thread's next one (a release, which stops it).
+        self._client._call(_start_keep_alive, self._ls)
 
     def __repr__(self) -> str:
         return f"Lock(key={self.key!r}, token={self.token})"
@@ -216,7 +243,7 @@ class Client:
             # Given up (KeyboardInterrupt): withdraw it; this thread's waiter
             # may still be answered, so it gets a new one.
             self._local.w = None
-            self._loop.call_soon_threadsafe(self._abandon, w)
+            self._loop.call_soon_threadsafe(w.abandon)
             raise
         if w.err is not None:
             err, w.err = w.err, None
@@ -236,11 +263,6 @@ class Client:
                 fn(core, w, *args)
             except BaseException as e:  # noqa: BLE001 - the caller gets it
                 w.finish(None, e)
-
-    @staticmethod
-    def _abandon(w: Waiter) -> None:
-        if w.cancel is not None:
-            w.cancel()
 
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -49,9 +49,13 @@ def check_owner(owner: str) -> bytes:
 def _seconds(value: float, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"kunci: {what} must be seconds as a number, not {type(value).__name__}")
-    if math.isnan(value) or math.isinf(value):
+    try:
+        f = float(value)
+    except OverflowError:
+        raise ValueError(f"kunci: {what} of {value} s overflows the protocol's milliseconds") from None
+    if math.isnan(f) or math.isinf(f):
         raise ValueError(f"kunci: {what} must be a finite number of seconds (got {value})")
-    return float(value)
+    return f
 
 
 # Leases and waits already converted: a program asks for a few, again and again.
@@ -96,7 +100,8 @@ def _wait_ms(wait: float) -> int:
     s = _seconds(wait, "wait")
     if s < 0:
         raise ValueError(f"kunci: wait must be >= 0 seconds (got {wait})")
-    ms = math.ceil(s * 1000 - 1e-9) if s > 0 else 0
+    # A positive wait is at least 1 ms: 0 would mean no bound of its own.
+    ms = max(math.ceil(s * 1000 - 1e-9), 1) if s > 0 else 0
     if ms > _MAX_MS:
         raise ValueError(f"kunci: wait of {wait} s overflows the protocol's milliseconds")
     return ms

@@ -4,12 +4,14 @@ same-key queue inside one client, and a cancelled acquire withdrawn."""
 from __future__ import annotations
 
 import asyncio
+import select
+import socket
 import threading
 import time
 from typing import Any, Coroutine
 
 import kunci
-from tests.nodes import NodeCase, Proxy, roundtrip
+from tests.nodes import NodeCase, Proxy, _readline as readline, _split as split, roundtrip
 
 
 class Async(NodeCase):
@@ -119,6 +121,85 @@ class Async(NodeCase):
                 self.assertFalse((await a.inspect("k")).held)
 
         self.run_async(main())
+
+    def test_grant_and_cancel_in_one_turn_is_released(self) -> None:
+        """A busy loop reads an acquire's grant and runs the caller's
+        timeout (asyncio.timeout's timer: it cancels the task) in the same
+        turn: the task ends cancelled, so the grant must be released, not
+        left holding the key for its whole lease."""
+        n = self.node()
+        raw = socket.create_connection(split(n.addr), timeout=5)
+        self.cleanups_first.append(raw.close)
+        raw.sendall(b"A k 30 5\n")
+        held = readline(raw)
+        self.assertTrue(held.startswith(b"A k "), held)
+
+        async def main() -> None:
+            async with kunci.AsyncClient([n.addr]) as c:
+                loop = asyncio.get_running_loop()
+                t = asyncio.ensure_future(c.acquire("k", lease=30, wait=10))
+                for _ in range(500):
+                    if (await c.inspect("k")).waiters == 1:
+                        break
+                    await asyncio.sleep(0.01)
+                socks = [cn.link.transport.get_extra_info("socket") for cn in c._core.conns if cn.link]
+                # Busy: the loop is held while the grant reaches the
+                # client's socket, and the timeout falls due meanwhile.
+                raw.sendall(b"R k " + held.split()[2] + b"\n")
+                self.assertEqual(readline(raw), b"R k OK")
+                readable, _, _ = select.select(socks, [], [], 10)
+                self.assertTrue(readable, "the grant never came")
+                loop.call_later(0, t.cancel)
+                with self.assertRaises(asyncio.CancelledError):
+                    await t
+                for _ in range(500):
+                    if not (await c.inspect("k")).held:
+                        break
+                    await asyncio.sleep(0.01)
+                self.assertFalse((await c.inspect("k")).held, "the late grant was never released")
+
+        self.run_async(main())
+
+    def test_cancelled_connect_leaves_nothing_behind(self) -> None:
+        """A connect given up (a timeout around "async with AsyncClient")
+        while a node sits on the credentials stops the client's background
+        work and closes its sockets: no task keeps dialling, no connection
+        stays open."""
+        silent = socket.socket()
+        self.cleanups_first.append(silent.close)
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        addr = "127.0.0.1:%d" % silent.getsockname()[1]
+        accepted: list[socket.socket] = []
+
+        async def main() -> None:
+            before = asyncio.all_tasks()
+            c = kunci.AsyncClient([addr], credentials=kunci.Credentials("app", "s3cret"))
+            with self.assertRaises(asyncio.TimeoutError):
+                await asyncio.wait_for(c.connect(), 0.5)
+
+            def others() -> list[asyncio.Task[Any]]:
+                return list(asyncio.all_tasks() - before)
+
+            for _ in range(500):
+                if not others():
+                    break
+                await asyncio.sleep(0.01)
+            self.assertEqual(others(), [], "the client's tasks outlived its cancelled connect")
+
+        self.run_async(main())
+        silent.settimeout(5)
+        for _ in range(2):
+            s, _ = silent.accept()
+            self.cleanups_first.append(s.close)
+            accepted.append(s)
+        for s in accepted:
+            s.settimeout(5)
+            data = s.recv(512)
+            self.assertTrue(data.startswith(b"U app s3cret"), data)
+            if len(data) == len(b"U app s3cret\n"):
+                data = s.recv(512)
+            self.assertEqual(data, b"", "the connection stayed open")
 
     def test_release_across_drop(self) -> None:
         n = self.node()

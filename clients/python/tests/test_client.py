@@ -6,12 +6,15 @@ many tasks on one client."""
 from __future__ import annotations
 
 import asyncio
+import select
+import signal
+import socket
 import threading
 import time
 import urllib.request
 
 import kunci
-from tests.nodes import NodeCase, Proxy, free_addrs, until
+from tests.nodes import NodeCase, Proxy, _readline as readline, _split as split, free_addrs, roundtrip, until
 
 
 def connections(admin: str) -> int:
@@ -124,3 +127,89 @@ class Connections(NodeCase):
                 self.assertEqual(connections(admin), 2)
 
         asyncio.run(asyncio.wait_for(main(), 60))
+
+
+class GaveUp(Exception):
+    """What the test's signal handler raises: a user's Ctrl-C, or a
+    signal-based timeout around a blocking call."""
+
+
+class Interrupted(NodeCase):
+    def test_acquire_interrupted_as_its_grant_came_is_released(self) -> None:
+        """A thread client's acquire is interrupted by a signal (Ctrl-C, a
+        signal-based timeout) just as its grant was read: the caller never
+        gets the Lock, so the client must release the grant, not leave the
+        key held for its whole lease."""
+        n = self.node()
+        raw = socket.create_connection(split(n.addr), timeout=5)
+        self.cleanups_first.append(raw.close)
+        raw.sendall(b"A k 30 5\n")
+        held = readline(raw)
+        self.assertTrue(held.startswith(b"A k "), held)
+        c = kunci.Client([n.addr])
+        self.cleanups_first.append(c.close)
+        main = threading.main_thread().ident
+        assert main is not None
+        fired = threading.Event()
+
+        def handler(signum: int, frame: object) -> None:
+            fired.set()
+            raise GaveUp()
+
+        old = signal.signal(signal.SIGUSR1, handler)
+        self.cleanups_first.append(lambda: signal.signal(signal.SIGUSR1, old))
+
+        def release_and_interrupt() -> None:
+            # In the I/O thread, held busy until the grant is in the
+            # client's socket; the signal goes out in the next turn, right
+            # after the grant is read.
+            loop = c._loop
+            socks = [cn.link.transport.get_extra_info("socket") for cn in c._core.conns if cn.link]
+            raw.sendall(b"R k " + held.split()[2] + b"\n")
+            if readline(raw) == b"R k OK":
+                select.select(socks, [], [], 10)
+            loop.call_at(loop.time(), signal.pthread_kill, main, signal.SIGUSR1)
+
+        def when_queued() -> None:
+            if until(lambda: roundtrip(n.addr, b"Q k\n").endswith(b" 1")):
+                c._loop.call_soon_threadsafe(release_and_interrupt)
+
+        threading.Thread(target=when_queued, daemon=True).start()
+        got: list[kunci.Lock] = []
+        with self.assertRaises(GaveUp):
+            got.append(c.acquire("k", lease=30, wait=10))
+            threading.Event().wait(10)  # where a late signal lands
+        for lock in got:
+            lock.release()  # the signal came after acquire returned
+        self.assertTrue(fired.is_set())
+        self.assertTrue(until(lambda: roundtrip(n.addr, b"Q k\n") == b"Q k FREE", 5),
+                        "the grant was left held: %r" % roundtrip(n.addr, b"Q k\n"))
+
+
+class Ordering(NodeCase):
+    def test_keep_alive_then_release_keeps_their_order(self) -> None:
+        """keep_alive() then release() from one thread, while another
+        thread's request is already on its way to the I/O thread: the
+        keep-alive must start before the release, not after it (it then
+        extended a released grant and set lost on a lock released
+        cleanly)."""
+        n = self.node()
+        c = kunci.Client([n.addr])
+        self.cleanups_first.append(c.close)
+        lock = c.acquire("k", lease=0.6, wait=5)
+        gate = threading.Event()
+        c._loop.call_soon_threadsafe(gate.wait, 10)  # the I/O thread is busy
+        other = threading.Thread(target=c.inspect, args=("j",), daemon=True)
+        other.start()
+        self.assertTrue(until(lambda: len(c._pending) == 1))
+
+        def unblock() -> None:
+            until(lambda: len(c._pending) == 2)
+            gate.set()
+
+        threading.Thread(target=unblock, daemon=True).start()
+        lock.keep_alive()
+        lock.release()
+        other.join(10)
+        gate.set()
+        self.assertFalse(until(lambda: lock.lost.is_set(), 2), "a cleanly released lock was reported lost")

@@ -27,10 +27,14 @@ class Validation(unittest.TestCase):
         self.assertEqual(wire.lease_ms(2.1251), 2126)
         self.assertEqual(wire.wait_ms(0), 0)
         self.assertEqual(wire.wait_ms(0.5), 500)
-        for bad in (0, -1, float("nan"), float("inf"), 1e300):
+        # A positive wait, however short, is bounded: never 0, which means
+        # "no bound of its own" (up to the node's --max-wait).
+        self.assertEqual(wire.wait_ms(5e-13), 1)
+        self.assertEqual(wire.wait_ms(1e-300), 1)
+        for bad in (0, -1, float("nan"), float("inf"), 1e300, 2**1024):
             with self.assertRaises(ValueError, msg=repr(bad)):
                 wire.lease_ms(bad)
-        for bad in (-0.001, float("nan"), float("-inf")):
+        for bad in (-0.001, float("nan"), float("-inf"), 2**1024):
             with self.assertRaises(ValueError, msg=repr(bad)):
                 wire.wait_ms(bad)
         for wrong in ("30", None, True):
