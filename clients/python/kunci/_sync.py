@@ -193,7 +193,13 @@ class Client:
         reconnect_interval: float = 3.0,
     ) -> None:
         cfg = make_config(addrs, owner, credentials, tls, dial_timeout, reconnect_interval)
+        # _mu orders calls against close(): a call checks _closed and hands
+        # its request over (_pending, _draining, the wake-up of the I/O
+        # thread) under it, and close() sets _closed under it before it
+        # stops the I/O thread, so no request is handed to a stopped loop.
+        self._mu = threading.Lock()
         self._closed = False
+        self._closing: threading.Event | None = None
         self._local = threading.local()
         self._pending: Deque[tuple[Callable[..., None], tuple[Any, ...], _ThreadWaiter]] = collections.deque()
         self._draining = False
@@ -225,18 +231,19 @@ class Client:
         """Have the I/O thread run fn(core, waiter, *args), which answers the
         waiter, and wait for the answer. Requests made by many threads at
         once are handed over together: one wake-up of the I/O thread."""
-        if self._closed:
-            raise Closed("kunci: client closed")
         if threading.current_thread() is self._thread:
             raise RuntimeError("kunci: a Client's methods cannot be called from its own I/O thread")
         w: _ThreadWaiter | None = getattr(self._local, "w", None)
         if w is None:
             w = self._local.w = _ThreadWaiter()
         w.cancel = None
-        self._pending.append((fn, args, w))
-        if not self._draining:
-            self._draining = True
-            self._loop.call_soon_threadsafe(self._drain)
+        with self._mu:
+            if self._closed:
+                raise Closed("kunci: client closed")
+            self._pending.append((fn, args, w))
+            if not self._draining:
+                self._draining = True
+                self._loop.call_soon_threadsafe(self._drain)
         try:
             w.lock.acquire()
         except BaseException:
@@ -252,7 +259,8 @@ class Client:
         return v
 
     def _drain(self) -> None:
-        self._draining = False
+        with self._mu:
+            self._draining = False
         core, pending = self._core_or_none, self._pending
         while pending:
             fn, args, w = pending.popleft()
@@ -272,14 +280,25 @@ class Client:
     def close(self) -> None:
         """Close every connection and stop the I/O thread. Locks still held
         stay held on the node until released or their leases run out."""
-        if self._closed:
+        with self._mu:
+            closing = self._closing
+            if closing is None:
+                self._closing = threading.Event()
+        if closing is not None:  # another thread closes it: wait for that
+            closing.wait()
             return
-        self._run(self._core.close())
-        self._closed = True
-        self._stop_loop()
-        while self._pending:
-            _, _, w = self._pending.popleft()
-            w.finish(None, Closed("kunci: client closed"))
+        try:
+            self._run(self._core.close())
+        finally:
+            with self._mu:
+                self._closed = True
+            self._stop_loop()
+            # What was handed over too late for the loop to run it.
+            while self._pending:
+                _, _, w = self._pending.popleft()
+                w.finish(None, Closed("kunci: client closed"))
+            assert self._closing is not None
+            self._closing.set()
 
     def __enter__(self) -> Client:
         return self

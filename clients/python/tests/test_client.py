@@ -6,12 +6,14 @@ many tasks on one client."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import select
 import signal
 import socket
 import threading
 import time
 import urllib.request
+from typing import Any
 
 import kunci
 from tests.nodes import NodeCase, Proxy, _readline as readline, _split as split, free_addrs, roundtrip, until
@@ -213,3 +215,50 @@ class Ordering(NodeCase):
         other.join(10)
         gate.set()
         self.assertFalse(until(lambda: lock.lost.is_set(), 2), "a cleanly released lock was reported lost")
+
+
+class CloseRace(NodeCase):
+    def test_a_call_racing_close_ends(self) -> None:
+        """A call that passed the closed check just as another thread's
+        close() stopped the I/O thread: it met a closed event loop
+        (RuntimeError), or was never answered. It must end, answered or
+        with kunci.Closed. The race is made certain by holding the call
+        between its check and its hand-over until close() is done (or,
+        once fixed, has had a second to be)."""
+        n = self.node()
+        c = kunci.Client([n.addr])
+        checked, go_on = threading.Event(), threading.Event()
+        first = [True]
+
+        class HeldDeque(collections.deque):  # type: ignore[type-arg]
+            def append(self, x: Any) -> None:
+                if first[0]:
+                    first[0] = False
+                    checked.set()
+                    go_on.wait(10)
+                super().append(x)
+
+        c._pending = HeldDeque()  # type: ignore[assignment]
+        outcome: list[str] = []
+
+        def call() -> None:
+            try:
+                c.acquire("k", lease=30, wait=1).release()
+                outcome.append("ok")
+            except kunci.Closed:
+                outcome.append("closed")
+            except BaseException as e:  # noqa: BLE001 - the test's failure
+                outcome.append(repr(e))
+
+        caller = threading.Thread(target=call, daemon=True)
+        caller.start()
+        self.assertTrue(checked.wait(10))
+        closer = threading.Thread(target=c.close, daemon=True)
+        closer.start()
+        closer.join(1)
+        go_on.set()
+        caller.join(10)
+        closer.join(10)
+        self.assertFalse(caller.is_alive(), "the call was still waiting 10 s after close()")
+        self.assertFalse(closer.is_alive(), "close() did not return")
+        self.assertIn(outcome[0] if outcome else "none", ("ok", "closed"), outcome)
