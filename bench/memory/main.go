@@ -51,57 +51,42 @@ func main() {
 }
 
 func measureKunci(bin string, keys, waiters, conns, lease int) error {
-	addr, err := freeAddr()
-	if err != nil {
-		return err
-	}
 	dir, err := os.MkdirTemp("", "kunci-memory-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
 	max := strconv.Itoa(keys + 1000)
-	cmd := exec.Command(bin, "--listen", addr, "--data-dir", dir, "--log-level", "error",
-		"--max-keys", max, "--max-queued", max, "--max-conns", strconv.Itoa(2*conns+100))
-	stop, err := start(cmd, addr)
+	p, err := launch(conns, func(addr string) *exec.Cmd {
+		return exec.Command(bin, "--listen", addr, "--data-dir", dir, "--log-level", "error",
+			"--max-keys", max, "--max-queued", max, "--max-conns", strconv.Itoa(2*conns+100))
+	})
 	if err != nil {
 		return err
 	}
-	defer stop()
-	base, err := settledRSS(cmd.Process.Pid)
-	if err != nil {
-		return err
-	}
-	// Holders on conns connections; their waiters on as many others (a
-	// connection may queue one acquire of a key).
-	holders, err := dialAll(addr, conns)
-	if err != nil {
-		return err
-	}
-	defer closeAll(holders)
+	defer p.stop()
 	line := func(i int) string { return fmt.Sprintf("A k%09d %d 0\n", i, lease) }
-	if err := pipeline(holders, keys, line, "A "); err != nil {
-		return err
-	}
-	held, err := settledRSS(cmd.Process.Pid)
+	held, err := p.load(keys, line, "A ")
 	if err != nil {
 		return err
 	}
 	fmt.Printf("kunci   %d keys held: node RSS %.1f MiB (%.1f MiB before): %.0f bytes per held key\n",
-		keys, mib(held), mib(base), float64(held-base)/float64(keys))
+		keys, mib(held), mib(p.base), float64(held-p.base)/float64(keys))
 	if waiters == 0 {
 		return nil
 	}
-	queue, err := dialAll(addr, conns)
+	// The waiters come from as many other connections (a connection may
+	// queue one acquire of a key), and are answered only when granted:
+	// none is read back.
+	queue, err := dialAll(p.addr, conns)
 	if err != nil {
 		return err
 	}
 	defer closeAll(queue)
-	// Queued acquires are answered only when granted: none is read back.
 	if err := send(queue, waiters, line); err != nil {
 		return err
 	}
-	queued, err := settledRSS(cmd.Process.Pid)
+	queued, err := settledRSS(p.pid)
 	if err != nil {
 		return err
 	}
@@ -111,40 +96,71 @@ func measureKunci(bin string, keys, waiters, conns, lease int) error {
 }
 
 func measureRedis(bin string, keys, conns, lease int) error {
-	addr, err := freeAddr()
+	p, err := launch(conns, func(addr string) *exec.Cmd {
+		host, port, _ := net.SplitHostPort(addr)
+		return exec.Command(bin, "--bind", host, "--port", port, "--save", "", "--appendonly", "no")
+	})
 	if err != nil {
 		return err
 	}
-	host, port, _ := net.SplitHostPort(addr)
-	cmd := exec.Command(bin, "--bind", host, "--port", port, "--save", "", "--appendonly", "no")
-	stop, err := start(cmd, addr)
-	if err != nil {
-		return err
-	}
-	defer stop()
-	base, err := settledRSS(cmd.Process.Pid)
-	if err != nil {
-		return err
-	}
-	cs, err := dialAll(addr, conns)
-	if err != nil {
-		return err
-	}
-	defer closeAll(cs)
+	defer p.stop()
 	line := func(i int) string {
 		k := fmt.Sprintf("k%09d", i)
 		return fmt.Sprintf("*6\r\n$3\r\nSET\r\n$%d\r\n%s\r\n$1\r\n1\r\n$2\r\nNX\r\n$2\r\nPX\r\n$%d\r\n%d\r\n", len(k), k, len(strconv.Itoa(lease*1000)), lease*1000)
 	}
-	if err := pipeline(cs, keys, line, "+OK"); err != nil {
-		return err
-	}
-	held, err := settledRSS(cmd.Process.Pid)
+	held, err := p.load(keys, line, "+OK")
 	if err != nil {
 		return err
 	}
 	fmt.Printf("redis   %d keys set (SET k 1 NX PX): server RSS %.1f MiB (%.1f MiB before): %.0f bytes per key\n",
-		keys, mib(held), mib(base), float64(held-base)/float64(keys))
+		keys, mib(held), mib(p.base), float64(held-p.base)/float64(keys))
 	return nil
+}
+
+// server is a server process under measure, with conns connections to it.
+type server struct {
+	addr  string
+	pid   int
+	base  int64 // its RSS before any request
+	conns []net.Conn
+	halt  func()
+}
+
+// launch starts the command cmd makes for a free loopback address, waits
+// until it listens and its RSS settles, and dials conns connections to it.
+func launch(conns int, cmd func(addr string) *exec.Cmd) (*server, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	c := cmd(addr)
+	halt, err := start(c, addr)
+	if err != nil {
+		return nil, err
+	}
+	p := &server{addr: addr, pid: c.Process.Pid, halt: halt}
+	if p.base, err = settledRSS(p.pid); err == nil {
+		p.conns, err = dialAll(addr, conns)
+	}
+	if err != nil {
+		halt()
+		return nil, err
+	}
+	return p, nil
+}
+
+// load sends line(i) for every i below n and checks the answers (see
+// pipeline), then returns the server's settled RSS.
+func (p *server) load(n int, line func(int) string, ok string) (int64, error) {
+	if err := pipeline(p.conns, n, line, ok); err != nil {
+		return 0, err
+	}
+	return settledRSS(p.pid)
+}
+
+func (p *server) stop() {
+	closeAll(p.conns)
+	p.halt()
 }
 
 // pipeline sends line(i) for every i below n, spread over cs, each
