@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What replication costs: raw 8x16 lock cycles against a single node, the
-# active of a two-node cluster, and the same with --semi-sync, interleaved.
+# active of a two-node cluster, and the same with --semi-sync, interleaved
+# (CONNS=1 DEPTH=1 for the round trip of one request at a time).
 #   make build && go build -o bin/bench ./bench && bench/cluster.sh [rounds]
 set -euo pipefail
 KUNCID=${KUNCID:-bin/kuncid}
@@ -25,7 +26,7 @@ run() {
 		;;
 	esac
 	sleep 2 # node A active, B copied its state
-	"$BENCH" --target "kunci://$A" --conns 8 --depth 16 --duration 4s --warmup 1s 2>/dev/null |
+	"$BENCH" --target "kunci://$A" --conns ${CONNS:-8} --depth ${DEPTH:-16} --duration 4s --warmup 1s 2>/dev/null |
 		grep -E 'cycles  |latency' | tr -s ' ' | sed "s/^/$mode /"
 	# The standby first, so that the active does not try to hand over to it.
 	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
