@@ -34,6 +34,7 @@ import {
   validOwner,
   waitMs as checkWait,
 } from "./protocol.js";
+import { Timer } from "./timer.js";
 
 /** A log line of the client: connections lost, dials failed, redirects (debug); refused credentials, node errors (warn). */
 export type Logger = (level: "debug" | "warn", msg: string, fields: Record<string, unknown>) => void;
@@ -413,16 +414,16 @@ export class Client {
   waitUp(ms: number, signal?: AbortSignal): Promise<void> {
     return new Promise<void>((resolve) => {
       if (this.closed || signal?.aborted) return resolve();
-      let t: NodeJS.Timeout | undefined;
+      let t: Timer | undefined;
       let unwatch: (() => void) | undefined;
       const w = () => {
-        clearTimeout(t);
+        t?.clear();
         this.upWaiters.delete(w);
         unwatch?.();
         resolve();
       };
       this.upWaiters.add(w);
-      if (ms >= 0) t = setTimeout(w, ms);
+      if (ms >= 0) t = new Timer(w, ms);
       if (signal !== undefined) unwatch = onAbort(signal, w);
     });
   }
@@ -437,12 +438,12 @@ export class Client {
   sleep(ms: number): Promise<boolean> {
     return new Promise((resolve) => {
       if (this.closed) return resolve(false);
-      const t = setTimeout(() => {
+      const t = new Timer(() => {
         un();
         resolve(true);
       }, ms);
       const un = this.onClose(() => {
-        clearTimeout(t);
+        t.clear();
         resolve(false);
       });
     });
@@ -897,13 +898,13 @@ function raceAbort<T>(p: Promise<T>, signal: AbortSignal): Promise<T | undefined
 function deadlineSignal(parent: AbortSignal, ms: number): { signal: AbortSignal; done: () => void } {
   const ac = new AbortController();
   const onParent = () => ac.abort(parent.reason);
-  const t = setTimeout(() => ac.abort(new KunciError(`kunci: no answer within ${Math.round(ms)} ms`)), Math.max(ms, 0));
+  const t = new Timer(() => ac.abort(new KunciError(`kunci: no answer within ${Math.round(ms)} ms`)), ms);
   if (parent.aborted) onParent();
   else parent.addEventListener("abort", onParent, { once: true });
   return {
     signal: ac.signal,
     done: () => {
-      clearTimeout(t);
+      t.clear();
       parent.removeEventListener("abort", onParent);
     },
   };
@@ -914,13 +915,13 @@ function delay(ms: number, stop: AbortSignal, cl: Client): Promise<boolean> {
   return new Promise((resolve) => {
     if (stop.aborted || cl.closed) return resolve(false);
     const done = (ok: boolean) => {
-      clearTimeout(t);
+      t.clear();
       stop.removeEventListener("abort", onStop);
       un();
       resolve(ok);
     };
     const onStop = () => done(false);
-    const t = setTimeout(() => done(true), ms);
+    const t = new Timer(() => done(true), ms);
     stop.addEventListener("abort", onStop, { once: true });
     const un = cl.onClose(() => done(false));
   });

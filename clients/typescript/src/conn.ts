@@ -14,6 +14,7 @@ import { onAbort } from "./abort.js";
 import type { Client } from "./client.js";
 import { AuthError, KunciError, RefusedError } from "./errors.js";
 import { type Answer, BadAnswerError, MAX_LINE, authLine, infoLine, parseAnswer, splitAddr } from "./protocol.js";
+import { Timer } from "./timer.js";
 
 /** The outcome of one request on one connection. */
 export interface Result {
@@ -571,15 +572,15 @@ export class Conn {
     }
     const gate = g;
     return new Promise<boolean>((resolve) => {
-      let t: NodeJS.Timeout | undefined;
+      let t: Timer | undefined;
       let unwatch: (() => void) | undefined;
       const go = () => {
-        clearTimeout(t);
+        t?.clear();
         unwatch?.();
         resolve(true);
       };
       const leave = () => {
-        clearTimeout(t);
+        t?.clear();
         unwatch?.();
         const i = gate.waiters.indexOf(go);
         if (i >= 0) {
@@ -589,7 +590,7 @@ export class Conn {
         resolve(false);
       };
       gate.waiters.push(go);
-      if (until !== 0) t = setTimeout(leave, Math.max(until - performance.now(), 0));
+      if (until !== 0) t = new Timer(leave, until - performance.now());
       if (signal !== undefined) unwatch = onAbort(signal, leave);
     });
   }
