@@ -8,7 +8,7 @@ from types import TracebackType
 from typing import Sequence
 
 from ._config import CredentialsArg, make_config
-from ._core import LockState, _Core, lost_error
+from ._core import LockHandle, LockState, _Core, lost_error
 from ._wire import Holder
 from .errors import Closed, Lost, Stale
 
@@ -20,30 +20,16 @@ class Locks(list):  # type: ignore[type-arg]
     more: bool = False
 
 
-class AsyncLock:
+class AsyncLock(LockHandle):
     """A granted lock (see AsyncClient.acquire). lost is set the moment the
     lock is known lost: its keep-alive, an extend or the release found the
     grant gone, or its lease ran out while no node answered."""
 
     def __init__(self, core: _Core, ls: LockState) -> None:
+        super().__init__(ls)
         self._core = core
-        self._ls = ls
         self.lost = asyncio.Event()
         ls.on_lost.append(self.lost.set)
-
-    @property
-    def key(self) -> str:
-        return self._ls.key
-
-    @property
-    def token(self) -> int:
-        """The grant's fencing token, an unsigned 64-bit int: larger than
-        every token the cluster issued before it."""
-        return self._ls.token
-
-    @property
-    def lease(self) -> float:
-        return self._ls.lease
 
     async def extend(self, lease: float) -> None:
         """Make the grant end lease seconds from now. kunci.Stale when it had
@@ -67,9 +53,6 @@ class AsyncLock:
         """Extend the lease by its length every third of it, in the
         background, until released; lost is set if the lock is lost."""
         self._core.keep_alive(self._ls)
-
-    def __repr__(self) -> str:
-        return f"AsyncLock(key={self.key!r}, token={self.token})"
 
 
 class _AsyncLockBlock:

@@ -758,6 +758,33 @@ class LockState:
                 f()
 
 
+class LockHandle:
+    """What a sync Lock and an AsyncLock show alike: the grant's key,
+    fencing token and lease."""
+
+    __slots__ = ("_ls",)
+
+    def __init__(self, ls: LockState) -> None:
+        self._ls = ls
+
+    @property
+    def key(self) -> str:
+        return self._ls.key
+
+    @property
+    def token(self) -> int:
+        """The grant's fencing token, an unsigned 64-bit int: larger than
+        every token the cluster issued before it."""
+        return self._ls.token
+
+    @property
+    def lease(self) -> float:
+        return self._ls.lease
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(key={self.key!r}, token={self.token})"
+
+
 class _Core:
     def __init__(self, cfg: Config, loop: asyncio.AbstractEventLoop) -> None:
         self.cfg = cfg

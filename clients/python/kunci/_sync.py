@@ -11,7 +11,7 @@ from typing import Any, Callable, Coroutine, Deque, Sequence, TypeVar, cast
 
 from ._async import Locks
 from ._config import CredentialsArg, make_config
-from ._core import LockState, Waiter, _Core, fast_acquire, fast_release, lost_error, slow
+from ._core import LockHandle, LockState, Waiter, _Core, fast_acquire, fast_release, lost_error, slow
 from ._wire import Holder
 from .errors import Closed, Stale
 
@@ -64,17 +64,17 @@ def _drop(value: object) -> None:
         core.spawn(core.release(value.kb, value.token))
 
 
-class Lock:
+class Lock(LockHandle):
     """A granted lock (see Client.acquire). Safe to use from any thread. lost
     is set the moment the lock is known lost: its keep-alive, an extend or the
     release found the grant gone, or its lease ran out while no node
     answered."""
 
-    __slots__ = ("_client", "_ls", "_lost")
+    __slots__ = ("_client", "_lost")
 
     def __init__(self, client: Client, ls: LockState) -> None:
+        super().__init__(ls)
         self._client = client
-        self._ls = ls
         self._lost: threading.Event | None = None
 
     @property
@@ -93,20 +93,6 @@ class Lock:
                     if self._ls.lost:
                         ev.set()
         return ev
-
-    @property
-    def key(self) -> str:
-        return self._ls.key
-
-    @property
-    def token(self) -> int:
-        """The grant's fencing token, an unsigned 64-bit int: larger than
-        every token the cluster issued before it."""
-        return self._ls.token
-
-    @property
-    def lease(self) -> float:
-        return self._ls.lease
 
     def extend(self, lease: float) -> None:
         """Make the grant end lease seconds from now. kunci.Stale when it had
@@ -132,9 +118,6 @@ class Lock:
         # Handed over like every request, so it keeps its place before
         # this thread's next one (a release, which stops it).
         self._client._call(_start_keep_alive, self._ls)
-
-    def __repr__(self) -> str:
-        return f"Lock(key={self.key!r}, token={self.token})"
 
 
 class _LockBlock:
