@@ -1,6 +1,9 @@
 package cluster
 
-import "github.com/kunci/kunci/failover"
+import (
+	"github.com/kunci/kunci/failover"
+	"github.com/kunci/kunci/internal/atomicx"
+)
 
 // NextCeiling is the node's ceiling writer's question: the highest ceiling
 // the failover.Node asked to make durable since the last write (0: none).
@@ -16,7 +19,7 @@ func (d *Driver) WroteCeiling(c uint64, err error) {
 		d.mail.post(-1, failover.CeilingFailed{Ceiling: c})
 		return
 	}
-	raiseTo(&d.durable, c)
+	atomicx.Raise(&d.durable, c)
 	d.mail.post(-1, failover.CeilingDurable{Ceiling: c})
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/kunci/kunci/failover"
+	"github.com/kunci/kunci/internal/atomicx"
 	"github.com/kunci/kunci/replica"
 )
 
@@ -227,9 +228,6 @@ func (d *Driver) Halt() {
 	<-d.done
 }
 
-// Peers returns every node's client address, in the cluster's order.
-func (d *Driver) Peers() []string { return d.addrs }
-
 // Self returns this node's index in Peers.
 func (d *Driver) Self() int { return d.self }
 
@@ -245,9 +243,6 @@ func (d *Driver) Index(addr string) int {
 
 // Inc returns this process's incarnation, which its handshakes prove.
 func (d *Driver) Inc() uint64 { return d.inc }
-
-// Heartbeat returns the heartbeat interval.
-func (d *Driver) Heartbeat() time.Duration { return d.interval }
 
 // Timeout returns the failover timeout.
 func (d *Driver) Timeout() time.Duration { return d.timeout }
@@ -406,7 +401,7 @@ func (d *Driver) do(actions []failover.Action) {
 		case failover.Reset:
 			h.Reset()
 		case failover.Persist:
-			raiseTo(&d.persist, a.Ceiling)
+			atomicx.Raise(&d.persist, a.Ceiling)
 			h.PersistCeiling()
 		case failover.Issue:
 			h.Issue(a.Range)
@@ -475,14 +470,4 @@ func (d *Driver) handoff(a failover.Action) {
 		}
 	}
 	d.log.Warn().Str("successor", d.addrs[a.Peer]).Msg("the successor's stream ended before the handoff")
-}
-
-// raiseTo makes a at least v.
-func raiseTo(a *atomic.Uint64, v uint64) {
-	for {
-		cur := a.Load()
-		if v <= cur || a.CompareAndSwap(cur, v) {
-			return
-		}
-	}
 }

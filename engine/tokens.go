@@ -3,6 +3,8 @@ package engine
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/kunci/kunci/internal/atomicx"
 )
 
 // MaxToken is the largest token: 2^63-1, so that every token fits a signed
@@ -68,14 +70,7 @@ func (t *Tokens) SetRange(lo, hi, low uint64) {
 func (t *Tokens) Last() uint64 { return t.last.Load() }
 
 // Raise makes every later token larger than floor.
-func (t *Tokens) Raise(floor uint64) {
-	for {
-		cur := t.last.Load()
-		if cur >= floor || t.last.CompareAndSwap(cur, floor) {
-			return
-		}
-	}
-}
+func (t *Tokens) Raise(floor uint64) { atomicx.Raise(&t.last, floor) }
 
 // Ceiling returns the ceiling, 0 when there is none.
 func (t *Tokens) Ceiling() uint64 { return t.ceiling.Load() }

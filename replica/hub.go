@@ -6,6 +6,7 @@ import (
 
 	"github.com/kunci/kunci/engine"
 	"github.com/kunci/kunci/failover"
+	"github.com/kunci/kunci/internal/atomicx"
 )
 
 // MaxBacklog is how many bytes of records may wait for a standby, while its
@@ -61,12 +62,7 @@ func (s *Sub) Synced() bool { return s.synced.Load() }
 // acknowledges its snapshot first.
 func (s *Sub) Ack(seq uint64) {
 	s.synced.Store(true)
-	for {
-		cur := s.acked.Load()
-		if seq <= cur || s.acked.CompareAndSwap(cur, seq) {
-			return
-		}
-	}
+	atomicx.Raise(&s.acked, seq)
 }
 
 // Seq returns the sequence number of the last record.

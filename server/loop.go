@@ -11,6 +11,7 @@ import (
 	"github.com/panjf2000/gnet/v2"
 
 	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/internal/atomicx"
 	"github.com/kunci/kunci/wire"
 )
 
@@ -440,7 +441,7 @@ func (lp *loop) apply(sh *engine.Shard, cs *conn, r *request, now int64) {
 func (lp *loop) deliver(cs *conn) {
 	out := &lp.out
 	if len(out.Records) > 0 {
-		raiseTo(&lp.n.peers.sync.lastSeq, lp.n.peers.hub.Records(lp.n.now(), out))
+		atomicx.Raise(&lp.n.peers.sync.lastSeq, lp.n.peers.hub.Records(lp.n.now(), out))
 	}
 	if len(out.Answers) == 0 {
 		out.Reset()

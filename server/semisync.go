@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"sync/atomic"
+
+	"github.com/kunci/kunci/internal/atomicx"
 )
 
 // Semi-synchronous answers (Config.SemiSync). While a standby that applied
@@ -31,19 +33,6 @@ type semiSync struct {
 	syncedSubs atomic.Int32  // standbys streamed to that applied their snapshot
 }
 
-// raiseTo makes a at least v, and reports whether it raised it.
-func raiseTo(a *atomic.Uint64, v uint64) bool {
-	for {
-		cur := a.Load()
-		if v <= cur {
-			return false
-		}
-		if a.CompareAndSwap(cur, v) {
-			return true
-		}
-	}
-}
-
 // ackedAny records a standby's acknowledgement, or a standby's drop. In
 // semi-synchronous mode, answers are released once every standby that
 // holds a copy acknowledged them, so that whichever of them is promoted has
@@ -57,7 +46,7 @@ func (n *Node) ackedAny(uint64) {
 	if !ok {
 		m = s.lastSeq.Load()
 	}
-	raiseTo(&s.acked, m)
+	atomicx.Raise(&s.acked, m)
 	n.releaseHeld()
 }
 
