@@ -21,6 +21,10 @@ type Counters struct {
 	TooManyWaits  uint64 // acquires refused: ErrTooManyWaiters
 	AlreadyQueued uint64 // acquires refused: ErrAlreadyQueued
 	Unavailable   uint64 // acquires refused: ErrStorageUnavailable
+	KindRefused   uint64 // acquires refused: ErrHeldAsLock, ErrHeldAsSemaphore, ErrLimitDiffers
+	// GrantsBy counts Grants by kind; QueuedBy the acquires of each kind
+	// that queued (they waited, or wait, for their grant).
+	GrantsBy, QueuedBy [NumKinds]uint64
 	// WaitTime is the time from an acquire's arrival to its grant (0 for a
 	// free key); HoldTime from a grant to its release or expiry. Both in
 	// the caller's now units (nanoseconds for the server).
@@ -44,6 +48,11 @@ func (c *Counters) Add(o *Counters) {
 	c.TooManyWaits += o.TooManyWaits
 	c.AlreadyQueued += o.AlreadyQueued
 	c.Unavailable += o.Unavailable
+	c.KindRefused += o.KindRefused
+	for k := range NumKinds {
+		c.GrantsBy[k] += o.GrantsBy[k]
+		c.QueuedBy[k] += o.QueuedBy[k]
+	}
 	c.WaitTime.add(&o.WaitTime)
 	c.HoldTime.add(&o.HoldTime)
 }

@@ -32,7 +32,8 @@ func (s *Shard) Open(c *Cursor) {
 	s.locks.scans = append(s.locks.scans, c)
 }
 
-// Scan visits at most max keys from where c stands, with their grant, and
+// Scan visits at most max keys from where c stands, with each of their
+// grants (Held), and
 // reports whether c is done; a done cursor is closed. fn must not keep h's
 // strings, nor call into the shard. A cursor whose shard was Reset since
 // Open is done at once.
@@ -47,7 +48,7 @@ func (s *Shard) Scan(c *Cursor, max int, fn func(h Held)) (done bool) {
 	for ; max > 0 && len(c.behind) > 0; max-- {
 		l := c.behind[len(c.behind)-1]
 		c.behind = c.behind[:len(c.behind)-1]
-		fn(l.held())
+		s.each(l, fn)
 	}
 	slots := s.locks.slots
 	for ; max > 0 && c.pos < len(slots); c.pos++ {
@@ -59,7 +60,7 @@ func (s *Shard) Scan(c *Cursor, max int, fn func(h Held)) (done bool) {
 			c.ahead = slices.Delete(c.ahead, i, i+1)
 			continue
 		}
-		fn(l.held())
+		s.each(l, fn)
 		max--
 	}
 	if c.pos < len(slots) || len(c.behind) > 0 {

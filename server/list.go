@@ -195,7 +195,7 @@ func (lp *loop) stepList(cs *conn) {
 }
 
 func appendListed(dst []byte, h *engine.Held, leftMs int64) []byte {
-	return wire.AppendListed(dst, h.Key, h.Token, leftMs, uint64(h.Waiters), h.Owner)
+	return wire.AppendListed(dst, h.Key, h.Token, leftMs, uint64(h.Waiters), h.Owner, wire.Group{})
 }
 
 // waitList keeps cs for the ticker, which resumes its listing once its

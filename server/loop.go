@@ -496,7 +496,7 @@ func appendAnswer(dst []byte, out *engine.Output, a *engine.Answer, now int64) [
 	case engine.Refused:
 		return wire.AppendError(dst, opAcquire, key, wire.Reason(a.Err))
 	case engine.Inspected:
-		return wire.AppendInspected(dst, key, a.Token, ceilMs(a.Deadline-now), uint64(a.Waiters), out.Owner(a))
+		return wire.AppendInspected(dst, key, a.Token, ceilMs(a.Deadline-now), uint64(a.Waiters), out.Owner(a), wire.Group{})
 	case engine.InspectedFree:
 		return wire.AppendFree(dst, key)
 	}

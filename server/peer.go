@@ -368,7 +368,7 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 // owner (nil: none), an extend keeps the grant's.
 func (pc *peerConn) install(key []byte, token uint64, remaining int64, owner []byte) {
 	b := pc.lockShard(key)
-	if err := b.sh.Install(pc.now, key, token, pc.now+remaining, owner); err != nil {
+	if err := b.sh.Install(pc.now, key, token, pc.now+remaining, owner, engine.Mode{}); err != nil {
 		pc.n.log.Error().Err(err).Msg("cannot hold a replicated grant")
 	}
 }
