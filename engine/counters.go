@@ -21,7 +21,9 @@ type Counters struct {
 	TooManyWaits  uint64 // acquires refused: ErrTooManyWaiters
 	AlreadyQueued uint64 // acquires refused: ErrAlreadyQueued
 	Unavailable   uint64 // acquires refused: ErrStorageUnavailable
-	KindRefused   uint64 // acquires refused: ErrHeldAsLock, ErrHeldAsSemaphore, ErrLimitDiffers
+	// KindRefused counts the acquires refused for the key's kind, by
+	// refusal: KindRefusals[i] is the error of KindRefused[i].
+	KindRefused [len(KindRefusals)]uint64
 	// GrantsBy counts Grants by kind; QueuedBy the acquires of each kind
 	// that queued (they waited, or wait, for their grant).
 	GrantsBy, QueuedBy [NumKinds]uint64
@@ -48,7 +50,9 @@ func (c *Counters) Add(o *Counters) {
 	c.TooManyWaits += o.TooManyWaits
 	c.AlreadyQueued += o.AlreadyQueued
 	c.Unavailable += o.Unavailable
-	c.KindRefused += o.KindRefused
+	for i := range c.KindRefused {
+		c.KindRefused[i] += o.KindRefused[i]
+	}
 	for k := range NumKinds {
 		c.GrantsBy[k] += o.GrantsBy[k]
 		c.QueuedBy[k] += o.QueuedBy[k]

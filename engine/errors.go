@@ -30,3 +30,7 @@ var (
 	// the key's holders'.
 	ErrLimitDiffers = errors.New("engine: semaphore limit differs")
 )
+
+// KindRefusals are the refusals of an acquire for its key's kind, in the
+// order of Counters.KindRefused.
+var KindRefusals = [...]error{ErrHeldAsLock, ErrHeldAsSemaphore, ErrLimitDiffers}

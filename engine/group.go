@@ -89,20 +89,20 @@ func (s *Shard) heldMode(l *lock) Mode {
 }
 
 // kindRefusal is the refusal of an acquire asking for m of l, held in
-// another kind (or a semaphore of another limit); nil when m may queue for
-// l, or hold it with its holders.
-func (s *Shard) kindRefusal(l *lock, m Mode) error {
+// another kind (or a semaphore of another limit), as an index in
+// KindRefusals; -1 when m may queue for l, or hold it with its holders.
+func (s *Shard) kindRefusal(l *lock, m Mode) int {
 	switch held := s.heldMode(l); {
 	case held.Slots == 0 && m.Slots == 0:
-		return nil
+		return -1
 	case held.Slots == 0:
-		return ErrHeldAsLock
+		return 0 // ErrHeldAsLock
 	case m.Slots == 0:
-		return ErrHeldAsSemaphore
+		return 1 // ErrHeldAsSemaphore
 	case held.Slots != m.Slots:
-		return ErrLimitDiffers
+		return 2 // ErrLimitDiffers
 	}
-	return nil
+	return -1
 }
 
 // admits reports whether l, whose queue is not considered, can take a

@@ -190,16 +190,17 @@ func (l *lock) held() Held {
 	return Held{Key: key[:len(key):len(key)], Owner: owner[:len(owner):len(owner)], Token: l.token, Deadline: l.lease.When(), Waiters: int(l.nwait), Holders: 1}
 }
 
-// each calls fn for each of l's grants.
-func (s *Shard) each(l *lock, fn func(h Held)) {
+// each calls fn for each of l's grants, and returns how many it had.
+func (s *Shard) each(l *lock, fn func(h Held)) int {
 	if l.mode == heldAlone {
 		fn(l.held())
-		return
+		return 1
 	}
 	g := s.groups[l]
 	for h := g.first; h != nil; h = h.next {
 		fn(h.held(g))
 	}
+	return int(g.n)
 }
 
 // Shard is the lock state of a part of the key space. It is not safe for
@@ -326,9 +327,9 @@ func (s *Shard) AcquireMode(now int64, conn ConnID, key, owner []byte, m Mode, l
 		return
 	}
 	if l.mode != heldAlone || m != (Mode{}) {
-		if err := s.kindRefusal(l, m); err != nil {
-			s.counters.KindRefused++
-			out.refuse(conn, unsafeString(key), err)
+		if i := s.kindRefusal(l, m); i >= 0 {
+			s.counters.KindRefused[i]++
+			out.refuse(conn, unsafeString(key), KindRefusals[i])
 			return
 		}
 	}
