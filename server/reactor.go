@@ -198,10 +198,15 @@ func (r reactor) OnClose(c gnet.Conn, _ error) gnet.Action {
 		n.gate.sources.close(cs.src, n.now())
 	}
 	if cs.acquired {
+		// Withdrawing the head of a queue of shared grants may grant the
+		// acquires behind it: their answers go out from this loop.
+		now := n.now()
 		for i := range n.shards {
 			b := &n.shards[i]
 			b.mu.Lock()
-			b.sh.Disconnect(cs.id)
+			b.sh.Disconnect(now, cs.id, &cs.lp.out)
+			cs.lp.deliver(nil)
+			n.noteTimers(b)
 			b.mu.Unlock()
 		}
 	}
