@@ -460,3 +460,107 @@ func TestReadWriteExcludes(t *testing.T) {
 		t.Fatalf("doc after the load: %+v, want free", h)
 	}
 }
+
+// TestGiveUpWithdrawsModes: a queued acquire of any mode whose context
+// ends is withdrawn on the node (C). A writer that gives up at the head of
+// the queue lets the readers queued behind it join those that hold the
+// key; a semaphore acquire that gives up leaves no grant behind.
+func TestGiveUpWithdrawsModes(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, "", nil)
+	r1c, wc, r3c, other := newClient(t, nil, n.Addr()), newClient(t, nil, n.Addr()), newClient(t, nil, n.Addr()), newClient(t, nil, n.Addr())
+
+	r1 := acquireMode(t, r1c, "doc", clientlib.Shared)
+	ctx, cancel := context.WithCancel(ctxT(t))
+	writer := goAcquire(ctx, wc, "doc", long, 0)
+	waitQueued(t, n, 1)
+	r3 := goAcquireMode(ctxT(t), r3c, "doc", clientlib.Shared, long, 0)
+	waitQueued(t, n, 2)
+	cancel()
+	if r := await(t, writer); !errors.Is(r.err, context.Canceled) || r.lock != nil {
+		t.Fatalf("the writer that gave up: %v, %v; want context.Canceled", r.lock, r.err)
+	}
+	r := await(t, r3)
+	if r.err != nil {
+		t.Fatalf("the reader behind the writer that gave up: %v", r.err)
+	}
+	wantHolder(t, "R1 and R3", inspect(t, other, "doc"), r1.Token(), 2, 0, clientlib.Shared)
+	release(t, r.lock)
+	release(t, r1)
+
+	pool := clientlib.Semaphore(1)
+	held := acquireMode(t, r1c, "pool", pool)
+	ctx, cancel = context.WithCancel(ctxT(t))
+	waiting := goAcquireMode(ctx, wc, "pool", pool, long, 0)
+	waitQueued(t, n, 1)
+	cancel()
+	if r := await(t, waiting); !errors.Is(r.err, context.Canceled) || r.lock != nil {
+		t.Fatalf("the semaphore acquire that gave up: %v, %v; want context.Canceled", r.lock, r.err)
+	}
+	waitQueued(t, n, 0)
+	release(t, held)
+	l, err := other.TryAcquireMode(ctxT(t), "pool", pool, long)
+	if err != nil {
+		t.Fatalf("a try right after the release: %v; the acquire that gave up was left behind", err)
+	}
+	release(t, l)
+}
+
+// TestModesFollowRedirects: a client given only the standby's address
+// takes semaphore and shared grants at the active, and handles them
+// there.
+func TestModesFollowRedirects(t *testing.T) {
+	t.Parallel()
+	nodes, addrs := startCluster(t, 2)
+	c := newClient(t, nil, addrs[1])
+	pool := clientlib.Semaphore(2)
+	a, b := acquireMode(t, c, "pool", pool), acquireMode(t, c, "pool", pool)
+	s := acquireMode(t, c, "doc", clientlib.Shared)
+	wantHolder(t, "pool", inspect(t, c, "pool"), a.Token(), 2, 0, pool)
+	wantHolder(t, "doc", inspect(t, c, "doc"), s.Token(), 1, 0, clientlib.Shared)
+	if got := dialRaw(t, addrs[0]).roundTrip("Q pool"); !strings.HasSuffix(got, " holders=2 limit=2") {
+		t.Fatalf("the active says %q, want pool held by 2 of 2", got)
+	}
+	for _, l := range []*clientlib.Lock{a, b, s} {
+		if err := l.Extend(ctxT(t), 2*long); err != nil {
+			t.Fatalf("Extend %s %d: %v", l.Key(), l.Token(), err)
+		}
+		release(t, l)
+	}
+	waitKeys(t, nodes[0], 0)
+}
+
+// TestModesAcrossHandoff: a semaphore at its limit, with an acquire
+// queued, and shared grants are still held at the successor after a
+// handoff; the queued acquire is sent again there with the wait it has
+// left and granted once a place is free; every grant is released there.
+func TestModesAcrossHandoff(t *testing.T) {
+	t.Parallel()
+	nodes, addrs := startCluster(t, 2)
+	c := newClient(t, fast, addrs[1], addrs[0])
+	pool := clientlib.Semaphore(2)
+	a, b := acquireMode(t, c, "pool", pool), acquireMode(t, c, "pool", pool)
+	r := acquireMode(t, c, "doc", clientlib.Shared)
+	waiter := goAcquireMode(ctxT(t), newClient(t, fast, addrs[1], addrs[0]), "pool", pool, long, 10*time.Second)
+	waitQueued(t, nodes[0], 1)
+
+	stopNode(t, nodes[0])
+	if nodes[1].Role() != "active" {
+		t.Fatalf("successor is %s", nodes[1].Role())
+	}
+	waitQueued(t, nodes[1], 1) // the waiter, sent again
+	wantHolder(t, "pool at the successor", inspect(t, c, "pool"), a.Token(), 2, 1, pool)
+	wantHolder(t, "doc at the successor", inspect(t, c, "doc"), r.Token(), 1, 0, clientlib.Shared)
+	release(t, a)
+	w := await(t, waiter)
+	if w.err != nil {
+		t.Fatalf("the semaphore acquire queued across the handoff: %v", w.err)
+	}
+	if w.lock.Token() <= b.Token() {
+		t.Fatalf("token %d after the handoff is not above %d", w.lock.Token(), b.Token())
+	}
+	for _, l := range []*clientlib.Lock{b, w.lock, r} {
+		release(t, l)
+	}
+	waitKeys(t, nodes[1], 0)
+}
