@@ -50,10 +50,11 @@ func (h Holder) Mode() Mode {
 }
 
 // Inspect asks the active node who holds key ("Q key"): the grant's token,
-// lease left, queued acquires and owner, and how many hold it in which mode,
-// or a zero Holder when the key is free. It changes nothing. A credential whose key prefixes do not cover
-// key is refused (a *RefusedError, "key forbidden"). When no connection can
-// carry it, it tries again as Release does (route.go).
+// lease left, queued acquires and owner, and how many grants hold it in
+// which mode, or a zero Holder when the key is free. It changes nothing. A
+// credential whose key prefixes do not cover key is refused (a
+// *RefusedError, "key forbidden"). When no connection can carry it, it
+// tries again as Release does (route.go).
 func (c *Client) Inspect(ctx context.Context, key string) (Holder, error) {
 	if err := checkKey(key); err != nil {
 		return Holder{}, err
