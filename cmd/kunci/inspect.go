@@ -26,13 +26,13 @@ by acquire.
 Examples:
   kunci inspect orders/42
 
-  KEY        HELD  TOKEN  LEASE LEFT  WAITERS  HOLDERS  MODE       OWNER
-  orders/42  yes   7      28.14s      2        1        exclusive  web-3:4121
+  KEY        HELD  TOKEN  LEASE LEFT  WAITERS  OWNER       HOLDERS  MODE
+  orders/42  yes   7      28.14s      2        web-3:4121  1        exclusive
 
   kunci inspect pool/payments
 
-  KEY            HELD  TOKEN  LEASE LEFT  WAITERS  HOLDERS  MODE     OWNER
-  pool/payments  yes   12     9.5s        0        3        limit=4  -
+  KEY            HELD  TOKEN  LEASE LEFT  WAITERS  OWNER  HOLDERS  MODE
+  pool/payments  yes   12     9.5s        0        -      3        limit=4
 
   kunci inspect orders/42 >/dev/null || echo "orders/42 is free"
 `
@@ -70,13 +70,13 @@ func cmdInspect(args []string, stdout, stderr io.Writer) int {
 		return c.fail(exitUnavailable, "%s: %s", key, plain(err))
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tHELD\tTOKEN\tLEASE LEFT\tWAITERS\tHOLDERS\tMODE\tOWNER")
+	fmt.Fprintln(tw, "KEY\tHELD\tTOKEN\tLEASE LEFT\tWAITERS\tOWNER\tHOLDERS\tMODE") // new columns after the old ones
 	if !h.Held() {
-		fmt.Fprintf(tw, "%s\tno\t-\t-\t0\t0\t-\t-\n", key)
+		fmt.Fprintf(tw, "%s\tno\t-\t-\t0\t-\t0\t-\n", key)
 		tw.Flush()
 		return exitFailed
 	}
-	fmt.Fprintf(tw, "%s\tyes\t%d\t%v\t%d\t%d\t%v\t%s\n", key, h.Token, h.Left.Round(10*time.Millisecond), h.Waiters, h.Holders, h.Mode(), dashed(h.Owner))
+	fmt.Fprintf(tw, "%s\tyes\t%d\t%v\t%d\t%s\t%d\t%v\n", key, h.Token, h.Left.Round(10*time.Millisecond), h.Waiters, dashed(h.Owner), h.Holders, h.Mode())
 	tw.Flush()
 	return exitOK
 }

@@ -68,15 +68,15 @@ func TestAcquireSemaphore(t *testing.T) {
 	refusedAcquire(t, env, "key held as a semaphore", "kunci inspect KEY shows its limit", "pool", "--shared", "--try")
 
 	code, out, errs = kunci(t, env, "inspect", "pool")
-	if f := fields(t, out); code != 0 || len(f) != 1 || strings.Join(f[0][:3], " ") != "pool yes "+t1 || strings.Join(f[0][4:], " ") != "0 2 limit=2 -" {
-		t.Fatalf("inspect pool: exit %d, stdout %q, stderr %q; want pool yes %s LEFT 0 2 limit=2 -", code, out, errs, t1)
+	if f := fields(t, out); code != 0 || len(f) != 1 || strings.Join(f[0][:3], " ") != "pool yes "+t1 || strings.Join(f[0][4:], " ") != "0 - 2 limit=2" {
+		t.Fatalf("inspect pool: exit %d, stdout %q, stderr %q; want pool yes %s LEFT 0 - 2 limit=2", code, out, errs, t1)
 	}
 	code, out, errs = kunci(t, env, "locks", "--prefix", "pool")
 	got := map[string]string{}
 	for _, f := range fields(t, out) {
 		got[f[1]] = strings.Join(f[3:], " ")
 	}
-	if code != 0 || len(got) != 2 || got[t1] != "0 2 limit=2 -" || got[t2] != "0 2 limit=2 w-2" {
+	if code != 0 || len(got) != 2 || got[t1] != "0 - 2 limit=2" || got[t2] != "0 w-2 2 limit=2" {
 		t.Fatalf("locks --prefix pool: exit %d, stdout %q, stderr %q; want a line for each grant, %s and %s, with 2 limit=2", code, out, errs, t1, t2)
 	}
 }
@@ -97,15 +97,15 @@ func TestAcquireShared(t *testing.T) {
 	refusedAcquire(t, env, "key held as a lock", "acquire it without --limit", "doc", "--limit", "2", "--wait", "1s")
 
 	code, out, errs = kunci(t, env, "inspect", "doc")
-	if f := fields(t, out); code != 0 || len(f) != 1 || strings.Join(f[0][:3], " ") != "doc yes "+t1 || strings.Join(f[0][4:], " ") != "0 2 shared -" {
-		t.Fatalf("inspect doc: exit %d, stdout %q, stderr %q; want doc yes %s LEFT 0 2 shared -", code, out, errs, t1)
+	if f := fields(t, out); code != 0 || len(f) != 1 || strings.Join(f[0][:3], " ") != "doc yes "+t1 || strings.Join(f[0][4:], " ") != "0 - 2 shared" {
+		t.Fatalf("inspect doc: exit %d, stdout %q, stderr %q; want doc yes %s LEFT 0 - 2 shared", code, out, errs, t1)
 	}
 	code, out, errs = kunci(t, env, "locks")
 	got := map[string]string{}
 	for _, f := range fields(t, out) {
 		got[f[1]] = strings.Join(f[3:], " ")
 	}
-	if code != 0 || len(got) != 2 || got[t1] != "0 2 shared -" || got[t2] != "0 2 shared -" {
+	if code != 0 || len(got) != 2 || got[t1] != "0 - 2 shared" || got[t2] != "0 - 2 shared" {
 		t.Fatalf("locks: exit %d, stdout %q, stderr %q; want a line for each shared grant, %s and %s", code, out, errs, t1, t2)
 	}
 }

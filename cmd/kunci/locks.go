@@ -36,11 +36,11 @@ Examples:
   kunci locks
   kunci locks --prefix orders/ --limit 0
 
-  KEY        TOKEN  LEASE LEFT  WAITERS  HOLDERS  MODE       OWNER
-  orders/42  7      28.14s      2        1        exclusive  web-3:4121
-  orders/43  9      1m59.5s     0        1        exclusive  -
-  doc/7      11     29.8s       1        2        shared     -
-  doc/7      12     29.9s       1        2        shared     -
+  KEY        TOKEN  LEASE LEFT  WAITERS  OWNER       HOLDERS  MODE
+  orders/42  7      28.14s      2        web-3:4121  1        exclusive
+  orders/43  9      1m59.5s     0        -           1        exclusive
+  doc/7      11     29.8s       1        -           2        shared
+  doc/7      12     29.9s       1        -           2        shared
 `
 
 // locksFlush is how many lines kunci locks aligns, and then writes, at a
@@ -72,12 +72,12 @@ func cmdLocks(args []string, stdout, stderr io.Writer) int {
 	header := false
 	emit := func(a *wire.Answer) {
 		if !header {
-			fmt.Fprintln(tw, "KEY\tTOKEN\tLEASE LEFT\tWAITERS\tHOLDERS\tMODE\tOWNER")
+			fmt.Fprintln(tw, "KEY\tTOKEN\tLEASE LEFT\tWAITERS\tOWNER\tHOLDERS\tMODE") // new columns after the old ones
 			header = true
 		}
 		left := time.Duration(a.Left) * time.Millisecond
 		holders, mode := group(a.Group)
-		fmt.Fprintf(tw, "%s\t%d\t%v\t%d\t%d\t%v\t%s\n", a.Key, a.Token, left.Round(10*time.Millisecond), a.Waiters, holders, mode, dashed(string(a.Owner)))
+		fmt.Fprintf(tw, "%s\t%d\t%v\t%d\t%s\t%d\t%v\n", a.Key, a.Token, left.Round(10*time.Millisecond), a.Waiters, dashed(string(a.Owner)), holders, mode)
 		if lines++; lines%locksFlush == 0 {
 			tw.Flush()
 		}
