@@ -664,3 +664,21 @@ func TestGroupHandoffWithoutToken(t *testing.T) {
 		t.Fatalf("%d unavailable, want 4", c.Unavailable)
 	}
 }
+
+// Token 0 is no grant's: a release or extend naming it is stale, whatever
+// kind holds the key.
+func TestTokenZeroIsStale(t *testing.T) {
+	s := newStory(t, Config{})
+	s.acquireMode(1, "doc", shared, sec, 0)
+	s.acquireMode(1, "pool", semaphore(2), sec, 0)
+	s.acquire(1, "x", sec, 0)
+	s.expect("conn1: A doc 1", "conn1: A pool 2", "conn1: A x 3")
+	for _, key := range []string{"doc", "pool", "x", "free"} {
+		s.release(2, key, 0)
+		s.extend(2, key, 0, sec)
+		s.expect("conn2: R "+key+" STALE", "conn2: X "+key+" STALE")
+	}
+	s.grantsOf("doc", "1 until 1s holders=1 mode=shared")
+	s.grantsOf("pool", "2 until 1s holders=1 limit=2")
+	s.holders(1, 1, 1)
+}
