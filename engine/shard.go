@@ -399,12 +399,8 @@ func (s *Shard) newGrant(conn ConnID, key []byte, out *Output) (uint64, bool) {
 // head waiter in the same step, or becomes free.
 func (s *Shard) Release(now int64, conn ConnID, key []byte, token uint64, out *Output) {
 	h := hashKey(key)
-	l := s.locks.get(h, key)
-	var hd *holder
-	if l != nil && l.mode != heldAlone {
-		hd = s.holderOf(l, token)
-	}
-	if l == nil || l.token != token && hd == nil {
+	l, hd, ok := s.grantOf(h, key, token)
+	if !ok {
 		s.counters.StaleReleases++
 		out.answer(conn, ReleaseStale, unsafeString(key), 0)
 		return
