@@ -682,3 +682,16 @@ func TestTokenZeroIsStale(t *testing.T) {
 	s.grantsOf("pool", "2 until 1s holders=1 limit=2")
 	s.holders(1, 1, 1)
 }
+
+// A writer at the head whose wait runs out lets in the readers behind it
+// whose own waits ran past that instant, even when the Advance that sees
+// it comes later in the same tick.
+func TestWriterTimingOutLetsInReadersWaitingPastItsDeadline(t *testing.T) {
+	s := newStory(t, Config{})
+	s.acquireMode(1, "doc", shared, sec, 0)
+	s.acquire(2, "doc", sec, 10*ms+100*time.Microsecond.Nanoseconds())
+	s.acquireMode(3, "doc", shared, sec, 10*ms+800*time.Microsecond.Nanoseconds())
+	s.expect("conn1: A doc 1")
+	s.at(11 * ms)
+	s.expect("conn2: T doc", "conn3: A doc 2")
+}
