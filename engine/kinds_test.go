@@ -695,3 +695,21 @@ func TestWriterTimingOutLetsInReadersWaitingPastItsDeadline(t *testing.T) {
 	s.at(11 * ms)
 	s.expect("conn2: T doc", "conn3: A doc 2")
 }
+
+// Grants of one key that end in the same Advance end in the order of their
+// deadlines, whatever order the wheel holds them in: a waiter takes the
+// place that freed first, and is answered T only when its wait ran out
+// before any place freed. (Within one tick, the wheel fires in the order
+// timers were added.)
+func TestGroupGrantsEndInDeadlineOrderWithinATick(t *testing.T) {
+	s := newStory(t, Config{})
+	s.out.WantRecords = true
+	s.acquireMode(1, "pool", semaphore(2), 10*ms+800*time.Microsecond.Nanoseconds(), 0)
+	s.acquireMode(2, "pool", semaphore(2), 10*ms+100*time.Microsecond.Nanoseconds(), 0)
+	s.acquireMode(3, "pool", semaphore(2), sec, 10*ms+500*time.Microsecond.Nanoseconds())
+	s.expect("conn1: A pool 1", "conn2: A pool 2")
+	s.expectRecords("grant pool 1 until 10.8ms limit=2", "grant pool 2 until 10.1ms limit=2")
+	s.at(11 * ms)
+	s.expect("conn3: A pool 3")
+	s.expectRecords("expire pool 2", "grant pool 3 until 1.011s limit=2", "expire pool 1")
+}
