@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"strconv"
 	"testing"
 )
@@ -151,5 +152,69 @@ func TestReleaseUndeliveredAllocatesNothing(t *testing.T) {
 	}
 	if a := testing.AllocsPerRun(10_000, cycle); a != 0 {
 		t.Errorf("undelivered release+handoff+acquire: %v allocations, want 0", a)
+	}
+}
+
+// The mutex path stays free of allocations in a shard that has semaphores
+// and shared grants too: some used and gone, some held (with a queue)
+// while the plain keys cycle. (A group grant allocates its holder; that is
+// accepted, and not guarded here.)
+func TestAcquireReleaseAllocatesNothingBesideGroups(t *testing.T) {
+	sh := NewShard(Config{}, new(Tokens), 0)
+	var out Output
+	pool, doc := []byte("pool/db"), []byte("doc/7")
+	for range 100 {
+		for c := ConnID(1); c <= 4; c++ {
+			sh.AcquireMode(0, c, pool, nil, Mode{Slots: 3}, 30*sec, 10*sec, &out)
+			sh.AcquireMode(0, c, doc, []byte("reader"), Mode{Shared: true}, 30*sec, 10*sec, &out)
+		}
+		sh.Acquire(0, 5, doc, 30*sec, 10*sec, &out) // a writer behind the readers
+		// Release every grant, and those each release hands on, until
+		// both keys are free.
+		for len(out.Answers) > 0 {
+			var held []Held
+			for i := range out.Answers {
+				if a := &out.Answers[i]; a.Kind == Granted {
+					held = append(held, Held{Key: bytes.Clone(out.Key(a)), Token: a.Token})
+				}
+			}
+			out.Reset()
+			for _, h := range held {
+				sh.Release(0, 9, h.Key, h.Token, &out)
+			}
+		}
+	}
+	if k, q := sh.Stats(); k != 0 || q != 0 {
+		t.Fatalf("Stats() = %d, %d after the groups came and went", k, q)
+	}
+	// And some held while the plain keys cycle.
+	for c := ConnID(1); c <= 4; c++ {
+		sh.AcquireMode(0, c, pool, nil, Mode{Slots: 3}, 3600*sec, 0, &out)
+		sh.AcquireMode(0, c, doc, nil, Mode{Shared: true}, 3600*sec, 0, &out)
+	}
+	out.Reset()
+	keys := keyRing(1000)
+	i := 0
+	now := int64(0)
+	cycle := func() {
+		key := keys[i%len(keys)]
+		i++
+		now += ms / 4
+		sh.Acquire(now, 1, key, 30*sec, 0, &out)
+		sh.Release(now, 1, key, out.Answers[0].Token, &out)
+		if len(out.Answers) != 2 || out.Answers[0].Kind != Granted || out.Answers[1].Kind != Released {
+			t.Fatalf("not an acquire and release: %+v", out.Answers)
+		}
+		sh.Advance(now, &out)
+		out.Reset()
+	}
+	for range 4 * wheelSlots * 4 {
+		cycle()
+	}
+	if a := testing.AllocsPerRun(10_000, cycle); a != 0 {
+		t.Errorf("acquire+release+advance beside groups: %v allocations, want 0", a)
+	}
+	if h := sh.Holders(); h != [NumKinds]int{0, 4, 3} {
+		t.Fatalf("Holders() = %v, want the groups untouched", h)
 	}
 }

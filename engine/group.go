@@ -209,7 +209,37 @@ func (s *Shard) dropAll(l *lock) {
 	}
 }
 
+// expireHolder ends h, whose lease ran out. The wheel fires the timers of
+// one tick in the order they were added (and after a late Advance, ticks
+// out of order), not in the order of their deadlines: while the key has a
+// queue, its grants whose leases ended before h's, due in this Advance too,
+// end first, so that the head of the queue takes the place that freed
+// first and is answered T only if its wait ran out before any did.
 func (s *Shard) expireHolder(h *holder) {
+	for h.l.nwait > 0 {
+		e := s.endedBefore(h)
+		if e == nil {
+			break
+		}
+		s.endHolder(e)
+	}
+	s.endHolder(h)
+}
+
+// endedBefore returns the grant of h's group whose lease ended first
+// before h's, or nil.
+func (s *Shard) endedBefore(h *holder) *holder {
+	var e *holder
+	for o := s.groups[h.l].first; o != nil; o = o.next {
+		if o.lease.When() < h.lease.When() && (e == nil || o.lease.When() < e.lease.When()) {
+			e = o
+		}
+	}
+	return e
+}
+
+// endHolder ends h's grant, its lease run out, and serves its key's queue.
+func (s *Shard) endHolder(h *holder) {
 	l := h.l
 	s.counters.Expiries++
 	s.counters.HoldTime.observe(s.now - h.granted)

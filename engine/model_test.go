@@ -13,7 +13,11 @@ import (
 // The model test drives a Shard and a deliberately simple reference
 // implementation (maps and slices, everything O(n), no timing wheel: it looks
 // at every deadline on each Advance) with the same random operations, and
-// compares their answers, records and state after every step.
+// compares their answers, records and state after every step. Acquires
+// carry modes: each key is mostly a mutex, a read-write lock (shared and
+// exclusive acquires) or a semaphore of a small limit, and now and then
+// asked for as another kind or limit; a key is a list of grants, oldest
+// first, and a queue served while it admits its head.
 //
 // Each sequence has its own seed; a failure names it. Replay one with
 //
@@ -28,17 +32,20 @@ var (
 func TestModel(t *testing.T) {
 	if *modelSeed != 0 {
 		t.Logf("seed %d", *modelSeed)
-		runModel(t, *modelSeed, *modelSteps, true, new([Refused + 1]int))
+		runModel(t, *modelSeed, *modelSteps, true, new([Refused + 1]int), new(Counters))
 		return
 	}
 	runs := *modelRuns
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
+		// The model is one goroutine: under -race it only runs slower
+		// (about 10×). The seeds stay the same, fewer of them.
 		runs /= 4
 	}
 	var seen [Refused + 1]int
+	var total Counters
 	for i := range runs {
 		seed := uint64(i + 1)
-		if !runModel(t, seed, *modelSteps, false, &seen) {
+		if !runModel(t, seed, *modelSteps, false, &seen, &total) {
 			t.Logf("replay with: go test ./engine -run TestModel -v -model.seed=%d", seed)
 			return
 		}
@@ -46,22 +53,33 @@ func TestModel(t *testing.T) {
 	t.Logf("%d sequences of %d steps, seeds 1..%d; answers compared: %d A, %d T, %d R OK, %d R STALE, %d X OK, %d X STALE, %d C OK, %d C NONE, %d E",
 		runs, *modelSteps, runs, seen[Granted], seen[TimedOut], seen[Released], seen[ReleaseStale],
 		seen[Extended], seen[ExtendStale], seen[Cancelled], seen[CancelNone], seen[Refused])
+	t.Logf("grants by kind (lock, shared, semaphore) %v, queued by kind %v, refused for the kind %v (%v)",
+		total.GrantsBy, total.QueuedBy, total.KindRefused, KindRefusals)
 }
 
 // ---- the reference implementation ----
 
 type mWaiter struct {
 	conn  ConnID
+	mode  Mode
 	lease int64
 	until int64 // wait deadline; 0: no bound
 	owner string
+	seq   int // when it queued, in the model's count of queued acquires
 }
 
-type mLock struct {
+type mGrant struct {
 	token uint64
 	until int64 // lease deadline
 	owner string
-	queue []mWaiter
+}
+
+// mLock is a held key: its grants, oldest first, all of mode (the zero
+// Mode: one exclusive grant), and its queue.
+type mLock struct {
+	mode   Mode
+	grants []mGrant
+	queue  []mWaiter
 }
 
 type mAnswer struct {
@@ -78,17 +96,19 @@ type mRecord struct {
 	token    uint64
 	deadline int64
 	owner    string // grants
+	mode     Mode   // grants
 }
 
 type model struct {
-	maxKeys, maxWaiters, maxQueued int
-	tick                           int64
-	wantRecords                    bool
+	maxKeys, maxWaiters, maxQueued, maxHolders int
+	tick                                       int64
+	wantRecords                                bool
 
 	locks   map[string]*mLock
 	last    uint64 // last token issued
 	ceiling uint64 // tokens above it are not issued; 0: none
 	nqueue  int
+	seq     int // acquires queued so far
 	// lastTick is the last tick the shard's wheels have processed; see due.
 	lastTick int64
 
@@ -99,8 +119,8 @@ type model struct {
 func newModel(cfg Config, now int64, wantRecords bool) *model {
 	m := &model{
 		maxKeys: cmp.Or(cfg.MaxKeys, DefaultMaxKeys), maxWaiters: cmp.Or(cfg.MaxWaiters, DefaultMaxWaiters),
-		maxQueued: cmp.Or(cfg.MaxQueued, DefaultMaxQueued), tick: cmp.Or(cfg.Tick, DefaultTick),
-		wantRecords: wantRecords, locks: make(map[string]*mLock),
+		maxQueued: cmp.Or(cfg.MaxQueued, DefaultMaxQueued), maxHolders: cmp.Or(cfg.MaxHolders, DefaultMaxHolders),
+		tick: cmp.Or(cfg.Tick, DefaultTick), wantRecords: wantRecords, locks: make(map[string]*mLock),
 	}
 	m.lastTick = floorDiv(now, m.tick)
 	return m
@@ -118,65 +138,125 @@ func (m *model) answer(conn ConnID, kind AnswerKind, key string, token uint64, e
 }
 
 func (m *model) record(kind RecordKind, key string, token uint64, deadline int64) {
-	m.recordOwner(kind, key, token, deadline, "")
-}
-
-func (m *model) recordOwner(kind RecordKind, key string, token uint64, deadline int64, owner string) {
 	if m.wantRecords {
-		m.records = append(m.records, mRecord{kind, key, token, deadline, owner})
+		m.records = append(m.records, mRecord{kind: kind, key: key, token: token, deadline: deadline})
 	}
 }
 
 // tokenLeft reports whether a grant can have a token.
 func (m *model) tokenLeft() bool { return m.ceiling == 0 || m.last < m.ceiling }
 
-func (m *model) grant(now int64, key string, l *mLock, conn ConnID, lease int64, owner string) {
-	m.last++
-	l.token, l.until, l.owner = m.last, now+lease, owner
-	m.answer(conn, Granted, key, l.token, nil)
-	m.recordOwner(RecordGrant, key, l.token, l.until, owner)
+// grants is how many grants the model holds, of every key.
+func (m *model) grants() int {
+	n := 0
+	for _, l := range m.locks {
+		n += len(l.grants)
+	}
+	return n
 }
 
-// handOff gives key, whose grant ended at the instant at, to the first waiter
-// still waiting then; while there is no token, waiters are refused in turn.
-func (m *model) handOff(now, at int64, key string, l *mLock) {
-	for len(l.queue) > 0 {
+// admits reports whether l can take a grant of mode md now, its queue
+// aside: it is free; or it holds shared grants, md is shared and there are
+// fewer than maxHolders; or it is a semaphore below its limit.
+func (m *model) admits(l *mLock, md Mode) bool {
+	switch n := len(l.grants); {
+	case n == 0:
+		return true
+	case l.mode.Shared:
+		return md.Shared && n < m.maxHolders
+	case l.mode.Slots > 0:
+		return n < int(l.mode.Slots)
+	}
+	return false
+}
+
+// kindRefusal is the refusal of an acquire of mode md of l, held in
+// another kind, or nil.
+func kindRefusal(l *mLock, md Mode) error {
+	switch {
+	case l.mode.Slots == 0 && md.Slots == 0:
+		return nil
+	case l.mode.Slots == 0:
+		return ErrHeldAsLock
+	case md.Slots == 0:
+		return ErrHeldAsSemaphore
+	case l.mode.Slots != md.Slots:
+		return ErrLimitDiffers
+	}
+	return nil
+}
+
+func (m *model) grant(now int64, key string, l *mLock, conn ConnID, md Mode, lease int64, owner string) {
+	m.last++
+	l.mode = md
+	l.grants = append(l.grants, mGrant{m.last, now + lease, owner})
+	m.answer(conn, Granted, key, m.last, nil)
+	if m.wantRecords {
+		m.records = append(m.records, mRecord{RecordGrant, key, m.last, now + lease, owner, md})
+	}
+}
+
+// serve grants key, a grant of which ended at the instant at, to the
+// waiters at the head of its queue, in order, while it admits them; those
+// whose waits ran out by then are answered T, and while there is no token,
+// the waiters are refused in turn. A key left with no grant is free.
+func (m *model) serve(now, at int64, key string, l *mLock) {
+	for len(l.queue) > 0 && m.admits(l, l.queue[0].mode) {
 		w := l.queue[0]
 		l.queue = l.queue[1:]
 		m.nqueue--
-		if w.until != 0 && w.until <= at {
+		switch {
+		case w.until != 0 && w.until <= at:
 			m.answer(w.conn, TimedOut, key, 0, nil)
-			continue
-		}
-		if !m.tokenLeft() {
+		case !m.tokenLeft():
 			m.answer(w.conn, Refused, key, 0, ErrStorageUnavailable)
-			continue
+		default:
+			m.grant(now, key, l, w.conn, w.mode, w.lease, w.owner)
 		}
-		m.grant(now, key, l, w.conn, w.lease, w.owner)
-		return
 	}
-	delete(m.locks, key)
+	if len(l.grants) == 0 {
+		if len(l.queue) != 0 {
+			panic("model: a key left queued without a holder")
+		}
+		delete(m.locks, key)
+	}
 }
 
-func (m *model) acquire(now int64, conn ConnID, key, owner string, lease, wait int64) {
+func (m *model) acquire(now int64, conn ConnID, key, owner string, md Mode, lease, wait int64) {
 	l := m.locks[key]
+	if l == nil {
+		switch {
+		case m.grants() >= m.maxKeys:
+			m.answer(conn, Refused, key, 0, ErrTooManyKeys)
+		case !m.tokenLeft():
+			m.answer(conn, Refused, key, 0, ErrStorageUnavailable)
+		default:
+			l = new(mLock)
+			m.locks[key] = l
+			m.grant(now, key, l, conn, md, lease, owner)
+		}
+		return
+	}
+	if err := kindRefusal(l, md); err != nil {
+		m.answer(conn, Refused, key, 0, err)
+		return
+	}
 	switch {
-	case l == nil && len(m.locks) >= m.maxKeys:
-		m.answer(conn, Refused, key, 0, ErrTooManyKeys)
-	case l == nil && !m.tokenLeft():
-		m.answer(conn, Refused, key, 0, ErrStorageUnavailable)
-	case l == nil:
-		l = new(mLock)
-		m.locks[key] = l
-		m.grant(now, key, l, conn, lease, owner)
 	case slices.ContainsFunc(l.queue, func(w mWaiter) bool { return w.conn == conn }):
 		m.answer(conn, Refused, key, 0, ErrAlreadyQueued)
-	case wait < 0: // a try of a held key
+	case len(l.queue) == 0 && m.admits(l, md) && m.grants() >= m.maxKeys:
+		m.answer(conn, Refused, key, 0, ErrTooManyKeys)
+	case len(l.queue) == 0 && m.admits(l, md) && !m.tokenLeft():
+		m.answer(conn, Refused, key, 0, ErrStorageUnavailable)
+	case len(l.queue) == 0 && m.admits(l, md):
+		m.grant(now, key, l, conn, md, lease, owner)
+	case wait < 0: // a try that would not be granted at once
 		m.answer(conn, TimedOut, key, 0, nil)
 	case len(l.queue) >= m.maxWaiters || m.nqueue >= m.maxQueued:
 		m.answer(conn, Refused, key, 0, ErrTooManyWaiters)
 	default:
-		w := mWaiter{conn: conn, lease: lease, owner: owner}
+		w := mWaiter{conn: conn, mode: md, lease: lease, owner: owner, seq: m.seq}
+		m.seq++
 		if wait > 0 {
 			w.until = now + wait
 		}
@@ -185,58 +265,110 @@ func (m *model) acquire(now int64, conn ConnID, key, owner string, lease, wait i
 	}
 }
 
-func (m *model) release(now int64, conn ConnID, key string, token uint64) {
+// find returns the index of key's grant token, or -1.
+func (m *model) find(key string, token uint64) (*mLock, int) {
 	l := m.locks[key]
-	if l == nil || l.token != token {
+	if l == nil {
+		return nil, -1
+	}
+	return l, slices.IndexFunc(l.grants, func(g mGrant) bool { return g.token == token })
+}
+
+func (m *model) release(now int64, conn ConnID, key string, token uint64) {
+	l, i := m.find(key, token)
+	if i < 0 {
 		m.answer(conn, ReleaseStale, key, 0, nil)
 		return
 	}
 	m.answer(conn, Released, key, 0, nil)
 	m.record(RecordRelease, key, token, 0)
-	m.handOff(now, now, key, l)
+	l.grants = slices.Delete(l.grants, i, i+1)
+	m.serve(now, now, key, l)
 }
 
 func (m *model) extend(now int64, conn ConnID, key string, token uint64, lease int64) {
-	l := m.locks[key]
-	if l == nil || l.token != token {
+	l, i := m.find(key, token)
+	if i < 0 {
 		m.answer(conn, ExtendStale, key, 0, nil)
 		return
 	}
-	l.until = now + lease
+	l.grants[i].until = now + lease
 	m.answer(conn, Extended, key, 0, nil)
-	m.record(RecordExtend, key, token, l.until)
+	m.record(RecordExtend, key, token, now+lease)
 }
 
-func (m *model) cancel(conn ConnID, key string) {
+// withdraw takes the i-th waiter out of key's queue at the instant at: when
+// it was the head of a key held by shared grants, those behind it may join
+// them.
+func (m *model) withdraw(now, at int64, key string, l *mLock, i int) {
+	l.queue = slices.Delete(l.queue, i, i+1)
+	m.nqueue--
+	if i == 0 && l.mode.Shared {
+		m.serve(now, at, key, l)
+	}
+}
+
+func (m *model) cancel(now int64, conn ConnID, key string) {
 	if l := m.locks[key]; l != nil {
 		if i := slices.IndexFunc(l.queue, func(w mWaiter) bool { return w.conn == conn }); i >= 0 {
-			l.queue = slices.Delete(l.queue, i, i+1)
-			m.nqueue--
 			m.answer(conn, TimedOut, key, 0, nil)
 			m.answer(conn, Cancelled, key, 0, nil)
+			m.withdraw(now, now, key, l, i)
 			return
 		}
 	}
 	m.answer(conn, CancelNone, key, 0, nil)
 }
 
-func (m *model) disconnect(conn ConnID) {
-	for _, l := range m.locks {
-		n := len(l.queue)
-		l.queue = slices.DeleteFunc(l.queue, func(w mWaiter) bool { return w.conn == conn })
-		m.nqueue -= n - len(l.queue)
+// disconnect withdraws conn's queued acquires, the latest first (the
+// order matters only for who gets the last tokens under a ceiling).
+func (m *model) disconnect(now int64, conn ConnID) {
+	type queued struct {
+		key string
+		seq int
+	}
+	var qs []queued
+	for key, l := range m.locks {
+		for _, w := range l.queue {
+			if w.conn == conn {
+				qs = append(qs, queued{key, w.seq})
+			}
+		}
+	}
+	slices.SortFunc(qs, func(a, b queued) int { return cmp.Compare(b.seq, a.seq) })
+	for _, q := range qs {
+		l := m.locks[q.key]
+		m.withdraw(now, now, q.key, l, slices.IndexFunc(l.queue, func(w mWaiter) bool { return w.seq == q.seq }))
 	}
 }
 
-// advance ends every lease, then every wait, that is due at now. Leases
-// end in the order of the keys in order, then of the other keys sorted.
+// expiry and timeout name a lease and a wait that ended in an Advance, in
+// the order the engine's records and answers show them.
+type expiry struct {
+	key   string
+	token uint64
+}
+
+type timeout struct {
+	conn ConnID
+	key  string
+}
+
+// advance ends every lease, then every wait, that is due at now.
 //
 // The timing contract: a deadline is due once now has reached the end of the
 // tick holding it. When the Advance covers a whole rotation of the wheel or
 // more (the caller was late by seconds), every slot is looked at once and
 // anything whose deadline has passed fires, even inside the current tick:
 // still never before its deadline.
-func (m *model) advance(now int64, order []string) {
+//
+// Which key's lease or wait ends first matters only for who gets the last
+// tokens under a ceiling: the model follows the engine's records (expiries)
+// and answers (timeouts), then takes the rest in its own order. Within a
+// key it matters: a key with a queue ends its due grants in the order of
+// their deadlines, each a place freed at that instant; a wait ends at its
+// deadline.
+func (m *model) advance(now int64, expiries []expiry, timeouts []timeout) {
 	last := floorDiv(now, m.tick)
 	if last <= m.lastTick {
 		return
@@ -244,31 +376,66 @@ func (m *model) advance(now int64, order []string) {
 	whole := last-m.lastTick >= wheelSlots
 	m.lastTick = last
 	due := func(d int64) bool { return d <= now && (ceilDiv(d, m.tick) <= last || whole) }
-	place := func(key string) int {
-		if i := slices.Index(order, key); i >= 0 {
-			return i
-		}
-		return len(order)
-	}
-	keys := slices.Sorted(mapKeys(m.locks))
-	slices.SortStableFunc(keys, func(a, b string) int { return cmp.Compare(place(a), place(b)) })
-	for _, key := range keys {
-		if l := m.locks[key]; due(l.until) {
-			m.record(RecordExpire, key, l.token, 0)
-			m.handOff(now, l.until, key, l)
-		}
-	}
+
+	var rest []expiry
 	for _, key := range slices.Sorted(mapKeys(m.locks)) {
-		l := m.locks[key]
-		l.queue = slices.DeleteFunc(l.queue, func(w mWaiter) bool {
-			if w.until != 0 && due(w.until) {
-				m.answer(w.conn, TimedOut, key, 0, nil)
-				m.nqueue--
-				return true
+		for _, g := range m.locks[key].grants {
+			if due(g.until) && !slices.Contains(expiries, expiry{key, g.token}) {
+				rest = append(rest, expiry{key, g.token})
 			}
-			return false
-		})
+		}
 	}
+	for _, e := range append(slices.Clone(expiries), rest...) {
+		l, i := m.find(e.key, e.token)
+		if i < 0 || !due(l.grants[i].until) {
+			continue
+		}
+		until := l.grants[i].until
+		for len(l.queue) > 0 {
+			j := -1
+			for k, g := range l.grants {
+				if g.until < until && (j < 0 || g.until < l.grants[j].until) {
+					j = k
+				}
+			}
+			if j < 0 {
+				break
+			}
+			m.expire(now, e.key, l, j)
+			l = m.locks[e.key]
+		}
+		_, i = m.find(e.key, e.token)
+		m.expire(now, e.key, l, i)
+	}
+
+	var late []timeout
+	for _, key := range slices.Sorted(mapKeys(m.locks)) {
+		for _, w := range m.locks[key].queue {
+			if w.until != 0 && due(w.until) && !slices.Contains(timeouts, timeout{w.conn, key}) {
+				late = append(late, timeout{w.conn, key})
+			}
+		}
+	}
+	for _, to := range append(slices.Clone(timeouts), late...) {
+		l := m.locks[to.key]
+		if l == nil {
+			continue
+		}
+		i := slices.IndexFunc(l.queue, func(w mWaiter) bool { return w.conn == to.conn })
+		if i < 0 || l.queue[i].until == 0 || !due(l.queue[i].until) {
+			continue
+		}
+		m.answer(to.conn, TimedOut, to.key, 0, nil)
+		m.withdraw(now, l.queue[i].until, to.key, l, i)
+	}
+}
+
+// expire ends the i-th grant of key, its lease run out.
+func (m *model) expire(now int64, key string, l *mLock, i int) {
+	g := l.grants[i]
+	m.record(RecordExpire, key, g.token, 0)
+	l.grants = slices.Delete(l.grants, i, i+1)
+	m.serve(now, g.until, key, l)
 }
 
 func mapKeys(m map[string]*mLock) func(func(string) bool) {
@@ -300,6 +467,7 @@ type op struct {
 	conn  ConnID
 	key   string
 	owner string
+	mode  Mode
 	token uint64
 	lease int64
 	wait  int64
@@ -313,7 +481,7 @@ func (o op) String() string {
 	}
 	switch o.kind {
 	case opAcquire:
-		return fmt.Sprintf("now=%d conn%d A %s lease=%d wait=%d owner=%q", o.now, o.conn, key, o.lease, o.wait, o.owner)
+		return fmt.Sprintf("now=%d conn%d A %s lease=%d wait=%d owner=%q%s", o.now, o.conn, key, o.lease, o.wait, o.owner, formatMode(o.mode))
 	case opRelease:
 		return fmt.Sprintf("now=%d conn%d R %s %d", o.now, o.conn, key, o.token)
 	case opExtend:
@@ -340,10 +508,15 @@ type modelRun struct {
 	now     int64
 	conns   int
 	keys    []string
-	jitter  bool // durations and clock steps in arbitrary nanoseconds
-	issued  []uint64
-	history []op
-	failed  bool
+	// flavours are how the keys are mostly acquired: a mutex (the zero
+	// Mode), a read-write lock (Shared: shared and exclusive acquires), a
+	// semaphore of a small limit. Now and then an acquire asks for another
+	// kind, or another limit.
+	flavours []Mode
+	jitter   bool // durations and clock steps in arbitrary nanoseconds
+	issued   []uint64
+	history  []op
+	failed   bool
 }
 
 func (r *modelRun) fail(format string, args ...any) {
@@ -362,8 +535,9 @@ func (r *modelRun) fail(format string, args ...any) {
 }
 
 // runModel runs one sequence and reports whether it passed.
-// seen counts the answers compared, by kind.
-func runModel(t *testing.T, seed uint64, steps int, verbose bool, seen *[Refused + 1]int) bool {
+// seen counts the answers compared, by kind; total adds up the shard's
+// counters.
+func runModel(t *testing.T, seed uint64, steps int, verbose bool, seen *[Refused + 1]int, total *Counters) bool {
 	rng := rand.New(rand.NewPCG(seed, 0x6b756e6369))
 	r := &modelRun{t: t, seed: seed, verbose: verbose, rng: rng, conns: 2 + rng.IntN(4), jitter: rng.IntN(3) == 0}
 	nkeys := 1 + rng.IntN(4)
@@ -375,9 +549,22 @@ func runModel(t *testing.T, seed uint64, steps int, verbose bool, seen *[Refused
 			r.keys = append(r.keys, fmt.Sprintf("k%d", i))
 		}
 	}
+	for range nkeys {
+		switch rng.IntN(3) {
+		case 0:
+			r.flavours = append(r.flavours, Mode{})
+		case 1:
+			r.flavours = append(r.flavours, Mode{Shared: true})
+		default:
+			r.flavours = append(r.flavours, Mode{Slots: uint32(1 + rng.IntN(3))})
+		}
+	}
 	var cfg Config
 	if rng.IntN(2) == 0 {
-		cfg.MaxKeys = 1 + rng.IntN(nkeys)
+		cfg.MaxKeys = 1 + rng.IntN(2*nkeys)
+	}
+	if rng.IntN(2) == 0 {
+		cfg.MaxHolders = 1 + rng.IntN(3)
 	}
 	if rng.IntN(2) == 0 {
 		cfg.MaxWaiters = 1 + rng.IntN(3)
@@ -406,8 +593,8 @@ func runModel(t *testing.T, seed uint64, steps int, verbose bool, seen *[Refused
 	r.m.ceiling = ceiling
 	r.out.WantRecords = wantRecords
 	if verbose {
-		t.Logf("seed %d: %d conns, keys %q, config %+v, jitter %v, records %v, ceiling %d",
-			seed, r.conns, r.keys, cfg, r.jitter, wantRecords, r.m.ceiling)
+		t.Logf("seed %d: %d conns, keys %q flavours %+v, config %+v, jitter %v, records %v, ceiling %d",
+			seed, r.conns, r.keys, r.flavours, cfg, r.jitter, wantRecords, r.m.ceiling)
 	}
 	for range steps {
 		r.step()
@@ -420,6 +607,7 @@ func runModel(t *testing.T, seed uint64, steps int, verbose bool, seen *[Refused
 		r.m.answers = r.m.answers[:0]
 		r.m.records = r.m.records[:0]
 	}
+	total.Add(r.sh.Counters())
 	return true
 }
 
@@ -436,11 +624,23 @@ func (r *modelRun) duration() int64 {
 	return d
 }
 
-// token picks the token of a release or extend: mostly the right one.
+// mode picks an acquire's mode for the key of flavour f.
+func (r *modelRun) mode(f Mode) Mode {
+	if r.rng.IntN(10) == 0 {
+		return []Mode{{}, {Shared: true}, {Slots: 1}, {Slots: 2}, {Slots: 3}}[r.rng.IntN(5)]
+	}
+	if f.Shared && r.rng.IntN(5) < 2 {
+		return Mode{} // a writer
+	}
+	return f
+}
+
+// token picks the token of a release or extend: mostly one of the key's
+// grants.
 func (r *modelRun) token(key string) uint64 {
 	n := r.rng.IntN(10)
 	if l := r.m.locks[key]; l != nil && n < 6 {
-		return l.token
+		return l.grants[r.rng.IntN(len(l.grants))].token
 	}
 	if len(r.issued) > 0 && n < 8 {
 		return r.issued[r.rng.IntN(len(r.issued))] // most likely stale
@@ -455,7 +655,9 @@ func (r *modelRun) toDeadline() int64 {
 	var ds []int64
 	for _, key := range r.keys {
 		if l := r.m.locks[key]; l != nil {
-			ds = append(ds, l.until)
+			for _, g := range l.grants {
+				ds = append(ds, g.until)
+			}
 			for _, w := range l.queue {
 				if w.until != 0 {
 					ds = append(ds, w.until)
@@ -477,10 +679,8 @@ func (r *modelRun) toDeadline() int64 {
 }
 
 func (r *modelRun) step() {
-	o := op{
-		conn: ConnID(1 + r.rng.IntN(r.conns)),
-		key:  r.keys[r.rng.IntN(len(r.keys))],
-	}
+	ki := r.rng.IntN(len(r.keys))
+	o := op{conn: ConnID(1 + r.rng.IntN(r.conns)), key: r.keys[ki]}
 	switch n := r.rng.IntN(100); {
 	case n < 35:
 		o.kind = opAcquire
@@ -493,6 +693,7 @@ func (r *modelRun) step() {
 			o.wait = r.duration()
 		}
 		o.owner = modelOwners[r.rng.IntN(len(modelOwners))]
+		o.mode = r.mode(r.flavours[ki])
 	case n < 55:
 		o.kind, o.token = opRelease, r.token(o.key)
 	case n < 63:
@@ -526,12 +727,15 @@ func (r *modelRun) step() {
 	key := []byte(o.key)
 	switch o.kind {
 	case opAcquire:
-		if o.owner == "" && r.rng.IntN(2) == 0 {
+		switch {
+		case o.mode != (Mode{}):
+			r.sh.AcquireMode(r.now, o.conn, key, []byte(o.owner), o.mode, o.lease, o.wait, &r.out)
+		case o.owner == "" && r.rng.IntN(2) == 0:
 			r.sh.Acquire(r.now, o.conn, key, o.lease, o.wait, &r.out)
-		} else {
+		default:
 			r.sh.AcquireBy(r.now, o.conn, key, []byte(o.owner), o.lease, o.wait, &r.out)
 		}
-		r.m.acquire(r.now, o.conn, o.key, o.owner, o.lease, o.wait)
+		r.m.acquire(r.now, o.conn, o.key, o.owner, o.mode, o.lease, o.wait)
 	case opRelease:
 		r.sh.Release(r.now, o.conn, key, o.token, &r.out)
 		r.m.release(r.now, o.conn, o.key, o.token)
@@ -540,19 +744,25 @@ func (r *modelRun) step() {
 		r.m.extend(r.now, o.conn, o.key, o.token, o.lease)
 	case opCancel:
 		r.sh.Cancel(r.now, o.conn, key, &r.out)
-		r.m.cancel(o.conn, o.key)
+		r.m.cancel(r.now, o.conn, o.key)
 	case opDisconnect:
 		r.sh.Disconnect(r.now, o.conn, &r.out)
-		r.m.disconnect(o.conn)
+		r.m.disconnect(r.now, o.conn)
 	case opAdvance:
 		r.sh.Advance(r.now, &r.out)
-		var order []string
+		var expiries []expiry
 		for i := range r.out.Records {
 			if rc := &r.out.Records[i]; rc.Kind == RecordExpire {
-				order = append(order, string(r.out.RecordKey(rc)))
+				expiries = append(expiries, expiry{string(r.out.RecordKey(rc)), rc.Token})
 			}
 		}
-		r.m.advance(r.now, order)
+		var timeouts []timeout
+		for i := range r.out.Answers {
+			if a := &r.out.Answers[i]; a.Kind == TimedOut {
+				timeouts = append(timeouts, timeout{a.Conn, string(r.out.Key(a))})
+			}
+		}
+		r.m.advance(r.now, expiries, timeouts)
 	case opCeiling:
 		r.tokens.SetCeiling(o.token, o.token)
 		r.m.ceiling = o.token
@@ -597,10 +807,13 @@ func (r *modelRun) compare() {
 	before := r.m.last - uint64(countGrants(r.m.answers))
 
 	// Tokens: the engine's grants of this step carry the next tokens, in
-	// the order it made them. Which key gets which when several grants
-	// happen in one Advance is the engine's choice: the model adopts it.
+	// the order it made them. Which key gets which when several keys are
+	// granted in one step is the engine's choice: the model adopts it. The
+	// grants of one key in one step (a run of readers, a semaphore's
+	// places) are made in FIFO order: the model's n-th grant of a key is
+	// the engine's n-th.
 	got := make([]mAnswer, len(r.out.Answers))
-	engineToken := make(map[string]uint64)
+	engineTokens := make(map[string][]uint64)
 	next := before + 1
 	for i := range r.out.Answers {
 		a := &r.out.Answers[i]
@@ -610,11 +823,8 @@ func (r *modelRun) compare() {
 				r.fail("grant of %q to conn%d carries token %d, want %d (tokens must strictly increase)", got[i].key, a.Conn, a.Token, next)
 				return
 			}
-			if _, dup := engineToken[got[i].key]; dup {
-				r.fail("two grants of %q in one step", got[i].key)
-				return
-			}
-			engineToken[got[i].key] = a.Token
+			engineTokens[got[i].key] = append(engineTokens[got[i].key], a.Token)
+			r.issued = append(r.issued, a.Token)
 			next++
 		}
 	}
@@ -624,22 +834,27 @@ func (r *modelRun) compare() {
 		return
 	}
 	remap := make(map[uint64]uint64)
+	granted := make(map[string]int)
 	for i := range r.m.answers {
 		a := &r.m.answers[i]
 		if a.kind == Granted {
-			et, ok := engineToken[a.key]
-			if !ok {
-				r.fail("model granted %q, the engine did not\n engine %v\n model  %v",
-					a.key, sequenced(got), sequenced(r.m.answers))
+			n := granted[a.key]
+			granted[a.key]++
+			if n >= len(engineTokens[a.key]) {
+				r.fail("model granted %q %d times, the engine %d times\n engine %v\n model  %v",
+					a.key, n+1, len(engineTokens[a.key]), sequenced(got), sequenced(r.m.answers))
 				return
 			}
-			remap[a.token] = et
-			a.token = et
-			r.m.locks[a.key].token = et
+			remap[a.token] = engineTokens[a.key][n]
+			a.token = engineTokens[a.key][n]
 		}
 	}
-	for _, tok := range engineToken {
-		r.issued = append(r.issued, tok)
+	for _, l := range r.m.locks {
+		for i := range l.grants {
+			if tok, ok := remap[l.grants[i].token]; ok {
+				l.grants[i].token = tok
+			}
+		}
 	}
 
 	if e, m := sequenced(got), sequenced(r.m.answers); !slices.EqualFunc(e, m, func(a, b seqAnswer) bool { return a == b }) {
@@ -652,7 +867,7 @@ func (r *modelRun) compare() {
 		var gotRec []mRecord
 		for i := range r.out.Records {
 			rc := &r.out.Records[i]
-			gotRec = append(gotRec, mRecord{rc.Kind, string(r.out.RecordKey(rc)), rc.Token, rc.Deadline, string(r.out.RecordOwner(rc))})
+			gotRec = append(gotRec, mRecord{rc.Kind, string(r.out.RecordKey(rc)), rc.Token, rc.Deadline, string(r.out.RecordOwner(rc)), rc.Mode()})
 		}
 		for i := range r.m.records {
 			if tok, ok := remap[r.m.records[i].token]; ok && r.m.records[i].kind == RecordGrant {
@@ -673,7 +888,10 @@ func (r *modelRun) compare() {
 		return
 	}
 
-	// State.
+	// State: each key's oldest grant (Holder, Inspect), its queue, and
+	// every grant (Each).
+	var wantHolders [NumKinds]int
+	var wantEach []eachGrant
 	for _, key := range r.keys {
 		tok, until, held := r.sh.Holder([]byte(key))
 		l := r.m.locks[key]
@@ -681,29 +899,39 @@ func (r *modelRun) compare() {
 			r.fail("%.12q held: engine %v, model %v", key, held, l != nil)
 			return
 		}
+		var out Output
+		r.sh.Inspect(1, []byte(key), &out)
+		a := &out.Answers[0]
 		var want []ConnID
 		if l == nil {
-			var out Output
-			if r.sh.Inspect(1, []byte(key), &out); out.Answers[0].Kind != InspectedFree {
-				r.fail("%.12q inspected as %d, want FREE", key, out.Answers[0].Kind)
+			if a.Kind != InspectedFree {
+				r.fail("%.12q inspected as %d, want FREE", key, a.Kind)
 				return
 			}
-		}
-		if l != nil {
-			if tok != l.token || until != l.until {
-				r.fail("%.12q holder: engine token %d until %d, model token %d until %d", key, tok, until, l.token, l.until)
+		} else {
+			oldest := l.grants[0]
+			if tok != oldest.token || until != oldest.until {
+				r.fail("%.12q holder: engine token %d until %d, model token %d until %d", key, tok, until, oldest.token, oldest.until)
 				return
 			}
-			var out Output
-			r.sh.Inspect(1, []byte(key), &out)
-			if a := &out.Answers[0]; a.Kind != Inspected || a.Token != l.token || a.Deadline != l.until ||
-				int(a.Waiters) != len(l.queue) || string(out.Owner(a)) != l.owner {
-				r.fail("%.12q inspected: engine %d token %d until %d waiters %d owner %q, model token %d until %d waiters %d owner %q",
-					key, a.Kind, a.Token, a.Deadline, a.Waiters, out.Owner(a), l.token, l.until, len(l.queue), l.owner)
+			md, holders := out.Group(a)
+			wantMode := l.mode
+			if wantMode.Shared {
+				wantMode = Mode{Shared: true}
+			}
+			if a.Kind != Inspected || a.Token != oldest.token || a.Deadline != oldest.until ||
+				int(a.Waiters) != len(l.queue) || string(out.Owner(a)) != oldest.owner || md != wantMode || holders != len(l.grants) {
+				r.fail("%.12q inspected: engine %d token %d until %d waiters %d owner %q mode %+v holders %d, model token %d until %d waiters %d owner %q mode %+v holders %d",
+					key, a.Kind, a.Token, a.Deadline, a.Waiters, out.Owner(a), md, holders,
+					oldest.token, oldest.until, len(l.queue), oldest.owner, l.mode, len(l.grants))
 				return
 			}
 			for _, w := range l.queue {
 				want = append(want, w.conn)
+			}
+			wantHolders[l.mode.Kind()] += len(l.grants)
+			for _, g := range l.grants {
+				wantEach = append(wantEach, eachGrant{key, g.token, g.until, g.owner, wantMode, len(l.grants), len(l.queue)})
 			}
 		}
 		if got := r.sh.Waiters([]byte(key)); !slices.Equal(got, want) {
@@ -713,7 +941,33 @@ func (r *modelRun) compare() {
 	}
 	if k, q := r.sh.Stats(); k != len(r.m.locks) || q != r.m.nqueue {
 		r.fail("Stats: engine %d keys %d queued, model %d keys %d queued", k, q, len(r.m.locks), r.m.nqueue)
+		return
 	}
+	if h := r.sh.Holders(); h != wantHolders {
+		r.fail("Holders: engine %v, model %v", h, wantHolders)
+		return
+	}
+	var gotEach []eachGrant
+	r.sh.Each(func(h Held) {
+		gotEach = append(gotEach, eachGrant{string(h.Key), h.Token, h.Deadline, string(h.Owner), h.Mode, h.Holders, h.Waiters})
+	})
+	byToken := func(a, b eachGrant) int { return cmp.Compare(a.token, b.token) }
+	slices.SortFunc(gotEach, byToken)
+	slices.SortFunc(wantEach, byToken)
+	if !slices.Equal(gotEach, wantEach) {
+		r.fail("Each:\n engine %+v\n model  %+v", gotEach, wantEach)
+	}
+}
+
+// eachGrant is a grant as Each shows it.
+type eachGrant struct {
+	key     string
+	token   uint64
+	until   int64
+	owner   string
+	mode    Mode
+	holders int
+	waiters int
 }
 
 // modelOwners are the owners acquires name: none, short ones, and one long

@@ -399,12 +399,8 @@ func (s *Shard) newGrant(conn ConnID, key []byte, out *Output) (uint64, bool) {
 // head waiter in the same step, or becomes free.
 func (s *Shard) Release(now int64, conn ConnID, key []byte, token uint64, out *Output) {
 	h := hashKey(key)
-	l := s.locks.get(h, key)
-	var hd *holder
-	if l != nil && l.mode != heldAlone {
-		hd = s.holderOf(l, token)
-	}
-	if l == nil || l.token != token && hd == nil {
+	l, hd, ok := s.grantOf(h, key, token)
+	if !ok {
 		s.counters.StaleReleases++
 		out.answer(conn, ReleaseStale, unsafeString(key), 0)
 		return
@@ -487,7 +483,7 @@ func (s *Shard) Cancel(now int64, conn ConnID, key []byte, out *Output) {
 			s.counters.Cancels++
 			out.answer(conn, TimedOut, l.key, 0)
 			out.answer(conn, Cancelled, l.key, 0)
-			s.withdraw(now, w, out)
+			s.withdraw(now, now, w, out)
 			return
 		}
 	}
@@ -518,20 +514,21 @@ func (s *Shard) Inspect(conn ConnID, key []byte, out *Output) {
 func (s *Shard) Disconnect(now int64, conn ConnID, out *Output) {
 	for w := s.byConn[conn]; w != nil; w = s.byConn[conn] {
 		s.counters.Withdrawn++
-		s.withdraw(now, w, out)
+		s.withdraw(now, now, w, out)
 	}
 }
 
 // withdraw takes w out of its queue for good (cancelled, timed out or its
-// connection gone). When w was the head of the queue of a key held by
-// shared grants, the acquires now at the head may join them.
-func (s *Shard) withdraw(now int64, w *waiter, out *Output) {
+// connection gone) at the instant at. When w was the head of the queue of a
+// key held by shared grants, the acquires now at the head may join them:
+// those whose waits ran past at.
+func (s *Shard) withdraw(now, at int64, w *waiter, out *Output) {
 	l := w.l
 	head := l.first() == w
 	s.dequeue(w)
 	s.freeWaiter(w)
 	if head && l.mode == heldShared {
-		s.serve(now, now, hashString(l.key), l, out)
+		s.serve(now, at, hashString(l.key), l, out)
 	}
 }
 
@@ -562,7 +559,8 @@ func (s *Shard) expire(l *lock) {
 func (s *Shard) timeout(w *waiter) {
 	s.counters.Timeouts++
 	s.out.answer(w.conn, TimedOut, w.l.key, 0)
-	s.withdraw(s.now, w, s.out)
+	// It left the queue when its wait ended, not at the Advance that saw it.
+	s.withdraw(s.now, w.wait.When(), w, s.out)
 }
 
 // grant gives l to conn, whose acquire waited for it since the instant

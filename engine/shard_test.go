@@ -135,6 +135,7 @@ func formatAnswer(out *Output, a *Answer) string {
 		if o := out.Owner(a); o != nil {
 			body += " owner=" + string(o)
 		}
+		body += formatGroup(out.Group(a))
 	case InspectedFree:
 		body = "Q " + key + " FREE"
 	default:
@@ -143,14 +144,37 @@ func formatAnswer(out *Output, a *Answer) string {
 	return fmt.Sprintf("conn%d: %s", a.Conn, body)
 }
 
+// formatGroup is what Q adds for a key held by a group of grants: nothing
+// for one exclusive grant.
+func formatGroup(m Mode, holders int) string {
+	switch {
+	case m.Slots > 0:
+		return fmt.Sprintf(" holders=%d limit=%d", holders, m.Slots)
+	case m.Shared:
+		return fmt.Sprintf(" holders=%d mode=shared", holders)
+	}
+	return ""
+}
+
+// formatMode is what a grant record adds for a grant of mode m.
+func formatMode(m Mode) string {
+	switch {
+	case m.Slots > 0:
+		return fmt.Sprintf(" limit=%d", m.Slots)
+	case m.Shared:
+		return " shared"
+	}
+	return ""
+}
+
 func formatRecord(out *Output, r *Record, start int64) string {
 	key := string(out.RecordKey(r))
 	switch r.Kind {
 	case RecordGrant:
 		if o := out.RecordOwner(r); o != nil {
-			return fmt.Sprintf("grant %s %d until %v owner=%s", key, r.Token, time.Duration(r.Deadline-start), o)
+			return fmt.Sprintf("grant %s %d until %v owner=%s", key, r.Token, time.Duration(r.Deadline-start), o) + formatMode(r.Mode())
 		}
-		return fmt.Sprintf("grant %s %d until %v", key, r.Token, time.Duration(r.Deadline-start))
+		return fmt.Sprintf("grant %s %d until %v", key, r.Token, time.Duration(r.Deadline-start)) + formatMode(r.Mode())
 	case RecordRelease:
 		return fmt.Sprintf("release %s %d", key, r.Token)
 	case RecordExpire:
