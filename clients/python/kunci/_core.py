@@ -596,10 +596,10 @@ class _Conn:
             r.holders = call.holders
         return r
 
-    async def acquire(self, key: bytes, lease_ms: int, deadline: float | None, try_: bool) -> Result:
+    async def acquire(self, key: bytes, lease_ms: int, deadline: float | None, try_: bool, kind: bytes = b"") -> Result:
         """Send one acquire on this connection, first waiting its turn behind
         an acquire of the same key outstanding here; with the wait left until
-        deadline (None: no bound), or as a try."""
+        deadline (None: no bound), or as a try; kind is wire.kind_field's."""
         if self.link is None:
             return _NOT_UP
         gen = self.gen
@@ -640,7 +640,7 @@ class _Conn:
                     return _WAIT_OVER
                 wait = max(math.ceil(left * 1000), 1)
         call = _Call("A", key, self.loop.create_future())
-        self.send(call, wire.acquire_line(key, lease_ms, wait, self.core.cfg.owner))
+        self.send(call, wire.acquire_line(key, lease_ms, wait, self.core.cfg.owner, kind))
         try:
             assert call.fut is not None
             return await call.fut
@@ -947,13 +947,16 @@ class _Core:
     # -- the operations --
 
     async def acquire(
-        self, key: str, lease: float, wait: float, try_: bool, deadline: float | None = None
+        self, key: str, lease: float, wait: float, try_: bool, deadline: float | None = None,
+        *, limit: int | None = None, shared: bool = False,
     ) -> LockState | None:
         """Acquire key (deadline, when given, is when the wait ends: an
-        acquire that began elsewhere)."""
+        acquire that began elsewhere); as a semaphore of limit holders, or a
+        shared grant of a read-write lock (wire.kind_field)."""
         kb = wire.check_key(key)
         lms = wire.lease_ms(lease)
         wms = 0 if try_ else wire.wait_ms(wait)
+        kind = wire.kind_field(limit, shared)
         loop = self.loop
         p = _Policy()
         if wms > 0:
@@ -968,7 +971,7 @@ class _Core:
         until = p.deadline
 
         async def send(cn: _Conn) -> Result:
-            return await cn.acquire(kb, lms, until, try_)
+            return await cn.acquire(kb, lms, until, try_, kind)
 
         return self.granted(await self.route(p, send), key, kb, lms, try_)
 
@@ -1111,7 +1114,10 @@ class Waiter:
         raise NotImplementedError
 
 
-def fast_acquire(core: _Core, w: Waiter, key: str, lease: float, wait: float, try_: bool) -> None:
+def fast_acquire(
+    core: _Core, w: Waiter, key: str, lease: float, wait: float, try_: bool,
+    limit: int | None = None, shared: bool = False,
+) -> None:
     """An acquire for the thread client, in the loop's thread: sent at once on
     the current connection, answered to w by a callback, without a task; a
     connection that breaks under it, or none usable, or an acquire of the key
@@ -1121,6 +1127,7 @@ def fast_acquire(core: _Core, w: Waiter, key: str, lease: float, wait: float, tr
         kb = wire.check_key(key)
         lms = wire.lease_ms(lease)
         wms = 0 if try_ else wire.wait_ms(wait)
+        kind = wire.kind_field(limit, shared)
     except (ValueError, TypeError) as e:
         w.finish(None, e)
         return
@@ -1128,7 +1135,7 @@ def fast_acquire(core: _Core, w: Waiter, key: str, lease: float, wait: float, tr
     deadline = loop.time() + wms / 1000 if wms > 0 else None
     first = core.next(None)
     if core.closed or first is None or first.key_busy(kb):
-        slow(core, w, core.acquire(key, lease, wait, try_, deadline))
+        slow(core, w, core.acquire(key, lease, wait, try_, deadline, limit=limit, shared=shared))
         return
     cn = first
     call = _Call("A", kb, None)
@@ -1140,7 +1147,7 @@ def fast_acquire(core: _Core, w: Waiter, key: str, lease: float, wait: float, tr
             except KunciError as e:
                 w.finish(None, e)
         else:
-            slow(core, w, core.acquire(key, lease, wait, try_, deadline))
+            slow(core, w, core.acquire(key, lease, wait, try_, deadline, limit=limit, shared=shared))
 
     def cancel() -> None:
         if call.cb is answered:
@@ -1149,7 +1156,7 @@ def fast_acquire(core: _Core, w: Waiter, key: str, lease: float, wait: float, tr
 
     call.cb = answered
     w.cancel = cancel
-    cn.send(call, wire.acquire_line(kb, lms, None if try_ else wms, core.cfg.owner))
+    cn.send(call, wire.acquire_line(kb, lms, None if try_ else wms, core.cfg.owner, kind))
 
 
 def fast_release(core: _Core, w: Waiter, ls: LockState) -> None:
