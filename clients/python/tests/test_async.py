@@ -98,6 +98,56 @@ class Async(NodeCase):
 
         self.run_async(main())
 
+    def test_semaphore_and_shared(self) -> None:
+        n = self.node()
+
+        async def main() -> None:
+            async with kunci.AsyncClient([n.addr], owner="w1") as a, kunci.AsyncClient([n.addr]) as b:
+                s1 = await a.acquire("pool", lease=30, wait=5, limit=2)
+                s2 = await b.acquire("pool", lease=30, wait=5, limit=2)
+                self.assertIsNone(await b.try_acquire("pool", lease=30, limit=2))
+                listed = await a.locks(prefix="pool")
+                self.assertEqual(sorted(x.token for x in listed), [s1.token, s2.token])
+                self.assertEqual({(x.holders, x.limit, x.shared) for x in listed}, {(2, 2, False)})
+                self.assertEqual({x.owner for x in listed}, {"w1", ""})
+                with self.assertRaises(kunci.Refused) as cm:
+                    await b.acquire("pool", lease=30, wait=1, shared=True)
+                self.assertEqual(cm.exception.reason, "key held as a semaphore")
+                # A third waits in a run-under-lock block until a place is
+                # free; its grant ended behind its back is signalled lost.
+                token = 0
+
+                async def third() -> None:
+                    nonlocal token
+                    async with b.lock("pool", lease=1, wait=20, limit=2) as lock:
+                        token = lock.token
+                        self.assertEqual(await asyncio.to_thread(
+                            roundtrip, n.addr, b"R pool %d\n" % lock.token), b"R pool OK")
+                        await asyncio.wait_for(lock.lost.wait(), 10)
+
+                t = asyncio.ensure_future(third())
+                for _ in range(500):
+                    if (await a.inspect("pool")).waiters == 1:
+                        break
+                    await asyncio.sleep(0.01)
+                self.assertEqual(token, 0)
+                await s1.release()
+                with self.assertRaises(kunci.Lost):
+                    await asyncio.wait_for(t, 20)
+                self.assertGreater(token, s2.token)
+                await s2.release()
+                self.assertFalse((await a.inspect("pool")).held)
+                # Shared: two readers at once, shown as such.
+                r1 = await a.acquire("doc", lease=30, wait=5, shared=True)
+                r2 = await b.acquire("doc", lease=30, wait=5, shared=True)
+                h = await a.inspect("doc")
+                self.assertEqual((h.token, h.holders, h.shared, h.limit), (r1.token, 2, True, None))
+                self.assertIsNone(await a.try_acquire("doc", lease=30))
+                await r1.release()
+                await r2.release()
+
+        self.run_async(main())
+
     def test_cancelled_acquire_is_withdrawn(self) -> None:
         n = self.node()
 
@@ -225,6 +275,13 @@ class Async(NodeCase):
                     await c.acquire("k", lease=0, wait=1)
                 with self.assertRaises(ValueError):
                     await c.acquire("k", lease=5, wait=-1)
+                with self.assertRaises(ValueError):
+                    await c.acquire("k", lease=5, wait=1, limit=0)
+                with self.assertRaises(ValueError):
+                    await c.try_acquire("k", lease=5, limit=2, shared=True)
+                with self.assertRaises(ValueError):
+                    async with c.lock("k", lease=5, wait=1, limit=-2):
+                        pass
                 with self.assertRaises(kunci.Unavailable):
                     await c.acquire("k", lease=5, wait=0.2)
             with self.assertRaises(kunci.Closed):
