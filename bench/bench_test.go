@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -146,6 +147,43 @@ func TestContended(t *testing.T) {
 				t.Errorf("grants spread %+.1f%%…%+.1f%%: not FIFO", c.MinPct, c.MaxPct)
 			}
 		})
+	}
+}
+
+// TestKinds: the raw load drives semaphores, shared grants and a mix of
+// reads and writes, uncontended and on a few keys, without an error; a
+// kind the node refuses (a lock acquire of a semaphore key) is counted.
+func TestKinds(t *testing.T) {
+	n := startNode(t)
+	for _, tc := range []struct {
+		kind     string
+		workload string
+		keys     int
+	}{
+		{kindSemaphore, workUncontended, 0}, {kindShared, workUncontended, 0}, {kindRW, workUncontended, 0},
+		{kindSemaphore, workContended, 2}, {kindRW, workContended, 3}, {kindShared, workContended, 1},
+	} {
+		t.Run(tc.kind+"/"+tc.workload, func(t *testing.T) {
+			s := run(t, Config{Target: n.Addr(), Conns: 3, Depth: 4, Workload: tc.workload, Keys: tc.keys,
+				Kind: tc.kind, Limit: 2, Reads: 0.5, Duration: 300 * time.Millisecond})
+			checkCycles(t, s)
+			noErrors(t, s)
+			if s.Acquire == "" || !strings.HasPrefix(s.Acquire, tc.kind) {
+				t.Fatalf("summary names the acquires %q", s.Acquire)
+			}
+		})
+	}
+	for _, args := range [][]string{
+		{"-kind", "semaphore", "-limit", "-1"}, {"-kind", "semaphore", "-limit", "5000"}, {"-kind", "rw", "-reads", "1.5"},
+		{"-kind", "shared", "-target", "redis://127.0.0.1:6379"}, {"-kind", "shared", "-mode", "client"}, {"-kind", "mutex"},
+	} {
+		c, err := parseFlags(args, io.Discard)
+		if err == nil {
+			err = c.normalize()
+		}
+		if err == nil {
+			t.Errorf("%q accepted", args)
+		}
 	}
 }
 

@@ -37,11 +37,18 @@ const (
 
 // Config is one run's configuration, as the flags give it.
 type Config struct {
-	Target   string        // kunci://host:port or redis://host:port (a bare host:port is kunci)
-	Mode     string        // raw or client
-	Conns    int           // connections (go-redis pool size for Redis)
-	Depth    int           // in flight per connection (raw); goroutines = Conns*Depth (client)
-	Workload string        // uncontended, contended, zipf or expiry
+	Target   string // kunci://host:port or redis://host:port (a bare host:port is kunci)
+	Mode     string // raw or client
+	Conns    int    // connections (go-redis pool size for Redis)
+	Depth    int    // in flight per connection (raw); goroutines = Conns*Depth (client)
+	Workload string // uncontended, contended, zipf or expiry
+	// Kind is what every acquire asks for (kunci, raw mode): lock (the
+	// default), semaphore (limit=Limit), shared (mode=shared), or rw: a
+	// read-write lock whose acquires are shared, Reads of them, or
+	// exclusive.
+	Kind     string
+	Limit    int
+	Reads    float64
 	Keys     int           // key space; for expiry, the number of leases; 0: the workload's default
 	Lease    time.Duration // lease of every acquire; 0: 30 s (expiry: 1 s)
 	Wait     time.Duration // wait bound of every acquire; 0: without bound
@@ -77,6 +84,51 @@ type Config struct {
 	tls   *tls.Config // made from TLSCA, TLSCert, TLSKey; nil: plain TCP
 }
 
+// Kinds of acquire.
+const (
+	kindLock      = "lock"
+	kindSemaphore = "semaphore"
+	kindShared    = "shared"
+	kindRW        = "rw"
+)
+
+// acquireName says what the acquires ask for, for the summary.
+func (c *Config) acquireName() string {
+	switch c.Kind {
+	case kindSemaphore:
+		return kindSemaphore + "/" + strconv.Itoa(c.Limit)
+	case kindRW:
+		return kindRW + "/" + strconv.FormatFloat(c.Reads, 'g', -1, 64)
+	}
+	return c.Kind
+}
+
+func (c *Config) normalizeKind() error {
+	if c.Kind == "" {
+		c.Kind = kindLock
+	}
+	switch c.Kind {
+	case kindLock, kindShared:
+	case kindSemaphore:
+		if c.Limit == 0 {
+			c.Limit = 4
+		}
+		if c.Limit < 1 || c.Limit > wire.DefaultMaxHolders {
+			return fmt.Errorf("limit %d: want 1 to %d", c.Limit, wire.DefaultMaxHolders)
+		}
+	case kindRW:
+		if c.Reads < 0 || c.Reads > 1 {
+			return fmt.Errorf("reads %v: want a fraction from 0 to 1", c.Reads)
+		}
+	default:
+		return fmt.Errorf("kind %q: want lock, semaphore, shared or rw", c.Kind)
+	}
+	if c.Kind != kindLock && (c.Mode != modeRaw || !strings.HasPrefix(c.Target, "kunci://") && strings.Contains(c.Target, "://")) {
+		return fmt.Errorf("kind %s: kunci in raw mode only", c.Kind)
+	}
+	return nil
+}
+
 // normalize fills defaults and checks c.
 func (c *Config) normalize() error {
 	if c.Target == "" {
@@ -104,6 +156,9 @@ func (c *Config) normalize() error {
 	}
 	if c.Workload == "" {
 		c.Workload = workUncontended
+	}
+	if err := c.normalizeKind(); err != nil {
+		return err
 	}
 	switch c.Workload {
 	case workUncontended, workContended, workZipf, workExpiry:

@@ -80,6 +80,7 @@ type rawConn struct {
 	gaps    []int64 // this batch's handoffs
 	tickets int64   // cycles this connection may still start
 	gates   uint64
+	acqs    uint64 // acquires sent, for --kind rw's mix of reads and writes
 
 	tally // this batch's counts, added to cnt once per batch
 }
@@ -178,7 +179,9 @@ func (c *rawConn) acquire(i int) {
 	s := &c.slots[i]
 	s.state = slotAcquiring
 	key := keyName(c.keyBuf[:0], c.r.cfg.Prefix, s.key)
-	c.out = wire.AppendAcquire(c.out, key, c.r.leaseMs, c.r.waitMs)
+	slots, shared := c.r.mode(c.acqs)
+	c.acqs++
+	c.out = wire.AppendAcquireMode(c.out, key, nil, c.r.leaseMs, c.r.waitMs, slots, shared)
 	c.stamps = append(c.stamps, int32(i))
 }
 

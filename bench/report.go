@@ -17,21 +17,24 @@ import (
 // --duration or the last of --ops); errors and the per-client grants of a
 // contended run cover the whole run, drain included.
 type Summary struct {
-	Label    string    `json:"label,omitempty"`
-	Target   string    `json:"target"`
-	Kind     string    `json:"kind"` // kunci or redis
-	Mode     string    `json:"mode"`
-	TLS      bool      `json:"tls,omitempty"` // kunci over TLS
-	Workload string    `json:"workload"`
-	Conns    int       `json:"conns"`
-	Depth    int       `json:"depth"`
-	Slots    int       `json:"slots"` // in-flight slots: conns × depth
-	Keys     int       `json:"keys"`
-	LeaseMs  int64     `json:"lease_ms"`
-	WaitMs   int64     `json:"wait_ms"`
-	Seed     uint64    `json:"seed"`
-	Prefix   string    `json:"prefix"`
-	Start    time.Time `json:"start"`
+	Label    string `json:"label,omitempty"`
+	Target   string `json:"target"`
+	Kind     string `json:"kind"` // kunci or redis
+	Mode     string `json:"mode"`
+	TLS      bool   `json:"tls,omitempty"` // kunci over TLS
+	Workload string `json:"workload"`
+	// Acquire is what the acquires asked for: lock, shared,
+	// semaphore/LIMIT or rw/READS.
+	Acquire string    `json:"acquire,omitempty"`
+	Conns   int       `json:"conns"`
+	Depth   int       `json:"depth"`
+	Slots   int       `json:"slots"` // in-flight slots: conns × depth
+	Keys    int       `json:"keys"`
+	LeaseMs int64     `json:"lease_ms"`
+	WaitMs  int64     `json:"wait_ms"`
+	Seed    uint64    `json:"seed"`
+	Prefix  string    `json:"prefix"`
+	Start   time.Time `json:"start"`
 
 	WindowS      float64 `json:"window_s"`
 	Cycles       int64   `json:"cycles"` // acquired and released, in the window
@@ -85,7 +88,7 @@ func writeJSON(path string, s *Summary) error {
 // writeSummary prints s for a reader.
 func writeSummary(w io.Writer, s *Summary) {
 	p := func(f string, a ...any) { fmt.Fprintf(w, f, a...) }
-	p("%s %s %s: %d conns × %d", s.Kind, s.Mode, s.Workload, s.Conns, s.Depth)
+	p("%s %s %s %s: %d conns × %d", s.Kind, s.Mode, s.Workload, s.Acquire, s.Conns, s.Depth)
 	if s.TLS {
 		p(", TLS")
 	}

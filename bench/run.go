@@ -189,7 +189,7 @@ loop:
 	wall := winEnd.Sub(winStart)
 	s := &Summary{
 		Label: cfg.Label, Target: cfg.Target, Kind: cfg.kind, Mode: cfg.Mode, TLS: cfg.tls != nil,
-		Workload: cfg.Workload, Conns: cfg.Conns, Depth: cfg.Depth, Slots: cfg.slots(),
+		Workload: cfg.Workload, Acquire: cfg.acquireName(), Conns: cfg.Conns, Depth: cfg.Depth, Slots: cfg.slots(),
 		Keys: cfg.Keys, LeaseMs: r.leaseMs, WaitMs: r.waitMs, Seed: cfg.Seed, Prefix: cfg.Prefix,
 		Start:   started.UTC().Truncate(time.Second),
 		WindowS: round3(wall.Seconds()),
@@ -306,4 +306,19 @@ func writeProgress(w io.Writer, r *runner, at time.Duration, inWindow bool, cur,
 	fmt.Fprintf(w, "[%5.1fs] %s cycles/s  p50 %s  p99 %s  errors %d  client CPU %.0f%%%s\n",
 		at.Seconds(), fmtCount(rate), fmtNs(lat.ValueAtQuantile(50)), fmtNs(lat.ValueAtQuantile(99)),
 		cur.errors(), 100*cpu, tag)
+}
+
+// mode is what the nth acquire of a connection asks for, as --kind says:
+// a semaphore's limit, or shared. --kind rw spreads its exclusive acquires
+// evenly: of every 100, the first Reads×100 are shared.
+func (r *runner) mode(n uint64) (slots uint32, shared bool) {
+	switch r.cfg.Kind {
+	case kindSemaphore:
+		return uint32(r.cfg.Limit), false
+	case kindShared:
+		return 0, true
+	case kindRW:
+		return 0, float64(n%100) < r.cfg.Reads*100
+	}
+	return 0, false
 }

@@ -21,6 +21,12 @@ type Counters struct {
 	TooManyWaits  uint64 // acquires refused: ErrTooManyWaiters
 	AlreadyQueued uint64 // acquires refused: ErrAlreadyQueued
 	Unavailable   uint64 // acquires refused: ErrStorageUnavailable
+	// KindRefused counts the acquires refused for the key's kind, by
+	// refusal: KindRefusals[i] is the error of KindRefused[i].
+	KindRefused [len(KindRefusals)]uint64
+	// GrantsBy counts Grants by kind; QueuedBy the acquires of each kind
+	// that queued (they waited, or wait, for their grant).
+	GrantsBy, QueuedBy [NumKinds]uint64
 	// WaitTime is the time from an acquire's arrival to its grant (0 for a
 	// free key); HoldTime from a grant to its release or expiry. Both in
 	// the caller's now units (nanoseconds for the server).
@@ -44,6 +50,13 @@ func (c *Counters) Add(o *Counters) {
 	c.TooManyWaits += o.TooManyWaits
 	c.AlreadyQueued += o.AlreadyQueued
 	c.Unavailable += o.Unavailable
+	for i := range c.KindRefused {
+		c.KindRefused[i] += o.KindRefused[i]
+	}
+	for k := range NumKinds {
+		c.GrantsBy[k] += o.GrantsBy[k]
+		c.QueuedBy[k] += o.QueuedBy[k]
+	}
 	c.WaitTime.add(&o.WaitTime)
 	c.HoldTime.add(&o.HoldTime)
 }

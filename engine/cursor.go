@@ -32,7 +32,9 @@ func (s *Shard) Open(c *Cursor) {
 	s.locks.scans = append(s.locks.scans, c)
 }
 
-// Scan visits at most max keys from where c stands, with their grant, and
+// Scan visits keys from where c stands, with each of their grants (Held),
+// until it has visited max grants or more (a key's grants are visited
+// together: a key held by a group may pass max by its size), and
 // reports whether c is done; a done cursor is closed. fn must not keep h's
 // strings, nor call into the shard. A cursor whose shard was Reset since
 // Open is done at once.
@@ -44,10 +46,10 @@ func (s *Shard) Scan(c *Cursor, max int, fn func(h Held)) (done bool) {
 		c.open = false // Reset dropped it with the old table
 		return true
 	}
-	for ; max > 0 && len(c.behind) > 0; max-- {
+	for max > 0 && len(c.behind) > 0 {
 		l := c.behind[len(c.behind)-1]
 		c.behind = c.behind[:len(c.behind)-1]
-		fn(l.held())
+		max -= s.each(l, fn)
 	}
 	slots := s.locks.slots
 	for ; max > 0 && c.pos < len(slots); c.pos++ {
@@ -59,8 +61,7 @@ func (s *Shard) Scan(c *Cursor, max int, fn func(h Held)) (done bool) {
 			c.ahead = slices.Delete(c.ahead, i, i+1)
 			continue
 		}
-		fn(l.held())
-		max--
+		max -= s.each(l, fn)
 	}
 	if c.pos < len(slots) || len(c.behind) > 0 {
 		return false

@@ -20,4 +20,17 @@ var (
 	// queued acquire whose turn comes is refused then, and leaves the
 	// queue. Nothing else changes.
 	ErrStorageUnavailable = errors.New("engine: storage unavailable")
+	// ErrHeldAsLock refuses a semaphore acquire of a key held as a lock
+	// (exclusive or shared grants).
+	ErrHeldAsLock = errors.New("engine: key held as a lock")
+	// ErrHeldAsSemaphore refuses a lock acquire (exclusive or shared) of a
+	// key held as a semaphore.
+	ErrHeldAsSemaphore = errors.New("engine: key held as a semaphore")
+	// ErrLimitDiffers refuses a semaphore acquire naming another limit than
+	// the key's holders'.
+	ErrLimitDiffers = errors.New("engine: semaphore limit differs")
 )
+
+// KindRefusals are the refusals of an acquire for its key's kind, in the
+// order of Counters.KindRefused.
+var KindRefusals = [...]error{ErrHeldAsLock, ErrHeldAsSemaphore, ErrLimitDiffers}

@@ -542,7 +542,7 @@ func (r *modelRun) step() {
 		r.sh.Cancel(r.now, o.conn, key, &r.out)
 		r.m.cancel(o.conn, o.key)
 	case opDisconnect:
-		r.sh.Disconnect(o.conn)
+		r.sh.Disconnect(r.now, o.conn, &r.out)
 		r.m.disconnect(o.conn)
 	case opAdvance:
 		r.sh.Advance(r.now, &r.out)

@@ -1,5 +1,7 @@
 package engine
 
+import "encoding/binary"
+
 // ConnID names a client connection to the engine. The server chooses the
 // values; 0 is never a connection.
 type ConnID uint64
@@ -18,7 +20,7 @@ const (
 	Cancelled                           // C key OK (preceded by the acquire's T key)
 	CancelNone                          // C key NONE
 	Refused                             // E: Err says why
-	Inspected                           // Q key token left waiters [owner]: Token, Deadline, Waiters, Owner
+	Inspected                           // Q key token left waiters [owner] [group]: Token, Deadline, Waiters, Owner, Group
 	InspectedFree                       // Q key FREE
 )
 
@@ -26,9 +28,12 @@ const (
 type Answer struct {
 	Conn     ConnID
 	Kind     AnswerKind
-	ownerLen uint8  // Inspected: the owner follows the key in Output.keys
-	Waiters  uint32 // Inspected: acquires queued behind the grant
-	Token    uint64 // Granted, Inspected
+	ownerLen uint8 // Inspected: the owner follows the key in Output.keys
+	// grouped is an Inspected's of a key held by a group of grants, whose
+	// mode and count follow the owner in Output.keys (see Output.Group).
+	grouped bool
+	Waiters uint32 // Inspected: acquires queued behind the grant
+	Token   uint64 // Granted, Inspected
 	// Deadline is when the grant's lease ends, in the caller's now units:
 	// Granted, Extended (the new end) and Inspected. A server uses it to
 	// tell whether a connection may still hold a grant.
@@ -53,6 +58,10 @@ const (
 type Record struct {
 	Kind     RecordKind
 	ownerLen uint8 // Grant: the owner follows the key in Output.keys
+	// A Grant's mode (see Record.Mode): fields, not a Mode, so that a
+	// Record stays 32 bytes.
+	shared   bool
+	slots    uint32
 	Token    uint64
 	Deadline int64 // lease end, in the caller's now units; Grant and Extend
 	keyOff   uint32
@@ -87,6 +96,21 @@ func (o *Output) Owner(a *Answer) []byte {
 	end := a.keyOff + a.keyLen
 	return o.keys[end : end+uint32(a.ownerLen)]
 }
+
+// Group returns the mode of the key an Inspected answer shows and how many
+// grants it has: the zero Mode and 1 for a key held by one exclusive grant.
+func (o *Output) Group(a *Answer) (m Mode, holders int) {
+	if !a.grouped {
+		return Mode{}, 1
+	}
+	b := o.keys[a.keyOff+a.keyLen+uint32(a.ownerLen):]
+	holders = int(binary.LittleEndian.Uint32(b))
+	slots := binary.LittleEndian.Uint32(b[4:])
+	return Mode{Slots: slots, Shared: slots == 0}, holders
+}
+
+// Mode returns a Grant record's mode: the zero Mode for an exclusive grant.
+func (r *Record) Mode() Mode { return Mode{Slots: r.slots, Shared: r.shared} }
 
 // RecordOwner returns the owner of a Grant record's grant, nil for none.
 func (o *Output) RecordOwner(r *Record) []byte {
@@ -130,8 +154,13 @@ func (o *Output) answerUntil(conn ConnID, kind AnswerKind, key string, token uin
 func (o *Output) inspected(conn ConnID, h Held) {
 	off, n := o.keyRef(unsafeString(h.Key))
 	o.keys = append(o.keys, h.Owner...)
+	grouped := h.Mode != (Mode{})
+	if grouped {
+		o.keys = binary.LittleEndian.AppendUint32(o.keys, uint32(h.Holders))
+		o.keys = binary.LittleEndian.AppendUint32(o.keys, h.Mode.Slots)
+	}
 	o.Answers = append(o.Answers, Answer{Conn: conn, Kind: Inspected, Token: h.Token, Deadline: h.Deadline,
-		Waiters: uint32(h.Waiters), ownerLen: uint8(len(h.Owner)), keyOff: off, keyLen: n})
+		Waiters: uint32(h.Waiters), ownerLen: uint8(len(h.Owner)), grouped: grouped, keyOff: off, keyLen: n})
 }
 
 func (o *Output) refuse(conn ConnID, key string, err error) {
@@ -147,12 +176,19 @@ func (o *Output) record(kind RecordKind, key string, token uint64, deadline int6
 	o.Records = append(o.Records, Record{Kind: kind, Token: token, Deadline: deadline, keyOff: off, keyLen: n})
 }
 
-// recordGrant is record for a grant, with its owner after the key.
+// recordGrant is record for an exclusive grant, with its owner after the
+// key.
 func (o *Output) recordGrant(key, owner string, token uint64, deadline int64) {
+	o.recordGrantMode(key, owner, token, deadline, Mode{})
+}
+
+// recordGrantMode is recordGrant for a grant of mode m.
+func (o *Output) recordGrantMode(key, owner string, token uint64, deadline int64, m Mode) {
 	if !o.WantRecords {
 		return
 	}
 	off, n := o.keyRef(key)
 	o.keys = append(o.keys, owner...)
-	o.Records = append(o.Records, Record{Kind: RecordGrant, ownerLen: uint8(len(owner)), Token: token, Deadline: deadline, keyOff: off, keyLen: n})
+	o.Records = append(o.Records, Record{Kind: RecordGrant, ownerLen: uint8(len(owner)), shared: m.Shared, slots: m.Slots,
+		Token: token, Deadline: deadline, keyOff: off, keyLen: n})
 }

@@ -11,6 +11,10 @@ type Config struct {
 	MaxKeys    int // keys held at once in this shard
 	MaxWaiters int // queued acquires of one key
 	MaxQueued  int // queued acquires in this shard
+	// MaxHolders is the most shared grants of one key at once: a shared
+	// acquire past it queues. (A semaphore's own limit bounds its grants;
+	// the server refuses limits above this.)
+	MaxHolders int
 	// Tick is the wheel resolution in now units (default 1 ms in ns).
 	Tick int64
 }
@@ -20,6 +24,7 @@ const (
 	DefaultMaxKeys    = 1 << 22
 	DefaultMaxWaiters = 4096
 	DefaultMaxQueued  = 1 << 20
+	DefaultMaxHolders = 1024
 	DefaultTick       = int64(1_000_000)
 	wheelSlots        = 4096
 	// maxFree bounds each free list, so that memory taken by a burst of
@@ -48,6 +53,7 @@ type lock struct {
 	nwait    int32
 	keyCap   uint16 // the capacity of key's memory: key, then owner
 	ownerLen uint8  // the owner's length, 0 without one
+	mode     uint8  // heldAlone, or a group's kind (group.go)
 	granted  int64  // when the current grant was made
 }
 
@@ -138,7 +144,8 @@ func (l *lock) unqueue(w *waiter) {
 	w.next, w.prev = nil, nil
 }
 
-// waiter is a queued acquire.
+// waiter is a queued acquire. Its mode, when not the zero Mode, is in
+// Shard.modes.
 type waiter struct {
 	wait  wheel.Timer[*waiter] // the acquire's wait deadline, when it has one
 	l     *lock
@@ -158,9 +165,9 @@ type queueKey struct {
 	l    *lock
 }
 
-// Held is a held key as Scan, Each and Inspect show it. Key and Owner
-// alias the shard's memory, which the shard reuses for other keys: they
-// are valid only until the shard changes (for Scan and Each, until the
+// Held is a grant of a held key as Scan, Each and Inspect show it. Key and
+// Owner alias the shard's memory, which the shard reuses for other keys:
+// they are valid only until the shard changes (for Scan and Each, until the
 // callback returns), and whoever keeps one keeps a copy (string(h.Key)).
 // They are bytes, not strings, so that no one keeps one by mistake: a Go
 // string must never change.
@@ -170,11 +177,30 @@ type Held struct {
 	Token    uint64
 	Deadline int64 // when the lease ends, in the caller's now units
 	Waiters  int   // acquires queued behind the grant
+	// Mode is the key's kind: the zero Mode for a key held by one
+	// exclusive grant. A key held in shared mode or as a semaphore has
+	// Holders grants, each its own Held in Scan and Each; Inspect shows the
+	// oldest.
+	Mode    Mode
+	Holders int
 }
 
 func (l *lock) held() Held {
 	key, owner := unsafeBytes(l.key), unsafeBytes(l.owner())
-	return Held{Key: key[:len(key):len(key)], Owner: owner[:len(owner):len(owner)], Token: l.token, Deadline: l.lease.When(), Waiters: int(l.nwait)}
+	return Held{Key: key[:len(key):len(key)], Owner: owner[:len(owner):len(owner)], Token: l.token, Deadline: l.lease.When(), Waiters: int(l.nwait), Holders: 1}
+}
+
+// each calls fn for each of l's grants, and returns how many it had.
+func (s *Shard) each(l *lock, fn func(h Held)) int {
+	if l.mode == heldAlone {
+		fn(l.held())
+		return 1
+	}
+	g := s.groups[l]
+	for h := g.first; h != nil; h = h.next {
+		fn(h.held(g))
+	}
+	return int(g.n)
 }
 
 // Shard is the lock state of a part of the key space. It is not safe for
@@ -189,7 +215,14 @@ type Shard struct {
 	queued map[queueKey]*waiter // each connection's queued acquire per key
 	byConn map[ConnID]*waiter   // head of each connection's waiters here
 	owners map[*waiter]string   // the owners of queued acquires that have one
+	modes  map[*waiter]Mode     // the modes of queued acquires that are not exclusive
 	nqueue int
+
+	// Keys held by groups of grants (group.go).
+	groups       map[*lock]*group
+	byToken      map[uint64]*holder // every group grant
+	nholders     int
+	holderLeases *wheel.Wheel[*holder]
 
 	freeLocks   []*lock
 	freeWaiters []*waiter
@@ -197,10 +230,11 @@ type Shard struct {
 	counters Counters
 
 	// Set during Advance for the wheel callbacks.
-	now       int64
-	out       *Output
-	fireLease func(*lock)
-	fireWait  func(*waiter)
+	now        int64
+	out        *Output
+	fireLease  func(*lock)
+	fireWait   func(*waiter)
+	fireHolder func(*holder)
 }
 
 // NewShard returns an empty shard starting at now, issuing tokens from tokens.
@@ -217,19 +251,37 @@ func NewShard(cfg Config, tokens *Tokens, now int64) *Shard {
 	if cfg.Tick <= 0 {
 		cfg.Tick = DefaultTick
 	}
-	s := &Shard{
-		cfg:    cfg,
-		tokens: tokens,
-		leases: wheel.New[*lock](cfg.Tick, wheelSlots, now),
-		waits:  wheel.New[*waiter](cfg.Tick, wheelSlots, now),
-		queued: make(map[queueKey]*waiter),
-		byConn: make(map[ConnID]*waiter),
-		owners: make(map[*waiter]string),
+	if cfg.MaxHolders <= 0 {
+		cfg.MaxHolders = DefaultMaxHolders
 	}
+	s := &Shard{
+		cfg:          cfg,
+		tokens:       tokens,
+		leases:       wheel.New[*lock](cfg.Tick, wheelSlots, now),
+		waits:        wheel.New[*waiter](cfg.Tick, wheelSlots, now),
+		holderLeases: wheel.New[*holder](cfg.Tick, wheelSlots, now),
+	}
+	s.newIndexes()
 	s.locks.init()
+	s.bind()
+	return s
+}
+
+// newIndexes makes the shard's maps afresh.
+func (s *Shard) newIndexes() {
+	s.queued = make(map[queueKey]*waiter)
+	s.byConn = make(map[ConnID]*waiter)
+	s.owners = make(map[*waiter]string)
+	s.modes = make(map[*waiter]Mode)
+	s.groups = make(map[*lock]*group)
+	s.byToken = make(map[uint64]*holder)
+}
+
+// bind makes the wheel callbacks, bound to s.
+func (s *Shard) bind() {
 	s.fireLease = s.expire
 	s.fireWait = s.timeout
-	return s
+	s.fireHolder = s.expireHolder
 }
 
 // Acquire asks for key on behalf of conn: a grant now if the key is free,
@@ -245,30 +297,53 @@ func (s *Shard) Acquire(now int64, conn ConnID, key []byte, lease, wait int64, o
 // bytes; empty: none), which the grant carries for Inspect, Scan and its
 // replication record.
 func (s *Shard) AcquireBy(now int64, conn ConnID, key, owner []byte, lease, wait int64, out *Output) {
+	s.AcquireMode(now, conn, key, owner, Mode{}, lease, wait, out)
+}
+
+// AcquireMode is AcquireBy for a grant of mode m: exclusive (the zero
+// Mode, as AcquireBy), shared, or of a semaphore. A key is held as one kind
+// at a time: an acquire of another kind than the key's holders', or of a
+// semaphore of another limit, is refused (ErrHeldAsLock,
+// ErrHeldAsSemaphore, ErrLimitDiffers) and changes nothing. An acquire is
+// granted at once only when nobody is queued for the key: FIFO.
+func (s *Shard) AcquireMode(now int64, conn ConnID, key, owner []byte, m Mode, lease, wait int64, out *Output) {
 	checkOwner(owner)
 	h := hashKey(key)
 	l := s.locks.get(h, key)
 	if l == nil {
-		if s.locks.len() >= s.cfg.MaxKeys {
-			s.counters.TooManyKeys++
-			out.refuse(conn, unsafeString(key), ErrTooManyKeys)
-			return
-		}
-		token, ok := s.tokens.Next()
+		token, ok := s.newGrant(conn, key, out)
 		if !ok {
-			s.counters.Unavailable++
-			out.refuse(conn, unsafeString(key), ErrStorageUnavailable)
 			return
 		}
-		l = s.newLock(key, owner)
+		if m == (Mode{}) {
+			l = s.newLock(key, owner)
+			s.locks.insert(h, l)
+			s.grant(now, 0, l, conn, lease, token, out)
+			return
+		}
+		l = s.newLock(key, nil)
 		s.locks.insert(h, l)
-		s.grant(now, 0, l, conn, lease, token, out)
+		s.join(now, 0, l, conn, m, owner, lease, token, out)
 		return
+	}
+	if l.mode != heldAlone || m != (Mode{}) {
+		if i := s.kindRefusal(l, m); i >= 0 {
+			s.counters.KindRefused[i]++
+			out.refuse(conn, unsafeString(key), KindRefusals[i])
+			return
+		}
 	}
 	qk := queueKey{conn, l}
 	if _, dup := s.queued[qk]; dup {
 		s.counters.AlreadyQueued++
 		out.refuse(conn, unsafeString(key), ErrAlreadyQueued)
+		return
+	}
+	if l.mode != heldAlone && l.last == nil && s.admits(l, m) {
+		token, ok := s.newGrant(conn, key, out)
+		if ok {
+			s.join(now, 0, l, conn, m, owner, lease, token, out)
+		}
 		return
 	}
 	if wait < 0 {
@@ -293,10 +368,31 @@ func (s *Shard) AcquireBy(now int64, conn ConnID, key, owner []byte, lease, wait
 	if len(owner) > 0 {
 		s.owners[w] = string(owner)
 	}
+	if m != (Mode{}) {
+		s.modes[w] = m
+	}
 	s.nqueue++
+	s.counters.QueuedBy[m.Kind()]++
 	if wait > 0 {
 		s.waits.Add(w, now+wait)
 	}
+}
+
+// newGrant takes a token for a grant made at once to conn's acquire of key,
+// or refuses the acquire: the shard holds MaxKeys grants, or there is no
+// token to give.
+func (s *Shard) newGrant(conn ConnID, key []byte, out *Output) (uint64, bool) {
+	if s.grants() >= s.cfg.MaxKeys {
+		s.counters.TooManyKeys++
+		out.refuse(conn, unsafeString(key), ErrTooManyKeys)
+		return 0, false
+	}
+	token, ok := s.tokens.Next()
+	if !ok {
+		s.counters.Unavailable++
+		out.refuse(conn, unsafeString(key), ErrStorageUnavailable)
+	}
+	return token, ok
 }
 
 // Release ends the grant token of key, asked by conn. The key passes to its
@@ -304,17 +400,33 @@ func (s *Shard) AcquireBy(now int64, conn ConnID, key, owner []byte, lease, wait
 func (s *Shard) Release(now int64, conn ConnID, key []byte, token uint64, out *Output) {
 	h := hashKey(key)
 	l := s.locks.get(h, key)
-	if l == nil || l.token != token {
+	var hd *holder
+	if l != nil && l.mode != heldAlone {
+		hd = s.holderOf(l, token)
+	}
+	if l == nil || l.token != token && hd == nil {
 		s.counters.StaleReleases++
 		out.answer(conn, ReleaseStale, unsafeString(key), 0)
 		return
 	}
 	s.counters.Releases++
-	s.counters.HoldTime.observe(now - l.granted)
 	out.answer(conn, Released, l.key, 0)
 	out.record(RecordRelease, l.key, token, 0)
-	s.leases.Cancel(l)
-	s.handOff(now, now, h, l, out)
+	s.end(now, h, l, hd, out)
+}
+
+// end ends a grant of l at now, released: l's own grant when hd is nil,
+// else the group grant hd. The key passes on as serve says.
+func (s *Shard) end(now int64, h uint64, l *lock, hd *holder, out *Output) {
+	if hd == nil {
+		s.counters.HoldTime.observe(now - l.granted)
+		s.leases.Cancel(l)
+		l.token = 0
+	} else {
+		s.counters.HoldTime.observe(now - hd.granted)
+		s.dropHolder(hd)
+	}
+	s.serve(now, now, h, l, out)
 }
 
 // ReleaseUndelivered ends the grant token of key, which the caller could
@@ -324,27 +436,45 @@ func (s *Shard) Release(now int64, conn ConnID, key []byte, token uint64, out *O
 // answered. It reports whether the grant was still the key's.
 func (s *Shard) ReleaseUndelivered(now int64, key []byte, token uint64, out *Output) bool {
 	h := hashKey(key)
-	l := s.locks.get(h, key)
-	if l == nil || l.token != token {
+	l, hd, ok := s.grantOf(h, key, token)
+	if !ok {
 		return false
 	}
 	s.counters.Undelivered++
 	out.record(RecordRelease, l.key, token, 0)
-	s.leases.Cancel(l)
-	s.handOff(now, now, h, l, out)
+	s.end(now, h, l, hd, out)
 	return true
+}
+
+// grantOf finds the grant token of key, which hashes to h: the key's lock,
+// and the group grant when the key is held by a group. ok is false when
+// token is not one of the key's grants.
+func (s *Shard) grantOf(h uint64, key []byte, token uint64) (l *lock, hd *holder, ok bool) {
+	l = s.locks.get(h, key)
+	switch {
+	case l == nil:
+		return nil, nil, false
+	case l.mode == heldAlone:
+		return l, nil, l.token == token
+	}
+	hd = s.holderOf(l, token)
+	return l, hd, hd != nil
 }
 
 // Extend makes the grant token of key end lease (a duration) from now.
 func (s *Shard) Extend(now int64, conn ConnID, key []byte, token uint64, lease int64, out *Output) {
-	l := s.locks.get(hashKey(key), key)
-	if l == nil || l.token != token {
+	l, hd, ok := s.grantOf(hashKey(key), key, token)
+	if !ok {
 		s.counters.StaleExtends++
 		out.answer(conn, ExtendStale, unsafeString(key), 0)
 		return
 	}
 	s.counters.Extends++
-	s.leases.Reschedule(l, now+lease)
+	if hd == nil {
+		s.leases.Reschedule(l, now+lease)
+	} else {
+		s.holderLeases.Reschedule(hd, now+lease)
+	}
 	out.answerUntil(conn, Extended, l.key, 0, now+lease)
 	out.record(RecordExtend, l.key, token, now+lease)
 }
@@ -357,8 +487,7 @@ func (s *Shard) Cancel(now int64, conn ConnID, key []byte, out *Output) {
 			s.counters.Cancels++
 			out.answer(conn, TimedOut, l.key, 0)
 			out.answer(conn, Cancelled, l.key, 0)
-			s.dequeue(w)
-			s.freeWaiter(w)
+			s.withdraw(now, w, out)
 			return
 		}
 	}
@@ -374,16 +503,35 @@ func (s *Shard) Inspect(conn ConnID, key []byte, out *Output) {
 		out.answer(conn, InspectedFree, unsafeString(key), 0)
 		return
 	}
-	out.inspected(conn, l.held())
+	if l.mode == heldAlone {
+		out.inspected(conn, l.held())
+		return
+	}
+	g := s.groups[l]
+	out.inspected(conn, g.first.held(g))
 }
 
 // Disconnect withdraws every acquire conn has queued in this shard. They are
-// never granted and not answered. Grants conn holds are not touched.
-func (s *Shard) Disconnect(conn ConnID) {
+// never granted and not answered. Grants conn holds are not touched. An
+// acquire that leaves the head of a queue may let the ones behind it take
+// the key's shared grants: their grants are answered in out.
+func (s *Shard) Disconnect(now int64, conn ConnID, out *Output) {
 	for w := s.byConn[conn]; w != nil; w = s.byConn[conn] {
 		s.counters.Withdrawn++
-		s.dequeue(w)
-		s.freeWaiter(w)
+		s.withdraw(now, w, out)
+	}
+}
+
+// withdraw takes w out of its queue for good (cancelled, timed out or its
+// connection gone). When w was the head of the queue of a key held by
+// shared grants, the acquires now at the head may join them.
+func (s *Shard) withdraw(now int64, w *waiter, out *Output) {
+	l := w.l
+	head := l.first() == w
+	s.dequeue(w)
+	s.freeWaiter(w)
+	if head && l.mode == heldShared {
+		s.serve(now, now, hashString(l.key), l, out)
 	}
 }
 
@@ -394,13 +542,12 @@ func (s *Shard) Disconnect(conn ConnID) {
 func (s *Shard) Advance(now int64, out *Output) {
 	s.now, s.out = now, out
 	s.leases.Advance(now, s.fireLease)
+	s.holderLeases.Advance(now, s.fireHolder)
 	s.waits.Advance(now, s.fireWait)
 	s.out = nil
-	if s.locks.shrink() && s.nqueue == 0 {
-		// The queue indexes are Go maps, which never shrink: start afresh.
-		s.queued = make(map[queueKey]*waiter)
-		s.byConn = make(map[ConnID]*waiter)
-		s.owners = make(map[*waiter]string)
+	if s.locks.shrink() && s.nqueue == 0 && len(s.groups) == 0 {
+		// The indexes are Go maps, which never shrink: start afresh.
+		s.newIndexes()
 	}
 }
 
@@ -408,14 +555,14 @@ func (s *Shard) expire(l *lock) {
 	s.counters.Expiries++
 	s.counters.HoldTime.observe(s.now - l.granted)
 	s.out.record(RecordExpire, l.key, l.token, 0)
-	s.handOff(s.now, l.lease.When(), hashString(l.key), l, s.out)
+	l.token = 0
+	s.serve(s.now, l.lease.When(), hashString(l.key), l, s.out)
 }
 
 func (s *Shard) timeout(w *waiter) {
 	s.counters.Timeouts++
 	s.out.answer(w.conn, TimedOut, w.l.key, 0)
-	s.dequeue(w)
-	s.freeWaiter(w)
+	s.withdraw(s.now, w, s.out)
 }
 
 // grant gives l to conn, whose acquire waited for it since the instant
@@ -423,11 +570,8 @@ func (s *Shard) timeout(w *waiter) {
 // from now.
 func (s *Shard) grant(now, since int64, l *lock, conn ConnID, lease int64, token uint64, out *Output) {
 	s.counters.Grants++
-	if since == 0 {
-		s.counters.WaitTime.observe(0)
-	} else {
-		s.counters.WaitTime.observe(now - since)
-	}
+	s.counters.GrantsBy[KindLock]++
+	s.observeWait(now, since)
 	l.granted = now
 	l.token = token
 	s.leases.Add(l, now+lease)
@@ -435,14 +579,31 @@ func (s *Shard) grant(now, since int64, l *lock, conn ConnID, lease int64, token
 	out.recordGrant(l.key, l.owner(), l.token, now+lease)
 }
 
-// handOff passes l, whose grant ended at the instant at, to its first waiter
-// still waiting at that instant; those whose wait ran out by then are
+func (s *Shard) observeWait(now, since int64) {
+	if since == 0 {
+		s.counters.WaitTime.observe(0)
+	} else {
+		s.counters.WaitTime.observe(now - since)
+	}
+}
+
+// serve passes l, a grant of which ended at the instant at, to the waiters
+// at the head of its queue, in order, as long as l admits the head's mode:
+// the first waiter alone when it is exclusive (or the key still has
+// grants it does not join), else it and those behind it that join it (a
+// semaphore below its limit, shared grants up to MaxHolders and the first
+// exclusive waiter). Waiters whose wait ran out by the instant at are
 // answered TimedOut. A waiter the tokens cannot serve (Tokens.Next has none
 // to give) is refused with ErrStorageUnavailable and leaves the queue, and
 // the key goes on to the next: so the key is never left queued without a
-// holder. With nobody left the key, which hashes to h, becomes free.
-func (s *Shard) handOff(now, at int64, h uint64, l *lock, out *Output) {
+// holder. With no grant and nobody left the key, which hashes to h, becomes
+// free.
+func (s *Shard) serve(now, at int64, h uint64, l *lock, out *Output) {
 	for w := l.first(); w != nil; w = l.first() {
+		m := s.waiterMode(w)
+		if !s.admits(l, m) {
+			break
+		}
 		late := w.wait.Scheduled() && w.wait.When() <= at
 		conn, lease, since := w.conn, w.lease, w.since
 		var owner string
@@ -462,13 +623,18 @@ func (s *Shard) handOff(now, at int64, h uint64, l *lock, out *Output) {
 			out.refuse(conn, l.key, ErrStorageUnavailable)
 			continue
 		}
-		l.setOwner(unsafeBytes(owner))
-		s.grant(now, since, l, conn, lease, token, out)
-		return
+		if m == (Mode{}) {
+			l.setOwner(unsafeBytes(owner))
+			s.grant(now, since, l, conn, lease, token, out)
+			return
+		}
+		s.join(now, since, l, conn, m, unsafeBytes(owner), lease, token, out)
 	}
-	s.locks.remove(h, l)
-	l.token = 0
-	s.freeLock(l)
+	if l.mode == heldAlone && l.token == 0 {
+		s.locks.remove(h, l)
+		l.ownerLen = 0
+		s.freeLock(l)
+	}
 }
 
 // dequeue takes w out of its key's queue, its connection's list, the queued
@@ -492,6 +658,9 @@ func (s *Shard) dequeue(w *waiter) {
 	delete(s.queued, queueKey{w.conn, l})
 	if len(s.owners) > 0 {
 		delete(s.owners, w)
+	}
+	if len(s.modes) > 0 {
+		delete(s.modes, w)
 	}
 	s.nqueue--
 	s.waits.Cancel(w)
@@ -541,48 +710,72 @@ func checkOwner(owner []byte) {
 	}
 }
 
-// Install makes token the holder of key with its lease ending at deadline,
-// replacing whatever grant the key had: a standby applies its active's
-// grants and extends this way. A new grant takes owner (empty: none); the
-// grant the key has already (the same token: an extend) keeps its own. The
-// key's queue, if any, is kept. It makes no answers and no records.
-func (s *Shard) Install(now int64, key []byte, token uint64, deadline int64, owner []byte) error {
+// Install makes token a grant of key, of mode m, with its lease ending at
+// deadline: a standby applies its active's grants and extends this way.
+// When token is one of the key's grants already (an extend), only its
+// lease changes, whatever m says, and it keeps its owner. Otherwise the new
+// grant takes owner (empty: none); an exclusive grant (the zero Mode)
+// replaces every grant the key had, and a shared or semaphore grant joins
+// the key's group of that kind, replacing grants of another. The key's
+// queue, if any, is kept. It makes no answers and no records.
+func (s *Shard) Install(now int64, key []byte, token uint64, deadline int64, owner []byte, m Mode) error {
 	checkOwner(owner)
+	deadline = max(deadline, now)
 	h := hashKey(key)
-	l := s.locks.get(h, key)
-	if l == nil {
-		if s.locks.len() >= s.cfg.MaxKeys {
+	l, hd, ok := s.grantOf(h, key, token)
+	switch {
+	case ok && hd == nil:
+		s.leases.Reschedule(l, deadline)
+		return nil
+	case ok:
+		s.holderLeases.Reschedule(hd, deadline)
+		return nil
+	case l == nil:
+		if s.grants() >= s.cfg.MaxKeys {
 			return ErrTooManyKeys
 		}
-		l = s.newLock(key, owner)
+		l = s.newLock(key, nil)
 		s.locks.insert(h, l)
-	} else {
-		s.leases.Cancel(l)
-		if l.token != token {
-			l.setOwner(owner)
+	case m == (Mode{}) || l.mode == heldAlone || s.heldMode(l) != m:
+		s.dropAll(l)
+	}
+	s.tokens.Raise(token)
+	if m == (Mode{}) {
+		l.setOwner(owner)
+		l.granted, l.token = now, token
+		s.leases.Add(l, deadline)
+		return nil
+	}
+	g := s.groups[l]
+	if g == nil {
+		g = &group{slots: m.Slots}
+		s.groups[l] = g
+		l.mode = heldSemaphore
+		if m.Shared {
+			l.mode = heldShared
 		}
 	}
-	if l.token != token {
-		l.granted = now
-	}
-	l.token = token
-	s.tokens.Raise(token)
-	s.leases.Add(l, max(deadline, now))
+	s.holderLeases.Add(s.addHolder(l, g, token, now, owner), deadline)
 	return nil
 }
 
-// Drop ends the grant token of key, if it is still the holder: a standby
-// applies its active's releases and expiries this way. The key passes to its
-// head waiter, answered in out, as a release would; a standby has none. It
-// reports whether the grant was there.
+// Drop ends the grant token of key, if it is still one of its grants: a
+// standby applies its active's releases and expiries this way. The key
+// passes to its head waiters, answered in out, as a release would; a
+// standby has none. It reports whether the grant was there.
 func (s *Shard) Drop(now int64, key []byte, token uint64, out *Output) bool {
 	h := hashKey(key)
-	l := s.locks.get(h, key)
-	if l == nil || l.token != token {
+	l, hd, ok := s.grantOf(h, key, token)
+	if !ok {
 		return false
 	}
-	s.leases.Cancel(l)
-	s.handOff(now, now, h, l, out)
+	if hd == nil {
+		s.leases.Cancel(l)
+		l.token = 0
+	} else {
+		s.dropHolder(hd)
+	}
+	s.serve(now, now, h, l, out)
 	return true
 }
 
@@ -592,13 +785,12 @@ func (s *Shard) Reset(now int64) {
 	counters, gen := s.counters, s.gen
 	*s = *NewShard(s.cfg, s.tokens, now)
 	s.counters, s.gen = counters, gen+1
-	s.fireLease = s.expire // NewShard bound them to its own copy
-	s.fireWait = s.timeout
+	s.bind() // NewShard bound the callbacks to its own copy
 }
 
 // Timers returns how many leases and waits are running: while it is 0,
 // Advance has nothing to do.
-func (s *Shard) Timers() int { return s.leases.Len() + s.waits.Len() }
+func (s *Shard) Timers() int { return s.leases.Len() + s.holderLeases.Len() + s.waits.Len() }
 
 // Counters returns the shard's running totals.
 func (s *Shard) Counters() *Counters { return &s.counters }
@@ -606,13 +798,27 @@ func (s *Shard) Counters() *Counters { return &s.counters }
 // Stats reports how many keys are held and acquires queued.
 func (s *Shard) Stats() (keys, queued int) { return s.locks.len(), s.nqueue }
 
-// Holder reports key's current grant and its lease deadline.
+// Holders reports how many grants the shard holds, of each kind.
+func (s *Shard) Holders() (by [NumKinds]int) {
+	for _, g := range s.groups {
+		by[g.mode().Kind()] += int(g.n)
+	}
+	by[KindLock] = s.locks.len() - len(s.groups)
+	return by
+}
+
+// Holder reports key's current grant and its lease deadline; for a key
+// held by a group of grants, its oldest.
 func (s *Shard) Holder(key []byte) (token uint64, deadline int64, ok bool) {
 	l := s.locks.get(hashKey(key), key)
-	if l == nil {
+	switch {
+	case l == nil:
 		return 0, 0, false
+	case l.mode == heldAlone:
+		return l.token, l.lease.When(), true
 	}
-	return l.token, l.lease.When(), true
+	h := s.groups[l].first
+	return h.token, h.lease.When(), true
 }
 
 // Waiters returns the connections queued on key, head first.
@@ -631,10 +837,10 @@ func (s *Shard) Waiters(key []byte) []ConnID {
 	return out
 }
 
-// Each calls fn for every held key, in no particular order. fn must not
-// keep h's strings, nor call into the shard.
+// Each calls fn for every grant of every held key, in no particular order.
+// fn must not keep h's bytes, nor call into the shard.
 func (s *Shard) Each(fn func(h Held)) {
-	s.locks.each(func(l *lock) { fn(l.held()) })
+	s.locks.each(func(l *lock) { s.each(l, fn) })
 }
 
 // ShardOf maps key to one of n shards (FNV-1a).

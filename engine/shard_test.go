@@ -89,7 +89,7 @@ func (s *story) cancel(conn ConnID, key string) {
 
 func (s *story) disconnect(conn ConnID) {
 	s.t.Helper()
-	s.sh.Disconnect(conn)
+	s.sh.Disconnect(s.now, conn, &s.out)
 }
 
 // tick moves the clock on by d and lets the shard catch up.

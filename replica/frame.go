@@ -25,8 +25,14 @@
 //	B seq                       a snapshot of the state after record seq begins
 //	H key token remaining [owner]
 //	                            a held key in the snapshot
+//	K key token remaining limit [owner]
+//	                            a shared grant (limit 0) or a semaphore's
+//	                            (of limit) of a key in the snapshot
 //	Z                           the snapshot ends; records follow
 //	G seq key token remaining [owner]
+//	                            granted
+//	J seq key token remaining limit [owner]
+//	                            a shared grant (limit 0) or a semaphore's
 //	                            granted
 //	R seq key token             released
 //	E seq key token             lease ran out
@@ -41,8 +47,13 @@
 // active's (by the transit time), never before. owner is the grant's owner
 // as the client named it (wire.ValidOwner), absent when it named none; an
 // extend keeps the grant's owner. A standby of a version before owners
-// refuses a G or H with an owner (a bad frame) and copies the state afresh
-// in a loop until it is upgraded: upgrade standbys before the active.
+// refuses a G or H with an owner (a bad frame), and one before semaphores a
+// J or K, and copies the state afresh in a loop until it is upgraded:
+// upgrade standbys before the active. Plain locks' grants stay G and H, so
+// that a cluster that uses none of the newer kinds keeps the frames of
+// earlier versions.
+//
+// R, E and X name a grant by its token, whatever its kind.
 package replica
 
 import (
@@ -50,6 +61,7 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/kunci/kunci/engine"
 	"github.com/kunci/kunci/failover"
 	"github.com/kunci/kunci/wire"
 )
@@ -68,7 +80,9 @@ const (
 	Begin   Kind = 'B'
 	Holder  Kind = 'H'
 	End     Kind = 'Z'
+	Member  Kind = 'K'
 	Grant   Kind = 'G'
+	Join    Kind = 'J'
 	Release Kind = 'R'
 	Expire  Kind = 'E'
 	Extend  Kind = 'X'
@@ -87,7 +101,10 @@ type Frame struct {
 	Key       []byte
 	Token     uint64
 	Remaining int64  // ns
-	Owner     []byte // H and G: the grant's owner, nil for none
+	Owner     []byte // H, K, G and J: the grant's owner, nil for none
+	// Mode is a K or J grant's: a semaphore's limit, or shared. The zero
+	// Mode for every other frame.
+	Mode engine.Mode
 	// A heartbeat: From names its sender; Beat is what it says, but for
 	// Beat.Active, which is left empty: Active aliases the line (nil for
 	// "-").
@@ -211,6 +228,14 @@ func Parse(buf []byte, f *Frame) (n int, err error) {
 			if want(3) {
 				f.Key, f.Token, f.Remaining = args[0], num(args[1]), remaining(num(args[2]))
 			}
+		case Member:
+			if len(args) == 5 {
+				f.Owner, args = args[4], args[:4]
+			}
+			if want(4) {
+				f.Key, f.Token, f.Remaining = args[0], num(args[1]), remaining(num(args[2]))
+				f.Mode, ok = parseMode(args[3])
+			}
 		case End:
 			want(0)
 		case Grant, Extend:
@@ -219,6 +244,14 @@ func Parse(buf []byte, f *Frame) (n int, err error) {
 			}
 			if want(4) {
 				f.Seq, f.Key, f.Token, f.Remaining = num(args[0]), args[1], num(args[2]), remaining(num(args[3]))
+			}
+		case Join:
+			if len(args) == 6 {
+				f.Owner, args = args[5], args[:5]
+			}
+			if want(5) {
+				f.Seq, f.Key, f.Token, f.Remaining = num(args[0]), args[1], num(args[2]), remaining(num(args[3]))
+				f.Mode, ok = parseMode(args[4])
 			}
 		case Release, Expire:
 			if want(3) {
@@ -244,6 +277,20 @@ func Parse(buf []byte, f *Frame) (n int, err error) {
 		return n, ErrBadFrame
 	}
 	return n, nil
+}
+
+// parseMode parses a K or J frame's limit: 0 for shared grants, else a
+// semaphore's limit, at most 2^32−1. ok is false for anything else (and
+// stays false once it is).
+func parseMode(b []byte) (engine.Mode, bool) {
+	v, ok := parseUint(b)
+	if !ok || v > 1<<32-1 {
+		return engine.Mode{}, false
+	}
+	if v == 0 {
+		return engine.Mode{Shared: true}, true
+	}
+	return engine.Mode{Slots: uint32(v)}, true
 }
 
 func parseRole(b []byte) (failover.Role, bool) {
@@ -323,15 +370,24 @@ func AppendBegin(dst []byte, seq uint64) []byte {
 	return append(dst, '\n')
 }
 
-// AppendHolder appends a snapshot's held key; remaining is in ns, owner
-// "" for none.
-func AppendHolder(dst []byte, key []byte, token uint64, remaining int64, owner []byte) []byte {
-	dst = append(dst, "H "...)
+// AppendHolder appends a snapshot's grant of a held key: H, or K for a
+// grant of mode m other than the zero Mode; remaining is in ns, owner nil
+// for none.
+func AppendHolder(dst []byte, key []byte, token uint64, remaining int64, owner []byte, m engine.Mode) []byte {
+	if m == (engine.Mode{}) {
+		dst = append(dst, "H "...)
+	} else {
+		dst = append(dst, "K "...)
+	}
 	dst = append(dst, key...)
 	dst = append(dst, ' ')
 	dst = strconv.AppendUint(dst, token, 10)
 	dst = append(dst, ' ')
 	dst = strconv.AppendUint(dst, micros(remaining), 10)
+	if m != (engine.Mode{}) {
+		dst = append(dst, ' ')
+		dst = strconv.AppendUint(dst, uint64(m.Slots), 10)
+	}
 	if len(owner) > 0 {
 		dst = append(dst, ' ')
 		dst = append(dst, owner...)
@@ -343,19 +399,28 @@ func AppendHolder(dst []byte, key []byte, token uint64, remaining int64, owner [
 func AppendEnd(dst []byte) []byte { return append(dst, "Z\n"...) }
 
 // AppendRecord appends a record frame; remaining (ns) is used by Grant and
-// Extend, owner (nil for none) by Grant.
-func AppendRecord(dst []byte, k Kind, seq uint64, key []byte, token uint64, remaining int64, owner []byte) []byte {
+// Extend, owner (nil for none) and m by Grant: a grant of a mode other than
+// the zero Mode is written J.
+func AppendRecord(dst []byte, k Kind, seq uint64, key []byte, token uint64, remaining int64, owner []byte, m engine.Mode) []byte {
+	join := k == Grant && m != (engine.Mode{})
+	if join {
+		k = Join
+	}
 	dst = append(dst, byte(k), ' ')
 	dst = strconv.AppendUint(dst, seq, 10)
 	dst = append(dst, ' ')
 	dst = append(dst, key...)
 	dst = append(dst, ' ')
 	dst = strconv.AppendUint(dst, token, 10)
-	if k == Grant || k == Extend {
+	if k == Grant || k == Extend || join {
 		dst = append(dst, ' ')
 		dst = strconv.AppendUint(dst, micros(remaining), 10)
 	}
-	if k == Grant && len(owner) > 0 {
+	if join {
+		dst = append(dst, ' ')
+		dst = strconv.AppendUint(dst, uint64(m.Slots), 10)
+	}
+	if (k == Grant || join) && len(owner) > 0 {
 		dst = append(dst, ' ')
 		dst = append(dst, owner...)
 	}

@@ -14,13 +14,17 @@ func TestFramesRoundTrip(t *testing.T) {
 	b = AppendPeer(b, Sync)
 	b = AppendAck(b, 42)
 	b = AppendBegin(b, 5)
-	b = AppendHolder(b, []byte("k/1"), 3, 1500, nil) // 1.5 µs rounds up to 2
+	b = AppendHolder(b, []byte("k/1"), 3, 1500, nil, engine.Mode{}) // 1.5 µs rounds up to 2
 	b = AppendEnd(b)
-	b = AppendRecord(b, Grant, 6, []byte("k/2"), 4, 30e9, nil)
-	b = AppendRecord(b, Release, 7, []byte("k/2"), 4, 0, []byte("ignored"))
+	b = AppendRecord(b, Grant, 6, []byte("k/2"), 4, 30e9, nil, engine.Mode{})
+	b = AppendRecord(b, Release, 7, []byte("k/2"), 4, 0, []byte("ignored"), engine.Mode{Slots: 3})
 	b = AppendHandoff(b, 8, 7, 9, failover.Range{Lo: 1 << 20, Hi: 2 << 20})
-	b = AppendHolder(b, []byte("k/3"), 10, 1e9, []byte("web-3:4121"))
-	b = AppendRecord(b, Grant, 9, []byte("k/4"), 11, 1e9, []byte("batch-7"))
+	b = AppendHolder(b, []byte("k/3"), 10, 1e9, []byte("web-3:4121"), engine.Mode{})
+	b = AppendRecord(b, Grant, 9, []byte("k/4"), 11, 1e9, []byte("batch-7"), engine.Mode{})
+	b = AppendHolder(b, []byte("k/5"), 12, 1e9, nil, engine.Mode{Slots: 3})
+	b = AppendRecord(b, Grant, 10, []byte("k/6"), 13, 2e9, []byte("r"), engine.Mode{Shared: true})
+	b = AppendHolder(b, []byte("k/7"), 14, 1e9, []byte("w"), engine.Mode{Shared: true})
+	b = AppendRecord(b, Grant, 11, []byte("k/8"), 15, 1e9, nil, engine.Mode{Slots: 1 << 16})
 	var got []Frame
 	for len(b) > 0 {
 		var f Frame
@@ -54,6 +58,21 @@ func TestFramesRoundTrip(t *testing.T) {
 	if g := got[10]; g.Kind != Grant || string(g.Key) != "k/4" || g.Token != 11 || string(g.Owner) != "batch-7" {
 		t.Fatalf("grant with an owner %+v", g)
 	}
+	if k := got[11]; k.Kind != Member || string(k.Key) != "k/5" || k.Token != 12 || k.Mode != (engine.Mode{Slots: 3}) || k.Owner != nil {
+		t.Fatalf("semaphore holder %+v", k)
+	}
+	if j := got[12]; j.Kind != Join || j.Seq != 10 || string(j.Key) != "k/6" || j.Token != 13 || j.Remaining != 2e9 || !j.Mode.Shared || string(j.Owner) != "r" {
+		t.Fatalf("shared grant %+v", j)
+	}
+	if k := got[13]; k.Kind != Member || !k.Mode.Shared || string(k.Owner) != "w" {
+		t.Fatalf("shared holder %+v", k)
+	}
+	if j := got[14]; j.Kind != Join || j.Mode != (engine.Mode{Slots: 1 << 16}) {
+		t.Fatalf("semaphore grant %+v", j)
+	}
+	if got[6].Mode != (engine.Mode{}) || got[4].Mode != (engine.Mode{}) {
+		t.Fatalf("a mode on G or H: %+v %+v", got[6], got[4])
+	}
 	if len(got[4].Owner) != 0 || len(got[6].Owner) != 0 {
 		t.Fatalf("owners where none was given: %q %q", got[4].Owner, got[6].Owner)
 	}
@@ -66,6 +85,8 @@ func TestParseRefusesBadFrames(t *testing.T) {
 		"P H a x - 1 1 1 1 1 0 0\n", "P H a a - 1 1 1 1 2 0 0\n",
 		"G 1 k 1 1 o x\n", "G 1 k 1 1 " + string(make([]byte, 65)) + "\n", "X 1 k 1 1 o\n", "R 1 k 1 o\n",
 		"H k 1 1 o x\n", "H k 1 1 o\x01\n", "G 1 k 1 1 é\n",
+		"K k 1 1\n", "K k 1 1 x\n", "K k 1 1 -1\n", "K k 1 1 4294967296\n", "K k 1 1 2 o x\n",
+		"J 1 k 1 1\n", "J 1 k 1 1 2 o x\n", "J 1 k 1 1 y\n", "J 1 k 0 1 2\n", "K k 0 1 0\n",
 	} {
 		var f Frame
 		if _, err := Parse([]byte(line), &f); err == nil {

@@ -25,6 +25,10 @@ var frameSeeds = []string{
 	strings.Repeat("x", 600) + "\nZ\n",
 	"G 1 k 1 1",
 	"H orders/42 3145729 29999706 web-3:4121\n",
+	"K pool/db 3145729 29999706 3 web-3:4121\n",
+	"K doc/7 3145729 29999706 0\n",
+	"J 18 pool/db 3145730 30000000 3\n",
+	"J 18 doc/7 3145730 30000000 0 reader-1\n",
 	"G 18 orders/42 3145730 30000000 web-3:4121\n",
 	"G 18 orders/42 3145730 30000000 " + strings.Repeat("o", 65) + "\n",
 	"X 21 k 5 60000000 web-3\n",
@@ -128,7 +132,7 @@ func checkFrame(t *testing.T, f *Frame) {
 	if f.Remaining < 0 {
 		t.Fatalf("negative remaining %d", f.Remaining)
 	}
-	if f.Owner != nil && (f.Kind != Holder && f.Kind != Grant || len(f.Owner) == 0 || len(f.Owner) > 64 || bytes.ContainsAny(f.Owner, " \n")) {
+	if f.Owner != nil && (f.Kind != Holder && f.Kind != Grant && f.Kind != Member && f.Kind != Join || len(f.Owner) == 0 || len(f.Owner) > 64 || bytes.ContainsAny(f.Owner, " \n")) {
 		t.Fatalf("an owner %q on %c", f.Owner, f.Kind)
 	}
 }
@@ -149,14 +153,18 @@ func appendFrame(dst []byte, f *Frame) []byte {
 	switch f.Kind {
 	case Begin:
 		return AppendBegin(dst, f.Seq)
-	case Holder:
-		return AppendHolder(dst, f.Key, f.Token, f.Remaining, f.Owner)
+	case Holder, Member:
+		return AppendHolder(dst, f.Key, f.Token, f.Remaining, f.Owner, f.Mode)
 	case End:
 		return AppendEnd(dst)
 	case Handoff:
 		return AppendHandoff(dst, f.Seq, f.Inc, f.HB, f.Range)
 	}
-	return AppendRecord(dst, f.Kind, f.Seq, f.Key, f.Token, f.Remaining, f.Owner)
+	kind := f.Kind
+	if kind == Join {
+		kind = Grant // AppendRecord writes a grant with a mode as J
+	}
+	return AppendRecord(dst, kind, f.Seq, f.Key, f.Token, f.Remaining, f.Owner, f.Mode)
 }
 
 // FuzzHandshake feeds arbitrary lines to both sides of the handshake: no

@@ -98,7 +98,7 @@ func (h *Hub) Records(now int64, out *engine.Output) uint64 {
 		case engine.RecordExtend:
 			k = Extend
 		}
-		enc = AppendRecord(enc, k, h.seq, out.RecordKey(r), r.Token, r.Deadline-now, out.RecordOwner(r))
+		enc = AppendRecord(enc, k, h.seq, out.RecordKey(r), r.Token, r.Deadline-now, out.RecordOwner(r), r.Mode())
 	}
 	h.enc = enc
 	h.queueLocked(enc)

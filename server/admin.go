@@ -64,6 +64,9 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 
 var (
 	descGrants      = desc("grants_total", "Locks granted, at once or by FIFO handoff.")
+	descGrantsBy    = desc("grants_by_kind_total", "Grants by kind: lock (exclusive), shared (read grants of a read-write lock), semaphore.", "kind")
+	descQueuedBy    = desc("queued_by_kind_total", "Acquires that queued for their grant, by kind (lock, shared, semaphore).", "kind")
+	descHolders     = desc("holders", "Grants held now, by kind (lock, shared, semaphore).", "kind")
 	descReleases    = desc("releases_total", "Release requests, by result (ok, stale).", "result")
 	descExtends     = desc("extends_total", "Extend requests, by result (ok, stale).", "result")
 	descExpiries    = desc("expiries_total", "Leases that ran out before a release: a sign of dead or paused holders.")
@@ -114,6 +117,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	counter(descGrants, e.Grants)
+	for k := range engine.NumKinds {
+		kind := engine.Kind(k).String()
+		counter(descGrantsBy, e.GrantsBy[k], kind)
+		counter(descQueuedBy, e.QueuedBy[k], kind)
+		gauge(descHolders, float64(m.Holders[k]), kind)
+	}
+	for i, err := range engine.KindRefusals {
+		counter(descErrors, e.KindRefused[i], wire.Reason(err))
+	}
 	counter(descReleases, e.Releases, "ok")
 	counter(descReleases, e.StaleReleases, "stale")
 	counter(descExtends, e.Extends, "ok")

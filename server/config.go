@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/kunci/kunci/wire"
 )
 
 // Config is a node's configuration. Zero fields take the defaults below.
@@ -20,6 +22,7 @@ type Config struct {
 	MaxWait    time.Duration // longest wait a client may ask for
 	MaxConns   int           // client connections at once
 	MaxWaiters int           // queued acquires of one key
+	MaxHolders int           // grants of one key at once: the highest semaphore limit, the most shared grants
 	MaxKeys    int           // keys held at once, node-wide (split evenly over shards)
 	MaxQueued  int           // queued acquires node-wide (split evenly over shards)
 	// Tick is how often lease and wait deadlines are checked.
@@ -132,6 +135,8 @@ const (
 	DefaultMaxWait     = 86400 * time.Second
 	DefaultMaxConns    = 10000
 	DefaultMaxWaiters  = 4096
+	DefaultMaxHolders  = wire.DefaultMaxHolders
+	maxHolders         = 1 << 16 // MaxHolders's ceiling: a listing or snapshot chunk holds a key's grants together
 	DefaultMaxKeys     = 4_000_000
 	DefaultMaxQueued   = 1_000_000
 	DefaultTick        = 2 * time.Millisecond
@@ -191,6 +196,9 @@ func (c *Config) setDefaults() error {
 	if c.MaxWaiters == 0 {
 		c.MaxWaiters = DefaultMaxWaiters
 	}
+	if c.MaxHolders == 0 {
+		c.MaxHolders = DefaultMaxHolders
+	}
 	if c.MaxKeys == 0 {
 		c.MaxKeys = DefaultMaxKeys
 	}
@@ -231,8 +239,10 @@ func (c *Config) setDefaults() error {
 		return errors.New("server: shards out of range 1..4096")
 	case c.MaxLease < time.Millisecond || c.MaxWait < time.Millisecond:
 		return errors.New("server: max lease and max wait must be at least 1ms")
-	case c.MaxConns < 1 || c.MaxWaiters < 1 || c.MaxKeys < 1 || c.MaxQueued < 1 || c.MaxConnsPerIP < 1:
+	case c.MaxConns < 1 || c.MaxWaiters < 1 || c.MaxKeys < 1 || c.MaxQueued < 1 || c.MaxConnsPerIP < 1 || c.MaxHolders < 1:
 		return errors.New("server: limits must be positive")
+	case c.MaxHolders > maxHolders:
+		return fmt.Errorf("server: max holders %d over %d", c.MaxHolders, maxHolders)
 	case c.IdleTimeout < 0:
 		return errors.New("server: idle timeout must not be negative (0: none)")
 	case c.AuthFailureDelay < 0 || c.AuthFailureDelay > time.Minute:

@@ -131,18 +131,20 @@ func (t *connTable) init(max, reserve, reservePerSource int) {
 
 // add registers c as a client, or returns nil when the clients' slots are
 // full.
-func (t *connTable) add(c gnet.Conn) *conn {
-	return t.take(c, "")
+func (t *connTable) add(c gnet.Conn, lp *loop) *conn {
+	return t.take(c, "", lp)
 }
 
 // addProbation registers c, from the remote host source, into the reserve,
 // or returns nil when that is full too or holds reservePerSource from
 // source already.
-func (t *connTable) addProbation(c gnet.Conn, source string) *conn {
-	return t.take(c, source)
+func (t *connTable) addProbation(c gnet.Conn, source string, lp *loop) *conn {
+	return t.take(c, source, lp)
 }
 
-func (t *connTable) take(c gnet.Conn, source string) *conn {
+// take registers c, served by lp. The conn is whole before the table
+// publishes it: other loops read it from the table (wakeClients, say).
+func (t *connTable) take(c gnet.Conn, source string, lp *loop) *conn {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	probation := source != ""
@@ -159,7 +161,7 @@ func (t *connTable) take(c gnet.Conn, source string) *conn {
 	slot := t.free[len(t.free)-1]
 	t.free = t.free[:len(t.free)-1]
 	t.gens[slot]++
-	cs := &conn{id: engine.ConnID(uint64(t.gens[slot])<<32 | uint64(slot+1)), c: c, probation: probation}
+	cs := &conn{id: engine.ConnID(uint64(t.gens[slot])<<32 | uint64(slot+1)), c: c, lp: lp, probation: probation}
 	if probation {
 		cs.source = source
 	}

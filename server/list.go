@@ -13,11 +13,15 @@ import (
 	"github.com/kunci/kunci/wire"
 )
 
-// Holding is a held key's grant as a node sees it.
+// Holding is a held key's grant as a node sees it: for a key held by
+// several grants (a semaphore's, or shared ones), its oldest, with the
+// tokens of all of them.
 type Holding struct {
 	Token     uint64
 	Remaining time.Duration // lease left
 	Owner     string        // "" when the grant has none
+	Mode      engine.Mode   // the zero Mode for a key held by one exclusive grant
+	Tokens    []uint64      // every grant's token, oldest first, for a key with a Mode
 }
 
 // Holders returns every held key with its grant: on a standby, its copy of
@@ -30,7 +34,17 @@ func (n *Node) Holders() map[string]Holding {
 		b.mu.Lock()
 		now := n.now()
 		b.sh.Each(func(h engine.Held) {
-			out[string(h.Key)] = Holding{Token: h.Token, Remaining: time.Duration(h.Deadline - now), Owner: string(h.Owner)}
+			k := string(h.Key)
+			if hd, ok := out[k]; ok {
+				hd.Tokens = append(hd.Tokens, h.Token)
+				out[k] = hd
+				return
+			}
+			hd := Holding{Token: h.Token, Remaining: time.Duration(h.Deadline - now), Owner: string(h.Owner), Mode: h.Mode}
+			if h.Mode != (engine.Mode{}) {
+				hd.Tokens = []uint64{h.Token}
+			}
+			out[k] = hd
 		})
 		b.mu.Unlock()
 	}
@@ -195,7 +209,7 @@ func (lp *loop) stepList(cs *conn) {
 }
 
 func appendListed(dst []byte, h *engine.Held, leftMs int64) []byte {
-	return wire.AppendListed(dst, h.Key, h.Token, leftMs, uint64(h.Waiters), h.Owner)
+	return wire.AppendListed(dst, h.Key, h.Token, leftMs, uint64(h.Waiters), h.Owner, wireGroup(h.Mode, h.Holders))
 }
 
 // waitList keeps cs for the ticker, which resumes its listing once its
@@ -281,6 +295,7 @@ const (
 //
 //	{"role":"active","locks":[
 //	{"key":"orders/42","token":7,"lease_left_ms":28140,"waiters":2,"owner":"web-3:4121"},
+//	{"key":"pool/db","token":9,"lease_left_ms":1200,"waiters":0,"holders":2,"limit":3},
 //	…
 //	],"count":2,"more":false}
 //
@@ -332,6 +347,16 @@ func (n *Node) serveLocks(w http.ResponseWriter, r *http.Request) {
 		if len(h.Owner) > 0 {
 			dst = append(dst, `,"owner":`...)
 			dst = appendJSONString(dst, h.Owner)
+		}
+		if h.Mode != (engine.Mode{}) {
+			dst = append(dst, `,"holders":`...)
+			dst = strconv.AppendInt(dst, int64(h.Holders), 10)
+			if h.Mode.Shared {
+				dst = append(dst, `,"mode":"shared"`...)
+			} else {
+				dst = append(dst, `,"limit":`...)
+				dst = strconv.AppendUint(dst, uint64(h.Mode.Slots), 10)
+			}
 		}
 		return append(dst, '}')
 	}

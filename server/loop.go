@@ -29,6 +29,7 @@ type loop struct {
 	// leaseTooLong and waitTooLong are the refusals naming the node's
 	// maximum (refusal), made once.
 	leaseTooLong, waitTooLong string
+	limitTooHigh              string // likewise for a semaphore's limit over MaxHolders
 
 	batch  []request
 	order  []int32
@@ -102,8 +103,9 @@ type request struct {
 	shard  int32
 	key    []byte
 	owner  []byte // A: the grant's owner, nil for none
-	lease  int64  // ns
-	wait   int64  // ns
+	mode   engine.Mode
+	lease  int64 // ns
+	wait   int64 // ns
 	token  uint64
 	err    error
 	echoOp []byte
@@ -120,6 +122,7 @@ func newLoop(n *Node, el gnet.EventLoop) *loop {
 	lp.heldTask = gnet.RunnableFunc(lp.runHeld)
 	lp.leaseTooLong = wire.Reason(wire.ErrLeaseTooLong) + " (max " + seconds(n.cfg.MaxLease) + ")"
 	lp.waitTooLong = wire.Reason(wire.ErrWaitTooLong) + " (max " + seconds(n.cfg.MaxWait) + ")"
+	lp.limitTooHigh = wire.Reason(wire.ErrLimitTooHigh) + " (max " + strconv.Itoa(n.cfg.MaxHolders) + ")"
 	return lp
 }
 
@@ -291,6 +294,7 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 	default:
 		r := request{
 			op: req.Op, key: req.Key, owner: req.Owner, token: req.Token,
+			mode:  engine.Mode{Slots: req.Slots, Shared: req.Shared},
 			lease: req.Lease * ms, wait: req.Wait * ms, // NoWait stays negative: a try
 		}
 		if req.Op == wire.OpAcquire {
@@ -422,7 +426,7 @@ func (lp *loop) apply(sh *engine.Shard, cs *conn, r *request, now int64) {
 		cs.out = wire.AppendTimeout(cs.out, r.key)
 		lp.markDirty(cs)
 	case r.op == wire.OpAcquire:
-		sh.AcquireBy(now, cs.id, r.key, r.owner, r.lease, r.wait, out)
+		sh.AcquireMode(now, cs.id, r.key, r.owner, r.mode, r.lease, r.wait, out)
 	case r.op == wire.OpRelease:
 		sh.Release(now, cs.id, r.key, r.token, out)
 	case r.op == wire.OpExtend:
@@ -496,7 +500,7 @@ func appendAnswer(dst []byte, out *engine.Output, a *engine.Answer, now int64) [
 	case engine.Refused:
 		return wire.AppendError(dst, opAcquire, key, wire.Reason(a.Err))
 	case engine.Inspected:
-		return wire.AppendInspected(dst, key, a.Token, ceilMs(a.Deadline-now), uint64(a.Waiters), out.Owner(a))
+		return wire.AppendInspected(dst, key, a.Token, ceilMs(a.Deadline-now), uint64(a.Waiters), out.Owner(a), wireGroup(out.Group(a)))
 	case engine.InspectedFree:
 		return wire.AppendFree(dst, key)
 	}
@@ -504,6 +508,14 @@ func appendAnswer(dst []byte, out *engine.Output, a *engine.Answer, now int64) [
 }
 
 var opAcquire = []byte{'A'}
+
+// wireGroup is the wire's account of a key's kind and grants.
+func wireGroup(m engine.Mode, holders int) wire.Group {
+	if m == (engine.Mode{}) {
+		return wire.Group{}
+	}
+	return wire.Group{Holders: uint32(holders), Slots: m.Slots, Shared: m.Shared}
+}
 
 // refusal is the reason an E line gives for err: the protocol's text, and
 // for a lease or a wait over the node's maximum, that maximum in seconds
@@ -515,6 +527,8 @@ func (lp *loop) refusal(err error) string {
 		return lp.leaseTooLong
 	case wire.ErrWaitTooLong:
 		return lp.waitTooLong
+	case wire.ErrLimitTooHigh:
+		return lp.limitTooHigh
 	}
 	return wire.Reason(err)
 }

@@ -15,6 +15,7 @@ var refusalReasons = [...]error{
 	wire.ErrMissingField, wire.ErrTooManyFields, wire.ErrBadLease,
 	wire.ErrLeaseTooLong, wire.ErrBadWait, wire.ErrWaitTooLong, wire.ErrBadToken,
 	wire.ErrBadName, wire.ErrBadSecret, wire.ErrBadOwner, wire.ErrBadLimit, wire.ErrBadPrefix,
+	wire.ErrLimitTooHigh, wire.ErrBadMode,
 	errTooManyConns, errPeerUnauthorized, errTooManyFromSource, errIdle, errAuthTimeout,
 	errAuthRequired, errBadCredentials, errAuthThrottled, errKeyForbidden, errRevoked, errAuthenticated,
 }
@@ -36,13 +37,14 @@ func (r *refusals) count(err error) {
 
 // Metrics is a snapshot of a node's counters and gauges.
 type Metrics struct {
-	Engine    engine.Counters   // summed over shards
-	Refused   map[string]uint64 // protocol refusals by reason, engine's excluded
-	Keys      int               // keys held
-	Queued    int               // acquires queued
-	Conns     int               // client connections
-	LastToken uint64            // the latest token issued
-	Role      string            // "active" or "standby"
+	Engine    engine.Counters      // summed over shards
+	Refused   map[string]uint64    // protocol refusals by reason, engine's excluded
+	Keys      int                  // keys held
+	Holders   [engine.NumKinds]int // grants held, by engine.Kind
+	Queued    int                  // acquires queued
+	Conns     int                  // client connections
+	LastToken uint64               // the latest token issued
+	Role      string               // "active" or "standby"
 	// SlowClosed counts connections closed because they did not read
 	// their answers.
 	SlowClosed uint64
@@ -107,6 +109,9 @@ func (n *Node) Metrics() Metrics {
 		b.mu.Lock()
 		m.Engine.Add(b.sh.Counters())
 		k, q := b.sh.Stats()
+		for kind, v := range b.sh.Holders() {
+			m.Holders[kind] += v
+		}
 		b.mu.Unlock()
 		m.Keys += k
 		m.Queued += q

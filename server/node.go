@@ -120,8 +120,9 @@ func New(cfg Config) (*Node, error) {
 		run:   running{booted: make(chan struct{}), done: make(chan struct{}), loopsUp: make(chan struct{})},
 		tick:  tickState{stop: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{})},
 		limits: wire.Limits{
-			MaxLease: cfg.MaxLease.Milliseconds(),
-			MaxWait:  cfg.MaxWait.Milliseconds(),
+			MaxLease:   cfg.MaxLease.Milliseconds(),
+			MaxWait:    cfg.MaxWait.Milliseconds(),
+			MaxHolders: uint32(cfg.MaxHolders),
 		},
 		peers: peerState{log: loglimit.Limiter{Interval: 10 * time.Second}},
 	}
@@ -180,6 +181,7 @@ func New(cfg Config) (*Node, error) {
 		MaxKeys:    per(cfg.MaxKeys),
 		MaxWaiters: cfg.MaxWaiters,
 		MaxQueued:  per(cfg.MaxQueued),
+		MaxHolders: cfg.MaxHolders,
 	}
 	n.shards = make([]shardBox, cfg.Shards)
 	for i := range n.shards {

@@ -319,11 +319,11 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 			return false, n.dropPeer(pc, "too many events")
 		}
 		return false, gnet.None
-	case replica.Holder:
+	case replica.Holder, replica.Member:
 		if !pc.inSnap {
 			return false, gnet.Close
 		}
-		pc.install(f.Key, f.Token, f.Remaining, f.Owner)
+		pc.install(f.Key, f.Token, f.Remaining, f.Owner, f.Mode)
 		return false, gnet.None
 	case replica.End:
 		if !pc.inSnap {
@@ -354,8 +354,8 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 	}
 	pc.seq = f.Seq
 	switch f.Kind {
-	case replica.Grant, replica.Extend:
-		pc.install(f.Key, f.Token, f.Remaining, f.Owner)
+	case replica.Grant, replica.Join, replica.Extend:
+		pc.install(f.Key, f.Token, f.Remaining, f.Owner, f.Mode)
 	case replica.Release, replica.Expire:
 		b := pc.lockShard(f.Key)
 		b.sh.Drop(pc.now, f.Key, f.Token, &pc.rout)
@@ -364,11 +364,11 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 	return true, gnet.None
 }
 
-// install makes token the holder of key on this standby; a new grant takes
-// owner (nil: none), an extend keeps the grant's.
-func (pc *peerConn) install(key []byte, token uint64, remaining int64, owner []byte) {
+// install makes token a grant of key, of mode m, on this standby; a new
+// grant takes owner (nil: none), an extend keeps the grant's.
+func (pc *peerConn) install(key []byte, token uint64, remaining int64, owner []byte, m engine.Mode) {
 	b := pc.lockShard(key)
-	if err := b.sh.Install(pc.now, key, token, pc.now+remaining, owner); err != nil {
+	if err := b.sh.Install(pc.now, key, token, pc.now+remaining, owner, m); err != nil {
 		pc.n.log.Error().Err(err).Msg("cannot hold a replicated grant")
 	}
 }

@@ -20,6 +20,7 @@ func TestProtocolDocNamesEveryReason(t *testing.T) {
 	}
 	reasons := []error{
 		engine.ErrTooManyKeys, engine.ErrTooManyWaiters, engine.ErrAlreadyQueued, engine.ErrStorageUnavailable,
+		engine.ErrHeldAsLock, engine.ErrHeldAsSemaphore, engine.ErrLimitDiffers,
 		replica.ErrBadHandshake, replica.ErrUnknownPeer, replica.ErrNoCommonKey, replica.ErrNeedsKey,
 		replica.ErrNoKey, replica.ErrBadProof, errNotCluster,
 	}

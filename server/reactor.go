@@ -109,6 +109,7 @@ func (r reactor) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 // and h its handshake's outcome (nil for TCP).
 func (n *Node) openClient(c gnet.Conn, h *handoff) ([]byte, gnet.Action) {
 	now := n.now()
+	lp := n.loopOf(c.EventLoop())
 	src := sourceOf(c.RemoteAddr())
 	var cs *conn
 	var identity string
@@ -122,7 +123,7 @@ func (n *Node) openClient(c gnet.Conn, h *handoff) ([]byte, gnet.Action) {
 		perSource = n.gate.sources.open(src, now)
 	}
 	if perSource {
-		if cs = n.conns.add(c); cs == nil {
+		if cs = n.conns.add(c, lp); cs == nil {
 			n.gate.sources.close(src, now)
 			perSource = false
 		}
@@ -130,7 +131,7 @@ func (n *Node) openClient(c gnet.Conn, h *handoff) ([]byte, gnet.Action) {
 	if cs == nil && n.cl != nil {
 		// Every client slot is taken, or every one its source may have:
 		// a peer may still come in.
-		cs = n.conns.addProbation(c, hostOf(c.RemoteAddr()))
+		cs = n.conns.addProbation(c, hostOf(c.RemoteAddr()), lp)
 	}
 	if cs == nil {
 		if n.gate.sources.full(src) {
@@ -140,7 +141,6 @@ func (n *Node) openClient(c gnet.Conn, h *handoff) ([]byte, gnet.Action) {
 		n.refused.count(errTooManyConns)
 		return []byte("E - - too many connections\n"), gnet.Close
 	}
-	cs.lp = n.loopOf(c.EventLoop())
 	cs.openedAt = now
 	// The kernel's send buffer is memory the budget does not see, and
 	// Linux lets it grow to megabytes for a client that does not read.
@@ -198,10 +198,15 @@ func (r reactor) OnClose(c gnet.Conn, _ error) gnet.Action {
 		n.gate.sources.close(cs.src, n.now())
 	}
 	if cs.acquired {
+		// Withdrawing the head of a queue of shared grants may grant the
+		// acquires behind it: their answers go out from this loop.
+		now := n.now()
 		for i := range n.shards {
 			b := &n.shards[i]
 			b.mu.Lock()
-			b.sh.Disconnect(cs.id)
+			b.sh.Disconnect(now, cs.id, &cs.lp.out)
+			cs.lp.deliver(nil)
+			n.noteTimers(b)
 			b.mu.Unlock()
 		}
 	}

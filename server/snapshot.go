@@ -105,7 +105,7 @@ func (n *Node) sendSnapshot(pc *peerConn) {
 		now := n.now()
 		buf := sn.buf[:0]
 		done := b.sh.Scan(&sn.cur, snapshotChunk, func(h engine.Held) {
-			buf = replica.AppendHolder(buf, h.Key, h.Token, h.Deadline-now, h.Owner)
+			buf = replica.AppendHolder(buf, h.Key, h.Token, h.Deadline-now, h.Owner, h.Mode)
 		})
 		b.mu.Unlock()
 		if done {

@@ -1,5 +1,7 @@
 package wire
 
+import "bytes"
+
 // Answer is one parsed answer line, for clients. Which fields are set
 // depends on Kind; the others are zero. Key, Op, Text, Role, Self, Active
 // and Owner alias the buffer given to ParseAnswer and are valid only until
@@ -16,10 +18,12 @@ type Answer struct {
 	Role, Self, Active []byte // I; Active is nil for "-"
 
 	// Q and H: what is left of the grant's lease, in milliseconds; the
-	// acquires queued behind it; its owner (nil when it has none).
+	// acquires queued behind it; its owner (nil when it has none); and, for
+	// a key with several holders, how many and of what kind.
 	Left    int64
 	Waiters uint64
 	Owner   []byte
+	Group   Group
 	// L, the end of a listing: how many H lines it had, and whether the
 	// limit cut it short with more held keys left unlisted.
 	Count uint64
@@ -170,9 +174,23 @@ func ParseAnswer(buf []byte, a *Answer) (n int, err error) {
 	return n, ErrBadAnswer
 }
 
+// Group is what a Q or H answer says of a key held by a semaphore's or
+// shared grants: "holders=N" and "limit=N" or "mode=shared". The zero Group
+// is a key held by one exclusive grant (a plain lock), which says neither.
+type Group struct {
+	Holders uint32 // the key's grants
+	Slots   uint32 // a semaphore's limit; 0 for a lock
+	Shared  bool   // the grants are shared (read) grants of a lock
+}
+
+// Multi reports whether g describes a key with several possible holders
+// (a semaphore, or shared grants), rather than a plain lock.
+func (g Group) Multi() bool { return g.Slots > 0 || g.Shared }
+
 // parseHolding parses the fields of a Q or H answer after the key: "token
-// left waiters", then name=value fields, of which owner= is the owner and
-// the others are skipped (fields a newer node may add).
+// left waiters", then name=value fields, of which owner=, holders=, limit=
+// and mode= are read and the others are skipped (fields a newer node may
+// add).
 func parseHolding(b []byte, a *Answer) bool {
 	token, ok, end := scanToken(b)
 	if !ok || end == len(b) {
@@ -198,6 +216,20 @@ func parseHolding(b []byte, a *Answer) bool {
 				return false
 			}
 			a.Owner = f[len(ownerField):]
+		case bytes.HasPrefix(f, []byte(holdersField)):
+			n, ok := parseUint32(f[len(holdersField):])
+			if !ok {
+				return false
+			}
+			a.Group.Holders = n
+		case bytes.HasPrefix(f, []byte(limitField)):
+			n, ok := parseUint32(f[len(limitField):])
+			if !ok || n == 0 {
+				return false
+			}
+			a.Group.Slots = n
+		case bytes.HasPrefix(f, []byte(modeField)):
+			a.Group.Shared = string(f[len(modeField):]) == "shared"
 		case !isNameValue(f):
 			return false
 		}
@@ -206,7 +238,25 @@ func parseHolding(b []byte, a *Answer) bool {
 		}
 		rest = rest[1+len(f):]
 	}
+	switch g := &a.Group; {
+	case g.Slots > 0 && g.Shared:
+		return false // no node says both
+	case !g.Multi():
+		*g = Group{} // holders= alone says nothing
+	}
 	return true
+}
+
+// holdersField is a Q or H answer's count of the key's grants.
+const holdersField = "holders="
+
+// parseUint32 parses a whole field as a decimal from 0 to 2^32−1.
+func parseUint32(b []byte) (uint32, bool) {
+	n, ok, end := scanCount(b)
+	if !ok || end != len(b) || n > 1<<32-1 {
+		return 0, false
+	}
+	return uint32(n), true
 }
 
 // isNameValue reports whether f is a name=value field: key bytes, with an
@@ -304,11 +354,11 @@ func appendOutcome(dst []byte, kind byte, key []byte, ok bool, not string) []byt
 }
 
 // AppendInspected appends the answer "Q key token left waiters", with
-// " owner=OWNER" when owner is not empty: key is held under the grant
-// token, whose lease ends in leftMs milliseconds, with waiters acquires
-// queued behind it.
-func AppendInspected(dst, key []byte, token uint64, leftMs int64, waiters uint64, owner []byte) []byte {
-	return appendHolding(dst, 'Q', key, token, leftMs, waiters, owner)
+// " owner=OWNER" when owner is not empty, then g's fields when g.Multi: key
+// is held under the grant token, whose lease ends in leftMs milliseconds,
+// with waiters acquires queued behind it.
+func AppendInspected(dst, key []byte, token uint64, leftMs int64, waiters uint64, owner []byte, g Group) []byte {
+	return appendHolding(dst, 'Q', key, token, leftMs, waiters, owner, g)
 }
 
 // AppendFree appends the answer "Q key FREE": nobody holds key (and so
@@ -319,13 +369,14 @@ func AppendFree(dst, key []byte) []byte {
 	return append(dst, " FREE\n"...)
 }
 
-// AppendListed appends a listing's line for one held key, "H key token
-// left waiters [owner=OWNER]": the fields of AppendInspected.
-func AppendListed(dst, key []byte, token uint64, leftMs int64, waiters uint64, owner []byte) []byte {
-	return appendHolding(dst, 'H', key, token, leftMs, waiters, owner)
+// AppendListed appends a listing's line for one grant of a held key, "H
+// key token left waiters [owner=OWNER] [group]": the fields of
+// AppendInspected.
+func AppendListed(dst, key []byte, token uint64, leftMs int64, waiters uint64, owner []byte, g Group) []byte {
+	return appendHolding(dst, 'H', key, token, leftMs, waiters, owner, g)
 }
 
-func appendHolding(dst []byte, kind byte, key []byte, token uint64, leftMs int64, waiters uint64, owner []byte) []byte {
+func appendHolding(dst []byte, kind byte, key []byte, token uint64, leftMs int64, waiters uint64, owner []byte, g Group) []byte {
 	dst = append(dst, kind, ' ')
 	dst = append(dst, key...)
 	dst = append(dst, ' ')
@@ -334,7 +385,18 @@ func appendHolding(dst []byte, kind byte, key []byte, token uint64, leftMs int64
 	dst = AppendSeconds(dst, max(leftMs, 0))
 	dst = append(dst, ' ')
 	dst = appendUint(dst, waiters)
-	return appendOwnerEnd(dst, owner)
+	dst = appendOwnerEnd(dst, owner)
+	if !g.Multi() {
+		return dst
+	}
+	dst = append(dst[:len(dst)-1], " "+holdersField...)
+	dst = appendUint(dst, uint64(g.Holders))
+	if g.Slots > 0 {
+		dst = append(dst, " "+limitField...)
+		dst = appendUint(dst, uint64(g.Slots))
+		return append(dst, '\n')
+	}
+	return append(dst, " "+modeField+"shared\n"...)
 }
 
 // AppendListEnd appends the last line of a listing, "L count", or "L count

@@ -16,8 +16,8 @@ type ansResult struct {
 
 func (r ansResult) String() string {
 	a := r.a
-	return fmt.Sprintf("n=%d err=%v kind=%q key=%q token=%d ok=%v op=%q text=%q role=%q self=%q active=%q left=%d waiters=%d owner=%q count=%d more=%v",
-		r.n, r.err, a.Kind, a.Key, a.Token, a.OK, a.Op, a.Text, a.Role, a.Self, a.Active, a.Left, a.Waiters, a.Owner, a.Count, a.More)
+	return fmt.Sprintf("n=%d err=%v kind=%q key=%q token=%d ok=%v op=%q text=%q role=%q self=%q active=%q left=%d waiters=%d owner=%q group=%+v count=%d more=%v",
+		r.n, r.err, a.Kind, a.Key, a.Token, a.OK, a.Op, a.Text, a.Role, a.Self, a.Active, a.Left, a.Waiters, a.Owner, a.Group, a.Count, a.More)
 }
 
 func detachAnswer(n int, err error, a *Answer) ansResult {
@@ -36,7 +36,7 @@ func equalAnswer(a, b *Answer) bool {
 	eq := func(x, y []byte) bool { return bytes.Equal(x, y) && (x == nil) == (y == nil) }
 	return a.Kind == b.Kind && a.Token == b.Token && a.OK == b.OK && eq(a.Key, b.Key) && eq(a.Op, b.Op) &&
 		eq(a.Text, b.Text) && eq(a.Role, b.Role) && eq(a.Self, b.Self) && eq(a.Active, b.Active) &&
-		a.Left == b.Left && a.Waiters == b.Waiters && eq(a.Owner, b.Owner) && a.Count == b.Count && a.More == b.More
+		a.Left == b.Left && a.Waiters == b.Waiters && eq(a.Owner, b.Owner) && a.Group == b.Group && a.Count == b.Count && a.More == b.More
 }
 
 func equalAnsResult(a, b ansResult) bool {
@@ -169,10 +169,13 @@ func TestAnswerEncoders(t *testing.T) {
 		{string(AppendRedirect(nil, "node1:7070")), "M node1:7070\n"},
 		{string(AppendRedirect(nil, "")), "M -\n"},
 		{string(AppendAuthOK(nil)), "U OK\n"},
-		{string(AppendInspected(nil, k, 7, 28140, 2, nil)), "Q orders/42 7 28.14 2\n"},
-		{string(AppendInspected(nil, k, 7, -5, 0, b("web-3:4121"))), "Q orders/42 7 0 0 owner=web-3:4121\n"},
+		{string(AppendInspected(nil, k, 7, 28140, 2, nil, Group{})), "Q orders/42 7 28.14 2\n"},
+		{string(AppendInspected(nil, k, 7, -5, 0, b("web-3:4121"), Group{})), "Q orders/42 7 0 0 owner=web-3:4121\n"},
 		{string(AppendFree(nil, k)), "Q orders/42 FREE\n"},
-		{string(AppendListed(nil, k, 1, 1, 4096, b("a"))), "H orders/42 1 0.001 4096 owner=a\n"},
+		{string(AppendListed(nil, k, 1, 1, 4096, b("a"), Group{})), "H orders/42 1 0.001 4096 owner=a\n"},
+		{string(AppendInspected(nil, k, 7, 1000, 1, nil, Group{Holders: 2, Slots: 3})), "Q orders/42 7 1 1 holders=2 limit=3\n"},
+		{string(AppendListed(nil, k, 7, 1000, 0, b("a"), Group{Holders: 5, Shared: true})), "H orders/42 7 1 0 owner=a holders=5 mode=shared\n"},
+		{string(AppendListed(nil, k, 7, 1000, 0, nil, Group{Holders: 5})), "H orders/42 7 1 0\n"},
 		{string(AppendListEnd(nil, 0, false)), "L 0\n"},
 		{string(AppendListEnd(nil, 100, true)), "L 100 more\n"},
 		{string(AppendError(nil, []byte("A"), k, "too many fields")), "E A orders/42 too many fields\n"},
@@ -251,9 +254,9 @@ func appendAnswer(dst []byte, a *Answer) []byte {
 		if a.Token == 0 {
 			return AppendFree(dst, a.Key)
 		}
-		return AppendInspected(dst, a.Key, a.Token, a.Left, a.Waiters, a.Owner)
+		return AppendInspected(dst, a.Key, a.Token, a.Left, a.Waiters, a.Owner, a.Group)
 	case 'H':
-		return AppendListed(dst, a.Key, a.Token, a.Left, a.Waiters, a.Owner)
+		return AppendListed(dst, a.Key, a.Token, a.Left, a.Waiters, a.Owner, a.Group)
 	case 'L':
 		return AppendListEnd(dst, a.Count, a.More)
 	}
@@ -294,9 +297,9 @@ func TestEncoderAllocs(t *testing.T) {
 		"AppendCancel":       func() { dst = AppendCancel(dst[:0], k) },
 		"AppendInfoRequest":  func() { dst = AppendInfoRequest(dst[:0]) },
 		"AppendSeconds":      func() { dst = AppendSeconds(dst[:0], 86399999) },
-		"AppendInspected":    func() { dst = AppendInspected(dst[:0], k, 1001, 28140, 2, k) },
+		"AppendInspected":    func() { dst = AppendInspected(dst[:0], k, 1001, 28140, 2, k, Group{Holders: 3, Slots: 4}) },
 		"AppendFree":         func() { dst = AppendFree(dst[:0], k) },
-		"AppendListed":       func() { dst = AppendListed(dst[:0], k, 1001, 28140, 2, nil) },
+		"AppendListed":       func() { dst = AppendListed(dst[:0], k, 1001, 28140, 2, nil, Group{Holders: 2, Shared: true}) },
 		"AppendListEnd":      func() { dst = AppendListEnd(dst[:0], 1000, true) },
 		"AppendAcquireOwner": func() { dst = AppendAcquireOwner(dst[:0], k, k, 30000, NoWait) },
 		"AppendInspect":      func() { dst = AppendInspect(dst[:0], k) },

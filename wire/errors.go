@@ -46,8 +46,14 @@ var (
 	// empty, longer than MaxOwner bytes, or holds a byte outside
 	// 0x21–0x7E.
 	ErrBadOwner = errors.New("wire: bad owner")
-	// ErrBadLimit: L's limit is not a decimal count of 0 to 2^64−1.
+	// ErrBadLimit: L's limit is not a decimal count of 0 to 2^64−1, or an
+	// acquire's limit=N has an N that is not a decimal from 1 to 2^32−1.
 	ErrBadLimit = errors.New("wire: bad limit")
+	// ErrLimitTooHigh: an acquire's limit=N is above Limits.MaxHolders.
+	ErrLimitTooHigh = errors.New("wire: limit too high")
+	// ErrBadMode: an acquire's mode=MODE is neither "shared" nor
+	// "exclusive", or comes with limit=N.
+	ErrBadMode = errors.New("wire: bad mode")
 	// ErrBadPrefix: L's prefix breaks the rules of a key.
 	ErrBadPrefix = errors.New("wire: bad prefix")
 )

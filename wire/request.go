@@ -19,8 +19,17 @@ const MaxOwner = 64
 // field is "-", and it is answered at once, granted or T (a try-lock).
 const NoWait = -1
 
-// ownerField starts an acquire's optional owner field, "owner=VALUE".
-const ownerField = "owner="
+// The optional fields of an acquire, after its wait: "owner=VALUE",
+// "limit=N", "mode=MODE".
+const (
+	ownerField = "owner="
+	limitField = "limit="
+	modeField  = "mode="
+)
+
+// DefaultMaxHolders is Limits.MaxHolders's default: the highest semaphore
+// limit, and the most shared grants of one key at once.
+const DefaultMaxHolders = 1024
 
 // maxEchoOp is the longest op field that a refusal echoes.
 const maxEchoOp = 16
@@ -78,6 +87,13 @@ type Request struct {
 	// Owner is an acquire's optional owner ("owner=VALUE" on the wire):
 	// 1 to MaxOwner bytes in 0x21–0x7E, nil when the acquire has none.
 	Owner []byte
+	// Slots is a semaphore acquire's limit ("limit=N"): the key has at
+	// most Slots holders; 0 for a lock. Shared is a lock acquire's
+	// "mode=shared", the read side of a read-write lock; an exclusive
+	// acquire ("mode=exclusive", or no mode) leaves it false. At most one
+	// of them is set.
+	Slots  uint32
+	Shared bool
 
 	// Limit and Prefix are a listing's (L): at most Limit held keys (0:
 	// no limit) whose keys start with Prefix (nil: every key).
@@ -98,11 +114,12 @@ type Request struct {
 	EchoOp, EchoKey []byte
 }
 
-// Limits are a node's maxima for lease and wait, in milliseconds. A zero
-// field means the protocol default, 86400 s. The zero Limits, and a nil
-// *Limits, are the defaults.
+// Limits are a node's maxima for lease and wait, in milliseconds, and for
+// a semaphore's limit. A zero field means the protocol default: 86400 s,
+// DefaultMaxHolders. The zero Limits, and a nil *Limits, are the defaults.
 type Limits struct {
 	MaxLease, MaxWait int64
+	MaxHolders        uint32
 }
 
 // ParseRequest parses the first line of buf into *req, which it overwrites
@@ -217,15 +234,9 @@ func ParseRequest(buf []byte, lim *Limits, req *Request) (n int, err error) {
 		}
 		rest = rest[end+1:]
 		wait, waitOK, end := scanWait(rest)
-		var owner []byte
-		if end < len(rest) {
-			// A fourth field is an owner, or one field too many.
-			var extra bool
-			owner, _, extra = cut(rest[end+1:])
-			if extra || len(owner) < len(ownerField) || string(owner[:len(ownerField)]) != ownerField {
-				return n, ErrTooManyFields
-			}
-			owner = owner[len(ownerField):]
+		var opt acquireOptions
+		if end < len(rest) && !opt.cut(rest[end+1:]) {
+			return n, ErrTooManyFields
 		}
 		if req.Lease, err = checkLease(lease, leaseOK, lim); err != nil {
 			return n, err
@@ -233,11 +244,8 @@ func ParseRequest(buf []byte, lim *Limits, req *Request) (n int, err error) {
 		if req.Wait, err = checkWait(wait, waitOK, lim); err != nil {
 			return n, err
 		}
-		if owner != nil {
-			if !ValidOwner(owner) {
-				return n, ErrBadOwner
-			}
-			req.Owner = owner
+		if err = opt.check(req, lim); err != nil {
+			return n, err
 		}
 	case OpExtend:
 		if !more {
@@ -261,6 +269,84 @@ func ParseRequest(buf []byte, lim *Limits, req *Request) (n int, err error) {
 		}
 	}
 	return n, nil
+}
+
+// acquireOptions are the optional fields of an acquire after its wait, as
+// cut from the line: f[optOwner], f[optLimit], f[optMode], each nil when
+// absent, else its value after "name="; order lists them in line order, so
+// that their faults are reported left to right.
+type acquireOptions struct {
+	f     [3][]byte
+	order [3]uint8
+	n     int
+}
+
+const (
+	optOwner = iota
+	optLimit
+	optMode
+)
+
+var optNames = [...]string{optOwner: ownerField, optLimit: limitField, optMode: modeField}
+
+// cut splits rest, the fields after an acquire's wait, into o. It reports
+// false for one field too many: more than three, a field that is none of
+// owner=, limit=, mode=, or one of them twice.
+func (o *acquireOptions) cut(rest []byte) bool {
+	for more := true; more; {
+		var f []byte
+		f, rest, more = cut(rest)
+		i := 0
+		for i < len(optNames) && !bytes.HasPrefix(f, []byte(optNames[i])) {
+			i++
+		}
+		if i == len(optNames) || o.f[i] != nil {
+			return false
+		}
+		o.f[i] = f[len(optNames[i]):] // not nil, even when empty
+		o.order[o.n] = uint8(i)
+		o.n++
+	}
+	return true
+}
+
+// check validates the fields o holds, left to right, into req.
+func (o *acquireOptions) check(req *Request, lim *Limits) error {
+	for _, i := range o.order[:o.n] {
+		v := o.f[i]
+		switch i {
+		case optOwner:
+			if !ValidOwner(v) {
+				return ErrBadOwner
+			}
+			req.Owner = v
+		case optLimit:
+			n, ok, end := scanCount(v)
+			if !ok || end != len(v) || n == 0 || n > 1<<32-1 {
+				return ErrBadLimit
+			}
+			max := uint64(DefaultMaxHolders)
+			if lim != nil && lim.MaxHolders != 0 {
+				max = uint64(lim.MaxHolders)
+			}
+			if n > max {
+				return ErrLimitTooHigh
+			}
+			req.Slots = uint32(n)
+		case optMode:
+			switch string(v) {
+			case "shared":
+				req.Shared = true
+			case "exclusive":
+			default:
+				return ErrBadMode
+			}
+		}
+	}
+	if o.f[optLimit] != nil && o.f[optMode] != nil {
+		return ErrBadMode
+	}
+	return nil
 }
 
 // parseList finishes an L line, "L limit [prefix]", whose limit field (the
@@ -451,6 +537,23 @@ func AppendAcquireOwner[T Text](dst []byte, key, owner T, leaseMs, waitMs int64)
 	dst = append(dst, ' ')
 	dst = AppendWait(dst, waitMs)
 	return appendOwnerEnd(dst, owner)
+}
+
+// AppendAcquireMode appends AppendAcquireOwner's line with the acquire's
+// kind after the owner: " limit=SLOTS" for a semaphore (slots > 0), or
+// " mode=shared" for a shared acquire; with slots 0 and shared false, it is
+// AppendAcquireOwner's line. slots and shared must not both be set.
+func AppendAcquireMode[T Text](dst []byte, key, owner T, leaseMs, waitMs int64, slots uint32, shared bool) []byte {
+	dst = AppendAcquireOwner(dst, key, owner, leaseMs, waitMs)
+	switch {
+	case slots > 0:
+		dst = append(dst[:len(dst)-1], " "+limitField...)
+		dst = appendUint(dst, uint64(slots))
+		dst = append(dst, '\n')
+	case shared:
+		dst = append(dst[:len(dst)-1], " "+modeField+"shared\n"...)
+	}
+	return dst
 }
 
 // appendOwnerEnd ends a line that may name an owner: " owner=OWNER" when

@@ -19,6 +19,8 @@ type reqWant struct {
 	name   string // U
 	secret string // U
 	owner  string // A
+	slots  uint32 // A
+	shared bool   // A
 	limit  uint64 // L
 	prefix string // L
 	e      string // for a refusal: the E line AppendRefusal writes
@@ -64,6 +66,13 @@ func TestParseRequestValid(t *testing.T) {
 		{"A k 30 - owner=x\n", reqWant{op: OpAcquire, key: "k", lease: 30000, wait: NoWait, owner: "x"}},
 		{"A k 1 0 owner=" + strings.Repeat("o", MaxOwner) + "\r\n", reqWant{op: OpAcquire, key: "k", lease: 1000, owner: strings.Repeat("o", MaxOwner)}},
 		{"A k 1 0 owner=owner=!~\n", reqWant{op: OpAcquire, key: "k", lease: 1000, owner: "owner=!~"}},
+		// Semaphores and shared grants.
+		{"A k 30 0 limit=3\n", reqWant{op: OpAcquire, key: "k", lease: 30000, slots: 3}},
+		{"A k 30 - limit=1024 owner=w\n", reqWant{op: OpAcquire, key: "k", lease: 30000, wait: NoWait, slots: 1024, owner: "w"}},
+		{"A k 30 5 owner=w limit=007\r\n", reqWant{op: OpAcquire, key: "k", lease: 30000, wait: 5000, slots: 7, owner: "w"}},
+		{"A k 30 0 mode=shared\n", reqWant{op: OpAcquire, key: "k", lease: 30000, shared: true}},
+		{"A k 30 0 mode=shared owner=r\n", reqWant{op: OpAcquire, key: "k", lease: 30000, shared: true, owner: "r"}},
+		{"A k 30 0 mode=exclusive\n", reqWant{op: OpAcquire, key: "k", lease: 30000}},
 		// Inspect.
 		{"Q orders/42\n", reqWant{op: OpInspect, key: "orders/42"}},
 		{"Q k\r\n", reqWant{op: OpInspect, key: "k"}},
@@ -211,6 +220,28 @@ func TestParseRequestRefusals(t *testing.T) {
 		{"A k 30 0 who=a\n", "E A k too many fields"},
 		{"A k 30 0 \n", "E A k too many fields"},
 		{"A k 30 0 owner=\n", "E A k bad owner"},
+		{"A k 30 0 limit=0\n", "E A k bad limit"},
+		{"A k 30 0 limit=\n", "E A k bad limit"},
+		{"A k 30 0 limit=-1\n", "E A k bad limit"},
+		{"A k 30 0 limit=+2\n", "E A k bad limit"},
+		{"A k 30 0 limit=2x\n", "E A k bad limit"},
+		{"A k 30 0 limit=4294967296\n", "E A k bad limit"},
+		{"A k 30 0 limit=1025\n", "E A k limit too high"},
+		{"A k 30 0 limit=99999999999999999999\n", "E A k bad limit"},
+		{"A k 30 0 mode=\n", "E A k bad mode"},
+		{"A k 30 0 mode=read\n", "E A k bad mode"},
+		{"A k 30 0 mode=Shared\n", "E A k bad mode"},
+		{"A k 30 0 limit=2 mode=shared\n", "E A k bad mode"},
+		{"A k 30 0 mode=exclusive limit=2\n", "E A k bad mode"},
+		{"A k 30 0 limit=0 mode=read\n", "E A k bad limit"},
+		{"A k 30 0 mode=read limit=0\n", "E A k bad mode"},
+		{"A k 30 0 owner= limit=0\n", "E A k bad owner"},
+		{"A k 30 0 limit=2 limit=2\n", "E A k too many fields"},
+		{"A k 30 0 mode=shared mode=shared\n", "E A k too many fields"},
+		{"A k 30 0 owner=a owner=a\n", "E A k too many fields"},
+		{"A k 30 0 owner=a limit=2 mode=shared x\n", "E A k too many fields"},
+		{"A k 30 0 kind=sem\n", "E A k too many fields"},
+		{"A k 0 0 limit=0\n", "E A k bad lease"},
 		{"A k 30 0 owner=" + strings.Repeat("o", MaxOwner+1) + "\n", "E A k bad owner"},
 		{"A k 30 0 owner=é\n", "E A k bad owner"},
 		{"A k 30 0 owner=a\x01\n", "E A k bad owner"},
@@ -293,7 +324,7 @@ func checkRequest(t *testing.T, in string, lim *Limits, want reqWant) {
 	if req.Op != want.op || string(req.Key) != want.key || req.Lease != want.lease ||
 		req.Wait != want.wait || req.Token != want.token ||
 		string(req.Name) != want.name || string(req.Secret) != want.secret ||
-		string(req.Owner) != want.owner || req.Limit != want.limit || string(req.Prefix) != want.prefix {
+		string(req.Owner) != want.owner || req.Slots != want.slots || req.Shared != want.shared || req.Limit != want.limit || string(req.Prefix) != want.prefix {
 		t.Errorf("%q: got %v %q lease %d wait %d token %d owner %q limit %d prefix %q, want %+v", in,
 			req.Op, req.Key, req.Lease, req.Wait, req.Token, req.Owner, req.Limit, req.Prefix, want)
 	}
@@ -415,9 +446,9 @@ type reqResult struct {
 }
 
 func (r reqResult) String() string {
-	return fmt.Sprintf("n=%d err=%v op=%q key=%q lease=%d wait=%d token=%d name=%q secret=%q owner=%q limit=%d prefix=%q echo=%q/%q",
+	return fmt.Sprintf("n=%d err=%v op=%q key=%q lease=%d wait=%d token=%d name=%q secret=%q owner=%q slots=%d shared=%v limit=%d prefix=%q echo=%q/%q",
 		r.n, r.err, byte(r.req.Op), r.req.Key, r.req.Lease, r.req.Wait, r.req.Token, r.req.Name, r.req.Secret,
-		r.req.Owner, r.req.Limit, r.req.Prefix, r.req.EchoOp, r.req.EchoKey)
+		r.req.Owner, r.req.Slots, r.req.Shared, r.req.Limit, r.req.Prefix, r.req.EchoOp, r.req.EchoKey)
 }
 
 func detach(n int, err error, req *Request) reqResult {
@@ -616,6 +647,9 @@ func TestRequestEncoders(t *testing.T) {
 		{string(AppendAuth(nil, []byte("app"), []byte("s3cret"))), "U app s3cret\n"},
 		{string(AppendAcquire(nil, k, 30000, NoWait)), "A orders/42 30 -\n"},
 		{string(AppendAcquireOwner(nil, k, []byte("web-3:4121"), 30000, 0)), "A orders/42 30 0 owner=web-3:4121\n"},
+		{string(AppendAcquireMode(nil, k, []byte("w"), 30000, 0, 3, false)), "A orders/42 30 0 owner=w limit=3\n"},
+		{string(AppendAcquireMode(nil, k, nil, 30000, NoWait, 0, true)), "A orders/42 30 - mode=shared\n"},
+		{string(AppendAcquireMode(nil, k, nil, 30000, 1, 0, false)), "A orders/42 30 0.001\n"},
 		{string(AppendAcquireOwner(nil, k, nil, 30000, NoWait)), "A orders/42 30 -\n"},
 		{string(AppendWait(nil, 1500)), "1.5"},
 		{string(AppendInspect(nil, k)), "Q orders/42\n"},
