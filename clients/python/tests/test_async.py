@@ -172,6 +172,50 @@ class Async(NodeCase):
 
         self.run_async(main())
 
+    def test_cancelled_semaphore_and_writer_are_withdrawn(self) -> None:
+        n = self.node()
+
+        async def main() -> None:
+            async with kunci.AsyncClient([n.addr]) as a, kunci.AsyncClient([n.addr]) as b:
+
+                async def queued(key: str, want: int) -> None:
+                    for _ in range(1000):
+                        if (await a.inspect(key)).waiters == want:
+                            return
+                        await asyncio.sleep(0.01)
+                    self.fail("%s: never %d waiting" % (key, want))
+
+                # A semaphore's queued acquire, cancelled: withdrawn (C), so
+                # the holder's release leaves the key free.
+                sem = await a.acquire("pool", lease=30, wait=5, limit=1)
+                t = asyncio.ensure_future(b.acquire("pool", lease=30, wait=20, limit=1))
+                await queued("pool", 1)
+                t.cancel()
+                with self.assertRaises(asyncio.CancelledError):
+                    await t
+                await queued("pool", 0)
+                await sem.release()
+                self.assertFalse((await a.inspect("pool")).held)
+                # A writer queued behind a reader keeps new readers out;
+                # cancelled, it lets them in again.
+                r = await a.acquire("doc", lease=30, wait=5, shared=True)
+                w = asyncio.ensure_future(b.acquire("doc", lease=30, wait=20))
+                await queued("doc", 1)
+                self.assertIsNone(await a.try_acquire("doc", lease=30, shared=True))
+                w.cancel()
+                with self.assertRaises(asyncio.CancelledError):
+                    await w
+                await queued("doc", 0)
+                r2 = await a.try_acquire("doc", lease=30, shared=True)
+                self.assertIsNotNone(r2, "a reader kept out by a withdrawn writer")
+                assert r2 is not None
+                self.assertEqual((await a.inspect("doc")).holders, 2)
+                await r.release()
+                await r2.release()
+                self.assertFalse((await a.inspect("doc")).held)
+
+        self.run_async(main())
+
     def test_grant_and_cancel_in_one_turn_is_released(self) -> None:
         """A busy loop reads an acquire's grant and runs the caller's
         timeout (asyncio.timeout's timer: it cancels the task) in the same
