@@ -14,6 +14,7 @@ MAX_LINE = 512
 MAX_KEY = 250
 MAX_OWNER = 64
 MAX_U64 = (1 << 64) - 1
+MAX_SEMAPHORE_LIMIT = (1 << 32) - 1  # the form's; the node's --max-holders is lower
 # Seconds whose count of milliseconds overflows a signed 64-bit integer
 # are invalid on the wire.
 _MAX_MS = (1 << 63) - 1
@@ -123,7 +124,8 @@ def kind_field(limit: int | None, shared: bool) -> bytes:
     """Return an acquire's kind field: b"limit=N" for a semaphore of at most
     limit holders, b"mode=shared" for a shared grant of a read-write lock,
     b"" for the plain (exclusive) lock. Raise ValueError for both at once or
-    a limit below 1 (the node checks the highest, its --max-holders)."""
+    a limit out of the protocol's 1 to 2**32-1 (the node refuses one over its
+    --max-holders, default 1024: "limit too high")."""
     if limit is None:
         if not isinstance(shared, bool):
             raise TypeError(f"kunci: shared must be a bool, not {type(shared).__name__}")
@@ -132,8 +134,8 @@ def kind_field(limit: int | None, shared: bool) -> bytes:
         raise TypeError(f"kunci: limit must be an int, not {type(limit).__name__}")
     if shared:
         raise ValueError("kunci: limit= (a semaphore) and shared=True (a read-write lock) cannot go together")
-    if not 1 <= limit <= MAX_U64:
-        raise ValueError(f"kunci: a semaphore's limit must be 1 or more (got {limit})")
+    if not 1 <= limit <= MAX_SEMAPHORE_LIMIT:
+        raise ValueError(f"kunci: a semaphore's limit must be from 1 to 2**32-1 (got {limit})")
     return b"limit=%d" % limit
 
 

@@ -113,6 +113,9 @@ class Async(NodeCase):
                 with self.assertRaises(kunci.Refused) as cm:
                     await b.acquire("pool", lease=30, wait=1, shared=True)
                 self.assertEqual(cm.exception.reason, "key held as a semaphore")
+                with self.assertRaises(kunci.Refused) as cm:
+                    await b.acquire("big", lease=30, wait=1, limit=5000)
+                self.assertEqual(cm.exception.reason, "limit too high (max 1024)")
                 # A third waits in a run-under-lock block until a place is
                 # free; its grant ended behind its back is signalled lost.
                 token = 0

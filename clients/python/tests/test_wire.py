@@ -59,9 +59,10 @@ class Validation(unittest.TestCase):
         self.assertEqual(wire.kind_field(None, True), b"mode=shared")
         self.assertEqual(wire.kind_field(1, False), b"limit=1")
         self.assertEqual(wire.kind_field(1024, False), b"limit=1024")
+        self.assertEqual(wire.kind_field(2**32 - 1, False), b"limit=4294967295")
         for limit, shared, want in (
-            (2, True, "cannot go together"), (0, False, "1 or more"), (-3, False, "1 or more"),
-            (2**64, False, "1 or more"),
+            (2, True, "cannot go together"), (0, False, "from 1 to"), (-3, False, "from 1 to"),
+            (2**32, False, "from 1 to"),
         ):
             with self.assertRaises(ValueError, msg=repr((limit, shared))) as cm:
                 wire.kind_field(limit, shared)
