@@ -17,7 +17,8 @@ follows.
   out in one write, which makes the next connection current (client.go).
 - Answers are matched to the oldest outstanding request with the same op and
   key; a connection has at most one acquire of a key outstanding, later
-  acquirers of the key wait their turn in a gate (conn.go).
+  acquirers of the key wait their turn in a gate (conn.go); a try goes to a
+  connection without one, "held" at once when none is left.
 - Every operation goes through _Core.route with a retry policy: a broken
   connection fails the request over to the next, a redirect follows the
   connection, no usable connection waits for one to come up while the
@@ -864,6 +865,20 @@ class _Core:
                 return cn
         return None
 
+    def free_for(self, kb: bytes, cn: _Conn) -> _Conn:
+        """The connection for a try of kb: cn, or, when cn has an acquire of
+        kb outstanding (where the try is answered "held" without asking),
+        the next usable one without. With room in a semaphore or a shared
+        key, the outstanding acquire and the try may both be granted."""
+        if not cn.key_busy(kb):
+            return cn
+        n = len(self.conns)
+        for i in range(1, n):
+            o = self.conns[(cn.idx + i) % n]
+            if o.usable and not o.key_busy(kb):
+                return o
+        return cn
+
     def no_connection(self, cause: object) -> Unavailable:
         msg = "kunci: no node answered"
         if cause is not None and cause is not _NOT_UP.cause:
@@ -971,6 +986,8 @@ class _Core:
         until = p.deadline
 
         async def send(cn: _Conn) -> Result:
+            if try_:
+                cn = self.free_for(kb, cn)
             return await cn.acquire(kb, lms, until, try_, kind)
 
         return self.granted(await self.route(p, send), key, kb, lms, try_)

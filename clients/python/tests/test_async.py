@@ -175,6 +175,27 @@ class Async(NodeCase):
 
         self.run_async(main())
 
+    def test_try_beside_an_acquire_of_the_key(self) -> None:
+        """A try made in the turn an acquire of the same key was sent (both on
+        the current connection, which may carry one acquire of a key at a
+        time) goes on the other connection: with room left in a semaphore,
+        or a shared key, both are granted (it was answered "held")."""
+        n = self.node()
+
+        async def main() -> None:
+            async with kunci.AsyncClient([n.addr]) as c:
+                for key, kind in (("pool", {"limit": 3}), ("doc", {"shared": True})):
+                    t1 = asyncio.ensure_future(c.acquire(key, 30, 5, **kind))  # type: ignore[arg-type]
+                    t2 = asyncio.ensure_future(c.try_acquire(key, 30, **kind))  # type: ignore[arg-type]
+                    first, tried = await t1, await t2
+                    self.assertIsNotNone(tried, "%s: a try beside an acquire answered held" % key)
+                    assert tried is not None
+                    self.assertEqual((await c.inspect(key)).holders, 2)
+                    await first.release()
+                    await tried.release()
+
+        self.run_async(main())
+
     def test_cancelled_semaphore_and_writer_are_withdrawn(self) -> None:
         n = self.node()
 
