@@ -317,34 +317,64 @@ func (l *Lock) Token() uint64 { return l.token }
 // error is ErrNoConnection, saying so; with wait 0 it keeps trying until
 // ctx ends. If ctx ends first, the queued acquire is cancelled on the node
 // (and a grant that raced the cancel is released); the error is then
-// ctx.Err().
+// ctx.Err(). Acquire is AcquireMode with the exclusive mode.
 func (c *Client) Acquire(ctx context.Context, key string, lease, wait time.Duration) (*Lock, error) {
+	return c.AcquireMode(ctx, key, Exclusive, lease, wait)
+}
+
+// AcquireMode is Acquire for a grant of the given mode: Exclusive (as
+// Acquire), Shared (a read grant of a read-write lock) or Semaphore(n) (one
+// of at most n holders). Acquires of a key queue in one FIFO line whatever
+// their modes; a shared or semaphore acquire is granted at once only when
+// nobody waits ahead of it. A mode the wire cannot carry (a semaphore limit
+// below 1 or above MaxSemaphoreLimit) is refused before anything is sent;
+// an acquire of a key held as another kind, or as a semaphore of another
+// limit, is refused by the node (a *RefusedError, see Mode).
+func (c *Client) AcquireMode(ctx context.Context, key string, mode Mode, lease, wait time.Duration) (*Lock, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
 	if lease <= 0 || wait < 0 {
 		return nil, fmt.Errorf("clientlib: lease must be > 0 and wait >= 0 (lease %v, wait %v)", lease, wait)
 	}
-	return c.acquire(ctx, key, lease, wait, false)
+	if err := mode.check(); err != nil {
+		return nil, err
+	}
+	return c.acquire(ctx, key, mode, lease, wait, false)
 }
 
 // TryAcquire acquires key if nobody holds it, without waiting: the node
 // answers at once ("A key lease -"), and while another holds the key, or
 // an acquire of it by this client is outstanding, the error is ErrBusy.
 // The lock, like Acquire's, ends by itself lease after the grant unless
-// released or extended.
+// released or extended. TryAcquire is TryAcquireMode with the exclusive
+// mode.
 func (c *Client) TryAcquire(ctx context.Context, key string, lease time.Duration) (*Lock, error) {
+	return c.TryAcquireMode(ctx, key, Exclusive, lease)
+}
+
+// TryAcquireMode is TryAcquire for a grant of the given mode (see
+// AcquireMode): granted only when it would be granted at once — a shared
+// grant while the key is free or held shared with nobody queued, a
+// semaphore grant while the key has fewer holders than its limit and
+// nobody queued — and ErrBusy otherwise, or while an acquire of key by
+// this client is outstanding on the connection it would go on.
+func (c *Client) TryAcquireMode(ctx context.Context, key string, mode Mode, lease time.Duration) (*Lock, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
 	}
 	if lease <= 0 {
 		return nil, fmt.Errorf("clientlib: lease must be > 0 (got %v)", lease)
 	}
-	return c.acquire(ctx, key, lease, 0, true)
+	if err := mode.check(); err != nil {
+		return nil, err
+	}
+	return c.acquire(ctx, key, mode, lease, 0, true)
 }
 
-// acquire is Acquire, or TryAcquire when try is set (wait is then 0).
-func (c *Client) acquire(ctx context.Context, key string, lease, wait time.Duration, try bool) (*Lock, error) {
+// acquire is AcquireMode, or TryAcquireMode when try is set (wait is then
+// 0).
+func (c *Client) acquire(ctx context.Context, key string, mode Mode, lease, wait time.Duration, try bool) (*Lock, error) {
 	// A failover elects a new active meanwhile: try again while the wait
 	// lasts, or with no bound until ctx ends. A try has no window.
 	var p retryPolicy
@@ -357,7 +387,7 @@ func (c *Client) acquire(ctx context.Context, key string, lease, wait time.Durat
 	}
 	leaseMs := ceilMs(lease)
 	r, err := c.route(ctx, p, func(cn *conn) (result, error) {
-		r, err := cn.acquire(ctx, key, leaseMs, p.deadline, try)
+		r, err := cn.acquire(ctx, key, mode, leaseMs, p.deadline, try)
 		if err == nil && r.kind == kindBroken && r.err == errWaitOver {
 			return r, errTryAgainLater
 		}
@@ -380,13 +410,13 @@ func (c *Client) acquire(ctx context.Context, key string, lease, wait time.Durat
 	return nil, r.err // 'E'
 }
 
-// acquire sends one acquire on cn, first waiting its turn behind an
+// acquire sends one acquire of mode on cn, first waiting its turn behind an
 // acquire of the same key already outstanding on cn. It is sent with the
 // wait left until deadline (zero: no bound), or as a try ("-"): a try has
 // no turn to wait for, and is answered T at once while an acquire of key is
 // outstanding on cn (the key is held, by this client or the one it waits
 // for).
-func (cn *conn) acquire(ctx context.Context, key string, leaseMs int64, deadline time.Time, try bool) (result, error) {
+func (cn *conn) acquire(ctx context.Context, key string, mode Mode, leaseMs int64, deadline time.Time, try bool) (result, error) {
 	cn.mu.Lock()
 	if cn.link.nc == nil {
 		cn.mu.Unlock()
@@ -443,7 +473,10 @@ func (cn *conn) acquire(ctx context.Context, key string, leaseMs int64, deadline
 	}
 	c := getCall('A', key)
 	owner := cn.cl.cfg.Owner
-	return cn.sendAwait(ctx, c, gen, func(b []byte) []byte { return wire.AppendAcquireOwner(b, key, owner, leaseMs, waitMs) },
+	slots, shared := mode.fields()
+	return cn.sendAwait(ctx, c, gen, func(b []byte) []byte {
+		return wire.AppendAcquireMode(b, key, owner, leaseMs, waitMs, slots, shared)
+	},
 		func() (result, error) { return cn.cancel(ctx, c, gen) })
 }
 

@@ -424,7 +424,7 @@ func (cn *conn) dispatch(a *wire.Answer) bool {
 	}
 	r := result{kind: a.Kind, ok: a.OK, token: a.Token, at: cn.pend.readAt}
 	if a.Kind == 'Q' {
-		r.hold = Holder{Token: a.Token, Left: time.Duration(a.Left) * time.Millisecond, Waiters: int(a.Waiters), Owner: string(a.Owner)}
+		r.hold = holder(a)
 	}
 	if a.Kind == 'E' {
 		r.err = &RefusedError{Op: string(a.Op), Key: c.key, Reason: string(a.Text)}

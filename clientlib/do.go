@@ -77,9 +77,17 @@ func (l *Lock) endLocked() {
 // fn's work may then have overlapped another holder's. A release that
 // fails otherwise (no node reachable for ReleaseRetry) is joined too; the
 // grant then ends with its lease. The release is made even when ctx has
-// ended.
+// ended. Do is DoMode with the exclusive mode.
 func (c *Client) Do(ctx context.Context, key string, lease, wait time.Duration, fn func(ctx context.Context, l *Lock) error) error {
-	l, err := c.Acquire(ctx, key, lease, wait)
+	return c.DoMode(ctx, key, Exclusive, lease, wait, fn)
+}
+
+// DoMode is Do for a grant of the given mode (see AcquireMode): fn runs
+// while holding a shared grant of a read-write lock, or one of a
+// semaphore's grants, kept alive, its context ending the moment that grant
+// is lost, and released when fn returns.
+func (c *Client) DoMode(ctx context.Context, key string, mode Mode, lease, wait time.Duration, fn func(ctx context.Context, l *Lock) error) error {
+	l, err := c.AcquireMode(ctx, key, mode, lease, wait)
 	if err != nil {
 		return err
 	}

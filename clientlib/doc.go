@@ -28,5 +28,12 @@
 // client's grants for operators (kunci inspect, kunci locks), and
 // Config.Logger takes a *slog.Logger.
 //
+// Besides the plain (exclusive) lock, a key can be a counting semaphore or
+// a read-write lock: AcquireMode, TryAcquireMode and DoMode take a Mode,
+// Semaphore(n) for one of at most n holders, or Shared for a read grant
+// (the plain lock of the same key being its write side). Each such grant
+// has its own token and lease, and its Lock is released, extended, kept
+// alive and watched (Done) like any other.
+//
 // All methods of Client and Lock are safe for concurrent use.
 package clientlib

@@ -271,3 +271,82 @@ func ExampleLock_Done() {
 	// Output:
 	// the lease ran out: stop writing
 }
+
+// A counting semaphore: at most two holders of pool/payments at once, each
+// with a grant, a token and a lease of its own.
+func ExampleClient_AcquireMode() {
+	addr, stop := startExampleNode()
+	defer stop()
+
+	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+
+	ctx := context.Background()
+	pool := clientlib.Semaphore(2) // every acquirer of the key names the same limit
+	first, err := c.AcquireMode(ctx, "pool/payments", pool, 30*time.Second, 5*time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	second, err := c.AcquireMode(ctx, "pool/payments", pool, 30*time.Second, 5*time.Second)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("two holders, tokens rising:", second.Token() > first.Token())
+	_, err = c.TryAcquireMode(ctx, "pool/payments", pool, 30*time.Second)
+	fmt.Println("a third:", err)
+	h, _ := c.Inspect(ctx, "pool/payments")
+	fmt.Println("holders:", h.Holders, "mode:", h.Mode())
+
+	// A key is one kind at a time: a plain lock of it is refused.
+	_, err = c.Acquire(ctx, "pool/payments", 30*time.Second, time.Second)
+	var refused *clientlib.RefusedError
+	if errors.As(err, &refused) {
+		fmt.Println("refused:", refused.Reason)
+	}
+	_ = first.Release(ctx)
+	_ = second.Release(ctx)
+	// Output:
+	// two holders, tokens rising: true
+	// a third: clientlib: key is held
+	// holders: 2 mode: limit=2
+	// refused: key held as a semaphore
+}
+
+// Readers of a read-write lock hold it together; a writer (the plain,
+// exclusive mode) waits until none is left.
+func ExampleClient_DoMode() {
+	addr, stop := startExampleNode()
+	defer stop()
+
+	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+
+	ctx := context.Background()
+	err = c.DoMode(ctx, "docs/7", clientlib.Shared, 30*time.Second, 5*time.Second,
+		func(ctx context.Context, l *clientlib.Lock) error {
+			// Kept alive while this runs; ctx ends if the grant is lost.
+			other, err := c.TryAcquireMode(ctx, "docs/7", clientlib.Shared, 30*time.Second)
+			fmt.Println("another reader:", err)
+			if err != nil {
+				return err
+			}
+			_, err = c.TryAcquire(ctx, "docs/7", 30*time.Second)
+			fmt.Println("a writer:", err)
+			return other.Release(ctx)
+		})
+	fmt.Println("done:", err)
+	// Output:
+	// another reader: <nil>
+	// a writer: clientlib: key is held
+	// done: <nil>
+}

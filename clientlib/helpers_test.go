@@ -145,9 +145,15 @@ type result struct {
 // goAcquire runs Acquire in the background; its outcome comes on the
 // returned channel.
 func goAcquire(ctx context.Context, c *clientlib.Client, key string, lease, wait time.Duration) <-chan result {
+	return goAcquireMode(ctx, c, key, clientlib.Exclusive, lease, wait)
+}
+
+// goAcquireMode runs AcquireMode in the background; its outcome comes on
+// the returned channel.
+func goAcquireMode(ctx context.Context, c *clientlib.Client, key string, mode clientlib.Mode, lease, wait time.Duration) <-chan result {
 	ch := make(chan result, 1)
 	go func() {
-		l, err := c.Acquire(ctx, key, lease, wait)
+		l, err := c.AcquireMode(ctx, key, mode, lease, wait)
 		ch <- result{l, err, time.Now()}
 	}()
 	return ch

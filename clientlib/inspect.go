@@ -21,16 +21,40 @@ type Holder struct {
 	// Owner is the owner the grant's acquire named (Config.Owner), "" for
 	// none.
 	Owner string
+	// Holders counts the key's grants: 1 for a lock held exclusive, up to
+	// the limit for a semaphore, as many as hold it for a shared lock; 0
+	// when the key is free. When several hold the key, Token, Left and
+	// Owner are the oldest grant's (the lowest token).
+	Holders int
+	// Limit is a semaphore's limit; 0 when the key is not held as a
+	// semaphore.
+	Limit int
+	// Shared: the key is held by shared (read) grants of a read-write
+	// lock.
+	Shared bool
 }
 
 // Held reports whether the key has a holder.
 func (h Holder) Held() bool { return h.Token != 0 }
 
+// Mode returns the mode of the key's grants: Semaphore(Limit), Shared, or
+// Exclusive (also for a free key).
+func (h Holder) Mode() Mode {
+	switch {
+	case h.Limit > 0:
+		return Semaphore(h.Limit)
+	case h.Shared:
+		return Shared
+	}
+	return Exclusive
+}
+
 // Inspect asks the active node who holds key ("Q key"): the grant's token,
-// lease left, queued acquires and owner, or a zero Holder when the key is
-// free. It changes nothing. A credential whose key prefixes do not cover
-// key is refused (a *RefusedError, "key forbidden"). When no connection can
-// carry it, it tries again as Release does (route.go).
+// lease left, queued acquires and owner, and how many grants hold it in
+// which mode, or a zero Holder when the key is free. It changes nothing. A
+// credential whose key prefixes do not cover key is refused (a
+// *RefusedError, "key forbidden"). When no connection can carry it, it
+// tries again as Release does (route.go).
 func (c *Client) Inspect(ctx context.Context, key string) (Holder, error) {
 	if err := checkKey(key); err != nil {
 		return Holder{}, err
@@ -45,6 +69,19 @@ func (c *Client) Inspect(ctx context.Context, key string) (Holder, error) {
 		return Holder{}, r.err
 	}
 	return r.hold, nil
+}
+
+// holder is the Holder a Q answer describes.
+func holder(a *wire.Answer) Holder {
+	h := Holder{Token: a.Token, Left: time.Duration(a.Left) * time.Millisecond, Waiters: int(a.Waiters), Owner: string(a.Owner)}
+	switch g := a.Group; {
+	case a.Token == 0: // FREE
+	case g.Multi():
+		h.Holders, h.Limit, h.Shared = int(g.Holders), int(g.Slots), g.Shared
+	default:
+		h.Holders = 1 // one exclusive grant, which says nothing of holders
+	}
+	return h
 }
 
 // ProcessOwner returns an owner naming this process, "host:pid" (the host

@@ -32,6 +32,9 @@ var scenarios = []struct {
 	{"tls", tlsScenario},
 	{"bad_input", badInput},
 	{"readme_examples", readmeExamples},
+	{"semaphore_limit", semaphoreLimit},
+	{"shared_readers", sharedReaders},
+	{"kind_mismatch", kindMismatch},
 }
 
 func TestScenarios(t *testing.T) {

@@ -35,15 +35,15 @@ func (n *Node) Holders() map[string]Holding {
 		now := n.now()
 		b.sh.Each(func(h engine.Held) {
 			k := string(h.Key)
-			if hd, ok := out[k]; ok {
-				hd.Tokens = append(hd.Tokens, h.Token)
-				out[k] = hd
+			if h.Mode == (engine.Mode{}) {
+				out[k] = Holding{Token: h.Token, Remaining: time.Duration(h.Deadline - now), Owner: string(h.Owner)}
 				return
 			}
-			hd := Holding{Token: h.Token, Remaining: time.Duration(h.Deadline - now), Owner: string(h.Owner), Mode: h.Mode}
-			if h.Mode != (engine.Mode{}) {
-				hd.Tokens = []uint64{h.Token}
+			hd, ok := out[k]
+			if !ok { // the key's oldest grant: Each visits a key's grants oldest first
+				hd = Holding{Token: h.Token, Remaining: time.Duration(h.Deadline - now), Owner: string(h.Owner), Mode: h.Mode}
 			}
+			hd.Tokens = append(hd.Tokens, h.Token)
 			out[k] = hd
 		})
 		b.mu.Unlock()

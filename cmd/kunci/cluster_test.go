@@ -38,11 +38,11 @@ func TestStatusOfACluster(t *testing.T) {
 	token := strings.TrimSpace(out)
 	env := []string{"KUNCI_ADDRS=" + addrs[1] + "," + addrs[0]}
 	code, out, errs = kunci(t, env, "inspect", "job")
-	if f := strings.Fields(out); code != 0 || len(f) < 10 || strings.Join(f[7:10], " ") != "job yes "+token {
+	if f := strings.Fields(out); code != 0 || len(f) < 12 || strings.Join(f[9:12], " ") != "job yes "+token {
 		t.Fatalf("inspect through the standby's address: exit %d, %q %q", code, out, errs)
 	}
 	code, out, errs = kunci(t, env, "locks")
-	if f := strings.Fields(out); code != 0 || len(f) < 8 || strings.Join(f[6:8], " ") != "job "+token {
+	if f := strings.Fields(out); code != 0 || len(f) < 10 || strings.Join(f[8:10], " ") != "job "+token {
 		t.Fatalf("locks through the standby's address: exit %d, %q %q", code, out, errs)
 	}
 }

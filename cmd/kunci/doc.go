@@ -3,9 +3,10 @@
 // lock, shows the state of every node, and probes an HTTP endpoint.
 //
 //	kunci acquire KEY [--lease 30s] [--wait 0] [--owner NAME]  print the token of a new grant
+//	              [--limit N | --shared]          one of N grants of a semaphore; a read grant
 //	kunci release KEY TOKEN                       end a grant
 //	kunci extend  KEY TOKEN --lease LEASE         make a grant end LEASE from now
-//	kunci run     KEY [--lease 30s] [--wait 0] [--grace 5s] -- CMD ARGS...
+//	kunci run     KEY [--lease 30s] [--wait 0] [--limit N | --shared] [--grace 5s] -- CMD ARGS...
 //	kunci inspect KEY                             who holds KEY
 //	kunci locks   [--prefix P] [--limit 1000]     the held keys
 //	kunci status  [--wait 0]                      every node's role and view of the active

@@ -14,16 +14,25 @@ const inspectHelp = `Usage: kunci inspect KEY [--addrs ...]
 
 Asks the active node who holds KEY (the Q request) and prints one line: the
 key, whether it is held, the grant's fencing token, what is left of its
-lease, how many acquires wait behind it, and the owner its acquire named
-("-": none). It changes nothing. kunci inspect exits 0 when KEY is held and
-1 when it is free, so that a script can test it. Connection failures and
-redirects are handled as by acquire.
+lease, how many acquires wait behind it, how many grants hold it, their
+mode, and the owner its acquire named ("-": none). MODE is exclusive (a
+plain lock), shared (the read grants of a read-write lock) or limit=N (a
+semaphore of at most N holders); when several grants hold KEY, TOKEN, LEASE
+LEFT and OWNER are the oldest one's (kunci locks lists each). It changes
+nothing. kunci inspect exits 0 when KEY is held and 1 when it is free, so
+that a script can test it. Connection failures and redirects are handled as
+by acquire.
 
 Examples:
   kunci inspect orders/42
 
-  KEY        HELD  TOKEN  LEASE LEFT  WAITERS  OWNER
-  orders/42  yes   7      28.14s      2        web-3:4121
+  KEY        HELD  TOKEN  LEASE LEFT  WAITERS  HOLDERS  MODE       OWNER
+  orders/42  yes   7      28.14s      2        1        exclusive  web-3:4121
+
+  kunci inspect pool/payments
+
+  KEY            HELD  TOKEN  LEASE LEFT  WAITERS  HOLDERS  MODE     OWNER
+  pool/payments  yes   12     9.5s        0        3        limit=4  -
 
   kunci inspect orders/42 >/dev/null || echo "orders/42 is free"
 `
@@ -61,13 +70,13 @@ func cmdInspect(args []string, stdout, stderr io.Writer) int {
 		return c.fail(exitUnavailable, "%s: %s", key, plain(err))
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tHELD\tTOKEN\tLEASE LEFT\tWAITERS\tOWNER")
+	fmt.Fprintln(tw, "KEY\tHELD\tTOKEN\tLEASE LEFT\tWAITERS\tHOLDERS\tMODE\tOWNER")
 	if !h.Held() {
-		fmt.Fprintf(tw, "%s\tno\t-\t-\t0\t-\n", key)
+		fmt.Fprintf(tw, "%s\tno\t-\t-\t0\t0\t-\t-\n", key)
 		tw.Flush()
 		return exitFailed
 	}
-	fmt.Fprintf(tw, "%s\tyes\t%d\t%v\t%d\t%s\n", key, h.Token, h.Left.Round(10*time.Millisecond), h.Waiters, dashed(h.Owner))
+	fmt.Fprintf(tw, "%s\tyes\t%d\t%v\t%d\t%d\t%v\t%s\n", key, h.Token, h.Left.Round(10*time.Millisecond), h.Waiters, h.Holders, h.Mode(), dashed(h.Owner))
 	tw.Flush()
 	return exitOK
 }

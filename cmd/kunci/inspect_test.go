@@ -60,9 +60,9 @@ func TestInspectCommand(t *testing.T) {
 	}
 	f := strings.Fields(lines[1])
 	left, err := time.ParseDuration(f[3])
-	if len(f) != 6 || f[0] != "orders/42" || f[1] != "yes" || f[2] != token || err != nil || left > 90*time.Second || left < 45*time.Second ||
-		f[4] != "1" || f[5] != "web-3:4121" {
-		t.Fatalf("inspect line %q; want orders/42 yes %s ≤90s 1 web-3:4121", lines[1], token)
+	if len(f) != 8 || f[0] != "orders/42" || f[1] != "yes" || f[2] != token || err != nil || left > 90*time.Second || left < 45*time.Second ||
+		f[4] != "1" || f[5] != "1" || f[6] != "exclusive" || f[7] != "web-3:4121" {
+		t.Fatalf("inspect line %q; want orders/42 yes %s ≤90s 1 1 exclusive web-3:4121", lines[1], token)
 	}
 	if code, _, errs := kunci(t, env, "inspect", "a", "b"); code != exitUsage {
 		t.Fatalf("inspect a b: exit %d, %q", code, errs)
@@ -109,10 +109,10 @@ func TestLocksCommand(t *testing.T) {
 		f := strings.Fields(l)
 		got[f[0]] = f
 	}
-	if f := got["orders/1"]; len(f) != 5 || f[3] != "0" || f[4] != "web-3:4121" {
+	if f := got["orders/1"]; len(f) != 7 || f[3] != "0" || f[4] != "1" || f[5] != "exclusive" || f[6] != "web-3:4121" {
 		t.Fatalf("orders/1 listed as %q", f)
 	}
-	if f := got["orders/2"]; len(f) != 5 || f[4] != "-" {
+	if f := got["orders/2"]; len(f) != 7 || f[6] != "-" {
 		t.Fatalf("orders/2 listed as %q", f)
 	}
 	code, out, errs = kunci(t, env, "locks", "--limit", "2")

@@ -16,7 +16,7 @@ import (
 	"github.com/kunci/kunci/wire"
 )
 
-const acquireHelp = `Usage: kunci acquire KEY [--lease 30s] [--wait 0 | --try] [--owner NAME] [--addrs ...]
+const acquireHelp = `Usage: kunci acquire KEY [--lease 30s] [--wait 0 | --try] [--limit N | --shared] [--owner NAME] [--addrs ...]
 
 Acquires KEY and prints the grant's fencing token on stdout, alone on its
 line. kunci itself holds nothing afterwards: the grant stays in force on the
@@ -28,6 +28,16 @@ failover of the cluster, but exits 69 at once when no node answers at all.
 An interrupt (Ctrl-C) while waiting withdraws the acquire: nothing is
 granted. With --try it does not wait at all: a held key exits 75 at once.
 
+With --limit N, KEY is a counting semaphore: up to N grants of it are held
+at once, each with its own token, released and extended on its own; every
+acquirer of KEY must name the same N. With --shared, the grant is a shared
+(read) grant of the read-write lock KEY: shared grants are held together,
+and a plain acquire of KEY is its exclusive (write) grant, which waits until
+no shared grant is left (readers that come after a waiting writer wait
+behind it). Acquires of every kind queue in one FIFO line. A key is one kind
+at a time: while it is held, an acquire of another kind, or naming another
+limit, is refused (exit 69) and changes nothing.
+
 Examples:
   kunci acquire orders/42                       # wait as long as it takes
   TOKEN=$(kunci acquire orders/42 --lease 5m --wait 10s) || exit
@@ -35,6 +45,8 @@ Examples:
   KUNCI_ADDRS=10.0.0.1:7070,10.0.0.2:7070 kunci acquire backup --wait 0.5
   TOKEN=$(kunci acquire cron/cleanup --try) || exit 0   # another run has it
   kunci acquire reports/nightly --owner "$(hostname):$$"  # inspect shows who
+  kunci acquire pool/payments --limit 4 --wait 1m  # one of at most 4 holders
+  kunci acquire docs/7 --shared                   # a reader, beside other readers
 `
 
 const releaseHelp = `Usage: kunci release KEY TOKEN [--addrs ...]
@@ -68,7 +80,7 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 	lease := c.duration("lease", 30*time.Second, "the grant ends by itself this long after it is made, unless released or extended")
 	wait := c.duration("wait", 0, "wait at most this long in the queue; 0 waits as long as the node allows (its --max-wait)")
 	try := c.fs.Bool("try", false, "do not wait: exit 75 at once when the key is held")
-	c.ownerFlag()
+	c.grantFlags()
 	pos, code, done := c.parse(args)
 	if done {
 		return code
@@ -77,7 +89,8 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	if err := c.checkGrant(*lease); err != nil {
+	mode, err := c.checkGrant(*lease)
+	if err != nil {
 		return c.usageError("%v", err)
 	}
 	if *wait < 0 {
@@ -105,9 +118,9 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 	defer client.Close()
 	var l *clientlib.Lock
 	if *try {
-		l, err = client.TryAcquire(ctx, key, *lease)
+		l, err = client.TryAcquireMode(ctx, key, mode, *lease)
 	} else {
-		l, err = client.Acquire(ctx, key, *lease, *wait)
+		l, err = client.AcquireMode(ctx, key, mode, *lease, *wait)
 	}
 	if err != nil {
 		if s := sig.received(); s != nil {
@@ -164,8 +177,13 @@ func acquireErrorCode(err error) int {
 // withHint adds to a node's refusal what the user can do about it, where
 // the refusal alone does not say.
 func withHint(reason string) string {
-	if reason == "auth required" {
+	switch reason {
+	case "auth required":
 		return reason + " (give credentials: --credentials FILE, or KUNCI_CREDENTIALS_FILE)"
+	case "key held as a lock":
+		return reason + " (it is a lock, not a semaphore: acquire it without --limit; kunci inspect KEY shows its holders)"
+	case "key held as a semaphore", "semaphore limit differs":
+		return reason + " (kunci inspect KEY shows its limit: acquire it with --limit and that limit)"
 	}
 	return reason
 }
@@ -250,12 +268,16 @@ func (c *cli) oneKey(pos []string, where string) (key string, code int, ok bool)
 	return pos[0], 0, true
 }
 
-// checkGrant checks the flags of a grant: --lease, and --owner when given.
-func (c *cli) checkGrant(lease time.Duration) error {
+// checkGrant checks the flags of a grant, --lease, and --owner, --limit
+// and --shared when given, and returns the mode they ask for.
+func (c *cli) checkGrant(lease time.Duration) (clientlib.Mode, error) {
 	if lease <= 0 {
-		return errors.New("--lease must be more than 0")
+		return clientlib.Exclusive, errors.New("--lease must be more than 0")
 	}
-	return c.checkOwner()
+	if err := c.checkOwner(); err != nil {
+		return clientlib.Exclusive, err
+	}
+	return c.grantMode()
 }
 
 // parseKeyToken parses the flags and the KEY TOKEN arguments of release and

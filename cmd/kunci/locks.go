@@ -18,10 +18,12 @@ import (
 
 const locksHelp = `Usage: kunci locks [--prefix P] [--limit 1000] [--addrs ...]
 
-Lists the keys held on the active node (the L request): one line per key
+Lists the keys held on the active node (the L request): one line per grant
 with its fencing token, what is left of its lease, how many acquires wait
-behind it, and the owner its acquire named ("-": none), in no particular
-order. --prefix lists only the keys that start with P; --limit stops after
+behind it, how many grants hold its key and their mode (exclusive, shared,
+or limit=N for a semaphore: see kunci inspect --help), and the owner its
+acquire named ("-": none), in no particular order. A key with several
+holders has a line for each. --prefix lists only the keys that start with P; --limit stops after
 that many (0: every held key), and a note on stderr says when more are
 held. With credentials limited to key prefixes, only those keys are listed.
 
@@ -34,9 +36,11 @@ Examples:
   kunci locks
   kunci locks --prefix orders/ --limit 0
 
-  KEY        TOKEN  LEASE LEFT  WAITERS  OWNER
-  orders/42  7      28.14s      2        web-3:4121
-  orders/43  9      1m59.5s     0        -
+  KEY        TOKEN  LEASE LEFT  WAITERS  HOLDERS  MODE       OWNER
+  orders/42  7      28.14s      2        1        exclusive  web-3:4121
+  orders/43  9      1m59.5s     0        1        exclusive  -
+  doc/7      11     29.8s       1        2        shared     -
+  doc/7      12     29.9s       1        2        shared     -
 `
 
 // locksFlush is how many lines kunci locks aligns, and then writes, at a
@@ -68,11 +72,12 @@ func cmdLocks(args []string, stdout, stderr io.Writer) int {
 	header := false
 	emit := func(a *wire.Answer) {
 		if !header {
-			fmt.Fprintln(tw, "KEY\tTOKEN\tLEASE LEFT\tWAITERS\tOWNER")
+			fmt.Fprintln(tw, "KEY\tTOKEN\tLEASE LEFT\tWAITERS\tHOLDERS\tMODE\tOWNER")
 			header = true
 		}
 		left := time.Duration(a.Left) * time.Millisecond
-		fmt.Fprintf(tw, "%s\t%d\t%v\t%d\t%s\n", a.Key, a.Token, left.Round(10*time.Millisecond), a.Waiters, dashed(string(a.Owner)))
+		holders, mode := group(a.Group)
+		fmt.Fprintf(tw, "%s\t%d\t%v\t%d\t%d\t%v\t%s\n", a.Key, a.Token, left.Round(10*time.Millisecond), a.Waiters, holders, mode, dashed(string(a.Owner)))
 		if lines++; lines%locksFlush == 0 {
 			tw.Flush()
 		}
@@ -97,6 +102,18 @@ func cmdLocks(args []string, stdout, stderr io.Writer) int {
 		c.warn("no key held")
 	}
 	return exitOK
+}
+
+// group returns how many grants hold a listed key and their mode, from
+// what its H line says of them (nothing for one exclusive grant).
+func group(g wire.Group) (holders uint32, mode clientlib.Mode) {
+	switch {
+	case g.Slots > 0:
+		return g.Holders, clientlib.Semaphore(int(g.Slots))
+	case g.Shared:
+		return g.Holders, clientlib.Shared
+	}
+	return 1, clientlib.Exclusive
 }
 
 // nodeError is a listing the node refused (E), or ended with an E line.

@@ -144,7 +144,11 @@ type cli struct {
 	tlsCA, tlsCert, tlsKey string
 	tls                    *tls.Config
 	// owner names the grants of acquire and run (--owner); "" none.
-	owner  string
+	owner string
+	// limit and shared are the kind of grant acquire and run ask for
+	// (--limit, --shared; see grantMode).
+	limit  int
+	shared bool
 	stdout io.Writer
 	stderr io.Writer
 }
@@ -157,9 +161,30 @@ func (c *cli) checkOwner() error {
 	return nil
 }
 
-// ownerFlag adds --owner, for the commands that acquire.
-func (c *cli) ownerFlag() {
+// grantFlags adds --owner, --limit and --shared, for the commands that
+// acquire.
+func (c *cli) grantFlags() {
 	c.fs.StringVar(&c.owner, "owner", "", "name the grant's holder, shown by inspect and locks: 1 to 64 bytes of printable ASCII, no space (e.g. \"$(hostname):$$\"); default none")
+	c.fs.IntVar(&c.limit, "limit", 0, "KEY is a semaphore: take one of at most `N` grants of it held at once (every acquirer of KEY names the same N); default a lock")
+	c.fs.BoolVar(&c.shared, "shared", false, "take a shared (read) grant of the read-write lock KEY: shared grants are held together, a plain acquire of KEY is its exclusive (write) grant")
+}
+
+// grantMode is the kind of grant --limit and --shared ask for. It refuses
+// both together, and a limit the protocol cannot carry.
+func (c *cli) grantMode() (clientlib.Mode, error) {
+	limited := false
+	c.fs.Visit(func(f *flag.Flag) { limited = limited || f.Name == "limit" })
+	switch {
+	case limited && c.shared:
+		return clientlib.Exclusive, errors.New("give --limit or --shared, not both: a key is a semaphore or a read-write lock")
+	case limited && (c.limit < 1 || uint64(c.limit) > clientlib.MaxSemaphoreLimit):
+		return clientlib.Exclusive, fmt.Errorf("--limit must be 1 to %d, the most grants of KEY held at once (got %d)", uint64(clientlib.MaxSemaphoreLimit), c.limit)
+	case limited:
+		return clientlib.Semaphore(c.limit), nil
+	case c.shared:
+		return clientlib.Shared, nil
+	}
+	return clientlib.Exclusive, nil
 }
 
 func newCLI(name, help string, stdout, stderr io.Writer) *cli {
@@ -238,7 +263,7 @@ func (c *cli) printHelp() {
 		if typ != "" {
 			line += " " + typ
 		}
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0s" {
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0s" && f.DefValue != "0" {
 			usage += fmt.Sprintf(" (default %s)", f.DefValue)
 		}
 		fmt.Fprintf(c.stdout, "%s\n        %s\n", line, usage)

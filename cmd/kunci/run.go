@@ -18,11 +18,14 @@ import (
 	"github.com/kunci/kunci/clientlib"
 )
 
-const runHelp = `Usage: kunci run KEY [--lease 30s] [--wait 0] [--grace 5s] [--owner NAME] [--addrs ...] -- CMD [ARGS...]
+const runHelp = `Usage: kunci run KEY [--lease 30s] [--wait 0] [--limit N | --shared] [--grace 5s] [--owner NAME] [--addrs ...] -- CMD [ARGS...]
 
 Runs CMD while holding the lock KEY:
 
-  1. acquires KEY, waiting at most --wait (0: up to the node's --max-wait);
+  1. acquires KEY, waiting at most --wait (0: up to the node's --max-wait):
+     the lock itself, one of at most N grants of the semaphore KEY with
+     --limit N, or a shared (read) grant of the read-write lock KEY with
+     --shared (see kunci acquire --help);
   2. starts CMD in a process group of its own, with KUNCI_KEY and KUNCI_TOKEN
      (the fencing token: pass it to whatever CMD writes) in its environment;
   3. extends the lease every third of --lease while CMD runs;
@@ -47,6 +50,7 @@ Examples:
   kunci run nightly-backup -- /usr/local/bin/backup --full
   kunci run orders/42 --lease 10s --wait 1m -- sh -c 'echo "token $KUNCI_TOKEN"; ./migrate'
   kunci run report --wait 0.1 -- ./report.sh || [ $? -eq 75 ]   # skip when another run holds it
+  kunci run pool/payments --limit 4 -- ./charge.sh   # at most 4 of these at once
 `
 
 func cmdRun(args []string, stdout, stderr io.Writer) int {
@@ -55,7 +59,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	wait := c.duration("wait", 0, "wait at most this long for the lock; 0 waits as long as the node allows (its --max-wait)")
 	grace := c.duration("grace", 5*time.Second, "after the lock is lost: time between SIGTERM and SIGKILL to CMD's process group")
 	verbose := c.fs.Bool("verbose", false, "say on stderr what kunci run does: acquired, started, released")
-	c.ownerFlag()
+	c.grantFlags()
 	sep := slices.Index(args, "--")
 	if sep < 0 {
 		return c.noDashDash(args)
@@ -72,7 +76,8 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	if err := c.checkGrant(*lease); err != nil {
+	mode, err := c.checkGrant(*lease)
+	if err != nil {
 		return c.usageError("%v", err)
 	}
 	if *wait < 0 || *grace < 0 {
@@ -82,7 +87,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return c.usageError("%v", err)
 	}
-	r := &runner{cli: c, key: key, addrs: addrs, creds: creds, lease: *lease, wait: *wait, grace: *grace, argv: argv, verbose: *verbose}
+	r := &runner{cli: c, key: key, mode: mode, addrs: addrs, creds: creds, lease: *lease, wait: *wait, grace: *grace, argv: argv, verbose: *verbose}
 	return r.run()
 }
 
@@ -108,6 +113,7 @@ func (c *cli) noDashDash(args []string) int {
 type runner struct {
 	*cli
 	key     string
+	mode    clientlib.Mode
 	addrs   []string
 	creds   *clientlib.Credentials
 	lease   time.Duration
@@ -149,7 +155,11 @@ func (r *runner) run() int {
 	if code, ok := r.acquire(client); !ok {
 		return code
 	}
-	r.say("acquired %s, token %d", r.key, r.lock.Token())
+	if r.mode == clientlib.Exclusive {
+		r.say("acquired %s, token %d", r.key, r.lock.Token())
+	} else {
+		r.say("acquired %s (%v), token %d", r.key, r.mode, r.lock.Token())
+	}
 
 	cmd := exec.Command(r.argv[0], r.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, r.stdout, r.stderr
@@ -240,7 +250,7 @@ func (r *runner) acquire(client *clientlib.Client) (code int, ok bool) {
 	}
 	got := make(chan result, 1)
 	go func() {
-		l, err := client.Acquire(ctx, r.key, r.lease, r.wait)
+		l, err := client.AcquireMode(ctx, r.key, r.mode, r.lease, r.wait)
 		got <- result{l, err}
 	}()
 	select {

@@ -20,6 +20,7 @@ import {
 } from "./errors.js";
 import {
   type Answer,
+  type Kind,
   MAX_OWNER,
   MAX_U64,
   acquireLine,
@@ -27,6 +28,7 @@ import {
   checkKey,
   extendLine,
   inspectLine,
+  kindOf,
   leaseMs as checkLease,
   listLine,
   releaseLine,
@@ -101,12 +103,31 @@ export interface AcquireOptions {
    * lasts.
    */
   waitMs?: number;
+  /**
+   * Makes the key a counting semaphore: one of at most limit grants, each
+   * with its own token and lease (a whole number from 1 to the node's
+   * --max-holders). Every holder of the key must name the same limit: the
+   * node refuses another (RefusedError "semaphore limit differs"), and an
+   * acquire of another kind than the key is held as ("key held as a lock",
+   * "key held as a semaphore").
+   */
+  limit?: number;
+  /**
+   * Takes a shared (read) grant of a read-write lock: held together with
+   * other shared grants, never with an exclusive one (a plain acquire of the
+   * same key: the write side). A writer queued ahead keeps later readers
+   * waiting. Not together with limit.
+   */
+  shared?: boolean;
   /** Withdraws the acquire (C on the node; a grant that won the race is released) and throws signal.reason. */
   signal?: AbortSignal;
 }
 
 export interface TryAcquireOptions {
   leaseMs: number;
+  /** As AcquireOptions' limit and shared. */
+  limit?: number;
+  shared?: boolean;
   signal?: AbortSignal;
 }
 
@@ -126,6 +147,12 @@ export interface Holder {
   waiters: number;
   /** The owner the grant's acquire named, undefined for none. */
   owner: string | undefined;
+  /** How many grants the key has: 1 for a plain lock, up to limit for a semaphore, the readers of a shared one. */
+  holders: number;
+  /** The semaphore's limit, undefined when the key is not a semaphore. */
+  limit: number | undefined;
+  /** The key is held in shared (read) mode. */
+  shared: boolean;
 }
 
 export interface LocksOptions {
@@ -268,7 +295,8 @@ export class Client {
 
   /**
    * Waits for key and returns the granted lock, which ends by itself leaseMs
-   * after the grant unless released or extended. Throws a TimeoutError when
+   * after the grant unless released or extended: a plain (exclusive) lock,
+   * a semaphore's grant (opts.limit) or a shared one (opts.shared). Throws a TimeoutError when
    * the wait ran out (the node answered T), an UnavailableError when no
    * active node answered within the wait, a RefusedError with the node's
    * reason, an AuthError, or a BadInputError before sending anything.
@@ -277,22 +305,25 @@ export class Client {
     checkKey(key);
     const lease = checkLease(opts?.leaseMs);
     const wait = checkWait(opts.waitMs ?? 0);
-    return (await this.acquireWith(key, lease, wait, false, opts.signal))!;
+    const kind = kindOf(opts.limit, opts.shared);
+    return (await this.acquireWith(key, lease, wait, kind, false, opts.signal))!;
   }
 
   /**
-   * Acquires key if nobody holds it, without waiting ("A key lease -"):
-   * returns the lock, or null while another holds the key (or an acquire of
-   * it by this client is outstanding).
+   * Acquires key if it would be granted at once, without waiting ("A key
+   * lease -"): returns the lock, or null while the key is held (a semaphore
+   * at its limit, a shared key with a writer queued, …) or an acquire of it
+   * by this client is outstanding.
    */
   async tryAcquire(key: string, opts: TryAcquireOptions): Promise<Lock | null> {
     checkKey(key);
     const lease = checkLease(opts?.leaseMs);
-    return this.acquireWith(key, lease, 0, true, opts.signal);
+    const kind = kindOf(opts.limit, opts.shared);
+    return this.acquireWith(key, lease, 0, kind, true, opts.signal);
   }
 
   /**
-   * Runs fn while holding key: acquires it (as acquire), keeps it alive while
+   * Runs fn while holding key: acquires it (as acquire, of any kind), keeps it alive while
    * fn runs (extending every third of the lease), and releases it when fn
    * settles. signal aborts the moment the lock is lost (the node answered an
    * extend STALE, or the lease ran out while no node answered), with a
@@ -608,7 +639,7 @@ export class Client {
   }
 
   /** acquire, or tryAcquire when tryIt (wait is then 0). Returns null for a try that found the key held. */
-  private async acquireWith(key: string, lease: number, wait: number, tryIt: boolean, signal: AbortSignal | undefined): Promise<Lock | null> {
+  private async acquireWith(key: string, lease: number, wait: number, kind: Kind, tryIt: boolean, signal: AbortSignal | undefined): Promise<Lock | null> {
     // A failover elects a new active meanwhile: try again while the wait
     // lasts, or with no bound. A try has no window.
     const p: Policy = { deadline: 0, span: 0, unbounded: false };
@@ -617,7 +648,7 @@ export class Client {
       p.acquireKey = key;
       p.waitMs = wait;
     } else if (!tryIt) p.unbounded = true;
-    const r = await this.route(p, signal, (cn) => this.acquireOn(cn, key, lease, p.deadline, tryIt, signal));
+    const r = await this.route(p, signal, (cn) => this.acquireOn(cn, key, lease, kind, p.deadline, tryIt, signal));
     const a = r.a!;
     switch (a.kind) {
       case "A":
@@ -636,17 +667,17 @@ export class Client {
    * no bound), or as a try ("-"), answered T at once while an acquire of key
    * is outstanding on cn.
    */
-  private acquireOn(cn: Conn, key: string, lease: number, deadline: number, tryIt: boolean, signal: AbortSignal | undefined): Promise<Result> {
+  private acquireOn(cn: Conn, key: string, lease: number, kind: Kind, deadline: number, tryIt: boolean, signal: AbortSignal | undefined): Promise<Result> {
     if (!cn.usable) return Promise.resolve(broken(errNotUp));
     if (cn.keyBusy(key)) {
       if (tryIt) return Promise.resolve({ kind: "answer", a: { kind: "T", key } as Answer, at: performance.now() });
-      return this.acquireAfterTurn(cn, key, lease, deadline, signal);
+      return this.acquireAfterTurn(cn, key, lease, kind, deadline, signal);
     }
-    return this.sendAcquire(cn, cn.gen, key, lease, deadline, tryIt, signal);
+    return this.sendAcquire(cn, cn.gen, key, lease, kind, deadline, tryIt, signal);
   }
 
   /** acquireOn once the acquire of key outstanding on cn has been answered. */
-  private async acquireAfterTurn(cn: Conn, key: string, lease: number, deadline: number, signal: AbortSignal | undefined): Promise<Result> {
+  private async acquireAfterTurn(cn: Conn, key: string, lease: number, kind: Kind, deadline: number, signal: AbortSignal | undefined): Promise<Result> {
     const gen = cn.gen;
     const turn = await cn.waitTurn(key, deadline, signal);
     if (!turn) {
@@ -655,10 +686,10 @@ export class Client {
     }
     if (cn.gen !== gen || !cn.usable) return cn.redirecting ? { kind: "redirect", at: 0 } : broken(errNotUp);
     cn.takeTurn(key);
-    return this.sendAcquire(cn, gen, key, lease, deadline, false, signal);
+    return this.sendAcquire(cn, gen, key, lease, kind, deadline, false, signal);
   }
 
-  private sendAcquire(cn: Conn, gen: number, key: string, lease: number, deadline: number, tryIt: boolean, signal: AbortSignal | undefined): Promise<Result> {
+  private sendAcquire(cn: Conn, gen: number, key: string, lease: number, kind: Kind, deadline: number, tryIt: boolean, signal: AbortSignal | undefined): Promise<Result> {
     let wait: number | "-" = tryIt ? "-" : 0;
     if (deadline !== 0) {
       const left = deadline - performance.now();
@@ -669,7 +700,7 @@ export class Client {
       wait = Math.ceil(left);
     }
     const c = new Call("A", key);
-    cn.send(c, acquireLine(key, lease, wait, this.cfg.owner));
+    cn.send(c, acquireLine(key, lease, wait, this.cfg.owner, kind));
     if (signal === undefined) return c.promise;
     return this.awaitAcquire(cn, gen, c, lease, signal);
   }
@@ -873,7 +904,16 @@ function configure(o: ClientOptions): Config {
 }
 
 function holder(a: Answer): Holder {
-  return { key: a.key, token: a.token, leftMs: a.leftMs, waiters: a.waiters, owner: a.owner === "" ? undefined : a.owner };
+  return {
+    key: a.key,
+    token: a.token,
+    leftMs: a.leftMs,
+    waiters: a.waiters,
+    owner: a.owner === "" ? undefined : a.owner,
+    holders: a.holders,
+    limit: a.limit === 0 ? undefined : a.limit,
+    shared: a.shared,
+  };
 }
 
 /** Resolves with p's value, or undefined when signal aborts first. */

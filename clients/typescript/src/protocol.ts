@@ -13,6 +13,12 @@ export const MAX_OWNER = 64;
 /** The largest unsigned 64-bit number: the largest limit, and above any token. */
 export const MAX_U64 = (1n << 64n) - 1n;
 /**
+ * The largest semaphore limit the client sends (2^32-1): the node refuses a
+ * limit over its --max-holders (1024 by default) itself, with the maximum in
+ * its reason; the client refuses only what no node takes.
+ */
+export const MAX_SEMAPHORE_LIMIT = 2 ** 32 - 1;
+/**
  * The largest lease or wait the client sends, in milliseconds: the node
  * refuses more than its --max-lease/--max-wait (a day by default) itself,
  * with the maximum in its reason; the client refuses only what no node takes.
@@ -87,6 +93,35 @@ export function waitMs(ms: unknown): number {
   return n;
 }
 
+/**
+ * What an acquire asks for: one of at most limit grants of a semaphore
+ * (limit ≥ 1), a shared (read) grant of a read-write lock (shared), or,
+ * with neither, a plain (exclusive) lock. Never both.
+ */
+export interface Kind {
+  limit: number;
+  shared: boolean;
+}
+
+/**
+ * Checks an acquire's limit (undefined, or a whole number from 1 to 2^32-1)
+ * and shared (undefined or a boolean; not true with a limit) and returns
+ * what they ask for (limit 0: no semaphore).
+ */
+export function kindOf(limit: unknown, shared: unknown): Kind {
+  if (shared !== undefined && typeof shared !== "boolean") {
+    throw new BadInputError(`kunci: shared must be true or false (got ${String(shared)})`);
+  }
+  if (limit === undefined) return { limit: 0, shared: shared === true };
+  if (typeof limit !== "number" || !Number.isInteger(limit) || limit < 1 || limit > MAX_SEMAPHORE_LIMIT) {
+    throw new BadInputError(`kunci: limit must be a whole number from 1 to ${MAX_SEMAPHORE_LIMIT} (got ${String(limit)})`);
+  }
+  if (shared === true) {
+    throw new BadInputError("kunci: limit and shared together: a key is a semaphore (limit) or a read-write lock (shared), not both");
+  }
+  return { limit, shared: false };
+}
+
 /** Checks a host:port address. */
 export function splitAddr(addr: unknown): { host: string; port: number } {
   if (typeof addr !== "string") throw new BadInputError(`kunci: bad address ${String(addr)}: want host:port`);
@@ -129,9 +164,15 @@ export function parseU64(s: string): bigint {
 
 // Request lines. Their fields are checked by the caller.
 
-export function acquireLine(key: string, lease: number, wait: number | "-", owner: string): string {
-  const w = wait === "-" ? "-" : seconds(wait);
-  return owner === "" ? `A ${key} ${seconds(lease)} ${w}\n` : `A ${key} ${seconds(lease)} ${w} owner=${owner}\n`;
+/** An acquire: owner "" for none; kind (default a plain lock) adds limit=N or mode=shared. */
+export function acquireLine(key: string, lease: number, wait: number | "-", owner: string, kind?: Kind): string {
+  let line = `A ${key} ${seconds(lease)} ${wait === "-" ? "-" : seconds(wait)}`;
+  if (owner !== "") line += ` owner=${owner}`;
+  if (kind !== undefined) {
+    if (kind.limit > 0) line += ` limit=${kind.limit}`;
+    else if (kind.shared) line += " mode=shared";
+  }
+  return line + "\n";
 }
 export const releaseLine = (key: string, token: bigint) => `R ${key} ${token}\n`;
 export const extendLine = (key: string, token: bigint, lease: number) => `X ${key} ${token} ${seconds(lease)}\n`;
@@ -159,6 +200,10 @@ export interface Answer {
   leftMs: number;
   waiters: number;
   owner: string;
+  /** Q H: the key's grants (1 for a plain lock); a semaphore's limit (0: not a semaphore); held in shared mode. */
+  holders: number;
+  limit: number;
+  shared: boolean;
   /** L: how many H lines, and whether the limit stopped the listing. */
   count: bigint;
   more: boolean;
@@ -179,11 +224,17 @@ export class BadAnswerError extends Error {
 function blank(kind: string): Answer {
   return {
     kind, key: "", token: 0n, ok: false, op: "", text: "", leftMs: 0, waiters: 0, owner: "",
-    count: 0n, more: false, role: "", self: "", active: "", state: "",
+    holders: 0, limit: 0, shared: false, count: 0n, more: false, role: "", self: "", active: "", state: "",
   };
 }
 
 const dash = (s: string) => (s === "-" ? "" : s);
+
+/** Reads a count of holders or a limit (a decimal up to 2^32-1), or -1 when malformed. */
+function count(s: string): number {
+  const n = parseU64(s);
+  return n < 0n || n > BigInt(MAX_SEMAPHORE_LIMIT) ? -1 : Number(n);
+}
 
 /**
  * Parses one answer line (without its LF; a CR before it is dropped by the
@@ -232,9 +283,15 @@ export function parseAnswer(line: string): Answer {
       const w = parseU64(f[3]!);
       if (a.token < 1n || a.leftMs < 0 || w < 0n) throw bad();
       a.waiters = Number(w);
+      a.holders = 1;
       for (let i = 4; i < f.length; i++) {
-        if (f[i]!.startsWith("owner=")) a.owner = f[i]!.slice(6);
+        const x = f[i]!;
+        if (x.startsWith("owner=")) a.owner = x.slice(6);
+        else if (x.startsWith("holders=")) a.holders = count(x.slice(8));
+        else if (x.startsWith("limit=")) a.limit = count(x.slice(6));
+        else if (x === "mode=shared") a.shared = true;
       }
+      if (a.holders < 1 || a.limit < 0) throw bad();
       return a;
     }
     case "L": {

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import * as net from "node:net";
 import { type TestContext, test } from "node:test";
-import { Client, StaleError, UnavailableError } from "../src/index.js";
+import { Client, RefusedError, StaleError, UnavailableError } from "../src/index.js";
 import { waitFor } from "./harness.js";
 
 interface Line {
@@ -132,4 +132,27 @@ test("an aborted acquire is withdrawn with C", async (t) => {
   ac.abort(new Error("no longer wanted"));
   await assert.rejects(p, /no longer wanted/);
   assert.deepEqual(node.lines.map((l) => l.line), ["A k 1 0", "C k"]);
+});
+
+test("a semaphore's and a shared acquire carry their kind; the node's kind refusal comes back typed", async (t) => {
+  const node = await new Scripted().start(t);
+  const c = new Client({ addrs: [node.addr], owner: "w:1" });
+  t.after(() => c.close());
+  node.onLine = (l) => {
+    const [op, key] = l.line.split(" ");
+    if (op === "A" && key === "pool") l.conn.write("A pool 7\n");
+    else if (op === "A") l.conn.write(`E A ${key} key held as a semaphore\n`);
+    else if (op === "Q") l.conn.write("Q pool 7 29.5 3 owner=w:1 holders=2 limit=2\n");
+  };
+  const lock = await c.acquire("pool", { leaseMs: 30_000, limit: 2 });
+  assert.equal(lock.token, 7n);
+  await assert.rejects(c.tryAcquire("doc", { leaseMs: 1500, shared: true }), (e: unknown) => {
+    assert.ok(e instanceof RefusedError, String(e));
+    assert.deepEqual([e.op, e.key, e.reason], ["A", "doc", "key held as a semaphore"]);
+    return true;
+  });
+  assert.deepEqual(await c.inspect("pool"), {
+    key: "pool", token: 7n, leftMs: 29_500, waiters: 3, owner: "w:1", holders: 2, limit: 2, shared: false,
+  });
+  assert.deepEqual(node.lines.map((l) => l.line), ["A pool 30 0 owner=w:1 limit=2", "A doc 1.5 - owner=w:1 mode=shared", "Q pool"]);
 });

@@ -13,6 +13,7 @@ import {
   acquireLine,
   extendLine,
   keyProblem,
+  kindOf,
   leaseMs,
   listLine,
   parseAnswer,
@@ -69,9 +70,40 @@ test("request lines", () => {
   assert.equal(acquireLine("k", 30_000, 5000, ""), "A k 30 5\n");
   assert.equal(acquireLine("k", 1500, "-", "web-3:4121"), "A k 1.5 - owner=web-3:4121\n");
   assert.equal(acquireLine("k", 1000, 0, ""), "A k 1 0\n");
+  assert.equal(acquireLine("pool", 30_000, 5000, "", { limit: 2, shared: false }), "A pool 30 5 limit=2\n");
+  assert.equal(acquireLine("doc", 30_000, "-", "w:1", { limit: 0, shared: true }), "A doc 30 - owner=w:1 mode=shared\n");
+  assert.equal(acquireLine("k", 1000, 0, "", { limit: 0, shared: false }), "A k 1 0\n");
   assert.equal(extendLine("k", MAX_U64, 250), "X k 18446744073709551615 0.25\n");
   assert.equal(listLine(0n, ""), "L 0\n");
   assert.equal(listLine(100n, "orders/"), "L 100 orders/\n");
+});
+
+test("kinds of lock: a semaphore's limit, a shared grant, never both", () => {
+  assert.deepEqual(kindOf(undefined, undefined), { limit: 0, shared: false });
+  assert.deepEqual(kindOf(undefined, true), { limit: 0, shared: true });
+  assert.deepEqual(kindOf(undefined, false), { limit: 0, shared: false });
+  assert.deepEqual(kindOf(1, undefined), { limit: 1, shared: false });
+  assert.deepEqual(kindOf(1024, false), { limit: 1024, shared: false });
+  assert.deepEqual(kindOf(2 ** 32 - 1, undefined), { limit: 2 ** 32 - 1, shared: false });
+  const bad: Array<[unknown, unknown, RegExp]> = [
+    [0, undefined, /limit must be a whole number from 1/],
+    [-1, undefined, /limit must be/],
+    [1.5, undefined, /limit must be/],
+    [Number.NaN, undefined, /limit must be/],
+    [Infinity, undefined, /limit must be/],
+    [2 ** 32, undefined, /limit must be/],
+    ["2", undefined, /limit must be/],
+    [null, undefined, /limit must be/],
+    [2, true, /limit and shared together/],
+    [undefined, "yes", /shared must be true or false/],
+  ];
+  for (const [limit, shared, re] of bad) {
+    assert.throws(() => kindOf(limit, shared), (e: unknown) => {
+      assert.ok(e instanceof BadInputError, String(e));
+      assert.match(e.message, re);
+      return true;
+    }, `${String(limit)} ${String(shared)}`);
+  }
 });
 
 test("tokens are exact unsigned 64-bit numbers", () => {
@@ -93,6 +125,11 @@ test("answers", () => {
     token: 7n, leftMs: 27_300, waiters: 2, owner: "web-3:4121",
   });
   assert.equal(parseAnswer("Q k FREE").token, 0n);
+  const kinds = (line: string) => pick(parseAnswer(line), "holders", "limit", "shared");
+  assert.deepEqual(kinds("Q k 7 27.3 2 owner=web-3:4121"), { holders: 1, limit: 0, shared: false });
+  assert.deepEqual(kinds("Q pool/db 1003 29.1 1 holders=2 limit=2"), { holders: 2, limit: 2, shared: false });
+  assert.deepEqual(kinds("H doc/7 1006 29.8 1 owner=r:1 holders=2 mode=shared later=1"), { holders: 2, limit: 0, shared: true });
+  assert.deepEqual(kinds("Q k 7 1 0 mode=exclusive"), { holders: 1, limit: 0, shared: false });
   assert.deepEqual(pick(parseAnswer("H a/b 3 0 0"), "kind", "key", "token"), { kind: "H", key: "a/b", token: 3n });
   assert.deepEqual(pick(parseAnswer("L 2 more"), "count", "more"), { count: 2n, more: true });
   assert.deepEqual(pick(parseAnswer("L 0"), "count", "more"), { count: 0n, more: false });
@@ -104,7 +141,7 @@ test("answers", () => {
     role: "standby", self: "n2:7070", active: "", state: "promoting",
   });
   assert.equal(parseAnswer("U OK").ok, true);
-  for (const bad of ["", "A", "A k", "A k 0", "A k -1", "A k x", "T k x", "R k MAYBE", "C k STALE", "Q k 1 2", "Q k", "L x", "L 1 less", "E A", "E A k", "U NO", "M a b", "I active", "Z k", "Ak 1"]) {
+  for (const bad of ["", "A", "A k", "A k 0", "A k -1", "A k x", "T k x", "R k MAYBE", "C k STALE", "Q k 1 2", "Q k", "Q k 1 2 0 holders=0", "Q k 1 2 0 holders=x limit=2", "Q k 1 2 0 holders=2 limit=-1", "H k 1 2 0 holders=4294967296 mode=shared", "L x", "L 1 less", "E A", "E A k", "U NO", "M a b", "I active", "Z k", "Ak 1"]) {
     assert.throws(() => parseAnswer(bad), BadAnswerError, JSON.stringify(bad));
   }
 });

@@ -11,6 +11,7 @@ import {
   Client,
   type Lock,
   LostError,
+  RefusedError,
   StaleError,
   TimeoutError,
   UnavailableError,
@@ -297,6 +298,11 @@ test("bad_input", T, async (t) => {
     ["list a negative limit", () => c.locks({ limit: -1 })],
     ["extend by 0", () => c.adopt("k", 1n, 1000).extend(0)],
     ["adopt token 0", async () => c.adopt("k", 0n, 1000)],
+    ["semaphore limit 0", () => c.acquire("k", { leaseMs: 1000, limit: 0 })],
+    ["semaphore limit not whole", () => c.acquire("k", { leaseMs: 1000, limit: 1.5 })],
+    ["semaphore limit over 2^32-1", () => c.tryAcquire("k", { leaseMs: 1000, limit: 2 ** 32 })],
+    ["limit and shared together", () => c.acquire("k", { leaseMs: 1000, limit: 2, shared: true })],
+    ["limit and shared together, under a lock", () => c.withLock("k", { leaseMs: 1000, limit: 2, shared: true }, () => "ran")],
   ];
   for (const [what, f] of bad) {
     await assert.rejects(f(), (e: unknown) => {
@@ -312,6 +318,188 @@ test("bad_input", T, async (t) => {
   c.tryAcquire("sentinel", { leaseMs: 1000 }).catch(() => {}); // never answered: ends with the client
   await waitFor("the good request", () => raw.text.includes("\n"));
   assert.equal(raw.text, "A sentinel 1 -\n");
+});
+
+/** Asserts that p is refused by the node with reason, and returns the refusal. */
+async function refused(p: Promise<unknown>, reason: string): Promise<void> {
+  await assert.rejects(p, (e: unknown) => {
+    assert.ok(e instanceof RefusedError, String(e));
+    assert.equal(e.code, "ERR_KUNCI_REFUSED");
+    assert.equal(e.reason, reason);
+    assert.match(e.message, new RegExp(reason));
+    return true;
+  });
+}
+
+test("semaphore_limit", T, async (t) => {
+  const n = await startNode(t);
+  const [a, b, c, d, look] = [0, 1, 2, 3, 4].map(() => client(t, { addrs: [n.addr] }));
+  const sem = { leaseMs: 30_000, waitMs: WAIT_MS * 2, limit: 2 };
+  const la = await a!.acquire("pool", sem);
+  const lb = await b!.acquire("pool", sem);
+  assert.ok(lb.token > la.token, `B's token ${lb.token}, A's ${la.token}`);
+  const h = await look!.inspect("pool");
+  assert.deepEqual(h && { token: h.token, holders: h.holders, limit: h.limit, shared: h.shared, waiters: h.waiters }, {
+    token: la.token, holders: 2, limit: 2, shared: false, waiters: 0,
+  });
+  const listed = await look!.locks({ prefix: "pool" });
+  assert.deepEqual(listed.locks.sort((x, y) => (x.token < y.token ? -1 : 1)).map((l) => [l.token, l.holders, l.limit]), [
+    [la.token, 2, 2],
+    [lb.token, 2, 2],
+  ]);
+
+  // C waits: the semaphore is at its limit. A's release grants it.
+  const pc = c!.acquire("pool", sem);
+  await waitFor("C seen waiting", async () => (await look!.inspect("pool"))?.waiters === 1);
+  await la.release();
+  const lc = await pc;
+  assert.ok(lc.token > lb.token, `C's token ${lc.token}, B's ${lb.token}`);
+
+  // B and C hold: a try finds the key held; another limit is refused, and changes nothing.
+  assert.equal(await look!.tryAcquire("pool", { leaseMs: 30_000, limit: 2 }), null);
+  await refused(look!.acquire("pool", { leaseMs: 30_000, waitMs: WAIT_MS, limit: 3 }), "semaphore limit differs");
+  const after = await look!.inspect("pool");
+  assert.deepEqual(after && { token: after.token, holders: after.holders, limit: after.limit, waiters: after.waiters }, {
+    token: lb.token, holders: 2, limit: 2, waiters: 0,
+  });
+
+  // D waits; B's lease ends by itself (shortened to 300 ms, no keep-alive) and frees its place for D.
+  const pd = d!.acquire("pool", sem);
+  await waitFor("D seen waiting", async () => (await look!.inspect("pool"))?.waiters === 1);
+  await lb.extend(300);
+  const ld = await pd;
+  assert.ok(ld.token > lc.token);
+  await assert.rejects(lb.release(), StaleError);
+
+  // Run-under-lock: a semaphore's grant kept alive past twice its lease, then released.
+  await lc.release();
+  const ran = await a!.withLock("pool", { leaseMs: 1500, limit: 2 }, async (lock, signal) => {
+    const start = performance.now();
+    await waitFor("the grant held past twice its lease", async () => {
+      const mine = (await look!.locks({ prefix: "pool" })).locks.find((l) => l.token === lock.token);
+      assert.ok(mine !== undefined, "the grant ended under withLock");
+      return performance.now() - start > 3100;
+    });
+    assert.equal(signal.aborted, false);
+    return lock.token;
+  });
+  assert.ok(ran > ld.token);
+  const end = await look!.inspect("pool");
+  assert.deepEqual(end && { token: end.token, holders: end.holders }, { token: ld.token, holders: 1 });
+  await ld.release();
+  assert.equal(await look!.inspect("pool"), null);
+});
+
+test("shared_readers", T, async (t) => {
+  const n = await startNode(t);
+  const [r1, r2, w, r3, look, other] = [0, 1, 2, 3, 4, 5].map(() => client(t, { addrs: [n.addr] }));
+  const read = { leaseMs: 30_000, waitMs: WAIT_MS * 2, shared: true };
+  const l1 = await r1!.acquire("doc", read);
+  const l2 = await r2!.acquire("doc", read);
+  assert.ok(l2.token > l1.token);
+  const h = await look!.inspect("doc");
+  assert.deepEqual(h && { token: h.token, holders: h.holders, shared: h.shared, limit: h.limit }, {
+    token: l1.token, holders: 2, shared: true, limit: undefined,
+  });
+
+  // W waits for the readers; R3, after W, waits behind it; a shared try now finds the key held.
+  const pw = w!.acquire("doc", { leaseMs: 30_000, waitMs: WAIT_MS * 2 });
+  await waitFor("W seen waiting", async () => (await look!.inspect("doc"))?.waiters === 1);
+  let r3Granted = false;
+  const p3 = r3!.acquire("doc", read).then((l) => {
+    r3Granted = true;
+    return l;
+  });
+  await waitFor("R3 seen waiting", async () => (await look!.inspect("doc"))?.waiters === 2);
+  assert.equal(await look!.tryAcquire("doc", { leaseMs: 30_000, shared: true }), null);
+
+  // The readers leave: W is granted only once both have, with a token above theirs.
+  let wGranted = false;
+  const pw2 = pw.then((l) => {
+    wGranted = true;
+    return l;
+  });
+  await l1.release();
+  const mid = await look!.inspect("doc");
+  assert.deepEqual(mid && { token: mid.token, holders: mid.holders, waiters: mid.waiters }, { token: l2.token, holders: 1, waiters: 2 });
+  assert.equal(wGranted, false);
+  await l2.release();
+  const lw = await pw2;
+  assert.ok(lw.token > l2.token, `W's token ${lw.token}, R2's ${l2.token}`);
+  const wh = await look!.inspect("doc");
+  assert.deepEqual(wh && { token: wh.token, holders: wh.holders, shared: wh.shared, waiters: wh.waiters }, {
+    token: lw.token, holders: 1, shared: false, waiters: 1,
+  });
+  assert.equal(r3Granted, false);
+
+  // W's release grants R3, with a token above W's.
+  await lw.release();
+  const l3 = await p3;
+  assert.ok(l3.token > lw.token, `R3's token ${l3.token}, W's ${lw.token}`);
+
+  // Run-under-lock in shared mode: beside R3, and told when its grant is ended behind its back.
+  const value = await look!.withLock("doc", { leaseMs: 30_000, waitMs: WAIT_MS, shared: true }, async (lock) => {
+    const mine = (await other!.locks({ prefix: "doc" })).locks.find((l) => l.token === lock.token);
+    assert.deepEqual(mine && { holders: mine.holders, shared: mine.shared }, { holders: 2, shared: true });
+    return lock.token;
+  });
+  assert.ok(value > l3.token);
+  let told: unknown;
+  const run = look!.withLock("doc", { leaseMs: 1000, shared: true }, async (lock, signal) => {
+    await other!.adopt(lock.key, lock.token, 1000).release();
+    await new Promise<void>((res, rej) => {
+      const t = setTimeout(() => rej(new Error("the loss signal never fired")), WAIT_MS);
+      signal.addEventListener("abort", () => {
+        clearTimeout(t);
+        told = signal.reason;
+        res();
+      });
+    });
+    return "done";
+  });
+  await assert.rejects(run, LostError);
+  assert.ok(told instanceof LostError, String(told));
+  const left = await look!.inspect("doc");
+  assert.deepEqual(left && { token: left.token, holders: left.holders }, { token: l3.token, holders: 1 });
+  await l3.release();
+  assert.equal(await look!.inspect("doc"), null);
+});
+
+test("kind_mismatch", T, async (t) => {
+  const n = await startNode(t);
+  const [a, b, look] = [0, 1, 2].map(() => client(t, { addrs: [n.addr] }));
+  const untouched = async (want: { token: bigint; holders: number; limit: number | undefined }) => {
+    const h = await look!.inspect("k");
+    assert.deepEqual(h && { token: h.token, holders: h.holders, limit: h.limit, shared: h.shared, waiters: h.waiters }, { ...want, shared: false, waiters: 0 });
+  };
+  let ran = false;
+  const fn = () => {
+    ran = true;
+  };
+
+  // k held as a lock: a semaphore acquire (waiting, a try, run-under-lock) is refused at once.
+  const la = await a!.acquire("k", { leaseMs: 30_000 });
+  await refused(b!.acquire("k", { leaseMs: 30_000, waitMs: WAIT_MS * 2, limit: 2 }), "key held as a lock");
+  await refused(b!.tryAcquire("k", { leaseMs: 30_000, limit: 2 }), "key held as a lock");
+  await refused(b!.withLock("k", { leaseMs: 30_000, waitMs: WAIT_MS * 2, limit: 2 }, fn), "key held as a lock");
+  await untouched({ token: la.token, holders: 1, limit: undefined });
+  await la.release();
+
+  // k held as a semaphore: a plain and a shared acquire are refused.
+  const ls = await a!.acquire("k", { leaseMs: 30_000, limit: 2 });
+  await refused(b!.acquire("k", { leaseMs: 30_000, waitMs: WAIT_MS * 2 }), "key held as a semaphore");
+  await refused(b!.acquire("k", { leaseMs: 30_000, waitMs: WAIT_MS * 2, shared: true }), "key held as a semaphore");
+  await refused(b!.tryAcquire("k", { leaseMs: 30_000 }), "key held as a semaphore");
+  await refused(b!.withLock("k", { leaseMs: 30_000, waitMs: WAIT_MS * 2, shared: true }, fn), "key held as a semaphore");
+  await refused(b!.acquire("k", { leaseMs: 30_000, waitMs: WAIT_MS * 2, limit: 1 }), "semaphore limit differs");
+  assert.equal(ran, false);
+  await untouched({ token: ls.token, holders: 1, limit: 2 });
+  await ls.release();
+
+  // Free again, k has no kind: the next grant decides it.
+  const lp = await b!.acquire("k", { leaseMs: 30_000, shared: true });
+  assert.ok(lp.token > ls.token);
+  await lp.release();
 });
 
 test("readme_examples", T, async (t) => {
