@@ -56,12 +56,15 @@ class AsyncLock(LockHandle):
 
 
 class _AsyncLockBlock:
-    def __init__(self, client: AsyncClient, key: str, lease: float, wait: float) -> None:
+    def __init__(
+        self, client: AsyncClient, key: str, lease: float, wait: float, limit: int | None = None, shared: bool = False
+    ) -> None:
         self._client, self._key, self._lease, self._wait = client, key, lease, wait
+        self._limit, self._shared = limit, shared
         self._lock: AsyncLock | None = None
 
     async def __aenter__(self) -> AsyncLock:
-        lock = await self._client.acquire(self._key, self._lease, self._wait)
+        lock = await self._client.acquire(self._key, self._lease, self._wait, limit=self._limit, shared=self._shared)
         lock.keep_alive()
         self._lock = lock
         return lock
@@ -145,29 +148,38 @@ class AsyncClient:
     ) -> None:
         await self.close()
 
-    async def acquire(self, key: str, lease: float, wait: float = 0.0) -> AsyncLock:
+    async def acquire(
+        self, key: str, lease: float, wait: float = 0.0, *, limit: int | None = None, shared: bool = False
+    ) -> AsyncLock:
         """Wait at most wait seconds for key and hold it for lease seconds from
         the grant (wait 0: no bound of its own, the node's --max-wait bounds
         it). kunci.Timeout when the wait runs out; kunci.Unavailable when no
-        node answered within it."""
+        node answered within it. limit=N (a semaphore) and shared=True (a
+        read-write lock's shared grant) as Client.acquire's."""
         core = await self._c()
-        ls = await core.acquire(key, lease, wait, False)
+        ls = await core.acquire(key, lease, wait, False, limit=limit, shared=shared)
         assert ls is not None
         return AsyncLock(core, ls)
 
-    async def try_acquire(self, key: str, lease: float) -> AsyncLock | None:
+    async def try_acquire(
+        self, key: str, lease: float, *, limit: int | None = None, shared: bool = False
+    ) -> AsyncLock | None:
         """Take key if nobody holds it, at once (wait "-"): a lock, or None
-        when it is held."""
+        when it is held. limit and shared as acquire's: a lock when one
+        would be granted at once."""
         core = await self._c()
-        ls = await core.acquire(key, lease, 0.0, True)
+        ls = await core.acquire(key, lease, 0.0, True, limit=limit, shared=shared)
         return None if ls is None else AsyncLock(core, ls)
 
-    def lock(self, key: str, lease: float, wait: float = 0.0) -> _AsyncLockBlock:
+    def lock(
+        self, key: str, lease: float, wait: float = 0.0, *, limit: int | None = None, shared: bool = False
+    ) -> _AsyncLockBlock:
         """"async with c.lock(key, lease=30, wait=10) as lock:" acquires key,
         keeps it alive while the block runs, and releases it after. When the
         lock is lost meanwhile, lock.lost is set at once, and the block's end
-        raises kunci.Lost (unless the block raised)."""
-        return _AsyncLockBlock(self, key, lease, wait)
+        raises kunci.Lost (unless the block raised). limit and shared as
+        acquire's."""
+        return _AsyncLockBlock(self, key, lease, wait, limit, shared)
 
     async def inspect(self, key: str) -> Holder:
         """Who holds key: its Holder (token 0 when free)."""

@@ -17,7 +17,8 @@ follows.
   out in one write, which makes the next connection current (client.go).
 - Answers are matched to the oldest outstanding request with the same op and
   key; a connection has at most one acquire of a key outstanding, later
-  acquirers of the key wait their turn in a gate (conn.go).
+  acquirers of the key wait their turn in a gate (conn.go); a try goes to a
+  connection without one, "held" at once when none is left.
 - Every operation goes through _Core.route with a retry policy: a broken
   connection fails the request over to the next, a redirect follows the
   connection, no usable connection waits for one to come up while the
@@ -596,10 +597,10 @@ class _Conn:
             r.holders = call.holders
         return r
 
-    async def acquire(self, key: bytes, lease_ms: int, deadline: float | None, try_: bool) -> Result:
+    async def acquire(self, key: bytes, lease_ms: int, deadline: float | None, try_: bool, kind: bytes = b"") -> Result:
         """Send one acquire on this connection, first waiting its turn behind
         an acquire of the same key outstanding here; with the wait left until
-        deadline (None: no bound), or as a try."""
+        deadline (None: no bound), or as a try; kind is wire.kind_field's."""
         if self.link is None:
             return _NOT_UP
         gen = self.gen
@@ -640,7 +641,7 @@ class _Conn:
                     return _WAIT_OVER
                 wait = max(math.ceil(left * 1000), 1)
         call = _Call("A", key, self.loop.create_future())
-        self.send(call, wire.acquire_line(key, lease_ms, wait, self.core.cfg.owner))
+        self.send(call, wire.acquire_line(key, lease_ms, wait, self.core.cfg.owner, kind))
         try:
             assert call.fut is not None
             return await call.fut
@@ -864,6 +865,20 @@ class _Core:
                 return cn
         return None
 
+    def free_for(self, kb: bytes, cn: _Conn) -> _Conn:
+        """The connection for a try of kb: cn, or, when cn has an acquire of
+        kb outstanding (where the try is answered "held" without asking),
+        the next usable one without. With room in a semaphore or a shared
+        key, the outstanding acquire and the try may both be granted."""
+        if not cn.key_busy(kb):
+            return cn
+        n = len(self.conns)
+        for i in range(1, n):
+            o = self.conns[(cn.idx + i) % n]
+            if o.usable and not o.key_busy(kb):
+                return o
+        return cn
+
     def no_connection(self, cause: object) -> Unavailable:
         msg = "kunci: no node answered"
         if cause is not None and cause is not _NOT_UP.cause:
@@ -947,13 +962,16 @@ class _Core:
     # -- the operations --
 
     async def acquire(
-        self, key: str, lease: float, wait: float, try_: bool, deadline: float | None = None
+        self, key: str, lease: float, wait: float, try_: bool, deadline: float | None = None,
+        *, limit: int | None = None, shared: bool = False,
     ) -> LockState | None:
         """Acquire key (deadline, when given, is when the wait ends: an
-        acquire that began elsewhere)."""
+        acquire that began elsewhere); as a semaphore of limit holders, or a
+        shared grant of a read-write lock (wire.kind_field)."""
         kb = wire.check_key(key)
         lms = wire.lease_ms(lease)
         wms = 0 if try_ else wire.wait_ms(wait)
+        kind = wire.kind_field(limit, shared)
         loop = self.loop
         p = _Policy()
         if wms > 0:
@@ -968,7 +986,9 @@ class _Core:
         until = p.deadline
 
         async def send(cn: _Conn) -> Result:
-            return await cn.acquire(kb, lms, until, try_)
+            if try_:
+                cn = self.free_for(kb, cn)
+            return await cn.acquire(kb, lms, until, try_, kind)
 
         return self.granted(await self.route(p, send), key, kb, lms, try_)
 
@@ -1111,7 +1131,10 @@ class Waiter:
         raise NotImplementedError
 
 
-def fast_acquire(core: _Core, w: Waiter, key: str, lease: float, wait: float, try_: bool) -> None:
+def fast_acquire(
+    core: _Core, w: Waiter, key: str, lease: float, wait: float, try_: bool,
+    limit: int | None = None, shared: bool = False,
+) -> None:
     """An acquire for the thread client, in the loop's thread: sent at once on
     the current connection, answered to w by a callback, without a task; a
     connection that breaks under it, or none usable, or an acquire of the key
@@ -1121,6 +1144,7 @@ def fast_acquire(core: _Core, w: Waiter, key: str, lease: float, wait: float, tr
         kb = wire.check_key(key)
         lms = wire.lease_ms(lease)
         wms = 0 if try_ else wire.wait_ms(wait)
+        kind = wire.kind_field(limit, shared)
     except (ValueError, TypeError) as e:
         w.finish(None, e)
         return
@@ -1128,7 +1152,7 @@ def fast_acquire(core: _Core, w: Waiter, key: str, lease: float, wait: float, tr
     deadline = loop.time() + wms / 1000 if wms > 0 else None
     first = core.next(None)
     if core.closed or first is None or first.key_busy(kb):
-        slow(core, w, core.acquire(key, lease, wait, try_, deadline))
+        slow(core, w, core.acquire(key, lease, wait, try_, deadline, limit=limit, shared=shared))
         return
     cn = first
     call = _Call("A", kb, None)
@@ -1140,7 +1164,7 @@ def fast_acquire(core: _Core, w: Waiter, key: str, lease: float, wait: float, tr
             except KunciError as e:
                 w.finish(None, e)
         else:
-            slow(core, w, core.acquire(key, lease, wait, try_, deadline))
+            slow(core, w, core.acquire(key, lease, wait, try_, deadline, limit=limit, shared=shared))
 
     def cancel() -> None:
         if call.cb is answered:
@@ -1149,7 +1173,7 @@ def fast_acquire(core: _Core, w: Waiter, key: str, lease: float, wait: float, tr
 
     call.cb = answered
     w.cancel = cancel
-    cn.send(call, wire.acquire_line(kb, lms, None if try_ else wms, core.cfg.owner))
+    cn.send(call, wire.acquire_line(kb, lms, None if try_ else wms, core.cfg.owner, kind))
 
 
 def fast_release(core: _Core, w: Waiter, ls: LockState) -> None:

@@ -121,12 +121,15 @@ class Lock(LockHandle):
 
 
 class _LockBlock:
-    def __init__(self, client: Client, key: str, lease: float, wait: float) -> None:
+    def __init__(
+        self, client: Client, key: str, lease: float, wait: float, limit: int | None = None, shared: bool = False
+    ) -> None:
         self._client, self._key, self._lease, self._wait = client, key, lease, wait
+        self._limit, self._shared = limit, shared
         self._lock: Lock | None = None
 
     def __enter__(self) -> Lock:
-        lock = self._client.acquire(self._key, self._lease, self._wait)
+        lock = self._client.acquire(self._key, self._lease, self._wait, limit=self._limit, shared=self._shared)
         lock.keep_alive()
         self._lock = lock
         return lock
@@ -289,27 +292,40 @@ class Client:
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
-    def acquire(self, key: str, lease: float, wait: float = 0.0) -> Lock:
+    def acquire(
+        self, key: str, lease: float, wait: float = 0.0, *, limit: int | None = None, shared: bool = False
+    ) -> Lock:
         """Wait at most wait seconds for key and hold it for lease seconds from
         the grant (wait 0: no bound of its own, the node's --max-wait bounds
         it). kunci.Timeout when the wait runs out; kunci.Unavailable when no
-        node answered within it."""
-        ls = self._call(fast_acquire, key, lease, wait, False)
+        node answered within it.
+
+        limit=N takes one of at most N grants of key, a semaphore; shared=True
+        a shared (read) grant of key, a read-write lock whose exclusive
+        (write) grant is the plain acquire. Not both (ValueError). A key held
+        as another kind, or a semaphore of another limit: kunci.Refused with
+        the node's reason ("key held as a lock", "semaphore limit differs").
+        """
+        ls = self._call(fast_acquire, key, lease, wait, False, limit, shared)
         assert ls is not None
         return Lock(self, ls)
 
-    def try_acquire(self, key: str, lease: float) -> Lock | None:
+    def try_acquire(self, key: str, lease: float, *, limit: int | None = None, shared: bool = False) -> Lock | None:
         """Take key if nobody holds it, at once (wait "-"): a Lock, or None
-        when it is held."""
-        ls = self._call(fast_acquire, key, lease, 0.0, True)
+        when it is held. limit and shared as acquire's: a Lock when one
+        would be granted at once."""
+        ls = self._call(fast_acquire, key, lease, 0.0, True, limit, shared)
         return None if ls is None else Lock(self, ls)
 
-    def lock(self, key: str, lease: float, wait: float = 0.0) -> _LockBlock:
+    def lock(
+        self, key: str, lease: float, wait: float = 0.0, *, limit: int | None = None, shared: bool = False
+    ) -> _LockBlock:
         """"with c.lock(key, lease=30, wait=10) as lock:" acquires key, keeps
         it alive while the block runs, and releases it after. When the lock
         is lost meanwhile, lock.lost is set at once, and the block's end
-        raises kunci.Lost (unless the block raised)."""
-        return _LockBlock(self, key, lease, wait)
+        raises kunci.Lost (unless the block raised). limit and shared as
+        acquire's."""
+        return _LockBlock(self, key, lease, wait, limit, shared)
 
     def inspect(self, key: str) -> Holder:
         """Who holds key: its Holder (token 0 when free)."""

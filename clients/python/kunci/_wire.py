@@ -14,6 +14,7 @@ MAX_LINE = 512
 MAX_KEY = 250
 MAX_OWNER = 64
 MAX_U64 = (1 << 64) - 1
+MAX_SEMAPHORE_LIMIT = (1 << 32) - 1  # the form's; the node's --max-holders is lower
 # Seconds whose count of milliseconds overflows a signed 64-bit integer
 # are invalid on the wire.
 _MAX_MS = (1 << 63) - 1
@@ -119,6 +120,25 @@ def check_limit(limit: int) -> int:
     return limit
 
 
+def kind_field(limit: int | None, shared: bool) -> bytes:
+    """Return an acquire's kind field: b"limit=N" for a semaphore of at most
+    limit holders, b"mode=shared" for a shared grant of a read-write lock,
+    b"" for the plain (exclusive) lock. Raise ValueError for both at once or
+    a limit out of the protocol's 1 to 2**32-1 (the node refuses one over its
+    --max-holders, default 1024: "limit too high")."""
+    if limit is None:
+        if not isinstance(shared, bool):
+            raise TypeError(f"kunci: shared must be a bool, not {type(shared).__name__}")
+        return b"mode=shared" if shared else b""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise TypeError(f"kunci: limit must be an int, not {type(limit).__name__}")
+    if shared:
+        raise ValueError("kunci: limit= (a semaphore) and shared=True (a read-write lock) cannot go together")
+    if not 1 <= limit <= MAX_SEMAPHORE_LIMIT:
+        raise ValueError(f"kunci: a semaphore's limit must be from 1 to 2**32-1 (got {limit})")
+    return b"limit=%d" % limit
+
+
 def seconds_field(ms: int) -> bytes:
     """Format ms as the protocol's seconds: "30", "0.5", "2.125"."""
     s, frac = divmod(ms, 1000)
@@ -127,9 +147,13 @@ def seconds_field(ms: int) -> bytes:
     return (b"%d.%03d" % (s, frac)).rstrip(b"0")
 
 
-def acquire_line(key: bytes, lease: int, wait: int | None, owner: bytes | None) -> bytes:
-    """"A key lease wait [owner=OWNER]"; wait None is "-" (a try)."""
+def acquire_line(key: bytes, lease: int, wait: int | None, owner: bytes | None, kind: bytes = b"") -> bytes:
+    """"A key lease wait [owner=OWNER] [KIND]"; wait None is "-" (a try);
+    kind is kind_field's."""
     w = b"-" if wait is None else seconds_field(wait)
+    if kind:
+        o = b" owner=" + owner if owner else b""
+        return b"A %s %s %s%s %s\n" % (key, seconds_field(lease), w, o, kind)
     if owner:
         return b"A %s %s %s owner=%s\n" % (key, seconds_field(lease), w, owner)
     return b"A %s %s %s\n" % (key, seconds_field(lease), w)
@@ -175,6 +199,10 @@ class Holder:
     token is 0 when nobody holds the key. left is the lease left, in
     seconds, when the node answered; waiters the acquires queued behind the
     grant; owner the owner the grant's acquire named ("" for none).
+    holders is how many grants the key has (0 when free, 1 for a plain
+    lock, and 1 when not given for a held key); limit a semaphore's limit (None for a lock); shared is True for
+    a key held in shared mode. Several holders: inspect shows the oldest
+    grant, a listing each one.
     """
 
     key: str
@@ -182,6 +210,13 @@ class Holder:
     left: float = 0.0
     waiters: int = 0
     owner: str = ""
+    holders: int = 0
+    limit: int | None = None
+    shared: bool = False
+
+    def __post_init__(self) -> None:
+        if self.token and not self.holders:
+            object.__setattr__(self, "holders", 1)  # a held key has a holder
 
     @property
     def held(self) -> bool:
@@ -241,11 +276,23 @@ def _holding(kind: str, key: bytes, rest: list[bytes]) -> Answer:
     if len(rest) < 3:
         raise BadAnswer(f"{kind} with {len(rest)} fields")
     owner = ""
+    holders = 1
+    limit: int | None = None
+    shared = False
     for f in rest[3:]:
         if f.startswith(b"owner="):
             owner = f[6:].decode("ascii", "replace")
+        elif f.startswith(b"holders="):
+            holders = _uint(f[8:])
+        elif f.startswith(b"limit="):
+            limit = _uint(f[6:])
+        elif f == b"mode=shared":
+            shared = True
         # other name=value fields are skipped
-    h = Holder(key.decode("utf-8", "surrogateescape"), _uint(rest[0]), _secs(rest[1]), _uint(rest[2]), owner)
+    h = Holder(
+        key.decode("utf-8", "surrogateescape"), _uint(rest[0]), _secs(rest[1]), _uint(rest[2]), owner,
+        holders, limit, shared,
+    )
     a = Answer(kind, key, token=h.token)
     a.holder = h
     return a

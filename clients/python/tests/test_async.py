@@ -98,6 +98,59 @@ class Async(NodeCase):
 
         self.run_async(main())
 
+    def test_semaphore_and_shared(self) -> None:
+        n = self.node()
+
+        async def main() -> None:
+            async with kunci.AsyncClient([n.addr], owner="w1") as a, kunci.AsyncClient([n.addr]) as b:
+                s1 = await a.acquire("pool", lease=30, wait=5, limit=2)
+                s2 = await b.acquire("pool", lease=30, wait=5, limit=2)
+                self.assertIsNone(await b.try_acquire("pool", lease=30, limit=2))
+                listed = await a.locks(prefix="pool")
+                self.assertEqual(sorted(x.token for x in listed), [s1.token, s2.token])
+                self.assertEqual({(x.holders, x.limit, x.shared) for x in listed}, {(2, 2, False)})
+                self.assertEqual({x.owner for x in listed}, {"w1", ""})
+                with self.assertRaises(kunci.Refused) as cm:
+                    await b.acquire("pool", lease=30, wait=1, shared=True)
+                self.assertEqual(cm.exception.reason, "key held as a semaphore")
+                with self.assertRaises(kunci.Refused) as cm:
+                    await b.acquire("big", lease=30, wait=1, limit=5000)
+                self.assertEqual(cm.exception.reason, "limit too high (max 1024)")
+                # A third waits in a run-under-lock block until a place is
+                # free; its grant ended behind its back is signalled lost.
+                token = 0
+
+                async def third() -> None:
+                    nonlocal token
+                    async with b.lock("pool", lease=1, wait=20, limit=2) as lock:
+                        token = lock.token
+                        self.assertEqual(await asyncio.to_thread(
+                            roundtrip, n.addr, b"R pool %d\n" % lock.token), b"R pool OK")
+                        await asyncio.wait_for(lock.lost.wait(), 10)
+
+                t = asyncio.ensure_future(third())
+                for _ in range(500):
+                    if (await a.inspect("pool")).waiters == 1:
+                        break
+                    await asyncio.sleep(0.01)
+                self.assertEqual(token, 0)
+                await s1.release()
+                with self.assertRaises(kunci.Lost):
+                    await asyncio.wait_for(t, 20)
+                self.assertGreater(token, s2.token)
+                await s2.release()
+                self.assertFalse((await a.inspect("pool")).held)
+                # Shared: two readers at once, shown as such.
+                r1 = await a.acquire("doc", lease=30, wait=5, shared=True)
+                r2 = await b.acquire("doc", lease=30, wait=5, shared=True)
+                h = await a.inspect("doc")
+                self.assertEqual((h.token, h.holders, h.shared, h.limit), (r1.token, 2, True, None))
+                self.assertIsNone(await a.try_acquire("doc", lease=30))
+                await r1.release()
+                await r2.release()
+
+        self.run_async(main())
+
     def test_cancelled_acquire_is_withdrawn(self) -> None:
         n = self.node()
 
@@ -119,6 +172,71 @@ class Async(NodeCase):
                 self.assertEqual((await a.inspect("k")).waiters, 0)
                 await held.release()
                 self.assertFalse((await a.inspect("k")).held)
+
+        self.run_async(main())
+
+    def test_try_beside_an_acquire_of_the_key(self) -> None:
+        """A try made in the turn an acquire of the same key was sent (both on
+        the current connection, which may carry one acquire of a key at a
+        time) goes on the other connection: with room left in a semaphore,
+        or a shared key, both are granted (it was answered "held")."""
+        n = self.node()
+
+        async def main() -> None:
+            async with kunci.AsyncClient([n.addr]) as c:
+                for key, kind in (("pool", {"limit": 3}), ("doc", {"shared": True})):
+                    t1 = asyncio.ensure_future(c.acquire(key, 30, 5, **kind))  # type: ignore[arg-type]
+                    t2 = asyncio.ensure_future(c.try_acquire(key, 30, **kind))  # type: ignore[arg-type]
+                    first, tried = await t1, await t2
+                    self.assertIsNotNone(tried, "%s: a try beside an acquire answered held" % key)
+                    assert tried is not None
+                    self.assertEqual((await c.inspect(key)).holders, 2)
+                    await first.release()
+                    await tried.release()
+
+        self.run_async(main())
+
+    def test_cancelled_semaphore_and_writer_are_withdrawn(self) -> None:
+        n = self.node()
+
+        async def main() -> None:
+            async with kunci.AsyncClient([n.addr]) as a, kunci.AsyncClient([n.addr]) as b:
+
+                async def queued(key: str, want: int) -> None:
+                    for _ in range(1000):
+                        if (await a.inspect(key)).waiters == want:
+                            return
+                        await asyncio.sleep(0.01)
+                    self.fail("%s: never %d waiting" % (key, want))
+
+                # A semaphore's queued acquire, cancelled: withdrawn (C), so
+                # the holder's release leaves the key free.
+                sem = await a.acquire("pool", lease=30, wait=5, limit=1)
+                t = asyncio.ensure_future(b.acquire("pool", lease=30, wait=20, limit=1))
+                await queued("pool", 1)
+                t.cancel()
+                with self.assertRaises(asyncio.CancelledError):
+                    await t
+                await queued("pool", 0)
+                await sem.release()
+                self.assertFalse((await a.inspect("pool")).held)
+                # A writer queued behind a reader keeps new readers out;
+                # cancelled, it lets them in again.
+                r = await a.acquire("doc", lease=30, wait=5, shared=True)
+                w = asyncio.ensure_future(b.acquire("doc", lease=30, wait=20))
+                await queued("doc", 1)
+                self.assertIsNone(await a.try_acquire("doc", lease=30, shared=True))
+                w.cancel()
+                with self.assertRaises(asyncio.CancelledError):
+                    await w
+                await queued("doc", 0)
+                r2 = await a.try_acquire("doc", lease=30, shared=True)
+                self.assertIsNotNone(r2, "a reader kept out by a withdrawn writer")
+                assert r2 is not None
+                self.assertEqual((await a.inspect("doc")).holders, 2)
+                await r.release()
+                await r2.release()
+                self.assertFalse((await a.inspect("doc")).held)
 
         self.run_async(main())
 
@@ -225,6 +343,13 @@ class Async(NodeCase):
                     await c.acquire("k", lease=0, wait=1)
                 with self.assertRaises(ValueError):
                     await c.acquire("k", lease=5, wait=-1)
+                with self.assertRaises(ValueError):
+                    await c.acquire("k", lease=5, wait=1, limit=0)
+                with self.assertRaises(ValueError):
+                    await c.try_acquire("k", lease=5, limit=2, shared=True)
+                with self.assertRaises(ValueError):
+                    async with c.lock("k", lease=5, wait=1, limit=-2):
+                        pass
                 with self.assertRaises(kunci.Unavailable):
                     await c.acquire("k", lease=5, wait=0.2)
             with self.assertRaises(kunci.Closed):

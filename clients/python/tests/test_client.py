@@ -16,7 +16,9 @@ import urllib.request
 from typing import Any
 
 import kunci
-from tests.nodes import NodeCase, Proxy, _readline as readline, _split as split, free_addrs, roundtrip, until
+from tests.nodes import (
+    WAIT, NodeCase, Proxy, _readline as readline, _split as split, free_addrs, info, roundtrip, until,
+)
 
 
 def connections(admin: str) -> int:
@@ -262,3 +264,53 @@ class CloseRace(NodeCase):
         self.assertFalse(caller.is_alive(), "the call was still waiting 10 s after close()")
         self.assertFalse(closer.is_alive(), "close() did not return")
         self.assertIn(outcome[0] if outcome else "none", ("ok", "closed"), outcome)
+
+
+class Kinds(NodeCase):
+    def test_semaphore_and_readers_across_a_handoff(self) -> None:
+        """Semaphore and shared grants made at one active are held, listed
+        and released at the next after a graceful handoff; a semaphore
+        acquire queued meanwhile is sent again with its limit and granted
+        there in its turn."""
+        nodes, addrs = self.cluster(2)
+        c = kunci.Client(addrs)
+        self.cleanups_first.append(c.close)
+        q = kunci.Client(addrs)
+        self.cleanups_first.append(q.close)
+        s1 = c.acquire("pool", lease=30, wait=5, limit=2)
+        s2 = c.acquire("pool", lease=30, wait=5, limit=2)
+        r1 = c.acquire("doc", lease=30, wait=5, shared=True)
+        r2 = c.acquire("doc", lease=30, wait=5, shared=True)
+        third: list[kunci.Lock | BaseException] = []
+
+        def ask() -> None:
+            try:
+                third.append(q.acquire("pool", lease=30, wait=30, limit=2))
+            except BaseException as e:  # noqa: BLE001 - the test reports it
+                third.append(e)
+
+        t = threading.Thread(target=ask, daemon=True)
+        t.start()
+        self.assertTrue(until(lambda: c.inspect("pool").waiters == 1), "the third never seen waiting")
+        nodes[0].signal(signal.SIGINT)
+        self.assertTrue(until(lambda: nodes[0].proc.poll() is not None, 20), "the old active did not exit")
+        self.assertTrue(until(lambda: info(addrs[1]).startswith("I active ")), info(addrs[1]))
+        # The third's acquire, withdrawn by the handoff, queued again.
+        self.assertTrue(until(lambda: c.inspect("pool").waiters == 1, 20), "the third not queued at the new active")
+        h = c.inspect("pool")
+        self.assertEqual((h.token, h.holders, h.limit), (s1.token, 2, 2))
+        docs = c.locks(prefix="doc")
+        self.assertEqual(sorted(x.token for x in docs), [r1.token, r2.token])
+        self.assertTrue(all(x.shared and x.holders == 2 for x in docs), docs)
+        self.assertEqual(third, [])
+        s1.release()
+        t.join(WAIT)
+        self.assertEqual(len(third), 1)
+        s3 = third[0]
+        self.assertIsInstance(s3, kunci.Lock)
+        assert isinstance(s3, kunci.Lock)
+        self.assertGreater(s3.token, max(s1.token, s2.token, r1.token, r2.token))
+        for lock in (s2, s3, r1, r2):
+            lock.release()  # each its own grant, by token: never Stale
+        self.assertFalse(c.inspect("pool").held)
+        self.assertFalse(c.inspect("doc").held)

@@ -266,6 +266,10 @@ class Scenarios(NodeCase):
                 lambda: cl.acquire("k", lease=5, wait=-0.5),
                 lambda: cl.try_acquire("k k", lease=5),
                 lambda: cl.try_acquire("k", lease=0),
+                lambda: cl.acquire("k", lease=5, wait=1, limit=0),
+                lambda: cl.acquire("k", lease=5, wait=1, limit=2, shared=True),
+                lambda: cl.try_acquire("k", lease=5, limit=-1),
+                lambda: cl.lock("k", lease=5, wait=1, limit=2, shared=True).__enter__(),
                 lambda: cl.inspect("k\n"),
                 lambda: cl.locks(prefix="a b"),
                 lambda: cl.locks(limit=-1),
@@ -300,6 +304,150 @@ class Scenarios(NodeCase):
                 [sys.executable, "-c", code], cwd=work, env=env, capture_output=True, text=True, timeout=60
             )
             self.assertEqual(r.returncode, 0, "README example %d:\n%s\n%s" % (i + 1, code, r.stderr))
+
+    def test_semaphore_limit(self) -> None:
+        n = self.node()
+        a, b, c = (self.client([n.addr]) for _ in range(3))
+        la = a.acquire("pool", lease=30, wait=5, limit=2)
+        lb = b.acquire("pool", lease=30, wait=5, limit=2)
+        self.assertLess(la.token, lb.token)
+        h = a.inspect("pool")
+        self.assertEqual((h.token, h.holders, h.limit, h.shared, h.waiters), (la.token, 2, 2, False, 0))
+        granted = Asker(c, "pool", limit=2)
+        self.assertTrue(until(lambda: a.inspect("pool").waiters == 1), "C never seen waiting")
+        self.assertIsNone(granted.lock)
+        la.release()
+        lc = granted.wait(self)
+        self.assertGreater(lc.token, lb.token)
+        # Full: B and C hold.
+        self.assertIsNone(a.try_acquire("pool", lease=30, limit=2))
+        with self.assertRaises(kunci.Refused) as cm:
+            a.acquire("pool", lease=30, wait=1, limit=3)
+        e = cm.exception
+        self.assertEqual((e.op, e.key, e.reason), ("A", "pool", "semaphore limit differs"))
+        listed = sorted(x.token for x in a.locks(prefix="pool"))
+        self.assertEqual(listed, [lb.token, lc.token])
+        # B's lease ends by itself (made short, no keep-alive): a place is free.
+        lb.extend(0.3)
+        self.assertTrue(until(lambda: a.inspect("pool").holders == 1), "B's grant never ended")
+        ld = a.try_acquire("pool", lease=30, limit=2)
+        self.assertIsNotNone(ld, "no place after B's lease ended")
+        assert ld is not None
+        self.assertGreater(ld.token, lc.token)
+        with self.assertRaises(kunci.Stale):
+            lb.release()
+        for lock in (lc, ld):
+            lock.release()
+        self.assertFalse(a.inspect("pool").held)
+
+    def test_shared_readers(self) -> None:
+        n = self.node()
+        r1, r2, w, r3 = (self.client([n.addr]) for _ in range(4))
+        l1 = r1.acquire("doc", lease=30, wait=5, shared=True)
+        l2 = r2.acquire("doc", lease=30, wait=5, shared=True)
+        h = r1.inspect("doc")
+        self.assertEqual((h.token, h.holders, h.shared, h.limit), (l1.token, 2, True, None))
+        writer = Asker(w, "doc")
+        self.assertTrue(until(lambda: r1.inspect("doc").waiters == 1), "W never seen waiting")
+        reader = Asker(r3, "doc", shared=True)
+        self.assertTrue(until(lambda: r1.inspect("doc").waiters == 2), "R3 never seen waiting")
+        # A writer queued: a reader may not join the readers that hold.
+        self.assertIsNone(r1.try_acquire("doc", lease=30, shared=True))
+        l1.release()
+        self.assertIsNone(writer.lock)
+        l2.release()
+        lw = writer.wait(self)
+        self.assertGreater(lw.token, max(l1.token, l2.token))
+        h = r1.inspect("doc")
+        self.assertEqual((h.token, h.holders, h.shared, h.waiters), (lw.token, 1, False, 1))
+        self.assertIsNone(reader.lock)
+        lw.release()
+        l3 = reader.wait(self)
+        self.assertGreater(l3.token, lw.token)
+        # Run-under-lock in shared mode: it joins R3 at once and is kept
+        # alive past its lease (its lease left seen renewed three times).
+        with r1.lock("doc", lease=0.6, wait=5, shared=True) as lock:
+            self.assertEqual(r1.inspect("doc").holders, 2)
+            seen = Renewals(r1, "doc", lock.token)
+            self.assertTrue(until(lambda: seen.count() >= 3), "never kept alive")
+            self.assertFalse(lock.lost.is_set())
+            self.assertIn(lock.token, [x.token for x in r1.locks(prefix="doc")])
+        h = r1.inspect("doc")
+        self.assertEqual((h.token, h.holders), (l3.token, 1))
+        l3.release()
+
+    def test_kind_mismatch(self) -> None:
+        n = self.node()
+        a, b = self.client([n.addr]), self.client([n.addr])
+        held = a.acquire("k", lease=30, wait=5)
+        for call in (
+            lambda: b.acquire("k", lease=30, wait=1, limit=2),
+            lambda: b.try_acquire("k", lease=30, limit=1),
+        ):
+            with self.assertRaises(kunci.Refused) as cm:
+                call()
+            e = cm.exception
+            self.assertEqual((e.op, e.key, e.reason), ("A", "k", "key held as a lock"))
+        h = a.inspect("k")
+        self.assertEqual((h.token, h.holders, h.limit, h.shared, h.waiters), (held.token, 1, None, False, 0))
+        held.release()
+        # Now k is a semaphore.
+        sem = a.acquire("k", lease=30, wait=5, limit=2)
+        for call in (
+            lambda: b.acquire("k", lease=30, wait=1),
+            lambda: b.acquire("k", lease=30, wait=1, shared=True),
+            lambda: b.try_acquire("k", lease=30),
+            lambda: b.try_acquire("k", lease=30, shared=True),
+        ):
+            with self.assertRaises(kunci.Refused) as cm:
+                call()
+            self.assertEqual(cm.exception.reason, "key held as a semaphore")
+            self.assertIn("key held as a semaphore", str(cm.exception))
+        h = a.inspect("k")
+        self.assertEqual((h.token, h.holders, h.limit, h.waiters), (sem.token, 1, 2, 0))
+        sem.release()
+
+
+class Asker:
+    """An acquire in a thread of its own, waiting long."""
+
+    def __init__(self, c: kunci.Client, key: str, **kind: object) -> None:
+        self.lock: kunci.Lock | None = None
+        self.err: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self.lock = c.acquire(key, lease=30, wait=WAIT * 2, **kind)  # type: ignore[arg-type]
+            except BaseException as e:  # noqa: BLE001 - the test reports it
+                self.err = e
+
+        self.t = threading.Thread(target=run, daemon=True)
+        self.t.start()
+
+    def wait(self, tc: unittest.TestCase) -> kunci.Lock:
+        self.t.join(WAIT * 2)
+        tc.assertIsNone(self.err)
+        tc.assertIsNotNone(self.lock, "never granted")
+        assert self.lock is not None
+        return self.lock
+
+
+class Renewals:
+    """Counts the times a grant's lease left, as listed, was seen to rise:
+    its extends, when looked at more often than they come."""
+
+    def __init__(self, c: kunci.Client, key: str, token: int) -> None:
+        self.c, self.key, self.token = c, key, token
+        self.left: float | None = None
+        self.seen = 0
+
+    def count(self) -> int:
+        left = next((x.left for x in self.c.locks(prefix=self.key) if x.token == self.token), None)
+        if left is not None:
+            if self.left is not None and left > self.left:
+                self.seen += 1
+            self.left = left
+        return self.seen
 
 
 class ScenarioList(unittest.TestCase):

@@ -54,6 +54,25 @@ class Validation(unittest.TestCase):
             with self.assertRaises(ValueError):
                 wire.check_limit(n)
 
+    def test_kinds(self) -> None:
+        self.assertEqual(wire.kind_field(None, False), b"")
+        self.assertEqual(wire.kind_field(None, True), b"mode=shared")
+        self.assertEqual(wire.kind_field(1, False), b"limit=1")
+        self.assertEqual(wire.kind_field(1024, False), b"limit=1024")
+        self.assertEqual(wire.kind_field(2**32 - 1, False), b"limit=4294967295")
+        for limit, shared, want in (
+            (2, True, "cannot go together"), (0, False, "from 1 to"), (-3, False, "from 1 to"),
+            (2**32, False, "from 1 to"),
+        ):
+            with self.assertRaises(ValueError, msg=repr((limit, shared))) as cm:
+                wire.kind_field(limit, shared)
+            self.assertIn(want, str(cm.exception))
+        for wrong in ("2", 2.0, True):
+            with self.assertRaises(TypeError, msg=repr(wrong)):
+                wire.kind_field(wrong, False)  # type: ignore[arg-type]
+        with self.assertRaises(TypeError):
+            wire.kind_field(None, "yes")  # type: ignore[arg-type]
+
     def test_addresses(self) -> None:
         self.assertEqual(wire.split_addr("127.0.0.1:7070"), ("127.0.0.1", 7070))
         self.assertEqual(wire.split_addr("[::1]:7070"), ("::1", 7070))
@@ -72,6 +91,11 @@ class Encoding(unittest.TestCase):
         self.assertEqual(wire.acquire_line(b"k", 500, 0, b"web-3:1"), b"A k 0.5 0 owner=web-3:1\n")
         self.assertEqual(wire.acquire_line(b"k", 2125, None, None), b"A k 2.125 -\n")
         self.assertEqual(wire.acquire_line(b"k", 1, 10, None), b"A k 0.001 0.01\n")
+        self.assertEqual(wire.acquire_line(b"pool", 30000, 0, None, b"limit=2"), b"A pool 30 0 limit=2\n")
+        self.assertEqual(
+            wire.acquire_line(b"doc", 30000, None, b"web-3:1", b"mode=shared"),
+            b"A doc 30 - owner=web-3:1 mode=shared\n",
+        )
         self.assertEqual(wire.release_line(b"k", 2**64 - 1), b"R k 18446744073709551615\n")
         self.assertEqual(wire.extend_line(b"k", 7, 60000), b"X k 7 60\n")
         self.assertEqual(wire.list_line(10, b"orders/"), b"L 10 orders/\n")
@@ -93,6 +117,14 @@ class Parsing(unittest.TestCase):
         self.assertFalse(wire.parse_answer(b"Q k FREE").holder.held)  # type: ignore[union-attr]
         h = wire.parse_answer(b"H k 3 0.001 0")
         self.assertEqual(h.holder, wire.Holder("k", 3, 0.001, 0))
+        self.assertEqual(wire.Holder("k", 3).holders, 1)
+        self.assertEqual(wire.parse_answer(b"Q k FREE").holder, wire.Holder("k", holders=0))
+        q = wire.parse_answer(b"Q pool/db 1003 29.1 1 holders=2 limit=2")
+        self.assertEqual(q.holder, wire.Holder("pool/db", 1003, 29.1, 1, holders=2, limit=2))
+        h = wire.parse_answer(b"H doc/7 1006 29.8 1 owner=r1 holders=2 mode=shared later=1")
+        self.assertEqual(h.holder, wire.Holder("doc/7", 1006, 29.8, 1, "r1", holders=2, shared=True))
+        h = wire.parse_answer(b"H k 9 1 0 mode=exclusive")
+        self.assertEqual(h.holder, wire.Holder("k", 9, 1.0, 0, holders=1))
         ln = wire.parse_answer(b"L 2 more")
         self.assertEqual((ln.count, ln.more), (2, True))
         e = wire.parse_answer(b"E A orders/42 lease too long (max 86400)")
@@ -111,7 +143,8 @@ class Parsing(unittest.TestCase):
     def test_bad_answers(self) -> None:
         for bad in (b"", b"A", b"Ak 1", b"A k", b"A k x", b"A k 18446744073709551616", b"R k MAYBE",
                     b"C k STALE", b"Q k 1 2", b"Q k 1 x 0", b"Q k 1 1.0001 0", b"L x", b"L 1 less",
-                    b"E A k", b"T k x", b"Z k", b"U NO", b"I active"):
+                    b"E A k", b"T k x", b"Z k", b"U NO", b"I active", b"Q k 1 1 0 holders=x",
+                    b"Q k 1 1 0 holders=2 limit=-1"):
             with self.assertRaises(wire.BadAnswer, msg=repr(bad)):
                 wire.parse_answer(bad)
 
