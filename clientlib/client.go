@@ -247,6 +247,25 @@ func (c *Client) next(after *conn) *conn {
 	return busy
 }
 
+// freeFor returns a usable connection with no acquire of key outstanding,
+// cn when it is one, or cn when none is. A try must not wait behind an
+// acquire of its key on a connection (it may be queued on the node for
+// long), and a connection carries one acquire of a key at a time; a try
+// of a semaphore or of shared grants beside an acquire of the same key can
+// be granted beside it (an exclusive one cannot), so it goes on another
+// connection rather than answer "busy" unasked.
+func (c *Client) freeFor(cn *conn, key string) *conn {
+	if !cn.busyWith(key) {
+		return cn
+	}
+	for _, o := range c.conns {
+		if o != cn && o.usable.Load() && !o.busyWith(key) {
+			return o
+		}
+	}
+	return cn
+}
+
 // waitOver is an acquire's error when its wait ran out in the client:
 // ErrTimeout when no attempt failed for want of a node (the client itself
 // was slow, or waited its turn behind another acquire of the key), and
@@ -357,8 +376,11 @@ func (c *Client) TryAcquire(ctx context.Context, key string, lease time.Duration
 // AcquireMode): granted only when it would be granted at once — a shared
 // grant while the key is free or held shared with nobody queued, a
 // semaphore grant while the key has fewer holders than its limit and
-// nobody queued — and ErrBusy otherwise, or while an acquire of key by
-// this client is outstanding on the connection it would go on.
+// nobody queued — and ErrBusy otherwise. A connection carries one acquire
+// of a key at a time: the try goes on a connection with none of key
+// outstanding, and is answered ErrBusy unasked only while every
+// connection has one (as many acquires of key as the client has
+// connections, in flight or queued).
 func (c *Client) TryAcquireMode(ctx context.Context, key string, mode Mode, lease time.Duration) (*Lock, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
@@ -387,6 +409,9 @@ func (c *Client) acquire(ctx context.Context, key string, mode Mode, lease, wait
 	}
 	leaseMs := ceilMs(lease)
 	r, err := c.route(ctx, p, func(cn *conn) (result, error) {
+		if try && mode != Exclusive {
+			cn = c.freeFor(cn, key)
+		}
 		r, err := cn.acquire(ctx, key, mode, leaseMs, p.deadline, try)
 		if err == nil && r.kind == kindBroken && r.err == errWaitOver {
 			return r, errTryAgainLater

@@ -461,6 +461,13 @@ func (cn *conn) takeSent(op byte, key []byte) *call {
 	return nil
 }
 
+// busyWith is keyBusy for a caller that does not hold cn.mu.
+func (cn *conn) busyWith(key string) bool {
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	return cn.keyBusy(key)
+}
+
 // keyBusy reports whether an acquire of key must wait its turn on this
 // connection. cn.mu is held.
 func (cn *conn) keyBusy(key string) bool {
