@@ -668,12 +668,26 @@ export class Client {
    * is outstanding on cn.
    */
   private acquireOn(cn: Conn, key: string, lease: number, kind: Kind, deadline: number, tryIt: boolean, signal: AbortSignal | undefined): Promise<Result> {
+    if (tryIt && (kind.limit > 0 || kind.shared)) cn = this.freeFor(cn, key);
     if (!cn.usable) return Promise.resolve(broken(errNotUp));
     if (cn.keyBusy(key)) {
       if (tryIt) return Promise.resolve({ kind: "answer", a: { kind: "T", key } as Answer, at: performance.now() });
       return this.acquireAfterTurn(cn, key, lease, kind, deadline, signal);
     }
     return this.sendAcquire(cn, cn.gen, key, lease, kind, deadline, tryIt, signal);
+  }
+
+  /**
+   * Returns a usable connection with no acquire of key outstanding: cn when
+   * it is one, else another, else cn. A connection carries one acquire of a
+   * key at a time, and a try must not wait behind one (it may be queued on
+   * the node for long); a try of a semaphore or of shared grants can be
+   * granted beside it, so it goes on another connection rather than be
+   * answered "held" unasked.
+   */
+  private freeFor(cn: Conn, key: string): Conn {
+    if (!cn.keyBusy(key)) return cn;
+    return this.conns.find((o) => o !== cn && o.usable && !o.keyBusy(key)) ?? cn;
   }
 
   /** acquireOn once the acquire of key outstanding on cn has been answered. */

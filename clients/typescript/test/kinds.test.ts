@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import { Client, type Lock, RefusedError } from "../src/index.js";
-import { WAIT_MS, startNode, waitFor } from "./harness.js";
+import { WAIT_MS, httpGet, startNode, waitFor } from "./harness.js";
 
 const T = { timeout: 60_000 };
 
@@ -89,4 +89,24 @@ test("readers queued behind a writer are granted together when it releases, up t
   assert.ok(l3.token > lw2.token);
   await l3.release();
   assert.equal(await look!.inspect("doc"), null);
+});
+
+test("a try beside an outstanding acquire of the same key goes on the other connection", T, async (t) => {
+  // Both are made in one turn of the event loop: the acquire takes the
+  // current connection, which carries one acquire of a key at a time. A
+  // semaphore with room, or a shared key, grants both (the try was
+  // answered "held" unasked).
+  const n = await startNode(t, []);
+  const c = client(t, n.addr);
+  await c.inspect("warm");
+  await waitFor("both connections up", async () => /^kunci_connections 2$/m.test(await httpGet(n.admin, "/metrics")));
+  for (const [key, kind] of [["pool", { limit: 3 }], ["doc", { shared: true }]] as const) {
+    const first = c.acquire(key, { leaseMs: 30_000, waitMs: WAIT_MS, ...kind });
+    const tried = c.tryAcquire(key, { leaseMs: 30_000, ...kind });
+    const [l1, l2] = await Promise.all([first, tried]);
+    assert.ok(l2 !== null, `${key}: a try beside an acquire answered held`);
+    assert.equal((await c.inspect(key))?.holders, 2);
+    await l1.release();
+    await l2.release();
+  }
 });
