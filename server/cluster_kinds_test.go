@@ -18,6 +18,20 @@ import (
 // demotion carry every grant of a key with several holders, and the kind
 // and FIFO rules hold on the next active as they did on the last.
 
+// patient gives the nodes of these tests a failover timeout long enough
+// that a starved node (a machine running several test suites at once) is
+// not taken for a dead one: a role change the test did not make would
+// redirect its clients and answer T to acquires that waited through it.
+// Then conf, if not nil.
+func patient(conf func(*server.Config)) func(*server.Config) {
+	return func(c *server.Config) {
+		c.FailoverTimeout = 2 * time.Second
+		if conf != nil {
+			conf(c)
+		}
+	}
+}
+
 // holdGrants dials n connections to addr, each acquiring key with the extra
 // fields of how ("limit=3", "mode=shared"), and returns them with their
 // tokens: every acquire must be granted at once.
@@ -69,7 +83,7 @@ func expectGroup(t *testing.T, n *server.Node, key string, m engine.Mode, tokens
 // every token before.
 func TestClusterKindsSemaphoreAtItsLimitAcrossAHandoff(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 3, nil)
+	tc := newCluster(t, 3, patient(nil))
 	tc.StartAll()
 	tc.WaitActive(0)
 	hs, toks := holdGrants(t, tc.Addrs[0], "sem", "limit=3", 3)
@@ -139,7 +153,7 @@ func TestClusterKindsSemaphoreAtItsLimitAcrossAHandoff(t *testing.T) {
 // and from there on the queue is served FIFO without starving writers.
 func TestClusterKindsCrashFailoverInAQueueOfReadersAndWriters(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 3, nil)
+	tc := newCluster(t, 3, patient(nil))
 	tc.StartAll()
 	tc.WaitActive(0)
 	n0 := tc.Nodes[0]
@@ -216,7 +230,7 @@ func TestClusterKindsCrashFailoverInAQueueOfReadersAndWriters(t *testing.T) {
 // active's state, every grant of every key.
 func TestClusterKindsSnapshotWhileGroupsChange(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, func(c *server.Config) { c.Shards, c.Loops = 4, 2 })
+	tc := newCluster(t, 2, patient(func(c *server.Config) { c.Shards, c.Loops = 4, 2 }))
 	tc.Start(0)
 	tc.WaitActive(0)
 	c := dial(t, tc.Addrs[0])
@@ -361,7 +375,7 @@ func TestClusterKindsSnapshotWhileGroupsChange(t *testing.T) {
 // client.)
 func TestClusterKindsSemiSyncRunOfReaders(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 3, func(c *server.Config) { c.SemiSync = true })
+	tc := newCluster(t, 3, patient(func(c *server.Config) { c.SemiSync = true }))
 	tc.StartAll()
 	tc.WaitActive(0)
 	n0 := tc.Nodes[0]
@@ -423,7 +437,7 @@ func TestClusterKindsDemotionLeavesNoGroupGrants(t *testing.T) {
 	t.Parallel()
 	pn := newPeerNet(t)
 	tc := newCluster(t, 2, nil)
-	tc.setConf(func(c *server.Config) { c.PeerDialer = pn.Dialer(c.Listen) })
+	tc.setConf(patient(func(c *server.Config) { c.PeerDialer = pn.Dialer(c.Listen) }))
 	tc.StartAll()
 	tc.WaitActive(0)
 	pn.Partition(tc.Addrs[0], tc.Addrs[1], true)
