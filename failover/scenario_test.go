@@ -260,7 +260,7 @@ func simFaults(t *testing.T, seed uint64, semi bool, length int64) {
 		}
 	}()
 	s.startSettled()
-	load := s.load(rand.New(rand.NewPCG(seed, 2)))
+	load := s.loadRuns(rand.New(rand.NewPCG(seed, 2)))
 	faults := map[string]int{}
 	heal := func() {
 		for i := range s.nodes {
@@ -437,8 +437,8 @@ func simFaults(t *testing.T, seed uint64, semi bool, length int64) {
 	if s.cfg.semiSync && s.maxHold > cfg.timeout+cfg.heartbeat+cfg.jitter+5*ms {
 		s.dumpAround = s.maxHoldGrant.at
 	}
-	t.Logf("seed %d semi-sync %v: faults %v; %d grants; settled on node %d %.0fms after the last heal; longest semi-sync hold %.0fms",
-		seed, semi, faults, len(s.grants), a, float64(took)/float64(ms), float64(s.maxHold)/float64(ms))
+	t.Logf("seed %d semi-sync %v: faults %v; %d grants, %d runs; settled on node %d %.0fms after the last heal; longest semi-sync hold %.0fms",
+		seed, semi, faults, len(s.grants), s.runs, a, float64(took)/float64(ms), float64(s.maxHold)/float64(ms))
 	s.check()
 	if t.Failed() {
 		t.Fatalf("KUNCI_SIM_SEED=%d replays this schedule", seed)

@@ -19,6 +19,17 @@ import (
 // the data directory's ceiling, tokens, and clients whose acquires are
 // granted, answered T, held for semi-sync acknowledgements, or redirected.
 // Time is simulated: one step per millisecond.
+//
+// Grants are tokens, not keys. An acquire is decided when it arrives, or
+// queues on the node behind a key's grants (a writer, a semaphore at its
+// limit: the sim does not say which) until the grant ahead ends: then the
+// node grants a run of the queue in one step, consecutive tokens and one
+// record each, as the engine serves a run of shared acquires or a
+// semaphore's freed places. The failover.Node sees a run only through
+// Progress (more records and a higher Last between two ticks), so a run is
+// mostly the driver's business: the queue is withdrawn with every redirect
+// (its clients ask again where they are sent), and check holds every grant
+// of a run to the promises of a single one.
 
 const ms = int64(1_000_000)
 
@@ -51,7 +62,8 @@ type msg struct {
 	from, to int
 	kind     msgKind
 	hb       Heartbeat
-	seq      uint64 // ack
+	seq      uint64 // ack, record
+	token    uint64 // record: the grant it carries
 	rng      Range  // handoff
 	mark     uint64 // handoff
 	conn     int    // stream connection number, to drop what an old stream carried
@@ -78,6 +90,16 @@ type request struct {
 	sent    int64 // when the client sent it
 	arrived int64 // when it reached the node
 	wait    int64 // 0: no bound
+	queues  bool  // it queues behind a key's grants rather than being decided at once
+}
+
+// waiter is an acquire queued on a node, with where the node stood when it
+// queued: its incarnation, and its count of redirects.
+type waiter struct {
+	r         request
+	at        int64
+	inc       uint64
+	redirects int
 }
 
 // grant is what a client was told.
@@ -89,6 +111,8 @@ type grant struct {
 	req      request
 	redirect int    // the node's count of redirects before it
 	seq      uint64 // semi-sync: the record it waits for
+	queued   int64  // when it joined the node's queue (0: decided as it arrived)
+	run      int    // the run of grants made in one step it belongs to (0: none)
 }
 
 type simNode struct {
@@ -111,6 +135,8 @@ type simNode struct {
 	issuing   Range
 	last      uint64 // the last token issued, or seen in the stream
 	backlog   []request
+	queue     []waiter      // acquires queued behind a key's grants (the engine's queues)
+	have      uint64        // a standby: the highest token its active's stream brought
 	seq       uint64        // records made (as active)
 	acked     []uint64      // by standby
 	synced    map[int]bool  // standbys that applied their snapshot
@@ -172,6 +198,7 @@ type sim struct {
 	reqs      int
 	grants    []grant
 	tokens    map[uint64]int // token → node
+	runs      int            // runs of grants made in one step
 	errs      []string
 	trace     []string
 	traceOn   bool
@@ -246,6 +273,7 @@ func (s *sim) crash(i int) {
 	s.logf("n%d crashes", i)
 	sn.up = false
 	sn.stopped = false
+	sn.queue = nil // its clients' connections closed
 	s.endStreamsOf(i)
 }
 
@@ -393,13 +421,14 @@ func (s *sim) receive(sn *simNode, m msg) {
 		s.conns++
 		sn.streamed[m.from] = s.conns
 		sn.acked[m.from] = sn.seq
-		s.send(msg{from: sn.i, to: m.from, kind: mSnapshot, seq: sn.seq, conn: s.conns}, false)
+		s.send(msg{from: sn.i, to: m.from, kind: mSnapshot, seq: sn.seq, token: sn.last, conn: s.conns}, false)
 	case mSnapshot:
 		if sn.following != m.from {
 			return
 		}
 		sn.streamOf = m.conn
 		sn.last = max(sn.last, s.tokensOf(m.from))
+		sn.have = max(sn.have, m.token)
 		n.Step(s.now, CopyStarted{From: m.from})
 		n.Step(s.now, CopyApplied{From: m.from})
 		s.send(msg{from: sn.i, to: m.from, kind: mAck, seq: m.seq, conn: m.conn}, false)
@@ -408,6 +437,7 @@ func (s *sim) receive(sn *simNode, m msg) {
 			return
 		}
 		sn.last = max(sn.last, s.tokensOf(m.from))
+		sn.have = max(sn.have, m.token)
 		s.send(msg{from: sn.i, to: m.from, kind: mAck, seq: m.seq, conn: m.conn}, false)
 	case mAck:
 		if c, ok := sn.streamed[m.from]; !ok || c != m.conn {
@@ -570,10 +600,14 @@ func (s *sim) ready(sn *simNode) {
 		}
 	}
 	// What the driver was told matches where the node stands: an active
-	// serves, a standby does not.
+	// serves, a standby does not; nor does it keep acquires queued from
+	// when it was active (their clients must be sent on: RedirectAll).
 	switch st := sn.n.State(); {
 	case st == StateActive && sn.role != Active, st == StateStandby && sn.role != Standby:
 		s.fail("n%d is %v but its driver was told %v", sn.i, st, sn.role)
+	case sn.role == Standby && len(sn.queue) > 0:
+		s.fail("n%d is a standby with %d acquires still queued: their clients were not sent on", sn.i, len(sn.queue))
+		sn.queue = nil
 	}
 }
 
@@ -581,11 +615,27 @@ func (s *sim) ready(sn *simNode) {
 // acknowledgements go first, the backlog is redirected, not decided.
 func (s *sim) redirect(sn *simNode, to int) {
 	for _, g := range sn.held {
-		s.tell(g)
+		s.tellFlushed(g)
 	}
 	sn.held = nil
 	sn.backlog = nil
+	// Queued acquires are withdrawn, not granted: their clients ask again
+	// where they are sent, with the wait they have left.
+	q := sn.queue
+	sn.queue = nil
 	sn.redirects++
+	for _, w := range q {
+		if to < 0 {
+			continue
+		}
+		wait := w.r.wait
+		if wait > 0 {
+			if wait -= s.now - w.r.arrived; wait <= 0 {
+				continue
+			}
+		}
+		s.send1(to, wait, true)
+	}
 	if to >= 0 && to != sn.i {
 		var above uint64
 		for _, g := range s.grants {
@@ -604,9 +654,15 @@ func (sn *simNode) endStream(p int) {
 }
 
 // acquire is a client's acquire of a fresh key, sent to node i.
-func (s *sim) acquire(i int, wait int64) {
+func (s *sim) acquire(i int, wait int64) { s.send1(i, wait, false) }
+
+// enqueue is a client's acquire of a key held by others, sent to node i:
+// it queues there until a run of the queue is granted (releaseRun).
+func (s *sim) enqueue(i int, wait int64) { s.send1(i, wait, true) }
+
+func (s *sim) send1(i int, wait int64, queues bool) {
 	s.reqs++
-	r := request{id: s.reqs, sent: s.now, wait: wait}
+	r := request{id: s.reqs, sent: s.now, wait: wait, queues: queues}
 	sn := s.nodes[i]
 	r.arrived = s.now + s.cfg.delay
 	if !sn.up {
@@ -629,8 +685,54 @@ func (s *sim) decide(sn *simNode, r request, from int64) {
 	if age > s.cfg.timeout || r.wait > 0 && age > r.wait {
 		return // answered T
 	}
+	if r.queues {
+		sn.queue = append(sn.queue, waiter{r: r, at: s.now, inc: sn.inc, redirects: sn.redirects})
+		return
+	}
+	s.grantOne(sn, r, 0, 0)
+}
+
+// releaseRun ends the grant ahead of node i's queue: the node grants, in
+// this one step, the acquires at its head, at most k of them (a semaphore's
+// freed places, or the shared acquires up to the next exclusive one), each
+// with the next token and its own record. Those whose wait ran out were
+// answered T meanwhile and are gone.
+func (s *sim) releaseRun(i, k int) {
+	sn := s.nodes[i]
+	if !sn.up || sn.stopped || sn.frozen || sn.role != Active {
+		return
+	}
+	live := sn.queue[:0]
+	for _, w := range sn.queue {
+		if w.r.wait == 0 || s.now-w.r.arrived < w.r.wait {
+			live = append(live, w)
+		}
+	}
+	sn.queue = live
+	k = min(k, len(sn.queue))
+	if k == 0 {
+		return
+	}
+	s.runs++
+	run := sn.queue[:k]
+	sn.queue = sn.queue[k:]
+	for _, w := range run {
+		if w.inc != sn.inc || w.redirects != sn.redirects {
+			s.fail("n%d grants an acquire queued before a redirect or a restart", sn.i)
+		}
+		if !s.grantOne(sn, w.r, s.runs, w.at) {
+			break // no token: this one and the rest are refused
+		}
+	}
+	s.logf("n%d grants a run of %d", sn.i, k)
+}
+
+// grantOne grants r on node sn with the next token, as part of run (0:
+// alone), queued since queued (0: not queued); false when there is no
+// token to issue (refused).
+func (s *sim) grantOne(sn *simNode, r request, run int, queued int64) bool {
 	if sn.last >= sn.issuing.Hi {
-		return // no token: refused
+		return false // no token: refused
 	}
 	sn.last = max(sn.last, sn.issuing.Lo) + 1
 	if owner, dup := s.tokens[sn.last]; dup {
@@ -638,17 +740,18 @@ func (s *sim) decide(sn *simNode, r request, from int64) {
 	}
 	s.tokens[sn.last] = sn.i
 	sn.seq++
-	g := grant{node: sn.i, token: sn.last, at: s.now, req: r, redirect: sn.redirects}
+	g := grant{node: sn.i, token: sn.last, at: s.now, req: r, redirect: sn.redirects, queued: queued, run: run}
 	for _, p := range slices.Sorted(maps.Keys(sn.streamed)) {
 		conn := sn.streamed[p]
-		s.send(msg{from: sn.i, to: p, kind: mRecord, seq: sn.seq, conn: conn}, false)
+		s.send(msg{from: sn.i, to: p, kind: mRecord, seq: sn.seq, token: sn.last, conn: conn}, false)
 	}
 	if s.cfg.semiSync && len(sn.synced) > 0 {
 		g.seq = sn.seq
 		sn.held = append(sn.held, g)
-		return
+		return true
 	}
 	s.tell(g)
+	return true
 }
 
 // releaseHeld answers the held grants every synced standby acknowledged.
@@ -672,7 +775,24 @@ func (s *sim) releaseHeld() {
 	}
 }
 
+// tell answers g. Under semi-sync, an answer that waited for
+// acknowledgements goes out only once every standby streamed to and synced
+// has the grant: a crash of the active just after the answer loses none.
 func (s *sim) tell(g grant) {
+	if g.seq > 0 {
+		sn := s.nodes[g.node]
+		for _, p := range slices.Sorted(maps.Keys(sn.synced)) {
+			if sb := s.nodes[p]; sb.up && sb.following == g.node && sb.streamOf == sn.streamed[p] && sb.have < g.token {
+				s.fail("n%d answers its grant %d (run %d) before standby n%d has it (it has up to %d)", g.node, g.token, g.run, p, sb.have)
+			}
+		}
+	}
+	s.tellFlushed(g)
+}
+
+// tellFlushed answers g at once: a node that redirects its clients writes
+// the answers it held first.
+func (s *sim) tellFlushed(g grant) {
 	g.told = s.now
 	if hold := g.told - g.at - s.stoppedDuring(g.node, g.at, g.told); hold > s.maxHold {
 		s.maxHold = hold
@@ -821,10 +941,15 @@ func (s *sim) check() {
 	}
 	for _, g := range s.grants {
 		age := g.at - g.req.arrived
-		if age > s.cfg.timeout || g.req.wait > 0 && age > g.req.wait {
+		unread := age // how long it waited before the node decided (or queued) it
+		if g.queued > 0 {
+			unread = g.queued - g.req.arrived
+		}
+		if unread > s.cfg.timeout || g.req.wait > 0 && age > g.req.wait {
 			s.fail("n%d granted %d %.1fms after the request arrived (wait %.0fms)", g.node, g.token, float64(age)/float64(ms), float64(g.req.wait)/float64(ms))
 		}
 	}
+	s.checkRuns()
 	for _, e := range s.errs {
 		s.t.Error(e)
 	}
@@ -833,6 +958,38 @@ func (s *sim) check() {
 			s.t.Log(s.traceAround(s.dumpAround))
 		} else {
 			s.t.Log(s.lastTrace(80))
+		}
+	}
+}
+
+// checkRuns checks what runs of grants made in one step promise: their
+// tokens are consecutive, in queue order, and above every token their node
+// granted before; every grant of a node is above the ones it made before
+// (a run's or not).
+func (s *sim) checkRuns() {
+	top := map[int]uint64{}   // node → highest token granted before this instant
+	runs := map[int][]grant{} // run → its grants, in the order granted
+	var order []grant         // grants in the order they were decided
+	order = append(order, s.grants...)
+	sort.SliceStable(order, func(a, b int) bool {
+		return order[a].at < order[b].at || order[a].at == order[b].at && order[a].token < order[b].token
+	})
+	for _, g := range order {
+		if g.token <= top[g.node] {
+			s.fail("n%d granted %d at %.1fms, not above its %d before (run %d)", g.node, g.token, float64(g.at)/float64(ms), top[g.node], g.run)
+		}
+		top[g.node] = max(top[g.node], g.token)
+		if g.run > 0 {
+			runs[g.run] = append(runs[g.run], g)
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(runs)) {
+		r := runs[id]
+		for k, g := range r {
+			if g.node != r[0].node || g.at != r[0].at || g.token != r[0].token+uint64(k) || k > 0 && g.queued < r[k-1].queued {
+				s.fail("run %d is not consecutive tokens of one node and step, in queue order: n%d's %d at %.1fms after n%d's %d at %.1fms", id, g.node, g.token, float64(g.at)/float64(ms), r[0].node, r[0].token, float64(r[0].at)/float64(ms))
+				break
+			}
 		}
 	}
 }
@@ -853,6 +1010,35 @@ func (s *sim) load(rng *rand.Rand) func() {
 			wait = int64(50+rng.IntN(500)) * ms
 		}
 		s.acquire(target, wait)
+	}
+}
+
+// loadRuns is load with acquires that queue behind a key's grants and runs
+// of the queue granted in one step: each step, now and then, an acquire
+// that queues on the node a client believes active, and a grant ending on
+// an active node, which grants up to 8 of its queue. Its own random source
+// leaves load's as it was.
+func (s *sim) loadRuns(rng *rand.Rand) func() {
+	load := s.load(rng)
+	runs := rand.New(rand.NewPCG(rng.Uint64(), 20))
+	return func() {
+		load()
+		if runs.IntN(4) == 0 {
+			target := runs.IntN(len(s.nodes))
+			if a := s.actives(); len(a) > 0 && runs.IntN(4) != 0 {
+				target = a[runs.IntN(len(a))]
+			}
+			var wait int64
+			if runs.IntN(2) == 0 {
+				wait = int64(50+runs.IntN(1500)) * ms
+			}
+			s.enqueue(target, wait)
+		}
+		if runs.IntN(12) == 0 {
+			for _, a := range s.actives() {
+				s.releaseRun(a, 1+runs.IntN(8))
+			}
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -57,11 +58,9 @@ func (tc *testCluster) waitSame(a, s int) {
 	tc.T.Helper()
 	var diff string
 	ok := testnode.Until(5*time.Second, func() bool {
-		// The standby first: the time taken to copy the active's state
-		// then only makes the standby's leases look longer, which
-		// sameHolders allows, never shorter.
-		standby := tc.Nodes[s].Holders()
-		diff = sameHolders(tc.Nodes[a].Holders(), standby)
+		start := time.Now()
+		active := tc.Nodes[a].Holders()
+		diff = sameHolders(active, tc.Nodes[s].Holders(), time.Since(start))
 		return diff == ""
 	})
 	if !ok {
@@ -69,9 +68,13 @@ func (tc *testCluster) waitSame(a, s int) {
 	}
 }
 
-// sameHolders compares two nodes' grants: same keys and tokens, and a
-// standby's lease never shorter than the active's nor much longer.
-func sameHolders(active, standby map[string]server.Holding) string {
+// sameHolders compares two nodes' grants: same keys and tokens, the same
+// kind (a semaphore's limit, or shared) and every grant of a key with
+// several, and a standby's lease (a group's oldest grant's) never shorter
+// than the active's nor much longer. The standby's grants were read up to
+// apart after the active's (copying a large table takes a while on a
+// busy machine): its leases may look that much shorter.
+func sameHolders(active, standby map[string]server.Holding, apart time.Duration) string {
 	var d []string
 	for k, h := range active {
 		s, ok := standby[k]
@@ -80,7 +83,11 @@ func sameHolders(active, standby map[string]server.Holding) string {
 			d = append(d, k+" missing")
 		case s.Token != h.Token:
 			d = append(d, fmt.Sprintf("%s token %d, active %d", k, s.Token, h.Token))
-		case s.Remaining < h.Remaining-50*time.Millisecond || s.Remaining > h.Remaining+time.Second:
+		case s.Mode != h.Mode:
+			d = append(d, fmt.Sprintf("%s mode %+v, active %+v", k, s.Mode, h.Mode))
+		case !slices.Equal(s.Tokens, h.Tokens):
+			d = append(d, fmt.Sprintf("%s grants %v, active %v", k, s.Tokens, h.Tokens))
+		case s.Remaining < h.Remaining-50*time.Millisecond-apart || s.Remaining > h.Remaining+time.Second:
 			d = append(d, fmt.Sprintf("%s lease %v, active %v", k, s.Remaining, h.Remaining))
 		}
 	}
