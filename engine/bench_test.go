@@ -26,16 +26,45 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	})
 }
 
+// BenchmarkAcquireReleaseKinds is BenchmarkAcquireRelease for a
+// semaphore's grants and shared grants: the cycle of a key that is free in
+// turn, and the cycle of one grant beside another that stays (the key's
+// group stays too).
+func BenchmarkAcquireReleaseKinds(b *testing.B) {
+	for _, m := range []Mode{{Slots: 4}, {Shared: true}} {
+		b.Run(m.Kind().String()+"/keys=1000", func(b *testing.B) {
+			benchAcquireReleaseMode(b, 1000, new(Tokens), nil, m)
+		})
+		b.Run(m.Kind().String()+"/beside", func(b *testing.B) {
+			sh := NewShard(Config{}, new(Tokens), 0)
+			var out Output
+			key := []byte("pool")
+			sh.AcquireMode(0, 2, key, nil, m, 30*sec, 0, &out) // stays
+			out.Reset()
+			b.ReportAllocs()
+			for b.Loop() {
+				sh.AcquireMode(0, 1, key, nil, m, 30*sec, 0, &out)
+				sh.Release(0, 1, key, out.Answers[0].Token, &out)
+				out.Reset()
+			}
+		})
+	}
+}
+
 func benchAcquireRelease(b *testing.B, n int, tokens *Tokens) {
 	benchAcquireReleaseBy(b, n, tokens, nil)
 }
 
 func benchAcquireReleaseBy(b *testing.B, n int, tokens *Tokens, owner []byte) {
+	benchAcquireReleaseMode(b, n, tokens, owner, Mode{})
+}
+
+func benchAcquireReleaseMode(b *testing.B, n int, tokens *Tokens, owner []byte, m Mode) {
 	keys := keyRing(n)
 	sh := NewShard(Config{}, tokens, 0)
 	var out Output
 	for _, key := range keys { // warm
-		sh.AcquireBy(0, 1, key, owner, 30*sec, 0, &out)
+		sh.AcquireMode(0, 1, key, owner, m, 30*sec, 0, &out)
 		sh.Release(0, 1, key, out.Answers[0].Token, &out)
 		out.Reset()
 	}
@@ -46,7 +75,7 @@ func benchAcquireReleaseBy(b *testing.B, n int, tokens *Tokens, owner []byte) {
 		if i++; i == len(keys) {
 			i = 0
 		}
-		sh.AcquireBy(0, 1, key, owner, 30*sec, 0, &out)
+		sh.AcquireMode(0, 1, key, owner, m, 30*sec, 0, &out)
 		sh.Release(0, 1, key, out.Answers[0].Token, &out)
 		out.Reset()
 	}

@@ -127,15 +127,7 @@ func (s *Shard) grants() int { return s.locks.len() - len(s.groups) + s.nholders
 // (not the zero Mode) for conn, whose acquire waited since the instant
 // since (0: it did not wait), with token and a lease from now.
 func (s *Shard) join(now, since int64, l *lock, conn ConnID, m Mode, owner []byte, lease int64, token uint64, out *Output) {
-	g := s.groups[l]
-	if g == nil {
-		g = &group{slots: m.Slots}
-		s.groups[l] = g
-		l.mode = heldSemaphore
-		if m.Shared {
-			l.mode = heldShared
-		}
-	}
+	g := s.groupOf(l, m)
 	h := s.addHolder(l, g, token, now, owner)
 	s.counters.Grants++
 	s.counters.GrantsBy[m.Kind()]++
@@ -145,9 +137,29 @@ func (s *Shard) join(now, since int64, l *lock, conn ConnID, m Mode, owner []byt
 	out.recordGrantMode(l.key, h.owner, token, now+lease, g.mode())
 }
 
+// groupOf returns l's group, made for mode m (not the zero Mode) when l is
+// free.
+func (s *Shard) groupOf(l *lock, m Mode) *group {
+	if g := s.groups[l]; g != nil {
+		return g
+	}
+	g := s.freeGroups.get()
+	g.slots = m.Slots
+	s.groups[l] = g
+	l.mode = heldSemaphore
+	if m.Shared {
+		l.mode = heldShared
+	}
+	return g
+}
+
 // addHolder appends a grant to g, the group of l.
 func (s *Shard) addHolder(l *lock, g *group, token uint64, now int64, owner []byte) *holder {
-	h := &holder{l: l, token: token, granted: now, owner: string(owner), prev: g.last}
+	h := s.freeHolders.get()
+	h.l, h.token, h.granted, h.prev = l, token, now, g.last
+	if len(owner) > 0 {
+		h.owner = string(owner)
+	}
 	if g.last == nil {
 		g.first = h
 	} else {
@@ -188,8 +200,12 @@ func (s *Shard) dropHolder(h *holder) {
 	s.nholders--
 	delete(s.byToken, h.token)
 	s.holderLeases.Cancel(h)
+	*h = holder{}
+	s.freeHolders.put(h)
 	if g.n == 0 {
 		delete(s.groups, l)
+		*g = group{}
+		s.freeGroups.put(g)
 		l.mode, l.token = heldAlone, 0
 	}
 }

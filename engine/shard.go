@@ -224,8 +224,12 @@ type Shard struct {
 	nholders     int
 	holderLeases *wheel.Wheel[*holder]
 
-	freeLocks   []*lock
-	freeWaiters []*waiter
+	// Memory of locks, waiters, holders and groups that ended, for the
+	// next ones: at most maxFree of each.
+	freeLocks   freeList[lock]
+	freeWaiters freeList[waiter]
+	freeHolders freeList[holder]
+	freeGroups  freeList[group]
 
 	counters Counters
 
@@ -665,38 +669,40 @@ func (s *Shard) dequeue(w *waiter) {
 }
 
 func (s *Shard) newLock(key, owner []byte) *lock {
-	var l *lock
-	if n := len(s.freeLocks); n > 0 {
-		l = s.freeLocks[n-1]
-		s.freeLocks[n-1] = nil
-		s.freeLocks = s.freeLocks[:n-1]
-	} else {
-		l = new(lock)
-	}
-	l.setKey(key, owner)
+	l := s.freeLocks.get()
+	l.setKey(key, owner) // reuses the key memory of the lock it was
 	return l
 }
 
-func (s *Shard) freeLock(l *lock) {
-	if len(s.freeLocks) < maxFree {
-		s.freeLocks = append(s.freeLocks, l)
-	}
-}
+func (s *Shard) freeLock(l *lock) { s.freeLocks.put(l) }
 
-func (s *Shard) newWaiter() *waiter {
-	if n := len(s.freeWaiters); n > 0 {
-		w := s.freeWaiters[n-1]
-		s.freeWaiters[n-1] = nil
-		s.freeWaiters = s.freeWaiters[:n-1]
-		return w
-	}
-	return new(waiter)
-}
+func (s *Shard) newWaiter() *waiter { return s.freeWaiters.get() }
 
 func (s *Shard) freeWaiter(w *waiter) {
 	*w = waiter{}
-	if len(s.freeWaiters) < maxFree {
-		s.freeWaiters = append(s.freeWaiters, w)
+	s.freeWaiters.put(w)
+}
+
+// freeList keeps at most maxFree ended items for reuse, so that the
+// memory of a burst goes back to the runtime afterwards.
+type freeList[T any] struct{ items []*T }
+
+// get returns an item from the list, or a new zero one.
+func (f *freeList[T]) get() *T {
+	n := len(f.items)
+	if n == 0 {
+		return new(T)
+	}
+	it := f.items[n-1]
+	f.items[n-1] = nil
+	f.items = f.items[:n-1]
+	return it
+}
+
+// put keeps it, as it is, unless the list is full.
+func (f *freeList[T]) put(it *T) {
+	if len(f.items) < maxFree {
+		f.items = append(f.items, it)
 	}
 }
 
@@ -744,15 +750,7 @@ func (s *Shard) Install(now int64, key []byte, token uint64, deadline int64, own
 		s.leases.Add(l, deadline)
 		return nil
 	}
-	g := s.groups[l]
-	if g == nil {
-		g = &group{slots: m.Slots}
-		s.groups[l] = g
-		l.mode = heldSemaphore
-		if m.Shared {
-			l.mode = heldShared
-		}
-	}
+	g := s.groupOf(l, m)
 	s.holderLeases.Add(s.addHolder(l, g, token, now, owner), deadline)
 	return nil
 }
