@@ -220,33 +220,23 @@ func (lp *loop) waitList(cs *conn, since int64) {
 	if since == 0 {
 		cs.list.waiting = -1
 	}
-	lp.lists = append(lp.lists, cs)
-	lp.hasLists.Store(true)
-	if lp.n.tick.idle.Load() {
-		lp.n.wakeTicker()
-	}
+	lp.lists.add(lp.n, cs)
 }
 
 // resumeLists continues the listings whose connections drained to half the
 // window, and closes those whose clients read nothing for Config.StallTimeout. It
 // runs on lp from the ticker.
 func (lp *loop) resumeLists() {
-	if len(lp.lists) == 0 {
-		return
-	}
 	n := lp.n
-	now := n.now()
 	between := n.roles.frozen.Load() || n.roles.current.Load() != roleActive
-	kept := lp.lists[:0]
 	var resume []*conn
-	for _, cs := range lp.lists {
+	lp.lists.sweep(n, func(now int64, cs *conn) bool {
 		ls := cs.list
 		switch {
 		case cs.closed || ls == nil:
 		case ls.waiting < 0: // waited for the node
 			if between {
-				kept = append(kept, cs)
-				continue
+				return true
 			}
 			ls.waiting = 0
 			resume = append(resume, cs)
@@ -258,12 +248,10 @@ func (lp *loop) resumeLists() {
 			n.slowClosed.Add(1)
 			_ = cs.c.Close()
 		default:
-			kept = append(kept, cs)
+			return true
 		}
-	}
-	clear(lp.lists[len(kept):])
-	lp.lists = kept
-	lp.hasLists.Store(len(kept) > 0)
+		return false
+	})
 	for _, cs := range resume {
 		lp.stepList(cs)
 	}

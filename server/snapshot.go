@@ -140,24 +140,15 @@ func (n *Node) endSnapshot(pc *peerConn) {
 // waitSnapshot keeps pc for the ticker, which resumes its snapshot once the
 // standby has read some of it.
 func (lp *loop) waitSnapshot(pc *peerConn) {
-	lp.snapshots = append(lp.snapshots, pc)
-	lp.hasSnapshots.Store(true)
-	if lp.n.tick.idle.Load() {
-		lp.n.wakeTicker()
-	}
+	lp.snapshots.add(lp.n, pc)
 }
 
 // resumeSnapshots continues the snapshots whose links drained to half the
 // window, and drops standbys that read nothing for snapshotStall. It runs
 // on lp from the ticker.
 func (lp *loop) resumeSnapshots() {
-	if len(lp.snapshots) == 0 {
-		return
-	}
-	now := lp.n.now()
-	kept := lp.snapshots[:0]
 	var resume []*peerConn
-	for _, pc := range lp.snapshots {
+	lp.snapshots.sweep(lp.n, func(now int64, pc *peerConn) bool {
 		sn := pc.snap
 		switch {
 		case pc.closed || sn == nil:
@@ -169,12 +160,10 @@ func (lp *loop) resumeSnapshots() {
 			lp.n.log.Warn().Str("standby", lp.n.cfg.Peers[pc.idx]).Msg("standby does not read its snapshot: dropped")
 			_ = pc.c.Close()
 		default:
-			kept = append(kept, pc)
+			return true
 		}
-	}
-	clear(lp.snapshots[len(kept):])
-	lp.snapshots = kept
-	lp.hasSnapshots.Store(len(kept) > 0)
+		return false
+	})
 	for _, pc := range resume {
 		lp.n.sendSnapshot(pc)
 	}
