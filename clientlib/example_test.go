@@ -96,7 +96,6 @@ func ExampleLock_KeepAlive() {
 	c, _, stop := startExample("")
 	defer stop()
 
-
 	ctx := context.Background()
 	// A short lease frees the key soon if this process dies; KeepAlive
 	// extends it while the process lives.
@@ -134,7 +133,6 @@ func ExampleLock_KeepAlive() {
 func ExampleClient_Do() {
 	c, _, stop := startExample("report-runner")
 	defer stop()
-
 
 	ctx := context.Background()
 	// A short lease frees the key soon if this process dies; Do extends
@@ -186,7 +184,6 @@ func ExampleClient_TryAcquire() {
 	c, _, stop := startExample("")
 	defer stop()
 
-
 	ctx := context.Background()
 	lock, err := c.TryAcquire(ctx, "cron/cleanup", time.Minute)
 	fmt.Println("first try:", err)
@@ -234,7 +231,6 @@ func ExampleClient_Inspect() {
 func ExampleLock_Done() {
 	c, _, stop := startExample("")
 	defer stop()
-
 
 	lock, err := c.Acquire(context.Background(), "batch/7", 200*time.Millisecond, 0)
 	if err != nil {
