@@ -46,6 +46,43 @@ func (tc *testCluster) setConf(conf func(*server.Config)) {
 	}
 }
 
+// activeCluster starts a cluster of size nodes, with conf as newCluster's,
+// and waits until node 0 is active and the others follow it.
+func activeCluster(t *testing.T, size int, conf func(*server.Config)) *testCluster {
+	t.Helper()
+	tc := newCluster(t, size, conf)
+	tc.StartAll()
+	tc.WaitActive(0)
+	return tc
+}
+
+// clusterWith starts only the nodes up of a cluster of size nodes, with
+// conf as newCluster's, and waits until up[0] is active; the others are
+// down.
+func clusterWith(t *testing.T, size int, conf func(*server.Config), up ...int) *testCluster {
+	t.Helper()
+	tc := newCluster(t, size, conf)
+	for _, i := range up {
+		tc.Start(i)
+	}
+	tc.WaitActive(up[0])
+	return tc
+}
+
+// loneActive starts node 0 of a cluster of size nodes alone, with conf as
+// newCluster's, and waits until it is active; its peers are down.
+func loneActive(t *testing.T, size int, conf func(*server.Config)) *testCluster {
+	t.Helper()
+	return clusterWith(t, size, conf, 0)
+}
+
+// dialActive waits until node i is active and connects to it.
+func (tc *testCluster) dialActive(i int) *client {
+	tc.T.Helper()
+	tc.WaitActive(i)
+	return dial(tc.T, tc.Addrs[i])
+}
+
 // crash stops node i without a handoff.
 func (tc *testCluster) crash(i int) {
 	tc.Nodes[i].Crash()
@@ -97,9 +134,7 @@ func sameHolders(active, standby map[string]server.Holding) string {
 
 func TestClusterRolesRedirectAndReplication(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 3, nil)
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 3, nil)
 
 	for i, n := range tc.Nodes {
 		c := dial(t, n.Addr())
@@ -155,9 +190,7 @@ func TestClusterRolesRedirectAndReplication(t *testing.T) {
 
 func TestClusterCrashFailoverKeepsGrants(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 3, nil)
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 3, nil)
 	c := dial(t, tc.Addrs[0])
 	c.send("A held 30 0", "A other 30 0")
 	held := c.expectGrant("held")
@@ -167,8 +200,7 @@ func TestClusterCrashFailoverKeepsGrants(t *testing.T) {
 	c.close()
 
 	tc.crash(0)
-	tc.WaitActive(1)
-	n1 := dial(t, tc.Addrs[1])
+	n1 := tc.dialActive(1)
 	defer n1.close()
 	// The holders keep their grants on the new active, and can end them.
 	n1.send(fmt.Sprintf("X held %d 30", held), fmt.Sprintf("R other %d", other), "A held 30 0.1")
@@ -182,9 +214,7 @@ func TestClusterCrashFailoverKeepsGrants(t *testing.T) {
 
 func TestClusterGracefulHandoffLosesNothing(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, nil)
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 2, nil)
 	c := dial(t, tc.Addrs[0])
 	c.send("A h 30 0")
 	tok := c.expectGrant("h")
@@ -217,10 +247,7 @@ func TestClusterGracefulHandoffLosesNothing(t *testing.T) {
 
 func TestClusterHigherPriorityNodeReturnsThroughHandoff(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 3, nil)
-	tc.Start(1)
-	tc.Start(2)
-	tc.WaitActive(1)
+	tc := clusterWith(t, 3, nil, 1, 2)
 	c := dial(t, tc.Addrs[1])
 	defer c.close()
 	c.send("A a 30 0", "A b 30 0")
@@ -232,8 +259,7 @@ func TestClusterHigherPriorityNodeReturnsThroughHandoff(t *testing.T) {
 	tc.Start(0)
 	c.expect("M " + tc.Addrs[0])
 	c.expectClosed()
-	tc.WaitActive(0)
-	n0 := dial(t, tc.Addrs[0])
+	n0 := tc.dialActive(0)
 	defer n0.close()
 	n0.send(fmt.Sprintf("R a %d", a), fmt.Sprintf("X b %d 30", b), "A c 30 0")
 	n0.expect("R a OK", "X b OK")
@@ -253,11 +279,7 @@ func TestClusterHigherPriorityNodeReturnsThroughHandoff(t *testing.T) {
 // stepped down).
 func TestClusterDemotionAfterPartition(t *testing.T) {
 	t.Parallel()
-	pn := newPeerNet(t)
-	tc := newCluster(t, 2, nil)
-	tc.setConf(func(c *server.Config) { c.PeerDialer = pn.Dialer(c.Listen) })
-	tc.StartAll()
-	tc.WaitActive(0)
+	pn, tc := tappedCluster(t, 2, nil)
 
 	pn.Partition(tc.Addrs[0], tc.Addrs[1], true)
 	waitFor(t, "both nodes active", func() bool {
@@ -338,9 +360,7 @@ func TestClusterDemotionAfterPartition(t *testing.T) {
 
 func TestClusterTokensAboveAllAfterEveryNodeRestarts(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 3, nil)
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 3, nil)
 	c := dial(t, tc.Addrs[0])
 	var last uint64
 	for i := 0; i < 20; i++ {
@@ -349,8 +369,7 @@ func TestClusterTokensAboveAllAfterEveryNodeRestarts(t *testing.T) {
 	}
 	c.close()
 	tc.crash(0)
-	tc.WaitActive(1)
-	c = dial(t, tc.Addrs[1])
+	c = tc.dialActive(1)
 	c.send("A on1 30 0")
 	last = max(last, c.expectGrant("on1"))
 	c.close()
@@ -360,8 +379,7 @@ func TestClusterTokensAboveAllAfterEveryNodeRestarts(t *testing.T) {
 		}
 	}
 	tc.StartAll()
-	tc.WaitActive(0)
-	c = dial(t, tc.Addrs[0])
+	c = tc.dialActive(0)
 	defer c.close()
 	c.send("A first 30 0")
 	if tok := c.expectGrant("first"); tok <= last {
@@ -371,9 +389,7 @@ func TestClusterTokensAboveAllAfterEveryNodeRestarts(t *testing.T) {
 
 func TestClusterSemiSync(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, func(c *server.Config) { c.SemiSync = true })
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 2, func(c *server.Config) { c.SemiSync = true })
 	c := dial(t, tc.Addrs[0])
 	// With semi-sync, a grant the client saw is on the standby already.
 	for i := 0; i < 50; i++ {
@@ -391,6 +407,16 @@ func TestClusterSemiSync(t *testing.T) {
 	c.close()
 }
 
+// loggedCluster is newCluster whose nodes log to the buffer it returns as
+// well as to the test.
+func loggedCluster(t *testing.T, size int, conf func(*server.Config)) (*testCluster, *testnode.Buffer) {
+	logs := new(testnode.Buffer)
+	return newCluster(t, size, func(c *server.Config) {
+		conf(c)
+		logTo(t, logs)(c)
+	}), logs
+}
+
 // logTo sends every node's logs to buf as well as to the test.
 func logTo(t *testing.T, buf *testnode.Buffer) func(*server.Config) {
 	return func(c *server.Config) {
@@ -401,14 +427,11 @@ func logTo(t *testing.T, buf *testnode.Buffer) func(*server.Config) {
 
 func TestClusterSemiSyncKeepsAnIdleStandby(t *testing.T) {
 	t.Parallel()
-	var logs testnode.Buffer
-	tc := newCluster(t, 2, func(c *server.Config) {
+	tc, logs := loggedCluster(t, 2, func(c *server.Config) {
 		c.SemiSync = true
-		logTo(t, &logs)(c)
 	})
 	tc.StartAll()
-	tc.WaitActive(0)
-	c := dial(t, tc.Addrs[0])
+	c := tc.dialActive(0)
 	defer c.close()
 	c.send("A k 30 0")
 	c.expectGrant("k")
@@ -423,15 +446,12 @@ func TestClusterSemiSyncKeepsAnIdleStandby(t *testing.T) {
 // without stalling grants: well within the failover timeout.
 func TestClusterHigherPeerCeilingRaisesTokensWithoutStalling(t *testing.T) {
 	t.Parallel()
-	var logs testnode.Buffer
-	tc := newCluster(t, 3, func(c *server.Config) {
+	tc, logs := loggedCluster(t, 3, func(c *server.Config) {
 		c.FailoverTimeout = 3 * time.Second
-		logTo(t, &logs)(c)
 	})
 	tc.Start(0)
 	tc.Start(1)
-	tc.WaitActive(0)
-	c := dial(t, tc.Addrs[0])
+	c := tc.dialActive(0)
 	defer c.close()
 	c.send("A a 30 0")
 	tok := c.expectGrant("a")
@@ -460,14 +480,11 @@ func TestClusterHigherPeerCeilingRaisesTokensWithoutStalling(t *testing.T) {
 // other standby promote itself.
 func TestClusterStandbyRestartDoesNotStallTheActive(t *testing.T) {
 	t.Parallel()
-	var logs testnode.Buffer
-	tc := newCluster(t, 3, func(c *server.Config) {
+	tc, logs := loggedCluster(t, 3, func(c *server.Config) {
 		c.FailoverTimeout = time.Second
-		logTo(t, &logs)(c)
 	})
 	tc.StartAll()
-	tc.WaitActive(0)
-	c := dial(t, tc.Addrs[0])
+	c := tc.dialActive(0)
 	defer c.close()
 	stop := make(chan struct{})
 	done := make(chan error, 1)
@@ -534,8 +551,7 @@ func TestClusterSnapshotOfManyKeysWhileTheyChange(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 2, func(c *server.Config) { c.Shards, c.Loops = 4, 2 })
 	tc.Start(0)
-	tc.WaitActive(0)
-	c := dial(t, tc.Addrs[0])
+	c := tc.dialActive(0)
 	defer c.close()
 	const keys = 20000
 	tokens := make([]uint64, keys)
@@ -630,13 +646,7 @@ func keysOf(lo, hi int) []string {
 // I is answered throughout, never held.
 func TestClusterSemiSyncActiveCutOffFromItsStandbys(t *testing.T) {
 	t.Parallel()
-	pn := newPeerNet(t)
-	tc := newCluster(t, 3, func(c *server.Config) {
-		c.SemiSync = true
-		c.PeerDialer = pn.Dialer(c.Listen)
-	})
-	tc.StartAll()
-	tc.WaitActive(0)
+	pn, tc := tappedCluster(t, 3, func(c *server.Config) { c.SemiSync = true })
 	c := dial(t, tc.Addrs[0])
 	c.send("A before 30 0")
 	c.expectGrant("before")
@@ -672,11 +682,7 @@ func TestClusterSemiSyncActiveCutOffFromItsStandbys(t *testing.T) {
 // never started.)
 func TestClusterNodeOnATakenPortSaysSo(t *testing.T) {
 	t.Parallel()
-	holder, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
+	holder := testaddr.Taken(t)
 	cfg := server.Config{
 		Listen:          holder.Addr().String(),
 		Peers:           []string{holder.Addr().String(), testaddr.Free(t, 1)[0]},
