@@ -174,6 +174,20 @@ func await(t testing.TB, ch <-chan result) result {
 // deadAddr returns a loopback address where connections are refused: a
 // TCP port bound, but not listening, until the test ends, so that no other
 // test's listener can take it meanwhile.
+// awaitGrantAbove waits for the acquire on ch (what), which must be granted
+// with a token above prev's, and returns its lock.
+func awaitGrantAbove(t testing.TB, ch <-chan result, prev *clientlib.Lock, what string) *clientlib.Lock {
+	t.Helper()
+	r := await(t, ch)
+	if r.err != nil {
+		t.Fatalf("%s: %v", what, r.err)
+	}
+	if r.lock.Token() <= prev.Token() {
+		t.Fatalf("%s: token %d is not above %d", what, r.lock.Token(), prev.Token())
+	}
+	return r.lock
+}
+
 func deadAddr(t testing.TB) string {
 	t.Helper()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
