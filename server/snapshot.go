@@ -32,9 +32,7 @@ const (
 // snapshot is a snapshot being sent on a standby's link, owned by the
 // link's loop.
 type snapshot struct {
-	shard   int           // the shard being walked
-	cur     engine.Cursor // under that shard's mutex
-	open    bool          // cur is open
+	shardWalk
 	buf     []byte
 	waiting int64 // since when the writer waits for the standby to read (node clock), 0: not waiting
 	task    gnet.Runnable
@@ -96,12 +94,7 @@ func (n *Node) sendSnapshot(pc *peerConn) {
 			n.peers.hub.SnapshotDone(pc.sub)
 			return
 		}
-		b := &n.shards[sn.shard]
-		b.mu.Lock()
-		if !sn.open {
-			b.sh.Open(&sn.cur)
-			sn.open = true
-		}
+		b := sn.lock(n)
 		now := n.now()
 		buf := sn.buf[:0]
 		done := b.sh.Scan(&sn.cur, snapshotChunk, func(h engine.Held) {
@@ -109,8 +102,7 @@ func (n *Node) sendSnapshot(pc *peerConn) {
 		})
 		b.mu.Unlock()
 		if done {
-			sn.open = false
-			sn.shard++
+			sn.next()
 		}
 		_, _ = c.Write(buf)
 		sent += len(buf)
@@ -129,12 +121,7 @@ func (n *Node) endSnapshot(pc *peerConn) {
 		return
 	}
 	pc.snap = nil
-	if sn.open {
-		b := &n.shards[sn.shard]
-		b.mu.Lock()
-		b.sh.Close(&sn.cur)
-		b.mu.Unlock()
-	}
+	sn.closeCursor(n)
 }
 
 // waitSnapshot keeps pc for the ticker, which resumes its snapshot once the
