@@ -205,38 +205,6 @@ func deadAddr(t testing.TB) string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
 }
 
-// raw is a plain protocol connection, for doing things behind a client's
-// back.
-type raw struct {
-	t  testing.TB
-	nc net.Conn
-	r  *bufio.Reader
-}
-
-func dialRaw(t testing.TB, addr string) *raw {
-	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, bound)
-	if err != nil {
-		t.Fatalf("dial %s: %v", addr, err)
-	}
-	t.Cleanup(func() { _ = nc.Close() })
-	return &raw{t: t, nc: nc, r: bufio.NewReader(nc)}
-}
-
-// roundTrip sends line and returns the answer line, without its LF.
-func (r *raw) roundTrip(line string) string {
-	r.t.Helper()
-	_ = r.nc.SetDeadline(time.Now().Add(bound))
-	if _, err := r.nc.Write([]byte(line + "\n")); err != nil {
-		r.t.Fatalf("write %q: %v", line, err)
-	}
-	s, err := r.r.ReadString('\n')
-	if err != nil {
-		r.t.Fatalf("answer to %q: %v", line, err)
-	}
-	return strings.TrimSuffix(s, "\n")
-}
-
 // proxy is a TCP proxy between clients and a node. It can cut connections,
 // stop forwarding on them (a half-open connection), stop accepting, and it
 // records every whole line that passes, per connection and direction,
