@@ -3,7 +3,6 @@ package server_test
 import (
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -487,43 +486,20 @@ func TestClusterStandbyRestartDoesNotStallTheActive(t *testing.T) {
 	c := tc.dialActive(0)
 	defer c.close()
 	stop := make(chan struct{})
-	done := make(chan error, 1)
 	var worst time.Duration
-	go func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				done <- nil
-				return
-			default:
-			}
-			s := time.Now()
-			k := fmt.Sprintf("k%d", i)
-			if err := c.write([]byte("A " + k + " 30 0\n")); err != nil {
-				done <- err
-				return
-			}
-			line, err := c.readLine(answerTimeout)
-			if err != nil {
-				done <- err
-				return
-			}
-			tok, err := parseGrant(line, k)
-			if err != nil {
-				done <- err
-				return
-			}
-			if err := c.write([]byte(fmt.Sprintf("R %s %d\n", k, tok))); err != nil {
-				done <- err
-				return
-			}
-			if line, err := c.readLine(answerTimeout); err != nil || line != "R "+k+" OK" {
-				done <- fmt.Errorf("release: %q %v", line, err)
-				return
-			}
-			worst = max(worst, time.Since(s))
+	done := goLoad(stop, func(i int) error {
+		s := time.Now()
+		k := fmt.Sprintf("k%d", i)
+		tok, err := c.askGrant("A "+k+" 30 0", k)
+		if err != nil {
+			return err
 		}
-	}()
+		if err := c.askRelease(k, tok); err != nil {
+			return fmt.Errorf("release: %v", err)
+		}
+		worst = max(worst, time.Since(s))
+		return nil
+	})
 	time.Sleep(200 * time.Millisecond)
 	tc.crash(2)
 	time.Sleep(200 * time.Millisecond)
@@ -570,59 +546,42 @@ func TestClusterSnapshotOfManyKeysWhileTheyChange(t *testing.T) {
 	// re-grants (some keys leave before the cursor reaches them, some come
 	// back after it passed), extends.
 	done := make(chan struct{})
-	churned := make(chan error, 1)
-	go func() {
-		w, err := net.Dial("tcp", tc.Addrs[0])
-		if err != nil {
-			churned <- err
-			return
+	w := testnode.Dial(t, tc.Addrs[0], answerTimeout)
+	r := newReader(w)
+	churned := goLoad(done, func(round int) error {
+		// 50 keys at a time, each released, taken again and extended.
+		var b strings.Builder
+		var idx []int
+		for j := 0; j < 50; j++ {
+			i := (round*50 + j) % keys // in the order the cursor walks
+			idx = append(idx, i)
+			fmt.Fprintf(&b, "R k%d %d\nA k%d 60 0\n", i, tokens[i], i)
 		}
-		defer w.Close()
-		r := newReader(w)
-		for round := 0; ; round++ {
-			select {
-			case <-done:
-				churned <- nil
-				return
-			default:
-			}
-			// 50 keys at a time, each released, taken again and extended.
-			var b strings.Builder
-			var idx []int
-			for j := 0; j < 50; j++ {
-				i := (round*50 + j) % keys // in the order the cursor walks
-				idx = append(idx, i)
-				fmt.Fprintf(&b, "R k%d %d\nA k%d 60 0\n", i, tokens[i], i)
-			}
-			if _, err := io.WriteString(w, b.String()); err != nil {
-				churned <- err
-				return
-			}
-			// Answers about different keys may come in any order.
-			for range 2 * len(idx) {
-				line, err := r.ReadString('\n')
-				if err != nil {
-					churned <- err
-					return
-				}
-				line = strings.TrimSpace(line)
-				if strings.HasPrefix(line, "R ") {
-					if !strings.HasSuffix(line, " OK") {
-						churned <- fmt.Errorf("churn: %q", line)
-						return
-					}
-					continue
-				}
-				k, tok, err := splitGrant(line)
-				if err != nil {
-					churned <- err
-					return
-				}
-				i, _ := strconv.Atoi(k[1:])
-				tokens[i] = tok
-			}
+		if _, err := io.WriteString(w, b.String()); err != nil {
+			return err
 		}
-	}()
+		// Answers about different keys may come in any order.
+		for range 2 * len(idx) {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return err
+			}
+			line = strings.TrimSpace(line)
+			if strings.HasPrefix(line, "R ") {
+				if !strings.HasSuffix(line, " OK") {
+					return fmt.Errorf("churn: %q", line)
+				}
+				continue
+			}
+			k, tok, err := splitGrant(line)
+			if err != nil {
+				return err
+			}
+			i, _ := strconv.Atoi(k[1:])
+			tokens[i] = tok
+		}
+		return nil
+	})
 	tc.Start(1)
 	tc.WaitActive(0)
 	close(done)
