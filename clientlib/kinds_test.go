@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kunci/kunci/clientlib"
+	"github.com/kunci/kunci/internal/testnode"
 )
 
 // acquireMode acquires key in mode with a long lease, failing t on error.
@@ -518,7 +519,7 @@ func TestModesFollowRedirects(t *testing.T) {
 	s := acquireMode(t, c, "doc", clientlib.Shared)
 	wantHolder(t, "pool", inspect(t, c, "pool"), a.Token(), 2, 0, pool)
 	wantHolder(t, "doc", inspect(t, c, "doc"), s.Token(), 1, 0, clientlib.Shared)
-	if got := dialRaw(t, addrs[0]).roundTrip("Q pool"); !strings.HasSuffix(got, " holders=2 limit=2") {
+	if got := testnode.DialRaw(t, addrs[0]).Ask("Q pool"); !strings.HasSuffix(got, " holders=2 limit=2") {
 		t.Fatalf("the active says %q, want pool held by 2 of 2", got)
 	}
 	for _, l := range []*clientlib.Lock{a, b, s} {
