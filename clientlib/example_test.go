@@ -250,15 +250,8 @@ func ExampleLock_Done() {
 // A counting semaphore: at most two holders of pool/payments at once, each
 // with a grant, a token and a lease of its own.
 func ExampleClient_AcquireMode() {
-	addr, stop := startExampleNode()
+	c, _, stop := startExample("")
 	defer stop()
-
-	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer c.Close()
 
 	ctx := context.Background()
 	pool := clientlib.Semaphore(2) // every acquirer of the key names the same limit
@@ -296,18 +289,11 @@ func ExampleClient_AcquireMode() {
 // Readers of a read-write lock hold it together; a writer (the plain,
 // exclusive mode) waits until none is left.
 func ExampleClient_DoMode() {
-	addr, stop := startExampleNode()
+	c, _, stop := startExample("")
 	defer stop()
 
-	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer c.Close()
-
 	ctx := context.Background()
-	err = c.DoMode(ctx, "docs/7", clientlib.Shared, 30*time.Second, 5*time.Second,
+	err := c.DoMode(ctx, "docs/7", clientlib.Shared, 30*time.Second, 5*time.Second,
 		func(ctx context.Context, l *clientlib.Lock) error {
 			// Kept alive while this runs; ctx ends if the grant is lost.
 			other, err := c.TryAcquireMode(ctx, "docs/7", clientlib.Shared, 30*time.Second)

@@ -188,6 +188,28 @@ func awaitGrantAbove(t testing.TB, ch <-chan result, prev *clientlib.Lock, what 
 	return r.lock
 }
 
+// loseTo has other release l's grant of key behind its holder's back (the
+// token is the proof), and waits for ctx, the context of the Do holding l,
+// to end for it: its cause (nil, with t failed, if it does not end).
+func loseTo(t testing.TB, ctx context.Context, other *clientlib.Client, key string, l *clientlib.Lock, lease time.Duration) error {
+	t.Helper()
+	theirs, err := other.Adopt(key, l.Token(), lease)
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	if err := theirs.Release(ctx); err != nil {
+		t.Errorf("release by another client: %v", err)
+	}
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-time.After(bound):
+		t.Errorf("%s: the Do's context not cancelled after its grant was lost", key)
+		return nil
+	}
+}
+
 func deadAddr(t testing.TB) string {
 	t.Helper()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
