@@ -61,14 +61,7 @@ func TestClusterRedirectAndHandoff(t *testing.T) {
 	if err := first.Release(ctxT(t)); err != nil {
 		t.Fatalf("release on the successor of a lock taken before the handoff: %v", err)
 	}
-	r := await(t, waiter)
-	if r.err != nil {
-		t.Fatalf("the waiter across the handoff: %v", r.err)
-	}
-	if r.lock.Token() <= first.Token() {
-		t.Fatalf("token %d after the handoff is not above %d", r.lock.Token(), first.Token())
-	}
-	release(t, r.lock)
+	release(t, awaitGrantAbove(t, waiter, first, "the waiter across the handoff"))
 	for _, l := range held {
 		if err := l.Release(ctxT(t)); err != nil {
 			t.Fatalf("release %s after the handoff: %v", l.Key(), err)

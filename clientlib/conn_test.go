@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kunci/kunci/clientlib"
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
 
@@ -99,7 +100,7 @@ func TestOneOfTwoConnectionsDrops(t *testing.T) {
 // re-dialled every ReconnectInterval, not in a busy loop.
 func TestReconnectPaced(t *testing.T) {
 	n := startNode(t, "", func(cfg *server.Config) { cfg.MaxConns = 1 })
-	_ = dialRaw(t, n.Addr()) // takes the node's only connection
+	_ = testnode.DialRaw(t, n.Addr()) // takes the node's only connection
 	waitConns(t, n, 1)
 	p := newProxy(t, n.Addr())
 	const interval = 250 * time.Millisecond

@@ -167,20 +167,7 @@ func leaseLoss(t *testing.T) {
 		if h, err := other.Inspect(ctx, "job"); err != nil || h.Token != l.Token() {
 			t.Errorf("after two leases: %+v, %v", h, err)
 		}
-		theirs, err := other.Adopt("job", l.Token(), lease)
-		if err != nil {
-			t.Error(err)
-			return err
-		}
-		if err := theirs.Release(ctx); err != nil {
-			t.Errorf("release by another client: %v", err)
-		}
-		select {
-		case <-ctx.Done():
-			cause = context.Cause(ctx)
-		case <-time.After(bound):
-			t.Error("fn's context not cancelled after the lock was lost")
-		}
+		cause = loseTo(t, ctx, other, "job", l, lease)
 		doneClosed = closedWithin(l.Done(), bound)
 		return ctx.Err()
 	})

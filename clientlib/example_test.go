@@ -23,6 +23,27 @@ func startExampleNode() (addr string, stop func()) {
 	return n.Addr(), func() { _ = n.Stop(context.Background()) }
 }
 
+// startExample starts a node (startExampleNode) and a client of it named
+// owner (newExampleClient); stop closes both.
+func startExample(owner string) (c *clientlib.Client, addr string, stop func()) {
+	addr, stopNode := startExampleNode()
+	c = newExampleClient(addr, owner)
+	return c, addr, func() {
+		c.Close()
+		stopNode()
+	}
+}
+
+// newExampleClient makes a client of the node at addr, named owner (""
+// for none), as ExampleClient_Acquire shows with its error handled.
+func newExampleClient(addr, owner string) *clientlib.Client {
+	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}, Owner: owner})
+	if err != nil {
+		panic(err)
+	}
+	return c
+}
+
 // Acquire a lock, pass its fencing token to the resource it protects, and
 // release it.
 func ExampleClient_Acquire() {
@@ -72,15 +93,8 @@ func ExampleClient_Acquire() {
 // Keep a lock with a short lease for as long as a job runs, and stop the
 // job the moment the lock is lost.
 func ExampleLock_KeepAlive() {
-	addr, stop := startExampleNode()
+	c, _, stop := startExample("")
 	defer stop()
-
-	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer c.Close()
 
 	ctx := context.Background()
 	// A short lease frees the key soon if this process dies; KeepAlive
@@ -117,20 +131,13 @@ func ExampleLock_KeepAlive() {
 // Run a job while holding a lock: Do acquires it, keeps it alive, cancels
 // the job's context the moment the lock is lost, and releases it after.
 func ExampleClient_Do() {
-	addr, stop := startExampleNode()
+	c, _, stop := startExample("report-runner")
 	defer stop()
-
-	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}, Owner: "report-runner"})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer c.Close()
 
 	ctx := context.Background()
 	// A short lease frees the key soon if this process dies; Do extends
 	// it every third of the lease while the job runs.
-	err = c.Do(ctx, "reports/nightly", 3*time.Second, 10*time.Second, func(ctx context.Context, l *clientlib.Lock) error {
+	err := c.Do(ctx, "reports/nightly", 3*time.Second, 10*time.Second, func(ctx context.Context, l *clientlib.Lock) error {
 		h, err := c.Inspect(ctx, "reports/nightly")
 		if err != nil {
 			return err
@@ -152,23 +159,13 @@ func ExampleClient_Do() {
 // When the lock is lost while the job runs (here another client releases
 // it), the job's context is cancelled and Do says the lock was lost.
 func ExampleClient_Do_lost() {
-	addr, stop := startExampleNode()
+	c, addr, stop := startExample("")
 	defer stop()
 
-	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer c.Close()
-	other, err := clientlib.New(clientlib.Config{Addrs: []string{addr}})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	other := newExampleClient(addr, "")
 	defer other.Close()
 
-	err = c.Do(context.Background(), "jobs/migrate", time.Second, 0, func(ctx context.Context, l *clientlib.Lock) error {
+	err := c.Do(context.Background(), "jobs/migrate", time.Second, 0, func(ctx context.Context, l *clientlib.Lock) error {
 		// Someone releases our grant (the token is the proof).
 		theirs, _ := other.Adopt("jobs/migrate", l.Token(), time.Second)
 		_ = theirs.Release(ctx)
@@ -184,15 +181,8 @@ func ExampleClient_Do_lost() {
 
 // Try a lock once, without waiting: a held key is ErrBusy at once.
 func ExampleClient_TryAcquire() {
-	addr, stop := startExampleNode()
+	c, _, stop := startExample("")
 	defer stop()
-
-	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer c.Close()
 
 	ctx := context.Background()
 	lock, err := c.TryAcquire(ctx, "cron/cleanup", time.Minute)
@@ -211,11 +201,7 @@ func ExampleClient_Inspect() {
 	defer stop()
 
 	// ProcessOwner names this process ("host:pid"); any short name will do.
-	holder, err := clientlib.New(clientlib.Config{Addrs: []string{addr}, Owner: "web-3:4121"})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	holder := newExampleClient(addr, "web-3:4121")
 	defer holder.Close()
 	ctx := context.Background()
 	lock, err := holder.Acquire(ctx, "orders/42", 30*time.Second, 0)
@@ -224,11 +210,7 @@ func ExampleClient_Inspect() {
 		return
 	}
 
-	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	c := newExampleClient(addr, "")
 	defer c.Close()
 	h, err := c.Inspect(ctx, "orders/42")
 	if err != nil {
@@ -247,15 +229,8 @@ func ExampleClient_Inspect() {
 // Done is closed when the lock ends: released, found lost, or its lease
 // run out without an extend.
 func ExampleLock_Done() {
-	addr, stop := startExampleNode()
+	c, _, stop := startExample("")
 	defer stop()
-
-	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer c.Close()
 
 	lock, err := c.Acquire(context.Background(), "batch/7", 200*time.Millisecond, 0)
 	if err != nil {
@@ -275,15 +250,8 @@ func ExampleLock_Done() {
 // A counting semaphore: at most two holders of pool/payments at once, each
 // with a grant, a token and a lease of its own.
 func ExampleClient_AcquireMode() {
-	addr, stop := startExampleNode()
+	c, _, stop := startExample("")
 	defer stop()
-
-	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer c.Close()
 
 	ctx := context.Background()
 	pool := clientlib.Semaphore(2) // every acquirer of the key names the same limit
@@ -321,18 +289,11 @@ func ExampleClient_AcquireMode() {
 // Readers of a read-write lock hold it together; a writer (the plain,
 // exclusive mode) waits until none is left.
 func ExampleClient_DoMode() {
-	addr, stop := startExampleNode()
+	c, _, stop := startExample("")
 	defer stop()
 
-	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
-	defer c.Close()
-
 	ctx := context.Background()
-	err = c.DoMode(ctx, "docs/7", clientlib.Shared, 30*time.Second, 5*time.Second,
+	err := c.DoMode(ctx, "docs/7", clientlib.Shared, 30*time.Second, 5*time.Second,
 		func(ctx context.Context, l *clientlib.Lock) error {
 			// Kept alive while this runs; ctx ends if the grant is lost.
 			other, err := c.TryAcquireMode(ctx, "docs/7", clientlib.Shared, 30*time.Second)

@@ -174,6 +174,42 @@ func await(t testing.TB, ch <-chan result) result {
 // deadAddr returns a loopback address where connections are refused: a
 // TCP port bound, but not listening, until the test ends, so that no other
 // test's listener can take it meanwhile.
+// awaitGrantAbove waits for the acquire on ch (what), which must be granted
+// with a token above prev's, and returns its lock.
+func awaitGrantAbove(t testing.TB, ch <-chan result, prev *clientlib.Lock, what string) *clientlib.Lock {
+	t.Helper()
+	r := await(t, ch)
+	if r.err != nil {
+		t.Fatalf("%s: %v", what, r.err)
+	}
+	if r.lock.Token() <= prev.Token() {
+		t.Fatalf("%s: token %d is not above %d", what, r.lock.Token(), prev.Token())
+	}
+	return r.lock
+}
+
+// loseTo has other release l's grant of key behind its holder's back (the
+// token is the proof), and waits for ctx, the context of the Do holding l,
+// to end for it: its cause (nil, with t failed, if it does not end).
+func loseTo(t testing.TB, ctx context.Context, other *clientlib.Client, key string, l *clientlib.Lock, lease time.Duration) error {
+	t.Helper()
+	theirs, err := other.Adopt(key, l.Token(), lease)
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	if err := theirs.Release(ctx); err != nil {
+		t.Errorf("release by another client: %v", err)
+	}
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-time.After(bound):
+		t.Errorf("%s: the Do's context not cancelled after its grant was lost", key)
+		return nil
+	}
+}
+
 func deadAddr(t testing.TB) string {
 	t.Helper()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
@@ -189,38 +225,6 @@ func deadAddr(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
-}
-
-// raw is a plain protocol connection, for doing things behind a client's
-// back.
-type raw struct {
-	t  testing.TB
-	nc net.Conn
-	r  *bufio.Reader
-}
-
-func dialRaw(t testing.TB, addr string) *raw {
-	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, bound)
-	if err != nil {
-		t.Fatalf("dial %s: %v", addr, err)
-	}
-	t.Cleanup(func() { _ = nc.Close() })
-	return &raw{t: t, nc: nc, r: bufio.NewReader(nc)}
-}
-
-// roundTrip sends line and returns the answer line, without its LF.
-func (r *raw) roundTrip(line string) string {
-	r.t.Helper()
-	_ = r.nc.SetDeadline(time.Now().Add(bound))
-	if _, err := r.nc.Write([]byte(line + "\n")); err != nil {
-		r.t.Fatalf("write %q: %v", line, err)
-	}
-	s, err := r.r.ReadString('\n')
-	if err != nil {
-		r.t.Fatalf("answer to %q: %v", line, err)
-	}
-	return strings.TrimSuffix(s, "\n")
 }
 
 // proxy is a TCP proxy between clients and a node. It can cut connections,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kunci/kunci/clientlib"
+	"github.com/kunci/kunci/internal/testnode"
 )
 
 // awaitLost waits for the keep-alive channel to deliver, failing t after
@@ -90,7 +91,7 @@ func TestKeepAliveLostOnStale(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost := l.KeepAlive(context.Background())
-	if got := dialRaw(t, n.Addr()).roundTrip("R k " + strconv.FormatUint(l.Token(), 10)); got != "R k OK" {
+	if got := testnode.DialRaw(t, n.Addr()).Ask("R k " + strconv.FormatUint(l.Token(), 10)); got != "R k OK" {
 		t.Fatalf("release behind the keep-alive's back: %q", got)
 	}
 	released := time.Now()

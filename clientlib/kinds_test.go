@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/kunci/kunci/clientlib"
+	"github.com/kunci/kunci/internal/testnode"
 )
 
 // acquireMode acquires key in mode with a long lease, failing t on error.
@@ -76,13 +77,7 @@ func semaphoreLimit(t *testing.T) {
 	waitingC := goAcquireMode(ctx, c, "pool", pool, long, 10*time.Second)
 	waitQueued(t, n, 1)
 	release(t, la)
-	rc := await(t, waitingC)
-	if rc.err != nil {
-		t.Fatalf("C, queued, after A's release: %v", rc.err)
-	}
-	if rc.lock.Token() <= lb.Token() {
-		t.Fatalf("C granted token %d, not above B's %d", rc.lock.Token(), lb.Token())
-	}
+	rc := awaitGrantAbove(t, waitingC, lb, "C, queued, after A's release")
 	wantHolder(t, "B and C hold", inspect(t, d, "pool"), lb.Token(), 2, 0, pool)
 
 	if l, err := d.TryAcquireMode(ctx, "pool", pool, long); !errors.Is(err, clientlib.ErrBusy) || l != nil {
@@ -99,22 +94,16 @@ func semaphoreLimit(t *testing.T) {
 	if err := lb.Extend(ctx, 300*time.Millisecond); err != nil {
 		t.Fatalf("shortening B's lease: %v", err)
 	}
-	rd := await(t, waitingD)
-	if rd.err != nil {
-		t.Fatalf("D, queued, after B's lease ran out: %v", rd.err)
-	}
-	if rd.lock.Token() <= rc.lock.Token() {
-		t.Fatalf("D granted token %d, not above C's %d", rd.lock.Token(), rc.lock.Token())
-	}
+	rd := awaitGrantAbove(t, waitingD, rc, "D, queued, after B's lease ran out")
 	if !closedWithin(lb.Done(), bound) {
 		t.Fatal("B's Done not closed after its lease ran out")
 	}
 	if err := lb.Release(ctx); !errors.Is(err, clientlib.ErrStale) {
 		t.Fatalf("B's release after its lease ran out: %v, want ErrStale", err)
 	}
-	wantHolder(t, "C and D hold", inspect(t, a, "pool"), rc.lock.Token(), 2, 0, pool)
-	release(t, rc.lock)
-	release(t, rd.lock)
+	wantHolder(t, "C and D hold", inspect(t, a, "pool"), rc.Token(), 2, 0, pool)
+	release(t, rc)
+	release(t, rd)
 	if h := inspect(t, a, "pool"); h.Held() || h.Holders != 0 {
 		t.Fatalf("pool after every release: %+v, want free", h)
 	}
@@ -149,28 +138,16 @@ func sharedReaders(t *testing.T) {
 	// after the release).
 	wantHolder(t, "R1 released", inspect(t, other, "doc"), r2.Token(), 1, 2, clientlib.Shared)
 	release(t, r2)
-	w := await(t, waitingW)
-	if w.err != nil {
-		t.Fatalf("W, queued, after the readers released: %v", w.err)
-	}
-	if w.lock.Token() <= r2.Token() {
-		t.Fatalf("W granted token %d, not above the readers' %d and %d", w.lock.Token(), r1.Token(), r2.Token())
-	}
+	w := awaitGrantAbove(t, waitingW, r2, "W, queued, after the readers released")
 	select {
 	case r := <-waitingR3:
 		t.Fatalf("R3 granted while W holds doc: %+v", r)
 	default:
 	}
-	wantHolder(t, "W holds", inspect(t, other, "doc"), w.lock.Token(), 1, 1, clientlib.Exclusive)
+	wantHolder(t, "W holds", inspect(t, other, "doc"), w.Token(), 1, 1, clientlib.Exclusive)
 
-	release(t, w.lock)
-	r3 := await(t, waitingR3)
-	if r3.err != nil {
-		t.Fatalf("R3, queued, after W released: %v", r3.err)
-	}
-	if r3.lock.Token() <= w.lock.Token() {
-		t.Fatalf("R3 granted token %d, not above W's %d", r3.lock.Token(), w.lock.Token())
-	}
+	release(t, w)
+	r3 := awaitGrantAbove(t, waitingR3, w, "R3, queued, after W released")
 
 	// Run under a shared grant beside R3: kept alive past its lease, its
 	// context ended with ErrLost when the grant is released behind its
@@ -180,8 +157,8 @@ func sharedReaders(t *testing.T) {
 	ran := false
 	err := c1.DoMode(ctx, "doc", clientlib.Shared, lease, 5*time.Second, func(ctx context.Context, l *clientlib.Lock) error {
 		ran = true
-		if l.Token() <= r3.lock.Token() {
-			t.Errorf("shared Do granted token %d, not above R3's %d", l.Token(), r3.lock.Token())
+		if l.Token() <= r3.Token() {
+			t.Errorf("shared Do granted token %d, not above R3's %d", l.Token(), r3.Token())
 		}
 		select {
 		case <-time.After(2 * lease):
@@ -192,26 +169,14 @@ func sharedReaders(t *testing.T) {
 		if h, err := other.Inspect(ctx, "doc"); err != nil || h.Holders != 2 || !h.Shared {
 			t.Errorf("after two leases, beside R3: %+v, %v; want 2 shared holders", h, err)
 		}
-		theirs, err := other.Adopt("doc", l.Token(), lease)
-		if err != nil {
-			return err
-		}
-		if err := theirs.Release(ctx); err != nil {
-			t.Errorf("release by another client: %v", err)
-		}
-		select {
-		case <-ctx.Done():
-			cause = context.Cause(ctx)
-		case <-time.After(bound):
-			t.Error("fn's context not cancelled after its shared grant was lost")
-		}
+		cause = loseTo(t, ctx, other, "doc", l, lease)
 		return ctx.Err()
 	})
 	if !ran || !errors.Is(cause, clientlib.ErrLost) || !errors.Is(err, clientlib.ErrLost) {
 		t.Fatalf("shared Do: fn ran %v, its context ended with %v, DoMode returned %v; want ErrLost", ran, cause, err)
 	}
-	wantHolder(t, "R3 alone again", inspect(t, other, "doc"), r3.lock.Token(), 1, 0, clientlib.Shared)
-	release(t, r3.lock)
+	wantHolder(t, "R3 alone again", inspect(t, other, "doc"), r3.Token(), 1, 0, clientlib.Shared)
+	release(t, r3)
 }
 
 // kindMismatch: an acquire of another kind than the key is held as is
@@ -518,7 +483,7 @@ func TestModesFollowRedirects(t *testing.T) {
 	s := acquireMode(t, c, "doc", clientlib.Shared)
 	wantHolder(t, "pool", inspect(t, c, "pool"), a.Token(), 2, 0, pool)
 	wantHolder(t, "doc", inspect(t, c, "doc"), s.Token(), 1, 0, clientlib.Shared)
-	if got := dialRaw(t, addrs[0]).roundTrip("Q pool"); !strings.HasSuffix(got, " holders=2 limit=2") {
+	if got := testnode.DialRaw(t, addrs[0]).Ask("Q pool"); !strings.HasSuffix(got, " holders=2 limit=2") {
 		t.Fatalf("the active says %q, want pool held by 2 of 2", got)
 	}
 	for _, l := range []*clientlib.Lock{a, b, s} {
@@ -552,14 +517,8 @@ func TestModesAcrossHandoff(t *testing.T) {
 	wantHolder(t, "pool at the successor", inspect(t, c, "pool"), a.Token(), 2, 1, pool)
 	wantHolder(t, "doc at the successor", inspect(t, c, "doc"), r.Token(), 1, 0, clientlib.Shared)
 	release(t, a)
-	w := await(t, waiter)
-	if w.err != nil {
-		t.Fatalf("the semaphore acquire queued across the handoff: %v", w.err)
-	}
-	if w.lock.Token() <= b.Token() {
-		t.Fatalf("token %d after the handoff is not above %d", w.lock.Token(), b.Token())
-	}
-	for _, l := range []*clientlib.Lock{b, w.lock, r} {
+	w := awaitGrantAbove(t, waiter, b, "the semaphore acquire queued across the handoff")
+	for _, l := range []*clientlib.Lock{b, w, r} {
 		release(t, l)
 	}
 	waitKeys(t, nodes[1], 0)

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kunci/kunci/clientlib"
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
 
@@ -34,7 +35,7 @@ var gnetPool = []goleak.Option{
 // returns.
 func running(t testing.TB, n *server.Node) goleak.Option {
 	t.Helper()
-	if got := dialRaw(t, n.Addr()).roundTrip("I"); !strings.HasPrefix(got, "I ") {
+	if got := testnode.DialRaw(t, n.Addr()).Ask("I"); !strings.HasPrefix(got, "I ") {
 		t.Fatalf("I: %q", got)
 	}
 	return goleak.IgnoreCurrent()

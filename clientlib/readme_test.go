@@ -66,11 +66,7 @@ func Example_readme() {
 
 	// While another client holds orders/42, a caller that gives up first
 	// gets its context's error.
-	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	c := newExampleClient(addr, "")
 	defer c.Close()
 	held, err := c.Acquire(context.Background(), "orders/42", 30*time.Second, 0)
 	if err != nil {
@@ -138,21 +134,13 @@ func Example_readmeNightly() {
 	defer stop()
 	ctx := context.Background()
 
-	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}, Owner: "report-host:77"})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	c := newExampleClient(addr, "report-host:77")
 	defer c.Close()
 	if err := nightly(ctx, c); err != nil {
 		fmt.Println(err)
 	}
 
-	other, err := clientlib.New(clientlib.Config{Addrs: []string{addr}, Owner: "web-3:4121"})
-	if err != nil {
-		fmt.Println(err)
-		return
-	}
+	other := newExampleClient(addr, "web-3:4121")
 	defer other.Close()
 	held, err := other.Acquire(ctx, "cron/cleanup", time.Minute, 0)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kunci/kunci/clientlib"
+	"github.com/kunci/kunci/internal/testnode"
 )
 
 // scenarios is clients/SCENARIOS.md's list, in its order: the scenarios
@@ -142,8 +143,8 @@ func redirectFromStandby(t *testing.T) {
 	c := newClient(t, nil, addrs[1])
 	l := acquire(t, c, "k")
 	waitKeys(t, nodes[0], 1)
-	r := dialRaw(t, addrs[0])
-	if got, want := r.roundTrip("Q k"), "Q k "+strconv.FormatUint(l.Token(), 10)+" "; !strings.HasPrefix(got, want) {
+	r := testnode.DialRaw(t, addrs[0])
+	if got, want := r.Ask("Q k"), "Q k "+strconv.FormatUint(l.Token(), 10)+" "; !strings.HasPrefix(got, want) {
 		t.Fatalf("the active says %q, want the grant %q…", got, want)
 	}
 	release(t, l)

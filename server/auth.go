@@ -134,33 +134,23 @@ func (n *Node) authenticateAs(cs *conn, name string) bool {
 func (lp *loop) reject(cs *conn, why error, now int64) {
 	lp.refused.count(why)
 	cs.rejected, cs.rejectAt = why, now+int64(lp.n.cfg.AuthFailureDelay)
-	lp.rejected = append(lp.rejected, cs)
-	lp.hasRejected.Store(true)
-	if lp.n.tick.idle.Load() {
-		lp.n.wakeTicker()
-	}
+	lp.rejected.add(lp.n, cs)
 }
 
 // endRejected answers and closes the rejected connections whose delay has
 // passed. It runs on the loop, from runTick.
 func (lp *loop) endRejected(now int64) {
-	if len(lp.rejected) == 0 {
-		return
-	}
-	kept := lp.rejected[:0]
 	var due []*conn
-	for _, cs := range lp.rejected {
+	lp.rejected.sweep(lp.n, func(_ int64, cs *conn) bool {
 		switch {
 		case cs.closed:
 		case now >= cs.rejectAt:
 			due = append(due, cs)
 		default:
-			kept = append(kept, cs)
+			return true
 		}
-	}
-	clear(lp.rejected[len(kept):])
-	lp.rejected = kept
-	lp.hasRejected.Store(len(kept) > 0)
+		return false
+	})
 	for _, cs := range due {
 		lp.closeWith(cs, opAuth, cs.rejected)
 	}

@@ -154,10 +154,7 @@ func (lp *loop) charge(cs *conn) {
 	cs.charged = v
 	if v > 0 && !cs.owing {
 		cs.owing = true
-		lp.owing = append(lp.owing, cs)
-		if !lp.hasOwing.Swap(true) && n.tick.idle.Load() {
-			n.wakeTicker()
-		}
+		lp.owing.add(n, cs)
 	}
 }
 
@@ -173,28 +170,21 @@ func (lp *loop) uncharge(cs *conn) {
 // that hold nothing now, and, over budget, closes those that hold the most
 // until the sum is back within it. It runs on the loop, from runTick.
 func (lp *loop) recharge() {
-	if len(lp.owing) == 0 {
+	if len(lp.owing.items) == 0 {
 		return
 	}
-	kept := lp.owing[:0]
-	for _, cs := range lp.owing {
+	lp.owing.sweep(lp.n, func(_ int64, cs *conn) bool {
 		lp.charge(cs)
-		if cs.charged > 0 {
-			kept = append(kept, cs)
-		} else {
-			cs.owing = false
-		}
-	}
-	clear(lp.owing[len(kept):])
-	lp.owing = kept
-	lp.hasOwing.Store(len(kept) > 0)
+		cs.owing = cs.charged > 0
+		return cs.owing
+	})
 
 	n := lp.n
 	over := n.budget.buffered.Load() - n.cfg.MaxBuffered
 	if over <= 0 {
 		return
 	}
-	worst := slices.Clone(lp.owing)
+	worst := slices.Clone(lp.owing.items)
 	slices.SortFunc(worst, func(a, b *conn) int { return b.charged - a.charged })
 	for _, cs := range worst {
 		if over <= 0 {

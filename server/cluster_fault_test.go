@@ -81,13 +81,11 @@ func TestClusterFaultsKeepLocksSafe(t *testing.T) {
 	t.Logf("seed %d (KUNCI_FAULT_SEED=%d replays this schedule), %v", seed, seed, duration)
 	rng := rand.New(rand.NewPCG(seed, 1))
 
-	tc := newCluster(t, 3, func(c *server.Config) {
+	tc := activeCluster(t, 3, func(c *server.Config) {
 		c.SemiSync = true
 		c.Heartbeat = 50 * time.Millisecond
 		c.FailoverTimeout = time.Second // room for a slow machine under -race
 	})
-	tc.StartAll()
-	tc.WaitActive(0)
 
 	check := newHoldChecker()
 	keys := []string{"hot/0", "hot/1", "hot/2", "hot/3"}

@@ -3,7 +3,6 @@ package server_test
 import (
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -45,6 +44,43 @@ func (tc *testCluster) setConf(conf func(*server.Config)) {
 	if conf != nil {
 		tc.Conf = func(_ int, c *server.Config) { conf(c) }
 	}
+}
+
+// activeCluster starts a cluster of size nodes, with conf as newCluster's,
+// and waits until node 0 is active and the others follow it.
+func activeCluster(t *testing.T, size int, conf func(*server.Config)) *testCluster {
+	t.Helper()
+	tc := newCluster(t, size, conf)
+	tc.StartAll()
+	tc.WaitActive(0)
+	return tc
+}
+
+// clusterWith starts only the nodes up of a cluster of size nodes, with
+// conf as newCluster's, and waits until up[0] is active; the others are
+// down.
+func clusterWith(t *testing.T, size int, conf func(*server.Config), up ...int) *testCluster {
+	t.Helper()
+	tc := newCluster(t, size, conf)
+	for _, i := range up {
+		tc.Start(i)
+	}
+	tc.WaitActive(up[0])
+	return tc
+}
+
+// loneActive starts node 0 of a cluster of size nodes alone, with conf as
+// newCluster's, and waits until it is active; its peers are down.
+func loneActive(t *testing.T, size int, conf func(*server.Config)) *testCluster {
+	t.Helper()
+	return clusterWith(t, size, conf, 0)
+}
+
+// dialActive waits until node i is active and connects to it.
+func (tc *testCluster) dialActive(i int) *client {
+	tc.T.Helper()
+	tc.WaitActive(i)
+	return dial(tc.T, tc.Addrs[i])
 }
 
 // crash stops node i without a handoff.
@@ -104,9 +140,7 @@ func sameHolders(active, standby map[string]server.Holding, apart time.Duration)
 
 func TestClusterRolesRedirectAndReplication(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 3, nil)
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 3, nil)
 
 	for i, n := range tc.Nodes {
 		c := dial(t, n.Addr())
@@ -162,9 +196,7 @@ func TestClusterRolesRedirectAndReplication(t *testing.T) {
 
 func TestClusterCrashFailoverKeepsGrants(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 3, nil)
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 3, nil)
 	c := dial(t, tc.Addrs[0])
 	c.send("A held 30 0", "A other 30 0")
 	held := c.expectGrant("held")
@@ -174,8 +206,7 @@ func TestClusterCrashFailoverKeepsGrants(t *testing.T) {
 	c.close()
 
 	tc.crash(0)
-	tc.WaitActive(1)
-	n1 := dial(t, tc.Addrs[1])
+	n1 := tc.dialActive(1)
 	defer n1.close()
 	// The holders keep their grants on the new active, and can end them.
 	n1.send(fmt.Sprintf("X held %d 30", held), fmt.Sprintf("R other %d", other), "A held 30 0.1")
@@ -189,9 +220,7 @@ func TestClusterCrashFailoverKeepsGrants(t *testing.T) {
 
 func TestClusterGracefulHandoffLosesNothing(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, nil)
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 2, nil)
 	c := dial(t, tc.Addrs[0])
 	c.send("A h 30 0")
 	tok := c.expectGrant("h")
@@ -224,10 +253,7 @@ func TestClusterGracefulHandoffLosesNothing(t *testing.T) {
 
 func TestClusterHigherPriorityNodeReturnsThroughHandoff(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 3, nil)
-	tc.Start(1)
-	tc.Start(2)
-	tc.WaitActive(1)
+	tc := clusterWith(t, 3, nil, 1, 2)
 	c := dial(t, tc.Addrs[1])
 	defer c.close()
 	c.send("A a 30 0", "A b 30 0")
@@ -239,8 +265,7 @@ func TestClusterHigherPriorityNodeReturnsThroughHandoff(t *testing.T) {
 	tc.Start(0)
 	c.expect("M " + tc.Addrs[0])
 	c.expectClosed()
-	tc.WaitActive(0)
-	n0 := dial(t, tc.Addrs[0])
+	n0 := tc.dialActive(0)
 	defer n0.close()
 	n0.send(fmt.Sprintf("R a %d", a), fmt.Sprintf("X b %d 30", b), "A c 30 0")
 	n0.expect("R a OK", "X b OK")
@@ -260,11 +285,7 @@ func TestClusterHigherPriorityNodeReturnsThroughHandoff(t *testing.T) {
 // stepped down).
 func TestClusterDemotionAfterPartition(t *testing.T) {
 	t.Parallel()
-	pn := newPeerNet(t)
-	tc := newCluster(t, 2, nil)
-	tc.setConf(func(c *server.Config) { c.PeerDialer = pn.Dialer(c.Listen) })
-	tc.StartAll()
-	tc.WaitActive(0)
+	pn, tc := tappedCluster(t, 2, nil)
 
 	pn.Partition(tc.Addrs[0], tc.Addrs[1], true)
 	waitFor(t, "both nodes active", func() bool {
@@ -345,9 +366,7 @@ func TestClusterDemotionAfterPartition(t *testing.T) {
 
 func TestClusterTokensAboveAllAfterEveryNodeRestarts(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 3, nil)
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 3, nil)
 	c := dial(t, tc.Addrs[0])
 	var last uint64
 	for i := 0; i < 20; i++ {
@@ -356,8 +375,7 @@ func TestClusterTokensAboveAllAfterEveryNodeRestarts(t *testing.T) {
 	}
 	c.close()
 	tc.crash(0)
-	tc.WaitActive(1)
-	c = dial(t, tc.Addrs[1])
+	c = tc.dialActive(1)
 	c.send("A on1 30 0")
 	last = max(last, c.expectGrant("on1"))
 	c.close()
@@ -367,8 +385,7 @@ func TestClusterTokensAboveAllAfterEveryNodeRestarts(t *testing.T) {
 		}
 	}
 	tc.StartAll()
-	tc.WaitActive(0)
-	c = dial(t, tc.Addrs[0])
+	c = tc.dialActive(0)
 	defer c.close()
 	c.send("A first 30 0")
 	if tok := c.expectGrant("first"); tok <= last {
@@ -378,9 +395,7 @@ func TestClusterTokensAboveAllAfterEveryNodeRestarts(t *testing.T) {
 
 func TestClusterSemiSync(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, func(c *server.Config) { c.SemiSync = true })
-	tc.StartAll()
-	tc.WaitActive(0)
+	tc := activeCluster(t, 2, func(c *server.Config) { c.SemiSync = true })
 	c := dial(t, tc.Addrs[0])
 	// With semi-sync, a grant the client saw is on the standby already.
 	for i := 0; i < 50; i++ {
@@ -398,6 +413,16 @@ func TestClusterSemiSync(t *testing.T) {
 	c.close()
 }
 
+// loggedCluster is newCluster whose nodes log to the buffer it returns as
+// well as to the test.
+func loggedCluster(t *testing.T, size int, conf func(*server.Config)) (*testCluster, *testnode.Buffer) {
+	logs := new(testnode.Buffer)
+	return newCluster(t, size, func(c *server.Config) {
+		conf(c)
+		logTo(t, logs)(c)
+	}), logs
+}
+
 // logTo sends every node's logs to buf as well as to the test.
 func logTo(t *testing.T, buf *testnode.Buffer) func(*server.Config) {
 	return func(c *server.Config) {
@@ -408,14 +433,11 @@ func logTo(t *testing.T, buf *testnode.Buffer) func(*server.Config) {
 
 func TestClusterSemiSyncKeepsAnIdleStandby(t *testing.T) {
 	t.Parallel()
-	var logs testnode.Buffer
-	tc := newCluster(t, 2, func(c *server.Config) {
+	tc, logs := loggedCluster(t, 2, func(c *server.Config) {
 		c.SemiSync = true
-		logTo(t, &logs)(c)
 	})
 	tc.StartAll()
-	tc.WaitActive(0)
-	c := dial(t, tc.Addrs[0])
+	c := tc.dialActive(0)
 	defer c.close()
 	c.send("A k 30 0")
 	c.expectGrant("k")
@@ -430,15 +452,12 @@ func TestClusterSemiSyncKeepsAnIdleStandby(t *testing.T) {
 // without stalling grants: well within the failover timeout.
 func TestClusterHigherPeerCeilingRaisesTokensWithoutStalling(t *testing.T) {
 	t.Parallel()
-	var logs testnode.Buffer
-	tc := newCluster(t, 3, func(c *server.Config) {
+	tc, logs := loggedCluster(t, 3, func(c *server.Config) {
 		c.FailoverTimeout = 3 * time.Second
-		logTo(t, &logs)(c)
 	})
 	tc.Start(0)
 	tc.Start(1)
-	tc.WaitActive(0)
-	c := dial(t, tc.Addrs[0])
+	c := tc.dialActive(0)
 	defer c.close()
 	c.send("A a 30 0")
 	tok := c.expectGrant("a")
@@ -467,53 +486,27 @@ func TestClusterHigherPeerCeilingRaisesTokensWithoutStalling(t *testing.T) {
 // other standby promote itself.
 func TestClusterStandbyRestartDoesNotStallTheActive(t *testing.T) {
 	t.Parallel()
-	var logs testnode.Buffer
-	tc := newCluster(t, 3, func(c *server.Config) {
+	tc, logs := loggedCluster(t, 3, func(c *server.Config) {
 		c.FailoverTimeout = time.Second
-		logTo(t, &logs)(c)
 	})
 	tc.StartAll()
-	tc.WaitActive(0)
-	c := dial(t, tc.Addrs[0])
+	c := tc.dialActive(0)
 	defer c.close()
 	stop := make(chan struct{})
-	done := make(chan error, 1)
 	var worst time.Duration
-	go func() {
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				done <- nil
-				return
-			default:
-			}
-			s := time.Now()
-			k := fmt.Sprintf("k%d", i)
-			if err := c.write([]byte("A " + k + " 30 0\n")); err != nil {
-				done <- err
-				return
-			}
-			line, err := c.readLine(answerTimeout)
-			if err != nil {
-				done <- err
-				return
-			}
-			tok, err := parseGrant(line, k)
-			if err != nil {
-				done <- err
-				return
-			}
-			if err := c.write([]byte(fmt.Sprintf("R %s %d\n", k, tok))); err != nil {
-				done <- err
-				return
-			}
-			if line, err := c.readLine(answerTimeout); err != nil || line != "R "+k+" OK" {
-				done <- fmt.Errorf("release: %q %v", line, err)
-				return
-			}
-			worst = max(worst, time.Since(s))
+	done := goLoad(stop, func(i int) error {
+		s := time.Now()
+		k := fmt.Sprintf("k%d", i)
+		tok, err := c.askGrant("A "+k+" 30 0", k)
+		if err != nil {
+			return err
 		}
-	}()
+		if err := c.askRelease(k, tok); err != nil {
+			return fmt.Errorf("release: %v", err)
+		}
+		worst = max(worst, time.Since(s))
+		return nil
+	})
 	time.Sleep(200 * time.Millisecond)
 	tc.crash(2)
 	time.Sleep(200 * time.Millisecond)
@@ -541,8 +534,7 @@ func TestClusterSnapshotOfManyKeysWhileTheyChange(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 2, func(c *server.Config) { c.Shards, c.Loops = 4, 2 })
 	tc.Start(0)
-	tc.WaitActive(0)
-	c := dial(t, tc.Addrs[0])
+	c := tc.dialActive(0)
 	defer c.close()
 	const keys = 20000
 	tokens := make([]uint64, keys)
@@ -561,59 +553,42 @@ func TestClusterSnapshotOfManyKeysWhileTheyChange(t *testing.T) {
 	// re-grants (some keys leave before the cursor reaches them, some come
 	// back after it passed), extends.
 	done := make(chan struct{})
-	churned := make(chan error, 1)
-	go func() {
-		w, err := net.Dial("tcp", tc.Addrs[0])
-		if err != nil {
-			churned <- err
-			return
+	w := testnode.Dial(t, tc.Addrs[0], answerTimeout)
+	r := newReader(w)
+	churned := goLoad(done, func(round int) error {
+		// 50 keys at a time, each released, taken again and extended.
+		var b strings.Builder
+		var idx []int
+		for j := 0; j < 50; j++ {
+			i := (round*50 + j) % keys // in the order the cursor walks
+			idx = append(idx, i)
+			fmt.Fprintf(&b, "R k%d %d\nA k%d 60 0\n", i, tokens[i], i)
 		}
-		defer w.Close()
-		r := newReader(w)
-		for round := 0; ; round++ {
-			select {
-			case <-done:
-				churned <- nil
-				return
-			default:
-			}
-			// 50 keys at a time, each released, taken again and extended.
-			var b strings.Builder
-			var idx []int
-			for j := 0; j < 50; j++ {
-				i := (round*50 + j) % keys // in the order the cursor walks
-				idx = append(idx, i)
-				fmt.Fprintf(&b, "R k%d %d\nA k%d 60 0\n", i, tokens[i], i)
-			}
-			if _, err := io.WriteString(w, b.String()); err != nil {
-				churned <- err
-				return
-			}
-			// Answers about different keys may come in any order.
-			for range 2 * len(idx) {
-				line, err := r.ReadString('\n')
-				if err != nil {
-					churned <- err
-					return
-				}
-				line = strings.TrimSpace(line)
-				if strings.HasPrefix(line, "R ") {
-					if !strings.HasSuffix(line, " OK") {
-						churned <- fmt.Errorf("churn: %q", line)
-						return
-					}
-					continue
-				}
-				k, tok, err := splitGrant(line)
-				if err != nil {
-					churned <- err
-					return
-				}
-				i, _ := strconv.Atoi(k[1:])
-				tokens[i] = tok
-			}
+		if _, err := io.WriteString(w, b.String()); err != nil {
+			return err
 		}
-	}()
+		// Answers about different keys may come in any order.
+		for range 2 * len(idx) {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				return err
+			}
+			line = strings.TrimSpace(line)
+			if strings.HasPrefix(line, "R ") {
+				if !strings.HasSuffix(line, " OK") {
+					return fmt.Errorf("churn: %q", line)
+				}
+				continue
+			}
+			k, tok, err := splitGrant(line)
+			if err != nil {
+				return err
+			}
+			i, _ := strconv.Atoi(k[1:])
+			tokens[i] = tok
+		}
+		return nil
+	})
 	tc.Start(1)
 	tc.WaitActive(0)
 	close(done)
@@ -637,13 +612,7 @@ func keysOf(lo, hi int) []string {
 // I is answered throughout, never held.
 func TestClusterSemiSyncActiveCutOffFromItsStandbys(t *testing.T) {
 	t.Parallel()
-	pn := newPeerNet(t)
-	tc := newCluster(t, 3, func(c *server.Config) {
-		c.SemiSync = true
-		c.PeerDialer = pn.Dialer(c.Listen)
-	})
-	tc.StartAll()
-	tc.WaitActive(0)
+	pn, tc := tappedCluster(t, 3, func(c *server.Config) { c.SemiSync = true })
 	c := dial(t, tc.Addrs[0])
 	c.send("A before 30 0")
 	c.expectGrant("before")
@@ -679,11 +648,7 @@ func TestClusterSemiSyncActiveCutOffFromItsStandbys(t *testing.T) {
 // never started.)
 func TestClusterNodeOnATakenPortSaysSo(t *testing.T) {
 	t.Parallel()
-	holder, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
+	holder := testaddr.Taken(t)
 	cfg := server.Config{
 		Listen:          holder.Addr().String(),
 		Peers:           []string{holder.Addr().String(), testaddr.Free(t, 1)[0]},

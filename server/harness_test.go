@@ -61,11 +61,7 @@ type client struct {
 // dial connects to addr; the connection is closed when the test ends.
 func dial(t testing.TB, addr string) *client {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, answerTimeout)
-	if err != nil {
-		t.Fatalf("dial %s: %v", addr, err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := testnode.Dial(t, addr, answerTimeout)
 	return &client{t: t, name: c.LocalAddr().String(), conn: c, r: newReader(c)}
 }
 
@@ -93,6 +89,36 @@ func (c *client) sendRaw(b []byte) {
 func (c *client) write(b []byte) error {
 	_ = c.conn.SetWriteDeadline(time.Now().Add(answerTimeout))
 	_, err := c.conn.Write(b)
+	return err
+}
+
+// ask writes req and its LF, and returns the next answer line without its
+// LF, waiting at most answerTimeout. Like readLine, and unlike the expect
+// methods, it may be called from any one goroutine.
+func (c *client) ask(req string) (string, error) {
+	if err := c.write([]byte(req + "\n")); err != nil {
+		return "", err
+	}
+	return c.readLine(answerTimeout)
+}
+
+// askGrant asks req, an acquire of key, and returns the token of its
+// grant; any other answer is an error.
+func (c *client) askGrant(req, key string) (uint64, error) {
+	line, err := c.ask(req)
+	if err != nil {
+		return 0, err
+	}
+	return parseGrant(line, key)
+}
+
+// askRelease releases key's grant token; any answer but "R key OK" is an
+// error.
+func (c *client) askRelease(key string, token uint64) error {
+	line, err := c.ask(rel(key, token))
+	if err == nil && line != "R "+key+" OK" {
+		err = fmt.Errorf("got %q, want R %s OK", line, key)
+	}
 	return err
 }
 
@@ -302,6 +328,33 @@ func isTimeout(err error) bool {
 }
 
 // waitFor polls cond until it holds, failing the test after 5 s.
+// maxLoadRounds bounds the rounds of a background load (goLoad), whatever
+// else ends it.
+const maxLoadRounds = 1_000_000
+
+// goLoad runs round(0), round(1), … on a goroutine until stop is closed, a
+// round fails, or maxLoadRounds rounds ran; then it sends the first error
+// (nil if none) on the channel it returns.
+func goLoad(stop <-chan struct{}, round func(i int) error) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < maxLoadRounds; i++ {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+			if err := round(i); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	return done
+}
+
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	testnode.WaitFor(t, what, cond)

@@ -170,10 +170,7 @@ func TestStandbyRedirectsInspectAndList(t *testing.T) {
 // in the stream and in a snapshot, and is still shown after a failover.
 func TestOwnerReplicated(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 3, nil)
-	tc.Start(0)
-	tc.Start(1)
-	tc.WaitActive(0)
+	tc := clusterWith(t, 3, nil, 0, 1)
 	a := dial(t, tc.Addrs[0])
 	a.send("A held 30 0 owner=web-3:4121", "A plain 30 0")
 	tok := a.expectGrant("held")
@@ -203,8 +200,7 @@ func TestOwnerReplicated(t *testing.T) {
 	}
 	// After a crash of the active, the new active shows the owner.
 	tc.crash(0)
-	tc.WaitActive(1)
-	c := dial(t, tc.Addrs[1])
+	c := tc.dialActive(1)
 	c.send("Q held")
 	c.expectHolding("held", next, 60*time.Second, 0, "batch-7")
 }

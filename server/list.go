@@ -72,6 +72,45 @@ const (
 	listWindow = 256 << 10 // unsent output before a listing waits for its client
 )
 
+// shardWalk walks the node's shards in order with an engine cursor, a
+// chunk of keys per hold of a shard's mutex (a listing's, a snapshot's).
+// It belongs to one goroutine at a time.
+type shardWalk struct {
+	shard int           // the shard being walked
+	cur   engine.Cursor // under that shard's mutex, while open
+	open  bool
+}
+
+// lock takes the mutex of the shard being walked, opens the cursor on it if
+// it is not open yet, and returns the shard.
+func (w *shardWalk) lock(n *Node) *shardBox {
+	b := &n.shards[w.shard]
+	b.mu.Lock()
+	if !w.open {
+		b.sh.Open(&w.cur)
+		w.open = true
+	}
+	return b
+}
+
+// next moves on to the next shard, the cursor having walked this one to
+// its end (or been closed).
+func (w *shardWalk) next() {
+	w.open = false
+	w.shard++
+}
+
+// closeCursor closes the cursor, if it is open, under its shard's mutex.
+func (w *shardWalk) closeCursor(n *Node) {
+	if w.open {
+		b := &n.shards[w.shard]
+		b.mu.Lock()
+		b.sh.Close(&w.cur)
+		b.mu.Unlock()
+		w.open = false
+	}
+}
+
 // listWalk walks every shard's held keys for a listing. It belongs to one
 // goroutine at a time: a connection's loop, or an admin request's.
 type listWalk struct {
@@ -80,9 +119,7 @@ type listWalk struct {
 	// allow, when set, says whether the listing shows key (a client's
 	// credential); it runs under the shard's mutex.
 	allow func(key []byte) bool
-	shard int           // the shard being walked
-	cur   engine.Cursor // under that shard's mutex, while open
-	open  bool
+	shardWalk
 	count uint64 // keys listed
 	more  bool   // the limit was reached with a key left to list
 }
@@ -95,12 +132,7 @@ func (w *listWalk) done(n *Node) bool { return w.more || w.shard == len(n.shards
 // mutex, and appends each one the listing shows to dst with emit, given
 // the key's grant and its lease left in ms.
 func (w *listWalk) step(n *Node, dst []byte, emit func(dst []byte, h *engine.Held, leftMs int64) []byte) []byte {
-	b := &n.shards[w.shard]
-	b.mu.Lock()
-	if !w.open {
-		b.sh.Open(&w.cur)
-		w.open = true
-	}
+	b := w.lock(n)
 	now := n.now()
 	finished := b.sh.Scan(&w.cur, listChunk, func(h engine.Held) {
 		if w.more || !hasPrefix(h.Key, w.prefix) || w.allow != nil && !w.allow(h.Key) {
@@ -119,21 +151,14 @@ func (w *listWalk) step(n *Node, dst []byte, emit func(dst []byte, h *engine.Hel
 	}
 	b.mu.Unlock()
 	if finished {
-		w.open = false
-		w.shard++
+		w.next()
 	}
 	return dst
 }
 
 // close ends the walk, closing its cursor.
 func (w *listWalk) close(n *Node) {
-	if w.open {
-		b := &n.shards[w.shard]
-		b.mu.Lock()
-		b.sh.Close(&w.cur)
-		b.mu.Unlock()
-		w.open = false
-	}
+	w.closeCursor(n)
 	w.shard = len(n.shards)
 }
 
@@ -220,33 +245,23 @@ func (lp *loop) waitList(cs *conn, since int64) {
 	if since == 0 {
 		cs.list.waiting = -1
 	}
-	lp.lists = append(lp.lists, cs)
-	lp.hasLists.Store(true)
-	if lp.n.tick.idle.Load() {
-		lp.n.wakeTicker()
-	}
+	lp.lists.add(lp.n, cs)
 }
 
 // resumeLists continues the listings whose connections drained to half the
 // window, and closes those whose clients read nothing for Config.StallTimeout. It
 // runs on lp from the ticker.
 func (lp *loop) resumeLists() {
-	if len(lp.lists) == 0 {
-		return
-	}
 	n := lp.n
-	now := n.now()
 	between := n.roles.frozen.Load() || n.roles.current.Load() != roleActive
-	kept := lp.lists[:0]
 	var resume []*conn
-	for _, cs := range lp.lists {
+	lp.lists.sweep(n, func(now int64, cs *conn) bool {
 		ls := cs.list
 		switch {
 		case cs.closed || ls == nil:
 		case ls.waiting < 0: // waited for the node
 			if between {
-				kept = append(kept, cs)
-				continue
+				return true
 			}
 			ls.waiting = 0
 			resume = append(resume, cs)
@@ -258,12 +273,10 @@ func (lp *loop) resumeLists() {
 			n.slowClosed.Add(1)
 			_ = cs.c.Close()
 		default:
-			kept = append(kept, cs)
+			return true
 		}
-	}
-	clear(lp.lists[len(kept):])
-	lp.lists = kept
-	lp.hasLists.Store(len(kept) > 0)
+		return false
+	})
 	for _, cs := range resume {
 		lp.stepList(cs)
 	}

@@ -221,42 +221,21 @@ func TestListingManyKeysBoundedByTheReader(t *testing.T) {
 
 	// A reader, while another connection takes and frees other keys.
 	stop := make(chan struct{})
-	churned := make(chan int)
-	go func() {
-		c, err := net.Dial("tcp", n.Addr())
+	cc := dial(t, n.Addr())
+	churned := goLoad(stop, func(i int) error {
+		key := fmt.Sprintf("churn/%d", i%50)
+		tok, err := cc.askGrant("A "+key+" 30 0", key)
 		if err != nil {
-			churned <- -1
-			return
+			return err
 		}
-		defer c.Close()
-		r := bufio.NewReader(c)
-		i := 0
-		for ; ; i++ {
-			select {
-			case <-stop:
-				churned <- i
-				return
-			default:
-			}
-			fmt.Fprintf(c, "A churn/%d 30 0\n", i%50)
-			line, err := r.ReadString('\n')
-			if err != nil {
-				churned <- -1
-				return
-			}
-			fmt.Fprintf(c, "R churn/%d %s", i%50, strings.Fields(line)[2]+"\n")
-			if _, err := r.ReadString('\n'); err != nil {
-				churned <- -1
-				return
-			}
-		}
-	}()
+		return cc.askRelease(key, tok)
+	})
 	c := dial(t, n.Addr())
 	c.send("L 0 " + long)
 	got, end := c.readListing()
 	close(stop)
-	if i := <-churned; i < 0 {
-		t.Fatal("the churning connection failed")
+	if err := <-churned; err != nil {
+		t.Fatalf("the churning connection failed: %v", err)
 	}
 	if len(got) != count || end.More {
 		t.Fatalf("listed %d keys (more %v), want %d", len(got), end.More, count)

@@ -22,8 +22,10 @@ type loop struct {
 	el  gnet.EventLoop
 	out engine.Output
 	// dirty lists connections of this loop with answers to write.
-	dirty  []*conn
-	paused []*conn
+	dirty []*conn
+	// paused are connections not read until their output drains
+	// (Node.onTraffic).
+	paused parked[*conn]
 	// batch holds the requests parsed from one read, order their
 	// positions grouped by shard.
 	// leaseTooLong and waitTooLong are the refusals naming the node's
@@ -50,36 +52,30 @@ type loop struct {
 	drainTask  gnet.Runnable
 	tickTask   gnet.Runnable
 	tickQueued atomic.Bool
-	hasPaused  atomic.Bool // paused is not empty, for the ticker
 	// more lists connections with requests left unread that the ticker
 	// is to wake (Node.onTraffic).
 	more    []*conn
 	hasMore atomic.Bool
 	// owing lists connections holding buffered bytes (budget.go).
-	owing    []*conn
-	hasOwing atomic.Bool
+	owing parked[*conn]
 
 	// lists are connections whose listing waits for them to read, or for
 	// the node to be active again (list.go).
-	lists    []*conn
-	hasLists atomic.Bool
+	lists parked[*conn]
 
 	// snapshots are standbys' links whose snapshot waits for them to read
 	// (snapshot.go).
-	snapshots    []*peerConn
-	hasSnapshots atomic.Bool
+	snapshots parked[*peerConn]
 
 	// probation lists connections in the peers' reserve of slots
 	// (peerauth.go).
-	probation    []*conn
-	hasProbation atomic.Bool
+	probation parked[*conn]
 
 	// conns are this loop's client connections, for the idle scan and
 	// reloads; rejected those waiting out a failed authentication.
-	conns       []*conn
-	rejected    []*conn
-	hasRejected atomic.Bool // rejected is not empty, for the ticker
-	scanDue     atomic.Bool // the next runTick scans for idle connections
+	conns    []*conn
+	rejected parked[*conn]
+	scanDue  atomic.Bool // the next runTick scans for idle connections
 
 	// undelivered are grants this loop could not write, their connections
 	// closed first: flush releases them (releaseUndelivered). Their keys
@@ -667,7 +663,7 @@ func (lp *loop) runTick(context.Context) error {
 	lp.resumeLists()
 	lp.resumeSnapshots()
 	lp.expireProbation()
-	if lp.hasRejected.Load() || lp.scanDue.Load() {
+	if lp.rejected.any.Load() || lp.scanDue.Load() {
 		now := n.now()
 		lp.endRejected(now)
 		if lp.scanDue.Swap(false) {
@@ -681,12 +677,7 @@ func (lp *loop) runTick(context.Context) error {
 // limit; gnet then calls OnTraffic for them with what they sent meanwhile.
 // One paused for longer than Config.StallTimeout is closed.
 func (lp *loop) resume() {
-	if len(lp.paused) == 0 {
-		return
-	}
-	now := lp.n.now()
-	kept := lp.paused[:0]
-	for _, cs := range lp.paused {
+	lp.paused.sweep(lp.n, func(now int64, cs *conn) bool {
 		switch {
 		case cs.closed:
 		case cs.c.OutboundBuffered()+cs.held <= lp.n.outputLimit()/2:
@@ -697,12 +688,10 @@ func (lp *loop) resume() {
 			lp.n.slowClosed.Add(1)
 			_ = cs.c.Close()
 		default:
-			kept = append(kept, cs)
+			return true
 		}
-	}
-	clear(lp.paused[len(kept):])
-	lp.paused = kept
-	lp.hasPaused.Store(len(kept) > 0)
+		return false
+	})
 }
 
 // wakeMore wakes the connections on lp.more that no read has served since

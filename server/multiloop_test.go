@@ -126,14 +126,7 @@ func cancelRace(h, w *client, key string) (granted bool, err error) {
 		}
 		return nil
 	}
-	if err := h.write([]byte("A " + key + " 30 0\n")); err != nil {
-		return false, err
-	}
-	line, err := h.readLine(answerTimeout)
-	if err != nil {
-		return false, err
-	}
-	tok, err := parseGrant(line, key)
+	tok, err := h.askGrant("A "+key+" 30 0", key)
 	if err != nil {
 		return false, err
 	}
@@ -195,14 +188,7 @@ func TestMultiLoopMutualExclusion(t *testing.T) {
 			err := func() error {
 				for range cycles {
 					key := keys[rng.IntN(len(keys))]
-					if err := c.write([]byte("A " + key + " 30 0\n")); err != nil {
-						return err
-					}
-					line, err := c.readLine(answerTimeout)
-					if err != nil {
-						return err
-					}
-					tok, err := parseGrant(line, key)
+					tok, err := c.askGrant("A "+key+" 30 0", key)
 					if err != nil {
 						return err
 					}
@@ -224,15 +210,8 @@ func TestMultiLoopMutualExclusion(t *testing.T) {
 					mu.Lock()
 					delete(holder, key)
 					mu.Unlock()
-					if err := c.write([]byte(rel(key, tok) + "\n")); err != nil {
+					if err := c.askRelease(key, tok); err != nil {
 						return err
-					}
-					line, err = c.readLine(answerTimeout)
-					if err != nil {
-						return err
-					}
-					if line != "R "+key+" OK" {
-						return fmt.Errorf("got %q, want R %s OK", line, key)
 					}
 				}
 				return nil

@@ -17,7 +17,7 @@ import (
 // the forged one; now the link is closed and the ceiling file is unchanged.
 func TestOnPathForgedHeartbeatRaisesNoCeiling(t *testing.T) {
 	t.Parallel()
-	pn, tc := tappedCluster(t)
+	pn, tc := tappedCluster(t, 2, nil)
 	ceiling := func() uint64 {
 		v, err := strconv.ParseUint(tc.ceilings()[0], 10, 64)
 		if err != nil {

@@ -108,33 +108,22 @@ const probationTimeout = 2 * time.Second
 // watchProbation keeps cs, on probation, for the ticker to close if it has
 // not proved itself a peer in time.
 func (lp *loop) watchProbation(cs *conn) {
-	lp.probation = append(lp.probation, cs)
-	lp.hasProbation.Store(true)
-	if lp.n.tick.idle.Load() {
-		lp.n.wakeTicker()
-	}
+	lp.probation.add(lp.n, cs)
 }
 
 // expireProbation closes the connections on probation that did not prove
 // themselves peers within probationTimeout. It runs on lp from the ticker.
 func (lp *loop) expireProbation() {
-	if len(lp.probation) == 0 {
-		return
-	}
-	now := lp.n.now()
-	kept := lp.probation[:0]
-	for _, cs := range lp.probation {
+	lp.probation.sweep(lp.n, func(now int64, cs *conn) bool {
 		switch {
 		case cs.closed:
 		case now-cs.openedAt > int64(probationTimeout):
 			_ = lp.el.Close(cs.c)
 		default:
-			kept = append(kept, cs)
+			return true
 		}
-	}
-	clear(lp.probation[len(kept):])
-	lp.probation = kept
-	lp.hasProbation.Store(len(kept) > 0)
+		return false
+	})
 }
 
 // dialLink connects to peer i, proves the cluster key, and adopts the link

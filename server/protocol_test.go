@@ -174,18 +174,10 @@ func TestWaitAndLeaseEndTogether(t *testing.T) {
 		h, w := dial(t, n.Addr()), dial(t, n.Addr())
 		wg.Go(func() {
 			err := func() error {
-				if err := h.write([]byte("A " + key + " 0.2 0\n")); err != nil {
+				if _, err := h.askGrant("A "+key+" 0.2 0", key); err != nil {
 					return err
 				}
-				if line, err := h.readLine(answerTimeout); err != nil {
-					return err
-				} else if _, err := parseGrant(line, key); err != nil {
-					return err
-				}
-				if err := w.write([]byte("A " + key + " 30 0.2\n")); err != nil {
-					return err
-				}
-				line, err := w.readLine(answerTimeout)
+				line, err := w.ask("A " + key + " 30 0.2")
 				if err != nil {
 					return err
 				}
@@ -202,15 +194,7 @@ func TestWaitAndLeaseEndTogether(t *testing.T) {
 				mu.Lock()
 				grants++
 				mu.Unlock()
-				if err := w.write([]byte(rel(key, tok) + "\n")); err != nil {
-					return err
-				}
-				if line, err := w.readLine(answerTimeout); err != nil {
-					return err
-				} else if line != "R "+key+" OK" {
-					return fmt.Errorf("got %q, want R %s OK", line, key)
-				}
-				return nil
+				return w.askRelease(key, tok)
 			}()
 			if err != nil {
 				t.Errorf("%s: %v", key, err)

@@ -316,11 +316,7 @@ func (n *Node) onTraffic(c gnet.Conn) gnet.Action {
 	switch {
 	case c.OutboundBuffered()+cs.held > n.outputLimit():
 		cs.paused, cs.pausedAt = true, n.now()
-		lp.paused = append(lp.paused, cs)
-		lp.hasPaused.Store(true)
-		if n.tick.idle.Load() {
-			n.wakeTicker()
-		}
+		lp.paused.add(n, cs)
 	case cs.more:
 		// serve stopped at its budget with requests left: come back for
 		// them after the loop has seen to its other connections. gnet runs

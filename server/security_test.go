@@ -252,10 +252,7 @@ func TestHeartbeatFloodFromAnOutsiderMakesNoSecondActive(t *testing.T) {
 // handoff frames did the same.
 func TestOutsiderCannotDemoteTheActiveOrAskForItsRole(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 3, nil)
-	tc.Start(1)
-	tc.Start(2)
-	tc.WaitActive(1)
+	tc := clusterWith(t, 3, nil, 1, 2)
 	c := dial(t, tc.Addrs[1])
 	tok := c.hold("held")
 	for _, line := range []string{
@@ -288,16 +285,7 @@ func TestOutsiderGetsNoSnapshot(t *testing.T) {
 	tc := activeCluster(t, 2, nil)
 	c := dial(t, tc.Addrs[0])
 	c.hold("secret/1")
-	nc, err := net.Dial("tcp", tc.Addrs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	fmt.Fprintf(nc, "P H %s s - 1 1 0 0\nP S\n", tc.Addrs[1])
-	closed, lines := readUntilClosed(nc, bufio.NewReader(nc), answerTimeout)
-	if !closed || len(lines) != 1 || lines[0] != "E P H peer link not authenticated" {
-		t.Fatalf("closed %v after %q", closed, lines)
-	}
+	expectPeerRefused(t, tc.Addrs[0], fmt.Sprintf("P H %s s - 1 1 0 0\nP S\n", tc.Addrs[1]))
 }
 
 // Attack 7: with --semi-sync, a fake standby that acknowledged once and went
@@ -306,16 +294,7 @@ func TestOutsiderGetsNoSnapshot(t *testing.T) {
 func TestQuietFakeStandbyCannotStallSemiSync(t *testing.T) {
 	t.Parallel()
 	tc := loneActive(t, 2, func(c *server.Config) { c.SemiSync = true })
-	nc, err := net.Dial("tcp", tc.Addrs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	fmt.Fprintf(nc, "P H %s s - 1 1 0 0\nP S\nP A 0\n", tc.Addrs[1])
-	closed, lines := readUntilClosed(nc, bufio.NewReader(nc), answerTimeout)
-	if !closed || len(lines) != 1 || lines[0] != "E P H peer link not authenticated" {
-		t.Fatalf("closed %v after %q", closed, lines)
-	}
+	expectPeerRefused(t, tc.Addrs[0], fmt.Sprintf("P H %s s - 1 1 0 0\nP S\nP A 0\n", tc.Addrs[1]))
 	c := dial(t, tc.Addrs[0])
 	for i := 0; i < 20; i++ {
 		k := fmt.Sprintf("k%d", i)
@@ -483,8 +462,7 @@ func TestClusterKeyRotationWithoutAnOutage(t *testing.T) {
 		c.ClusterKey, c.ClusterKeyOld = keys[i][0], keys[i][1]
 	})
 	tc.StartAll()
-	tc.WaitActive(0)
-	c := dial(t, tc.Addrs[0])
+	c := tc.dialActive(0)
 	c.send("A k 60 0")
 	tok := c.expectGrant("k")
 	step := func(i int, current, old []byte) {
@@ -523,7 +501,7 @@ func TestClusterKeyRotationWithoutAnOutage(t *testing.T) {
 // batch, and the forged record is never applied.
 func TestOnPathInjectionIntoAPeerLinkIsRefused(t *testing.T) {
 	t.Parallel()
-	pn, tc := tappedCluster(t)
+	pn, tc := tappedCluster(t, 2, nil)
 	c := dial(t, tc.Addrs[0])
 	c.send("A real 60000 0")
 	c.expectGrant("real")
@@ -573,31 +551,34 @@ func TestOnPathInjectionIntoAPeerLinkIsRefused(t *testing.T) {
 	}
 }
 
-// activeCluster starts a cluster of size nodes, with conf as newCluster's,
-// and waits until node 0 is active and the others follow it.
-func activeCluster(t *testing.T, size int, conf func(*server.Config)) *testCluster {
+// expectPeerRefused sends frames to addr as an outsider without the cluster
+// key, and expects the link refused: one "E P H peer link not
+// authenticated", then closed, whatever the frames ask for.
+func expectPeerRefused(t *testing.T, addr, frames string) {
 	t.Helper()
-	tc := newCluster(t, size, conf)
-	tc.StartAll()
-	tc.WaitActive(0)
-	return tc
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_, _ = io.WriteString(nc, frames)
+	closed, lines := readUntilClosed(nc, bufio.NewReader(nc), answerTimeout)
+	if !closed || len(lines) != 1 || lines[0] != "E P H peer link not authenticated" {
+		t.Fatalf("closed %v after %q", closed, lines)
+	}
 }
 
-// loneActive starts node 0 of a cluster of size nodes alone, with conf as
-// newCluster's, and waits until it is active; its peers are down.
-func loneActive(t *testing.T, size int, conf func(*server.Config)) *testCluster {
-	t.Helper()
-	tc := newCluster(t, size, conf)
-	tc.Start(0)
-	tc.WaitActive(0)
-	return tc
-}
-
-// tappedCluster starts a two-node cluster whose peer links go through a
-// proxy of the test's (peerNet), node 0 active.
-func tappedCluster(t *testing.T) (*peerNet, *testCluster) {
+// tappedCluster starts a cluster of size nodes, with conf as newCluster's,
+// whose peer links go through a proxy of the test's (peerNet); node 0 is
+// active.
+func tappedCluster(t *testing.T, size int, conf func(*server.Config)) (*peerNet, *testCluster) {
 	pn := newPeerNet(t)
-	tc := activeCluster(t, 2, func(c *server.Config) { c.PeerDialer = pn.Dialer(c.Listen) })
+	tc := activeCluster(t, size, func(c *server.Config) {
+		if conf != nil {
+			conf(c)
+		}
+		c.PeerDialer = pn.Dialer(c.Listen)
+	})
 	return pn, tc
 }
 

@@ -32,9 +32,7 @@ const (
 // snapshot is a snapshot being sent on a standby's link, owned by the
 // link's loop.
 type snapshot struct {
-	shard   int           // the shard being walked
-	cur     engine.Cursor // under that shard's mutex
-	open    bool          // cur is open
+	shardWalk
 	buf     []byte
 	waiting int64 // since when the writer waits for the standby to read (node clock), 0: not waiting
 	task    gnet.Runnable
@@ -96,12 +94,7 @@ func (n *Node) sendSnapshot(pc *peerConn) {
 			n.peers.hub.SnapshotDone(pc.sub)
 			return
 		}
-		b := &n.shards[sn.shard]
-		b.mu.Lock()
-		if !sn.open {
-			b.sh.Open(&sn.cur)
-			sn.open = true
-		}
+		b := sn.lock(n)
 		now := n.now()
 		buf := sn.buf[:0]
 		done := b.sh.Scan(&sn.cur, snapshotChunk, func(h engine.Held) {
@@ -109,8 +102,7 @@ func (n *Node) sendSnapshot(pc *peerConn) {
 		})
 		b.mu.Unlock()
 		if done {
-			sn.open = false
-			sn.shard++
+			sn.next()
 		}
 		_, _ = c.Write(buf)
 		sent += len(buf)
@@ -129,35 +121,21 @@ func (n *Node) endSnapshot(pc *peerConn) {
 		return
 	}
 	pc.snap = nil
-	if sn.open {
-		b := &n.shards[sn.shard]
-		b.mu.Lock()
-		b.sh.Close(&sn.cur)
-		b.mu.Unlock()
-	}
+	sn.closeCursor(n)
 }
 
 // waitSnapshot keeps pc for the ticker, which resumes its snapshot once the
 // standby has read some of it.
 func (lp *loop) waitSnapshot(pc *peerConn) {
-	lp.snapshots = append(lp.snapshots, pc)
-	lp.hasSnapshots.Store(true)
-	if lp.n.tick.idle.Load() {
-		lp.n.wakeTicker()
-	}
+	lp.snapshots.add(lp.n, pc)
 }
 
 // resumeSnapshots continues the snapshots whose links drained to half the
 // window, and drops standbys that read nothing for snapshotStall. It runs
 // on lp from the ticker.
 func (lp *loop) resumeSnapshots() {
-	if len(lp.snapshots) == 0 {
-		return
-	}
-	now := lp.n.now()
-	kept := lp.snapshots[:0]
 	var resume []*peerConn
-	for _, pc := range lp.snapshots {
+	lp.snapshots.sweep(lp.n, func(now int64, pc *peerConn) bool {
 		sn := pc.snap
 		switch {
 		case pc.closed || sn == nil:
@@ -169,12 +147,10 @@ func (lp *loop) resumeSnapshots() {
 			lp.n.log.Warn().Str("standby", lp.n.cfg.Peers[pc.idx]).Msg("standby does not read its snapshot: dropped")
 			_ = pc.c.Close()
 		default:
-			kept = append(kept, pc)
+			return true
 		}
-	}
-	clear(lp.snapshots[len(kept):])
-	lp.snapshots = kept
-	lp.hasSnapshots.Store(len(kept) > 0)
+		return false
+	})
 	for _, pc := range resume {
 		lp.n.sendSnapshot(pc)
 	}

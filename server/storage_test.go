@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kunci/kunci/internal/testaddr"
 	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
@@ -423,10 +423,7 @@ func TestTokensStopAtMaxToken(t *testing.T) {
 // start issues token 1 all the same, not a block later.
 func TestNodeThatCannotListenReservesNoTokens(t *testing.T) {
 	t.Parallel()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := testaddr.Taken(t)
 	dir := t.TempDir()
 	n, err := server.New(server.Config{Listen: l.Addr().String(), DataDir: dir, Logger: testnode.Logger(t, zerolog.InfoLevel)})
 	if err != nil {

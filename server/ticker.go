@@ -117,7 +117,7 @@ func (n *Node) quiet() bool {
 		}
 	}
 	for _, lp := range *n.loops.all.Load() {
-		if lp.hasPaused.Load() || lp.hasMore.Load() || lp.hasOwing.Load() || lp.hasLists.Load() || lp.hasSnapshots.Load() || lp.hasProbation.Load() || lp.hasRejected.Load() {
+		if lp.paused.any.Load() || lp.hasMore.Load() || lp.owing.any.Load() || lp.lists.any.Load() || lp.snapshots.any.Load() || lp.probation.any.Load() || lp.rejected.any.Load() {
 			return false
 		}
 	}

@@ -799,13 +799,11 @@ func TestTLSStopLeavesNoGoroutine(t *testing.T) {
 func TestPeerTLS(t *testing.T) {
 	t.Parallel()
 	p := newPKI(t)
-	tc := newCluster(t, 2, func(c *server.Config) {
+	tc := activeCluster(t, 2, func(c *server.Config) {
 		addr := c.Listen // the peer list holds TLS addresses
 		p.serve(true)(c)
 		c.Listen, c.TLSListen, c.PeerTLS = "127.0.0.1:0", addr, true
 	})
-	tc.StartAll()
-	tc.WaitActive(0)
 	if got := tc.Nodes[0].TLSAddr(); got != tc.Addrs[0] {
 		t.Fatalf("node 0 serves TLS on %s, want its peer address %s", got, tc.Addrs[0])
 	}

@@ -153,16 +153,12 @@ func (c *client) readAll(d time.Duration) (string, error) {
 // answers (the key then stayed held for its 30 s lease).
 func TestHeldGrantForAClientThatLeftIsReleased(t *testing.T) {
 	t.Parallel()
-	pn := newPeerNet(t)
-	tc := newCluster(t, 2, func(c *server.Config) {
+	pn, tc := tappedCluster(t, 2, func(c *server.Config) {
 		c.SemiSync = true
-		c.PeerDialer = pn.Dialer(c.Listen)
 		// The hold lasts until the test heals the cut: the active drops a
 		// standby silent for this long, and then answers on.
 		c.FailoverTimeout = 3 * time.Second
 	})
-	tc.StartAll()
-	tc.WaitActive(0)
 	n := tc.Nodes[0]
 	waitFor(t, "the standby to follow the stream", func() bool {
 		r := n.Replication()

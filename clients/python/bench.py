@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Callable
+from typing import Awaitable, Callable
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -107,6 +107,24 @@ def run_threads(n: int, duration: float, cycle: Callable[[int], None]) -> float:
     return sum(counts) / (time.perf_counter() - start)
 
 
+async def run_tasks(n: int, duration: float, cycle: Callable[[int], Awaitable[None]]) -> float:
+    """n tasks await cycle(caller) until duration passes; cycles/s."""
+    stop = False
+    counts = [0] * n
+
+    async def loop(g: int) -> None:
+        while not stop:
+            await cycle(g)
+            counts[g] += 1
+
+    start = time.perf_counter()
+    tasks = [asyncio.ensure_future(loop(g)) for g in range(n)]
+    await asyncio.sleep(duration)
+    stop = True
+    await asyncio.gather(*tasks)
+    return sum(counts) / (time.perf_counter() - start)
+
+
 def kunci_threads(addr: str, n: int, duration: float) -> float:
     with kunci.Client([addr]) as c:
         def cycle(g: int) -> None:
@@ -117,22 +135,11 @@ def kunci_threads(addr: str, n: int, duration: float) -> float:
 def kunci_async(addr: str, n: int, duration: float) -> float:
     async def main() -> float:
         async with kunci.AsyncClient([addr]) as c:
-            stop = False
-            counts = [0] * n
+            async def cycle(g: int) -> None:
+                lock = await c.acquire("bench/%d" % g, lease=30, wait=5)
+                await lock.release()
 
-            async def loop(g: int) -> None:
-                key = "bench/%d" % g
-                while not stop:
-                    lock = await c.acquire(key, lease=30, wait=5)
-                    await lock.release()
-                    counts[g] += 1
-
-            start = time.perf_counter()
-            tasks = [asyncio.ensure_future(loop(g)) for g in range(n)]
-            await asyncio.sleep(duration)
-            stop = True
-            await asyncio.gather(*tasks)
-            return sum(counts) / (time.perf_counter() - start)
+            return await run_tasks(n, duration, cycle)
 
     return asyncio.run(main())
 
@@ -162,24 +169,14 @@ def redis_async(port: int, n: int, duration: float) -> float:
     async def main() -> float:
         r = aredis.Redis(connection_pool=aredis.BlockingConnectionPool(host="127.0.0.1", port=port, max_connections=n))
         acquire, release = r.register_script(ACQUIRE), r.register_script(RELEASE)
-        stop = False
-        counts = [0] * n
 
-        async def loop(g: int) -> None:
-            key = "bench/%d" % g
-            while not stop:
-                val = uuid.uuid4().hex
-                if not await acquire(keys=[key, "bench/fence"], args=[val, 30000]):
-                    raise RuntimeError("redis lock held")
-                await release(keys=[key], args=[val])
-                counts[g] += 1
+        async def cycle(g: int) -> None:
+            key, val = "bench/%d" % g, uuid.uuid4().hex
+            if not await acquire(keys=[key, "bench/fence"], args=[val, 30000]):
+                raise RuntimeError("redis lock held")
+            await release(keys=[key], args=[val])
 
-        start = time.perf_counter()
-        tasks = [asyncio.ensure_future(loop(g)) for g in range(n)]
-        await asyncio.sleep(duration)
-        stop = True
-        await asyncio.gather(*tasks)
-        rate = sum(counts) / (time.perf_counter() - start)
+        rate = await run_tasks(n, duration, cycle)
         await r.aclose() if hasattr(r, "aclose") else await r.close()
         return rate
 

@@ -46,10 +46,10 @@ func TestInspectCommand(t *testing.T) {
 		t.Fatalf("inspect of a free key: exit %d, stdout %q, stderr %q; want %d", code, out, errs, exitFailed)
 	}
 	holder := dialRaw(t, n.Addr())
-	ans := holder.do("A orders/42 90 0 owner=web-3:4121")
+	ans := holder.Ask("A orders/42 90 0 owner=web-3:4121")
 	token := strings.Fields(ans)[2]
 	waiter := dialRaw(t, n.Addr())
-	if _, err := waiter.nc.Write([]byte("A orders/42 30 0\n")); err != nil {
+	if _, err := waiter.Conn.Write([]byte("A orders/42 30 0\n")); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 10*time.Second, "the waiter queued", func() bool { _, q := n.Stats(); return q == 1 })
@@ -96,9 +96,9 @@ func TestLocksCommand(t *testing.T) {
 		t.Fatalf("locks of an empty node: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
 	c := dialRaw(t, n.Addr())
-	c.do("A orders/1 30 0 owner=web-3:4121")
-	c.do("A orders/2 30 0")
-	c.do("A jobs/1 30 0")
+	c.Ask("A orders/1 30 0 owner=web-3:4121")
+	c.Ask("A orders/2 30 0")
+	c.Ask("A jobs/1 30 0")
 	code, out, errs := kunci(t, env, "locks", "--prefix", "orders/")
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if code != 0 || len(lines) != 3 || strings.Fields(lines[0])[0] != "KEY" || errs != "" {

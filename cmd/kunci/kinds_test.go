@@ -119,18 +119,18 @@ func TestRunUnderModes(t *testing.T) {
 	n := startNodeN(t)
 	env := addrsEnv(n.Addr())
 	reader := dialRaw(t, n.Addr())
-	if ans := reader.do("A doc 60 0 mode=shared"); !strings.HasPrefix(ans, "A doc ") {
+	if ans := reader.Ask("A doc 60 0 mode=shared"); !strings.HasPrefix(ans, "A doc ") {
 		t.Fatalf("a reader's acquire: %q", ans)
 	}
 	code, out, errs := kunci(t, env, "run", "doc", "--shared", "--wait", "5s", "--", "sh", "-c", `echo "$KUNCI_TOKEN"`)
 	if code != 0 || mustUint(t, strings.TrimSpace(out)) == 0 {
 		t.Fatalf("run --shared beside a reader: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	if ans := reader.do("Q doc"); !strings.HasSuffix(ans, " holders=1 mode=shared") {
+	if ans := reader.Ask("Q doc"); !strings.HasSuffix(ans, " holders=1 mode=shared") {
 		t.Fatalf("after run --shared: %q, want the other reader alone", ans)
 	}
 
-	if ans := reader.do("A pool 60 0 limit=1"); !strings.HasPrefix(ans, "A pool ") {
+	if ans := reader.Ask("A pool 60 0 limit=1"); !strings.HasPrefix(ans, "A pool ") {
 		t.Fatalf("a semaphore acquire: %q", ans)
 	}
 	code, out, errs = kunci(t, env, "run", "pool", "--limit", "1", "--wait", "300ms", "--", "echo", "ran")
@@ -146,7 +146,7 @@ func TestRunUnderModes(t *testing.T) {
 	p := startKunci(t, env, "run", "sem", "--limit", "3", "--lease", "1s", "--grace", "1s", "--", "sh", "-c",
 		fmt.Sprintf("echo $KUNCI_TOKEN > %s; while :; do sleep 0.05; done", tokFile))
 	token := readInt(t, tokFile)
-	if ans := reader.do(fmt.Sprintf("R sem %d", token)); ans != "R sem OK" {
+	if ans := reader.Ask(fmt.Sprintf("R sem %d", token)); ans != "R sem OK" {
 		t.Fatalf("releasing kunci run's grant behind its back: %q", ans)
 	}
 	if code := p.wait(20 * time.Second); code != exitLost || !strings.Contains(p.errs(), "lost the lock on sem") {

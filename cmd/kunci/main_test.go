@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -146,39 +144,19 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 // raw is a plain protocol connection, for the test to act behind kunci's
 // back.
 type raw struct {
-	t  *testing.T
-	nc net.Conn
-	r  *bufio.Reader
+	*testnode.Raw
+	t *testing.T
 }
 
 func dialRaw(t *testing.T, addr string) *raw {
 	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	return &raw{t: t, nc: nc, r: bufio.NewReader(nc)}
-}
-
-// do sends a request line and returns its answer line.
-func (c *raw) do(line string) string {
-	c.t.Helper()
-	_ = c.nc.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.nc.Write([]byte(line + "\n")); err != nil {
-		c.t.Fatal(err)
-	}
-	ans, err := c.r.ReadString('\n')
-	if err != nil {
-		c.t.Fatalf("%s: %v", line, err)
-	}
-	return strings.TrimRight(ans, "\n")
+	return &raw{testnode.DialRaw(t, addr), t}
 }
 
 // acquire acquires key for 30 s and returns the token.
 func (c *raw) acquire(key string) uint64 {
 	c.t.Helper()
-	ans := c.do("A " + key + " 30 5")
+	ans := c.Ask("A " + key + " 30 5")
 	var a wire.Answer
 	if _, err := wire.ParseAnswer([]byte(ans+"\n"), &a); err != nil || a.Kind != 'A' {
 		c.t.Fatalf("acquire %s: %q", key, ans)
@@ -261,7 +239,7 @@ func TestRunExitStatus(t *testing.T) {
 	// Every run released its lock, even when the command could not start.
 	c := dialRaw(t, addr)
 	for _, k := range []string{"zero", "own-status", "killed-by-SIGTERM", "not-found", "not-executable"} {
-		if ans := c.do("A status/" + k + " 1 0.05"); !strings.HasPrefix(ans, "A ") {
+		if ans := c.Ask("A status/" + k + " 1 0.05"); !strings.HasPrefix(ans, "A ") {
 			t.Errorf("status/%s still held after kunci run: %q", k, ans)
 		}
 	}
@@ -299,7 +277,7 @@ wait`, tc.trap, gcFile, tokFile)
 				t.Fatal("the grandchild is not running")
 			}
 			released := time.Now()
-			if ans := dialRaw(t, addr).do(fmt.Sprintf("R lost %d", token)); ans != "R lost OK" {
+			if ans := dialRaw(t, addr).Ask(fmt.Sprintf("R lost %d", token)); ans != "R lost OK" {
 				t.Fatalf("releasing behind the child's back: %q", ans)
 			}
 			code := p.wait(20 * time.Second)
@@ -387,7 +365,7 @@ while :; do sleep 0.05; done`, marker, ready)
 	if b, err := os.ReadFile(marker); err != nil || string(b) != "INT\n" {
 		t.Fatalf("the child did not see SIGINT: %q %v", b, err)
 	}
-	if ans := dialRaw(t, addr).do("A int 1 0.05"); !strings.HasPrefix(ans, "A int ") {
+	if ans := dialRaw(t, addr).Ask("A int 1 0.05"); !strings.HasPrefix(ans, "A int ") {
 		t.Fatalf("the lock was not released: %q", ans)
 	}
 }
@@ -413,10 +391,10 @@ func TestRunSignalWhileWaitingWithdrawsTheAcquire(t *testing.T) {
 		t.Errorf("the command ran: %q", p.out())
 	}
 	// Nothing was left queued: after the release the key is free.
-	if ans := holder.do(fmt.Sprintf("R queued %d", token)); ans != "R queued OK" {
+	if ans := holder.Ask(fmt.Sprintf("R queued %d", token)); ans != "R queued OK" {
 		t.Fatal(ans)
 	}
-	if ans := holder.do("A queued 1 0.05"); !strings.HasPrefix(ans, "A queued ") {
+	if ans := holder.Ask("A queued 1 0.05"); !strings.HasPrefix(ans, "A queued ") {
 		t.Fatalf("the key went to a withdrawn acquire: %q", ans)
 	}
 }

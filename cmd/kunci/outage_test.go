@@ -2,11 +2,11 @@ package main
 
 import (
 	"bufio"
-	"net"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kunci/kunci/internal/testaddr"
 	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
@@ -27,11 +27,7 @@ func fakeInfo(t *testing.T, line string) string { return fakeNode(t, line) }
 // nothing when line is empty.
 func fakeNode(t *testing.T, line string) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
+	l := testaddr.Taken(t)
 	go func() {
 		for {
 			c, err := l.Accept()

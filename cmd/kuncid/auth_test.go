@@ -1,15 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kunci/kunci/internal/testnode"
 )
 
 const (
@@ -29,45 +29,14 @@ func writeAuth(t *testing.T, path, content string) {
 	}
 }
 
-// session is a raw connection that has authenticated.
-type session struct {
-	t *testing.T
-	c net.Conn
-	r *bufio.Reader
-}
-
-func login(t *testing.T, addr, name, secret string) *session {
+// login connects to addr and authenticates as name: a raw connection.
+func login(t *testing.T, addr, name, secret string) *testnode.Raw {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	s := &session{t: t, c: c, r: bufio.NewReader(c)}
-	if got := s.ask("U " + name + " " + secret); got != "U OK" {
+	s := testnode.DialRaw(t, addr)
+	if got := s.Ask("U " + name + " " + secret); got != "U OK" {
 		t.Fatalf("login as %s: %q", name, got)
 	}
 	return s
-}
-
-// ask sends line and returns the next answer line.
-func (s *session) ask(line string) string {
-	s.t.Helper()
-	_ = s.c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := s.c.Write([]byte(line + "\n")); err != nil {
-		s.t.Fatalf("%q: %v", line, err)
-	}
-	return s.next()
-}
-
-func (s *session) next() string {
-	s.t.Helper()
-	_ = s.c.SetDeadline(time.Now().Add(5 * time.Second))
-	got, err := s.r.ReadString('\n')
-	if err != nil {
-		s.t.Fatalf("reading an answer: %v (got %q)", err, got)
-	}
-	return strings.TrimSuffix(got, "\n")
 }
 
 // TestAuthFileReloadedOnSIGHUP runs kuncid with --auth-file: a client must
@@ -82,20 +51,20 @@ func TestAuthFileReloadedOnSIGHUP(t *testing.T) {
 		t.Fatalf("acquire before authenticating: %q", got)
 	}
 	alice := login(t, p.addr, "alice", aliceSecret)
-	if got := alice.ask("A k 30 0"); got != "A k 1" {
+	if got := alice.Ask("A k 30 0"); got != "A k 1" {
 		t.Fatalf("alice's acquire: %q", got)
 	}
 	bob := login(t, p.addr, "bob", bobSecret)
-	if got := bob.ask("A k 30 0"); got != "E A k key forbidden" {
+	if got := bob.Ask("A k 30 0"); got != "E A k key forbidden" {
 		t.Fatalf("bob outside his prefix: %q", got)
 	}
 
 	writeAuth(t, path, "alice "+aliceSecret+"\n")
 	_ = p.cmd.Process.Signal(syscall.SIGHUP)
-	if got := bob.next(); got != "E - - credentials revoked" {
+	if got := bob.Next(); got != "E - - credentials revoked" {
 		t.Fatalf("bob after his credential was removed: %q", got)
 	}
-	if got := alice.ask("R k 1"); got != "R k OK" {
+	if got := alice.Ask("R k 1"); got != "R k OK" {
 		t.Fatalf("alice after the reload: %q", got)
 	}
 	waitLog(t, p, "auth file reloaded")
@@ -104,7 +73,7 @@ func TestAuthFileReloadedOnSIGHUP(t *testing.T) {
 	writeAuth(t, path, "alice\n")
 	_ = p.cmd.Process.Signal(syscall.SIGHUP)
 	waitLog(t, p, "auth file not reloaded")
-	if got := alice.ask("C ping"); got != "C ping NONE" {
+	if got := alice.Ask("C ping"); got != "C ping NONE" {
 		t.Fatalf("alice after a broken reload: %q", got)
 	}
 	login(t, p.addr, "alice", aliceSecret)

@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+
+	"github.com/kunci/kunci/internal/testaddr"
 )
 
 // start serves an endpoint on 127.0.0.1:0 whose node is healthy unless
@@ -123,12 +125,8 @@ func TestAHeaderThatNeverEndsIsCutOff(t *testing.T) {
 
 func TestAnAddressInUseIsNamed(t *testing.T) {
 	t.Parallel()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	_, err = Start(Config{Addr: ln.Addr().String(), Metrics: prometheus.NewCounter(prometheus.CounterOpts{Name: "x", Help: "x"})})
+	ln := testaddr.Taken(t)
+	_, err := Start(Config{Addr: ln.Addr().String(), Metrics: prometheus.NewCounter(prometheus.CounterOpts{Name: "x", Help: "x"})})
 	if err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
 		t.Fatalf("err = %v, want one naming %s", err, ln.Addr())
 	}

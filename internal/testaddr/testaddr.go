@@ -23,3 +23,16 @@ func Free(t testing.TB, n int) []string {
 	}
 	return addrs
 }
+
+// Taken returns a loopback listener that holds its port until the test ends
+// (or the caller closes it first): an address a node cannot listen on, or
+// one a fake node serves.
+func Taken(t testing.TB) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}

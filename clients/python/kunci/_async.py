@@ -8,7 +8,7 @@ from types import TracebackType
 from typing import Sequence
 
 from ._config import CredentialsArg, make_config
-from ._core import LockHandle, LockState, _Core, lost_error
+from ._core import LockHandle, LockState, _Core, end_lock_block
 from ._wire import Holder
 from .errors import Closed, Lost, Stale
 
@@ -75,18 +75,12 @@ class _AsyncLockBlock:
         lock = self._lock
         assert lock is not None
         lost = lock.lost.is_set()
+        err: Exception | None = None
         try:
             await asyncio.shield(lock.release())
-        except Stale as e:
-            if et is None:
-                raise lost_error(lock._ls) from e
-            return
-        except Exception:
-            if et is None:
-                raise
-            return
-        if lost and et is None:
-            raise lost_error(lock._ls)
+        except Exception as e:
+            err = e
+        end_lock_block(lock._ls, lost, et is not None, err)
 
 
 class AsyncClient:

@@ -26,21 +26,18 @@ class Credentials:
         return f"Credentials(name={self.name!r}, secret=<hidden>)"
 
     def check(self) -> tuple[bytes, bytes]:
-        try:
-            n = wire.check_key(self.name, "credentials name")
-        except ValueError:
-            raise ValueError(
-                f"kunci: credentials: the name {self.name!r} is empty, over {wire.MAX_KEY} bytes, "
-                "or holds a space or control byte"
-            ) from None
-        try:
-            s = wire.check_key(self.secret, "secret")
-        except ValueError:
-            raise ValueError(
-                f"kunci: credentials of {self.name}: the secret is empty, over {wire.MAX_KEY} bytes, "
-                "or holds a space or control byte"
-            ) from None
+        n = _checked(self.name, "credentials name", f"kunci: credentials: the name {self.name!r}")
+        s = _checked(self.secret, "secret", f"kunci: credentials of {self.name}: the secret")
         return n, s
+
+
+def _checked(value: str, what: str, which: str) -> bytes:
+    """value as a protocol word, or ValueError saying which (never value
+    itself: it may be a secret) breaks the rules."""
+    try:
+        return wire.check_key(value, what)
+    except ValueError:
+        raise ValueError(f"{which} is empty, over {wire.MAX_KEY} bytes, or holds a space or control byte") from None
 
 
 def load_credentials(path: Union[str, "os.PathLike[str]"]) -> Credentials:

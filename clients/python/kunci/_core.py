@@ -786,6 +786,23 @@ class LockHandle:
         return f"{type(self).__name__}(key={self.key!r}, token={self.token})"
 
 
+def end_lock_block(ls: LockState, lost: bool, block_raised: bool, release_err: Exception | None) -> None:
+    """Raise what the end of a "with c.lock(...)" block (sync or async)
+    raises, given whether the lock was lost before its release, whether the
+    block raised, and what the release raised (None: it released). A block
+    that raised keeps its own exception; otherwise a release that found the
+    grant gone, or a lock lost meanwhile, is kunci.Lost, and any other
+    failure of the release is raised as it is."""
+    if block_raised:
+        return
+    if isinstance(release_err, Stale):
+        raise lost_error(ls) from release_err
+    if release_err is not None:
+        raise release_err
+    if lost:
+        raise lost_error(ls)
+
+
 class _Core:
     def __init__(self, cfg: Config, loop: asyncio.AbstractEventLoop) -> None:
         self.cfg = cfg

@@ -11,7 +11,7 @@ from typing import Any, Callable, Coroutine, Deque, Sequence, TypeVar, cast
 
 from ._async import Locks
 from ._config import CredentialsArg, make_config
-from ._core import LockHandle, LockState, Waiter, _Core, fast_acquire, fast_release, lost_error, slow
+from ._core import LockHandle, LockState, Waiter, _Core, end_lock_block, fast_acquire, fast_release, slow
 from ._wire import Holder
 from .errors import Closed, Stale
 
@@ -138,18 +138,12 @@ class _LockBlock:
         lock = self._lock
         assert lock is not None
         lost = lock.lost.is_set()
+        err: Exception | None = None
         try:
             lock.release()
-        except Stale as e:
-            if et is None:
-                raise lost_error(lock._ls) from e
-            return
-        except Exception:
-            if et is None:
-                raise
-            return
-        if lost and et is None:
-            raise lost_error(lock._ls)
+        except Exception as e:
+            err = e
+        end_lock_block(lock._ls, lost, et is not None, err)
 
 
 class Client:

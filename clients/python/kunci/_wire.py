@@ -69,9 +69,13 @@ def lease_ms(lease: float) -> int:
     ms = _ms_cache.get((type(lease), lease))
     if ms is not None and ms > 0:
         return ms
-    ms = _lease_ms(lease)
+    return _remember(lease, _lease_ms(lease))
+
+
+def _remember(seconds: float, ms: int) -> int:
+    """Keep ms as the conversion of seconds while the cache is small; return ms."""
     if len(_ms_cache) < 256:
-        _ms_cache[(type(lease), lease)] = ms
+        _ms_cache[(type(seconds), seconds)] = ms
     return ms
 
 
@@ -91,10 +95,7 @@ def wait_ms(wait: float) -> int:
     ms = _ms_cache.get((type(wait), wait))
     if ms is not None:
         return ms
-    ms = _wait_ms(wait)
-    if len(_ms_cache) < 256:
-        _ms_cache[(type(wait), wait)] = ms
-    return ms
+    return _remember(wait, _wait_ms(wait))
 
 
 def _wait_ms(wait: float) -> int:

@@ -184,6 +184,16 @@ class NodeCase(unittest.TestCase):
         self.nodes.append(n)
         return n
 
+    def raw_hold(self, addr: str, key: bytes) -> tuple[socket.socket, bytes]:
+        """A raw protocol connection to addr holding key, granted at once
+        (closed when the test ends), and its grant line."""
+        raw = socket.create_connection(_split(addr), timeout=5)
+        self.cleanups_first.append(raw.close)
+        raw.sendall(b"A " + key + b" 30 5\n")
+        held = _readline(raw)
+        self.assertTrue(held.startswith(b"A " + key + b" "), held)
+        return raw, held
+
     def file(self, name: str, data: bytes, mode: int = 0o600) -> str:
         p = os.path.join(self.tmp, name)
         fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)

@@ -11,7 +11,7 @@ import time
 from typing import Any, Coroutine
 
 import kunci
-from tests.nodes import NodeCase, Proxy, _readline as readline, _split as split, roundtrip
+from tests.nodes import NodeCase, Proxy, _readline as readline, roundtrip
 
 
 class Async(NodeCase):
@@ -246,11 +246,7 @@ class Async(NodeCase):
         turn: the task ends cancelled, so the grant must be released, not
         left holding the key for its whole lease."""
         n = self.node()
-        raw = socket.create_connection(split(n.addr), timeout=5)
-        self.cleanups_first.append(raw.close)
-        raw.sendall(b"A k 30 5\n")
-        held = readline(raw)
-        self.assertTrue(held.startswith(b"A k "), held)
+        raw, held = self.raw_hold(n.addr, b"k")
 
         async def main() -> None:
             async with kunci.AsyncClient([n.addr]) as c:

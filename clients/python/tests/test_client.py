@@ -9,7 +9,6 @@ import asyncio
 import collections
 import select
 import signal
-import socket
 import threading
 import time
 import urllib.request
@@ -17,7 +16,7 @@ from typing import Any
 
 import kunci
 from tests.nodes import (
-    WAIT, NodeCase, Proxy, _readline as readline, _split as split, free_addrs, info, roundtrip, until,
+    WAIT, NodeCase, Proxy, _readline as readline, free_addrs, info, roundtrip, until,
 )
 
 
@@ -30,6 +29,19 @@ def connections(admin: str) -> int:
 
 
 class Connections(NodeCase):
+    def holder_and_waiter(self) -> tuple[Proxy, kunci.Client, kunci.Client]:
+        """A node; a client of it (the holder); and one reaching it through
+        a Proxy to cut (the waiter, reconnecting every 0.2 s). All closed
+        when the test ends."""
+        n = self.node()
+        p = Proxy(n.addr)
+        self.cleanups_first.append(p.close)
+        holder = kunci.Client([n.addr])
+        self.cleanups_first.append(holder.close)
+        waiter = kunci.Client([p.addr], reconnect_interval=0.2)
+        self.cleanups_first.append(waiter.close)
+        return p, holder, waiter
+
     def test_two_connections_for_one_address(self) -> None:
         admin = free_addrs(1)[0]
         n = self.node("--admin", admin)
@@ -43,13 +55,7 @@ class Connections(NodeCase):
         """An acquire queued behind a holder when its connection is cut is
         sent again (on a connection that comes back) with the wait it has
         left, and granted when the holder releases."""
-        n = self.node()
-        p = Proxy(n.addr)
-        self.cleanups_first.append(p.close)
-        holder = kunci.Client([n.addr])
-        self.cleanups_first.append(holder.close)
-        waiter = kunci.Client([p.addr], reconnect_interval=0.2)
-        self.cleanups_first.append(waiter.close)
+        p, holder, waiter = self.holder_and_waiter()
         held = holder.acquire("k", lease=30, wait=5)
         got: list[object] = []
 
@@ -80,13 +86,7 @@ class Connections(NodeCase):
 
     def test_wait_left_bounds_the_acquire_across_a_cut(self) -> None:
         """The wait counts from the call, not from the last attempt."""
-        n = self.node()
-        p = Proxy(n.addr)
-        self.cleanups_first.append(p.close)
-        holder = kunci.Client([n.addr])
-        self.cleanups_first.append(holder.close)
-        waiter = kunci.Client([p.addr], reconnect_interval=0.2)
-        self.cleanups_first.append(waiter.close)
+        p, holder, waiter = self.holder_and_waiter()
         holder.acquire("k", lease=30, wait=5)
         done = threading.Event()
         err: list[BaseException] = []
@@ -145,11 +145,7 @@ class Interrupted(NodeCase):
         gets the Lock, so the client must release the grant, not leave the
         key held for its whole lease."""
         n = self.node()
-        raw = socket.create_connection(split(n.addr), timeout=5)
-        self.cleanups_first.append(raw.close)
-        raw.sendall(b"A k 30 5\n")
-        held = readline(raw)
-        self.assertTrue(held.startswith(b"A k "), held)
+        raw, held = self.raw_hold(n.addr, b"k")
         c = kunci.Client([n.addr])
         self.cleanups_first.append(c.close)
         main = threading.main_thread().ident

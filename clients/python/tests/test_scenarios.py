@@ -15,7 +15,7 @@ import unittest
 from pathlib import Path
 
 import kunci
-from tests.nodes import WAIT, NodeCase, Proxy, info, roundtrip, until
+from tests.nodes import WAIT, Node, NodeCase, Proxy, info, roundtrip, until
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 SCENARIOS = Path(__file__).resolve().parents[2] / "SCENARIOS.md"
@@ -179,12 +179,18 @@ class Scenarios(NodeCase):
         self.assertTrue(got.startswith("Q k %d " % lock.token), got)
         lock.release()
 
-    def test_crash_failover(self) -> None:
-        nodes, addrs = self.cluster(3)
-        c = self.client(addrs)
-        cy = Cycler(c, threads=4, wait=3)
+    def cycling(self, size: int, wait: float) -> tuple[list[Node], Cycler]:
+        """A cluster of size nodes, and a Cycler of 4 threads (ended when the
+        test ends) on a client of all of them, once it has cycled 100 times
+        on the active."""
+        nodes, addrs = self.cluster(size)
+        cy = Cycler(self.client(addrs), threads=4, wait=wait)
         self.cleanups_first.append(cy.end)
         self.assertTrue(until(lambda: cy.count() >= 100), "no cycles on the active")
+        return nodes, cy
+
+    def test_crash_failover(self) -> None:
+        nodes, cy = self.cycling(3, wait=3)
         killed = time.monotonic()
         nodes[0].proc.send_signal(signal.SIGKILL)
         ok = until(lambda: cy.count_after(killed) >= 100, 20)
@@ -196,11 +202,7 @@ class Scenarios(NodeCase):
         self.assertGreater(min(after), max(before))
 
     def test_graceful_handoff(self) -> None:
-        nodes, addrs = self.cluster(2)
-        c = self.client(addrs)
-        cy = Cycler(c, threads=4, wait=10)
-        self.cleanups_first.append(cy.end)
-        self.assertTrue(until(lambda: cy.count() >= 100), "no cycles on the active")
+        nodes, cy = self.cycling(2, wait=10)
         stopped = time.monotonic()
         nodes[0].signal(signal.SIGINT)
         ok = until(lambda: cy.count_after(stopped) >= 100 and nodes[0].proc.poll() is not None, 20)

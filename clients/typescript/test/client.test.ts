@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import * as net from "node:net";
 import { type TestContext, test } from "node:test";
 import { Client, RefusedError, StaleError, UnavailableError } from "../src/index.js";
-import { waitFor } from "./harness.js";
+import { listenLoopback, waitFor } from "./harness.js";
 
 interface Line {
   conn: net.Socket;
@@ -37,11 +37,8 @@ class Scripted {
     });
   }
   async start(t: TestContext): Promise<this> {
-    await new Promise<void>((res) => this.server.listen(0, "127.0.0.1", res));
-    this.addr = `127.0.0.1:${(this.server.address() as net.AddressInfo).port}`;
-    t.after(() => {
+    this.addr = await listenLoopback(t, this.server, () => {
       for (const c of this.conns) c.destroy();
-      return new Promise<void>((res) => this.server.close(() => res()));
     });
     return this;
   }

@@ -118,6 +118,20 @@ export async function freeAddrs(n: number): Promise<string[]> {
   return out;
 }
 
+/**
+ * Listens with server on a free loopback port and returns its "host:port".
+ * When the test ends, onEnd runs (to destroy the server's connections) and
+ * the server closes.
+ */
+export async function listenLoopback(t: TestContext, server: net.Server, onEnd: () => void): Promise<string> {
+  await new Promise<void>((res) => server.listen(0, "127.0.0.1", res));
+  t.after(() => {
+    onEnd();
+    return new Promise<void>((res) => server.close(() => res()));
+  });
+  return `127.0.0.1:${(server.address() as net.AddressInfo).port}`;
+}
+
 /** Writes a cluster key file (mode 600) and returns its path. */
 export function clusterKey(t: TestContext): string {
   const f = join(tempDir(t), "cluster.key");
@@ -240,9 +254,7 @@ export class Proxy {
   }
 
   async start(t: TestContext): Promise<this> {
-    await new Promise<void>((res) => this.server.listen(0, "127.0.0.1", res));
-    this.addr = `127.0.0.1:${(this.server.address() as net.AddressInfo).port}`;
-    t.after(() => this.close());
+    this.addr = await listenLoopback(t, this.server, () => this.cut());
     return this;
   }
 
@@ -305,11 +317,8 @@ export class Counter {
     });
   }
   async start(t: TestContext): Promise<this> {
-    await new Promise<void>((res) => this.server.listen(0, "127.0.0.1", res));
-    this.addr = `127.0.0.1:${(this.server.address() as net.AddressInfo).port}`;
-    t.after(() => {
+    this.addr = await listenLoopback(t, this.server, () => {
       for (const s of this.socks) s.destroy();
-      return new Promise<void>((res) => this.server.close(() => res()));
     });
     return this;
   }

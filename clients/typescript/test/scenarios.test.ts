@@ -74,6 +74,17 @@ test("wait_timeout", T, async (t) => {
   assert.equal((await b.inspect("k"))?.token, la.token);
 });
 
+/** Waits for signal (withLock's loss signal) to abort, at most WAIT_MS, and returns its reason. */
+function aborted(signal: AbortSignal): Promise<unknown> {
+  return new Promise((res, rej) => {
+    const t = setTimeout(() => rej(new Error("the loss signal never fired")), WAIT_MS);
+    signal.addEventListener("abort", () => {
+      clearTimeout(t);
+      res(signal.reason);
+    });
+  });
+}
+
 test("lease_loss", T, async (t) => {
   const n = await startNode(t);
   const a = client(t, { addrs: [n.addr] });
@@ -82,14 +93,7 @@ test("lease_loss", T, async (t) => {
   const run = a.withLock("k", { leaseMs: 1000 }, async (lock, signal) => {
     // The grant is ended behind A's back: another client releases its key and token.
     await other.adopt(lock.key, lock.token, 1000).release();
-    await new Promise<void>((res, rej) => {
-      const t = setTimeout(() => rej(new Error("the loss signal never fired")), WAIT_MS);
-      signal.addEventListener("abort", () => {
-        clearTimeout(t);
-        told = signal.reason;
-        res();
-      });
-    });
+    told = await aborted(signal);
     return "done";
   });
   await assert.rejects(run, LostError);
@@ -447,14 +451,7 @@ test("shared_readers", T, async (t) => {
   let told: unknown;
   const run = look!.withLock("doc", { leaseMs: 1000, shared: true }, async (lock, signal) => {
     await other!.adopt(lock.key, lock.token, 1000).release();
-    await new Promise<void>((res, rej) => {
-      const t = setTimeout(() => rej(new Error("the loss signal never fired")), WAIT_MS);
-      signal.addEventListener("abort", () => {
-        clearTimeout(t);
-        told = signal.reason;
-        res();
-      });
-    });
+    told = await aborted(signal);
     return "done";
   });
   await assert.rejects(run, LostError);
