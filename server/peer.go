@@ -235,7 +235,7 @@ func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
 				}
 			}
 			pc.sub.Ack(f.Seq)
-			n.ackedAny(f.Seq)
+			n.ackedAny(pc.lp)
 		}
 	case replica.Takeover:
 		if !n.cl.Post(pc.idx, failover.TakeoverAsked{From: pc.idx}) {
@@ -294,7 +294,7 @@ func (n *Node) unsubscribe(pc *peerConn) {
 	}
 	pc.sub = nil
 	n.cl.Post(-1, failover.StandbyGone{From: pc.idx})
-	n.ackedAny(0)
+	n.ackedAny(nil)
 }
 
 // streamFrame applies a frame of the stream from the active this node
