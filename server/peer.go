@@ -1,6 +1,7 @@
 package server
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -289,6 +290,7 @@ func (n *Node) dropPeer(pc *peerConn, why string) gnet.Action {
 func (n *Node) unsubscribe(pc *peerConn) {
 	n.endSnapshot(pc)
 	n.peers.hub.Remove(pc.sub)
+	pc.lp.streams = slices.DeleteFunc(pc.lp.streams, func(o *peerConn) bool { return o == pc })
 	if pc.sub.Synced() {
 		n.peers.sync.syncedSubs.Add(-1)
 	}

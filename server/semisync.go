@@ -81,6 +81,20 @@ func (lp *loop) holding() (uint64, bool) {
 	return seq, s.acked.Load() < seq || len(lp.held) > 0
 }
 
+// sendRecords writes what the hub queued for the standbys this loop
+// streams to, now rather than in their streams' task, to each that has
+// acknowledged every record sent before: answers this loop holds wait for
+// those records, and the task would cost them another turn of the loop.
+// Behind records still on their way, the task gathers what the loop's
+// other connections add this turn into one write, as in asynchronous mode.
+func (lp *loop) sendRecords() {
+	for i := 0; i < len(lp.streams); i++ { // flushStream may close a link: it leaves the list
+		if pc := lp.streams[i]; pc.sub.CaughtUp() {
+			lp.n.flushStream(pc)
+		}
+	}
+}
+
 // writeHeldAll writes every held answer now.
 func (lp *loop) writeHeldAll() { lp.writeHeldUpTo(true) }
 
