@@ -5,8 +5,8 @@
 # medians (min-max) of each case's runs.
 #   make build && go build -o bin/bench ./bench && bench/cluster.sh [rounds]
 # KUNCIDS="before=/tmp/old/kuncid after=bin/kuncid" runs each case with
-# every binary in turn, within each round (a before/after comparison in one
-# run); MODES="semi" runs only some of single, async and semi; PORT moves
+# every binary in turn, within each round and in the reverse order every
+# other round (a before/after comparison in one run); MODES="semi" runs only some of single, async and semi; PORT moves
 # the two nodes' ports (PORT and PORT+1, default 7301).
 set -euo pipefail
 KUNCIDS=${KUNCIDS:-kuncid=${KUNCID:-bin/kuncid}}
@@ -44,9 +44,16 @@ run() {
 	rm -rf "$d1" "$d2"
 }
 
-for _ in $(seq "$ROUNDS"); do
+read -ra bins <<<"$KUNCIDS"
+for r in $(seq "$ROUNDS"); do
 	for m in $MODES; do
-		for kv in $KUNCIDS; do run "${kv%%=*}" "${kv#*=}" "$m"; done
+		# Every other round the other way round: no binary always runs first.
+		for ((j = 0; j < ${#bins[@]}; j++)); do
+			i=$j
+			((r % 2)) || i=$((${#bins[@]} - 1 - j))
+			kv=${bins[i]}
+			run "${kv%%=*}" "${kv#*=}" "$m"
+		done
 	done
 done
 
@@ -59,7 +66,7 @@ function med(a, n,   i, j, t) {
 	for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
 	return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
 }
-$3 == "cycles" { for (i = 4; i <= NF; i++) if ($i == "cycles/s") { v = $(i-1); gsub(",", "", v); k = $1 " " $2; c[k, ++nc[k]] = v; if (!(k in seen)) { seen[k] = 1; order[++no] = k } } }
+$3 == "cycles" { for (i = 4; i <= NF; i++) if ($i == "cycles/s") { v = $(i-1); gsub(",", "", v); k = $1 " " $2; c[k, ++nc[k]] = v + 0; if (!(k in seen)) { seen[k] = 1; order[++no] = k } } }
 $3 == "latency" { k = $1 " " $2; p[k, ++np[k]] = us($5) }
 END {
 	for (o = 1; o <= no; o++) {
