@@ -41,7 +41,8 @@ type Sub struct {
 	snap    bool   // its snapshot is being sent: records wait
 	start   uint64 // its snapshot's sequence number
 	acked   atomic.Uint64
-	synced  atomic.Bool // it acknowledged its snapshot
+	taken   atomic.Uint64 // the last record Take returned (or its snapshot's)
+	synced  atomic.Bool   // it acknowledged its snapshot
 }
 
 // NewSub returns a stream for peer. The hub calls wake when the stream has
@@ -57,6 +58,10 @@ func (s *Sub) Acked() uint64 { return s.acked.Load() }
 
 // Synced reports whether the standby has applied its snapshot.
 func (s *Sub) Synced() bool { return s.synced.Load() }
+
+// CaughtUp reports whether the standby acknowledged every record Take
+// returned: none is on its way to it.
+func (s *Sub) CaughtUp() bool { return s.acked.Load() >= s.taken.Load() }
 
 // Ack records that the standby applied everything up to seq; a standby
 // acknowledges its snapshot first.
@@ -161,6 +166,7 @@ func (h *Hub) Subscribe(s *Sub) []byte {
 	defer h.mu.Unlock()
 	s.start = h.seq
 	s.acked.Store(h.seq)
+	s.taken.Store(h.seq)
 	s.synced.Store(false)
 	s.snap = true
 	h.subs = append(h.subs, s)
@@ -200,6 +206,7 @@ func (h *Hub) Take(s *Sub) []byte {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s.woken = false
+	s.taken.Store(h.seq) // pending holds every record up to h.seq
 	b := s.pending
 	if cap(s.spare) > 1<<20 {
 		s.spare = nil // a snapshot's buffer is not kept

@@ -447,6 +447,58 @@ func TestClusterSemiSyncKeepsAnIdleStandby(t *testing.T) {
 	}
 }
 
+// With --semi-sync, an answer waits until the standby has acknowledged the
+// records before it: while the standby's records (or its acknowledgements)
+// stand still on the link, no grant reaches a client, on whichever loop the
+// client is served; once they flow, every grant is answered, and the
+// standby holds it.
+func TestClusterSemiSyncHoldsAnswersUntilAcknowledged(t *testing.T) {
+	t.Parallel()
+	for _, loops := range []int{1, 2} {
+		for _, cut := range []string{"records", "acknowledgements"} {
+			t.Run(fmt.Sprintf("loops=%d/%s", loops, cut), func(t *testing.T) {
+				t.Parallel()
+				pn := newPeerNet(t)
+				tc := newCluster(t, 2, func(c *server.Config) {
+					c.SemiSync = true
+					c.Loops = loops
+					c.PeerDialer = pn.Dialer(c.Listen)
+					// Well beyond the hold below: the standby is not
+					// dropped for its silence meanwhile.
+					c.FailoverTimeout = 2 * time.Second
+				})
+				tc.StartAll()
+				tc.WaitActive(0)
+				var cs []*client
+				for i := 0; i < 4; i++ {
+					c := dial(t, tc.Addrs[0])
+					defer c.close()
+					c.send("A warm" + strconv.Itoa(i) + " 30 0")
+					c.expectGrant("warm" + strconv.Itoa(i))
+					cs = append(cs, c)
+				}
+				from, to := tc.Addrs[0], tc.Addrs[1]
+				if cut == "acknowledgements" {
+					from, to = to, from
+				}
+				pn.Cut(from, to, true)
+				for i, c := range cs {
+					c.send(fmt.Sprintf("A k%d 30 0", i))
+				}
+				expectNothingAll(500*time.Millisecond, cs...)
+				pn.Cut(from, to, false)
+				for i, c := range cs {
+					k := fmt.Sprintf("k%d", i)
+					tok := c.expectGrant(k)
+					if h, ok := tc.Nodes[1].Holders()[k]; !ok || h.Token != tok {
+						t.Fatalf("grant %s %d answered before the standby had it (%v %v)", k, tok, h, ok)
+					}
+				}
+			})
+		}
+	}
+}
+
 // A peer reporting a higher token ceiling (its data directory is ahead:
 // it was active in a partition, say) moves the active's tokens above it
 // without stalling grants: well within the failover timeout.

@@ -90,6 +90,7 @@ type loop struct {
 	hasHeld    atomic.Bool
 	heldQueued atomic.Bool
 	heldTask   gnet.Runnable
+	streams    []*peerConn // the standby links this loop streams to
 }
 
 // request is a parsed request waiting for its shard. key and owner alias
@@ -563,6 +564,7 @@ func (lp *loop) write() {
 	limit := 2*lp.n.cfg.OutputLimit + turnBurst
 	seq, hold := lp.holding()
 	if hold {
+		lp.sendRecords()
 		lp.writeHeld()
 		hold = len(lp.held) > 0 || lp.n.peers.sync.acked.Load() < seq
 	}

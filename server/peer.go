@@ -1,6 +1,7 @@
 package server
 
 import (
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -235,7 +236,7 @@ func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
 				}
 			}
 			pc.sub.Ack(f.Seq)
-			n.ackedAny(f.Seq)
+			n.ackedAny(pc.lp)
 		}
 	case replica.Takeover:
 		if !n.cl.Post(pc.idx, failover.TakeoverAsked{From: pc.idx}) {
@@ -289,12 +290,13 @@ func (n *Node) dropPeer(pc *peerConn, why string) gnet.Action {
 func (n *Node) unsubscribe(pc *peerConn) {
 	n.endSnapshot(pc)
 	n.peers.hub.Remove(pc.sub)
+	pc.lp.streams = slices.DeleteFunc(pc.lp.streams, func(o *peerConn) bool { return o == pc })
 	if pc.sub.Synced() {
 		n.peers.sync.syncedSubs.Add(-1)
 	}
 	pc.sub = nil
 	n.cl.Post(-1, failover.StandbyGone{From: pc.idx})
-	n.ackedAny(0)
+	n.ackedAny(nil)
 }
 
 // streamFrame applies a frame of the stream from the active this node

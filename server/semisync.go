@@ -36,8 +36,9 @@ type semiSync struct {
 // ackedAny records a standby's acknowledgement, or a standby's drop. In
 // semi-synchronous mode, answers are released once every standby that
 // holds a copy acknowledged them, so that whichever of them is promoted has
-// every grant a client was told of.
-func (n *Node) ackedAny(uint64) {
+// every grant a client was told of. on is the loop ackedAny runs on (the
+// standby's link's), or nil: see releaseHeld.
+func (n *Node) ackedAny(on *loop) {
 	if !n.cfg.SemiSync {
 		return
 	}
@@ -47,13 +48,22 @@ func (n *Node) ackedAny(uint64) {
 		m = s.lastSeq.Load()
 	}
 	atomicx.Raise(&s.acked, m)
-	n.releaseHeld()
+	n.releaseHeld(on)
 }
 
-// releaseHeld has every loop holding answers look at them again.
-func (n *Node) releaseHeld() {
+// releaseHeld has every loop holding answers look at them again: loop on
+// (nil: none) at once, as it runs this, the others in a task. on writes
+// what the acknowledgement released in the turn that read it, rather than
+// in a task that costs it another wake-up (an eventfd write and a poll) on
+// the path of every semi-sync answer.
+func (n *Node) releaseHeld(on *loop) {
 	for _, lp := range *n.loops.all.Load() {
-		if lp.hasHeld.Load() && lp.heldQueued.CompareAndSwap(false, true) {
+		switch {
+		case !lp.hasHeld.Load():
+		case lp == on:
+			lp.writeHeld()
+			lp.flush() // releases the grants of connections found closed
+		case lp.heldQueued.CompareAndSwap(false, true):
 			if err := lp.el.Execute(context.Background(), lp.heldTask); err != nil {
 				lp.heldQueued.Store(false)
 			}
@@ -69,6 +79,20 @@ func (lp *loop) holding() (uint64, bool) {
 	}
 	seq := s.lastSeq.Load()
 	return seq, s.acked.Load() < seq || len(lp.held) > 0
+}
+
+// sendRecords writes what the hub queued for the standbys this loop
+// streams to, now rather than in their streams' task, to each that has
+// acknowledged every record sent before: answers this loop holds wait for
+// those records, and the task would cost them another turn of the loop.
+// Behind records still on their way, the task gathers what the loop's
+// other connections add this turn into one write, as in asynchronous mode.
+func (lp *loop) sendRecords() {
+	for i := 0; i < len(lp.streams); i++ { // flushStream may close a link: it leaves the list
+		if pc := lp.streams[i]; pc.sub.CaughtUp() {
+			lp.n.flushStream(pc)
+		}
+	}
 }
 
 // writeHeldAll writes every held answer now.
