@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -81,6 +80,20 @@ func (tc *testCluster) dialActive(i int) *client {
 	tc.T.Helper()
 	tc.WaitActive(i)
 	return dial(tc.T, tc.Addrs[i])
+}
+
+// goStop stops node i gracefully (a handoff, when it is active) on a
+// goroutine of its own, so that the test can watch the clients meanwhile;
+// the channel is closed once the node has stopped.
+func (tc *testCluster) goStop(i int) <-chan struct{} {
+	stopped := make(chan struct{})
+	n := tc.Nodes[i]
+	tc.Nodes[i] = nil
+	go func() {
+		defer close(stopped)
+		stopNode(tc.T, n)
+	}()
+	return stopped
 }
 
 // crash stops node i without a handoff.
@@ -229,13 +242,7 @@ func TestClusterGracefulHandoffLosesNothing(t *testing.T) {
 	waitQueued(t, tc.Nodes[0], 1)
 
 	start := time.Now()
-	stopped := make(chan struct{})
-	n0 := tc.Nodes[0]
-	tc.Nodes[0] = nil
-	go func() {
-		defer close(stopped)
-		stopNode(t, n0)
-	}()
+	stopped := tc.goStop(0)
 	w.expect("M " + tc.Addrs[1])
 	t.Logf("handoff: redirect %v after stop began", time.Since(start))
 	<-stopped
@@ -552,50 +559,16 @@ func TestClusterSnapshotOfManyKeysWhileTheyChange(t *testing.T) {
 	// Churn while node 1 starts and copies the state: releases and
 	// re-grants (some keys leave before the cursor reaches them, some come
 	// back after it passed), extends.
-	done := make(chan struct{})
-	w := testnode.Dial(t, tc.Addrs[0], answerTimeout)
-	r := newReader(w)
-	churned := goLoad(done, func(round int) error {
-		// 50 keys at a time, each released, taken again and extended.
-		var b strings.Builder
-		var idx []int
+	tc.joinUnderLoad(func(round int, b *strings.Builder) {
+		// 50 keys at a time, each released and taken again.
 		for j := 0; j < 50; j++ {
 			i := (round*50 + j) % keys // in the order the cursor walks
-			idx = append(idx, i)
-			fmt.Fprintf(&b, "R k%d %d\nA k%d 60 0\n", i, tokens[i], i)
+			fmt.Fprintf(b, "R k%d %d\nA k%d 60 0\n", i, tokens[i], i)
 		}
-		if _, err := io.WriteString(w, b.String()); err != nil {
-			return err
-		}
-		// Answers about different keys may come in any order.
-		for range 2 * len(idx) {
-			line, err := r.ReadString('\n')
-			if err != nil {
-				return err
-			}
-			line = strings.TrimSpace(line)
-			if strings.HasPrefix(line, "R ") {
-				if !strings.HasSuffix(line, " OK") {
-					return fmt.Errorf("churn: %q", line)
-				}
-				continue
-			}
-			k, tok, err := splitGrant(line)
-			if err != nil {
-				return err
-			}
-			i, _ := strconv.Atoi(k[1:])
-			tokens[i] = tok
-		}
-		return nil
+	}, func(k string, tok uint64) {
+		i, _ := strconv.Atoi(k[1:])
+		tokens[i] = tok
 	})
-	tc.Start(1)
-	tc.WaitActive(0)
-	close(done)
-	if err := <-churned; err != nil {
-		t.Fatal(err)
-	}
-	tc.waitSame(0, 1)
 }
 
 func keysOf(lo, hi int) []string {
