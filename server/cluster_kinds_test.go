@@ -40,22 +40,10 @@ func holdGrants(t *testing.T, addr, key, how string, n int) ([]*client, []uint64
 	var toks []uint64
 	for range n {
 		c := dial(t, addr)
-		c.send(fmt.Sprintf("A %s 30 0 %s", key, how))
-		toks = append(toks, c.expectGrant(key))
+		toks = append(toks, c.hold(key, how))
 		cs = append(cs, c)
 	}
 	return cs, toks
-}
-
-// queue dials a connection to node n that acquires key with how, and
-// waits until the node has want acquires queued: so acquires of different
-// connections queue in the order the test sends them.
-func queue(t *testing.T, n *server.Node, key, how string, want int) *client {
-	t.Helper()
-	c := dial(t, n.Addr())
-	c.send(strings.TrimSpace(fmt.Sprintf("A %s 30 0 %s", key, how)))
-	waitQueued(t, n, want)
-	return c
 }
 
 // expectGroup checks that node n holds key in mode m by exactly the grants

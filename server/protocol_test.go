@@ -7,6 +7,7 @@ package server_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,11 +21,11 @@ func ext(key string, token uint64, lease string) string {
 	return fmt.Sprintf("X %s %d %s", key, token, lease)
 }
 
-// hold sends "A key 30 0", expects the key granted at once, and returns
-// the token.
-func (c *client) hold(key string) uint64 {
+// hold sends "A key 30 0" with the extra fields given ("limit=2",
+// "owner=a"), expects the key granted at once, and returns the token.
+func (c *client) hold(key string, fields ...string) uint64 {
 	c.t.Helper()
-	c.send("A " + key + " 30 0")
+	c.send(strings.Join(append([]string{"A", key, "30", "0"}, fields...), " "))
 	return c.expectGrant(key)
 }
 
@@ -37,6 +38,17 @@ func queuedBehind(t *testing.T, n *server.Node, key string) (h, w *client, token
 	w.send("A " + key + " 30 0")
 	waitQueued(t, n, 1)
 	return h, w, token
+}
+
+// queue dials a connection to node n that acquires key with how, and
+// waits until the node has want acquires queued: so acquires of different
+// connections queue in the order the test sends them.
+func queue(t *testing.T, n *server.Node, key, how string, want int) *client {
+	t.Helper()
+	c := dial(t, n.Addr())
+	c.send(strings.TrimSpace(fmt.Sprintf("A %s 30 0 %s", key, how)))
+	waitQueued(t, n, want)
+	return c
 }
 
 // release sends the release of key's grant token and expects it done:
