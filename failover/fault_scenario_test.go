@@ -79,9 +79,7 @@ func TestSimHandbackSuccessorCrashesMidHandoff(t *testing.T) {
 // standby may sync from it.
 func TestSimRejoinedLoserWhoseWinnerCrashesServesAgain(t *testing.T) {
 	cfg := defaultSim(3)
-	s := newSim(t, cfg, 12)
-	s.traceOn = true
-	s.startSettled()
+	s := settledSim(t, cfg, 12)
 	s.isolate(0, true, false)
 	// Node 0 stays busy on its side: its tokens run blocks above the new
 	// active's.
@@ -148,9 +146,7 @@ func TestSimOldActiveFrozenMidHandbackLaterIssuesEveryBlock(t *testing.T) {
 func TestSimStandbyWithAFullDiskDoesNotStrandTheCluster(t *testing.T) {
 	for _, early := range []bool{true, false} {
 		cfg := defaultSim(3)
-		s := newSim(t, cfg, 14)
-		s.traceOn = true
-		s.startSettled()
+		s := settledSim(t, cfg, 14)
 		load := s.load(rand.New(rand.NewPCG(14, 1)))
 		s.run(200*ms, load)
 		if early {
@@ -179,9 +175,7 @@ func TestSimStandbyWithAFullDiskDoesNotStrandTheCluster(t *testing.T) {
 func TestSimNodeRestartedWithItsClockBehindIsHeard(t *testing.T) {
 	for _, restarted := range []int{1, 0} {
 		cfg := defaultSim(3)
-		s := newSim(t, cfg, 16)
-		s.traceOn = true
-		s.startSettled()
+		s := settledSim(t, cfg, 16)
 		load := s.load(rand.New(rand.NewPCG(16, 1)))
 		s.run(500*ms, load)
 		old := s.nodes[restarted].inc

@@ -42,9 +42,7 @@ func TestSimRunsAcrossACrashAndAHandoff(t *testing.T) {
 	for _, semi := range []bool{false, true} {
 		cfg := defaultSim(3)
 		cfg.semiSync = semi
-		s := newSim(t, cfg, 21)
-		s.traceOn = true
-		s.startSettled()
+		s := settledSim(t, cfg, 21)
 		load := s.loadRuns(rand.New(rand.NewPCG(21, 1)))
 		s.run(300*ms, load)
 		for range 20 {
@@ -91,9 +89,7 @@ func TestSimRunsAcrossACrashAndAHandoff(t *testing.T) {
 func TestSimSemiSyncRunAnsweredOnlyOnceEveryStandbyHasIt(t *testing.T) {
 	cfg := defaultSim(3)
 	cfg.semiSync = true
-	s := newSim(t, cfg, 22)
-	s.traceOn = true
-	s.startSettled()
+	s := settledSim(t, cfg, 22)
 	s.run(200*ms, s.loadRuns(rand.New(rand.NewPCG(22, 1))))
 	s.releaseRun(0, 1<<20)
 	s.run(10*ms, nil)

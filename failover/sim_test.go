@@ -994,6 +994,25 @@ func (s *sim) checkRuns() {
 	}
 }
 
+// pickTarget picks the node a client sends to: one it believes active,
+// or (now and then, or when no node is active) any node.
+func (s *sim) pickTarget(rng *rand.Rand) int {
+	target := rng.IntN(len(s.nodes))
+	if a := s.actives(); len(a) > 0 && rng.IntN(4) != 0 {
+		target = a[rng.IntN(len(a))]
+	}
+	return target
+}
+
+// someWait returns, half the time, a wait bound of 50 ms to 50+spread ms,
+// and otherwise 0 (no bound).
+func someWait(rng *rand.Rand, spread int) int64 {
+	if rng.IntN(2) == 0 {
+		return int64(50+rng.IntN(spread)) * ms
+	}
+	return 0
+}
+
 // load sends, each step, an acquire with some probability to the node a
 // client believes active (or any node, now and then).
 func (s *sim) load(rng *rand.Rand) func() {
@@ -1001,15 +1020,7 @@ func (s *sim) load(rng *rand.Rand) func() {
 		if rng.IntN(3) != 0 {
 			return
 		}
-		target := rng.IntN(len(s.nodes))
-		if a := s.actives(); len(a) > 0 && rng.IntN(4) != 0 {
-			target = a[rng.IntN(len(a))]
-		}
-		var wait int64
-		if rng.IntN(2) == 0 {
-			wait = int64(50+rng.IntN(500)) * ms
-		}
-		s.acquire(target, wait)
+		s.acquire(s.pickTarget(rng), someWait(rng, 500))
 	}
 }
 
@@ -1024,15 +1035,7 @@ func (s *sim) loadRuns(rng *rand.Rand) func() {
 	return func() {
 		load()
 		if runs.IntN(4) == 0 {
-			target := runs.IntN(len(s.nodes))
-			if a := s.actives(); len(a) > 0 && runs.IntN(4) != 0 {
-				target = a[runs.IntN(len(a))]
-			}
-			var wait int64
-			if runs.IntN(2) == 0 {
-				wait = int64(50+runs.IntN(1500)) * ms
-			}
-			s.enqueue(target, wait)
+			s.enqueue(s.pickTarget(runs), someWait(runs, 1500))
 		}
 		if runs.IntN(12) == 0 {
 			for _, a := range s.actives() {
@@ -1050,6 +1053,16 @@ func (s *sim) startAll() {
 
 // startSettled starts every node and waits until the cluster settles,
 // failing after three failover timeouts.
+// settledSim returns a simulation of cfg made from seed, tracing (a failed
+// check logs the trace), with every node started and one settled active.
+func settledSim(t testing.TB, cfg simConfig, seed uint64) *sim {
+	t.Helper()
+	s := newSim(t, cfg, seed)
+	s.traceOn = true
+	s.startSettled()
+	return s
+}
+
 func (s *sim) startSettled() {
 	s.t.Helper()
 	s.startAll()
