@@ -3,12 +3,11 @@ package server_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kunci/kunci/internal/testhttp"
 	"github.com/kunci/kunci/server"
 )
 
@@ -198,12 +197,8 @@ func TestAdminLocksShowsGroups(t *testing.T) {
 	a, b := dial(t, n.Addr()), dial(t, n.Addr())
 	a.send("A pool 30 0 limit=3", "A doc 30 0 mode=shared")
 	ta := a.expectGrants("pool", "doc")
-	b.send("A pool 30 0 limit=3")
-	tb := b.expectGrant("pool")
-	resp, err := http.Get("http://" + n.AdminAddr() + "/locks?limit=0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tb := b.hold("pool", "limit=3")
+	_, body := testhttp.Get(t, "http://"+n.AdminAddr()+"/locks?limit=0")
 	var l struct {
 		Locks []struct {
 			Key     string `json:"key"`
@@ -214,9 +209,7 @@ func TestAdminLocksShowsGroups(t *testing.T) {
 		} `json:"locks"`
 		Count int `json:"count"`
 	}
-	err = json.NewDecoder(resp.Body).Decode(&l)
-	resp.Body.Close()
-	if err != nil {
+	if err := json.Unmarshal([]byte(body), &l); err != nil {
 		t.Fatal(err)
 	}
 	got := map[uint64]string{}
@@ -227,17 +220,12 @@ func TestAdminLocksShowsGroups(t *testing.T) {
 	if l.Count != 3 || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("/locks: %+v, want %v", l, want)
 	}
-	resp, err = http.Get("http://" + n.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_, body = testhttp.Get(t, "http://"+n.AdminAddr()+"/metrics")
 	for _, line := range []string{
 		`kunci_grants_by_kind_total{kind="semaphore"} 2`, `kunci_grants_by_kind_total{kind="shared"} 1`,
 		`kunci_holders{kind="semaphore"} 2`, `kunci_holders{kind="shared"} 1`, `kunci_holders{kind="lock"} 0`,
 	} {
-		if !strings.Contains(string(body), line+"\n") {
+		if !strings.Contains(body, line+"\n") {
 			t.Errorf("/metrics lacks %q", line)
 		}
 	}
