@@ -1063,6 +1063,22 @@ func settledSim(t testing.TB, cfg simConfig, seed uint64) *sim {
 	return s
 }
 
+// withAndWithoutSemiSync runs f in a subtest on a settledSim of three
+// default nodes made from seed, first without semi-sync ("async"), then
+// with it ("semi-sync").
+func withAndWithoutSemiSync(t *testing.T, seed uint64, f func(t *testing.T, s *sim)) {
+	for _, mode := range []struct {
+		name string
+		semi bool
+	}{{"async", false}, {"semi-sync", true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			cfg := defaultSim(3)
+			cfg.semiSync = mode.semi
+			f(t, settledSim(t, cfg, seed))
+		})
+	}
+}
+
 func (s *sim) startSettled() {
 	s.t.Helper()
 	s.startAll()
