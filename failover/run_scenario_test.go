@@ -87,7 +87,7 @@ func TestSimRunsAcrossACrashAndAHandoff(t *testing.T) {
 func TestSimSemiSyncRunAnsweredOnlyOnceEveryStandbyHasIt(t *testing.T) {
 	cfg := defaultSim(3)
 	cfg.semiSync = true
-	s := settledSim(t, cfg, 22)
+	s := tracedSim(t, cfg, 22, (*sim).startSettled)
 	s.run(200*ms, s.loadRuns(rand.New(rand.NewPCG(22, 1))))
 	s.releaseRun(0, 1<<20)
 	s.run(10*ms, nil)

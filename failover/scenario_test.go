@@ -111,7 +111,7 @@ func TestSimHandbackToARestartedNodePausesForARoundTrip(t *testing.T) {
 func TestSimPartitionHealWinnerContinuesAboveBothSides(t *testing.T) {
 	for _, hold := range []bool{false, true} {
 		cfg := defaultSim(3)
-		s := settledSim(t, cfg, 5)
+		s := tracedSim(t, cfg, 5, (*sim).startSettled)
 		s.run(200*ms, s.load(rand.New(rand.NewPCG(5, 5))))
 		s.isolate(0, true, hold)
 		s.run(3*cfg.timeout, func() {
@@ -181,7 +181,7 @@ func TestSimSemiSyncIsolatedActiveDropsItsStandbysInTime(t *testing.T) {
 // make the new active step down: it yields.
 func TestSimFrozenActiveYieldsWhenItContinues(t *testing.T) {
 	cfg := defaultSim(3)
-	s := settledSim(t, cfg, 7)
+	s := tracedSim(t, cfg, 7, (*sim).startSettled)
 	s.run(100*ms, s.load(rand.New(rand.NewPCG(7, 1))))
 	s.freezeProcess(0, true)
 	rng := rand.New(rand.NewPCG(7, 2))

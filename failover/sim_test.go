@@ -1051,21 +1051,28 @@ func (s *sim) startAll() {
 	}
 }
 
-// startSettled starts every node and waits until the cluster settles,
-// failing after three failover timeouts.
-// settledSim returns a simulation of cfg made from seed, tracing (a failed
-// check logs the trace), with every node started and one settled active.
-func settledSim(t testing.TB, cfg simConfig, seed uint64) *sim {
+// tracedSim returns a simulation of cfg made from seed, tracing (a failed
+// check logs the trace), started by start: (*sim).startSettled, every node
+// started and one settled active, or (*sim).startHandback.
+func tracedSim(t testing.TB, cfg simConfig, seed uint64, start func(*sim)) *sim {
 	t.Helper()
 	s := newSim(t, cfg, seed)
 	s.traceOn = true
-	s.startSettled()
+	start(s)
 	return s
 }
 
-// withAndWithoutSemiSync runs f in a subtest on a settledSim of three
-// default nodes made from seed, first without semi-sync ("async"), then
-// with it ("semi-sync").
+// loadedSim is a settled tracedSim with the client load of s.load, its
+// random source seeded from the same seed (stream 1).
+func loadedSim(t testing.TB, cfg simConfig, seed uint64) (*sim, func()) {
+	t.Helper()
+	s := tracedSim(t, cfg, seed, (*sim).startSettled)
+	return s, s.load(rand.New(rand.NewPCG(seed, 1)))
+}
+
+// withAndWithoutSemiSync runs f in a subtest on a settled tracedSim of
+// three default nodes made from seed, first without semi-sync ("async"),
+// then with it ("semi-sync").
 func withAndWithoutSemiSync(t *testing.T, seed uint64, f func(t *testing.T, s *sim)) {
 	for _, mode := range []struct {
 		name string
@@ -1074,11 +1081,13 @@ func withAndWithoutSemiSync(t *testing.T, seed uint64, f func(t *testing.T, s *s
 		t.Run(mode.name, func(t *testing.T) {
 			cfg := defaultSim(3)
 			cfg.semiSync = mode.semi
-			f(t, settledSim(t, cfg, seed))
+			f(t, tracedSim(t, cfg, seed, (*sim).startSettled))
 		})
 	}
 }
 
+// startSettled starts every node and waits until the cluster settles,
+// failing after three failover timeouts.
 func (s *sim) startSettled() {
 	s.t.Helper()
 	s.startAll()
