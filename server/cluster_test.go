@@ -189,8 +189,7 @@ func TestClusterRolesRedirectAndReplication(t *testing.T) {
 	}
 	c.send(fmt.Sprintf("X key60 %d 100", tokens["key60"]))
 	c.expect("X key60 OK")
-	c.send("A short 0.2 0")
-	c.expectGrant("short")
+	c.granted("A short 0.2 0")
 	tc.waitSame(0, 1)
 	tc.waitSame(0, 2)
 	// The short lease runs out on the active; the standbys follow.
@@ -224,8 +223,7 @@ func TestClusterCrashFailoverKeepsGrants(t *testing.T) {
 	// The holders keep their grants on the new active, and can end them.
 	n1.send(fmt.Sprintf("X held %d 30", held), fmt.Sprintf("R other %d", other), "A held 30 0.1")
 	n1.expect("X held OK", "R other OK", "T held")
-	n1.send("A fresh 30 0")
-	if tok := n1.expectGrant("fresh"); tok <= other || tok <= held {
+	if tok := n1.hold("fresh"); tok <= other || tok <= held {
 		t.Fatalf("token %d after failover is not above %d and %d", tok, held, other)
 	}
 	tc.waitSame(1, 2)
@@ -235,8 +233,7 @@ func TestClusterGracefulHandoffLosesNothing(t *testing.T) {
 	t.Parallel()
 	tc := activeCluster(t, 2, nil)
 	c := dial(t, tc.Addrs[0])
-	c.send("A h 30 0")
-	tok := c.expectGrant("h")
+	tok := c.hold("h")
 	w := dial(t, tc.Addrs[0])
 	w.send("A h 30 0")
 	waitQueued(t, tc.Nodes[0], 1)
@@ -394,8 +391,7 @@ func TestClusterTokensAboveAllAfterEveryNodeRestarts(t *testing.T) {
 	tc.StartAll()
 	c = tc.dialActive(0)
 	defer c.close()
-	c.send("A first 30 0")
-	if tok := c.expectGrant("first"); tok <= last {
+	if tok := c.hold("first"); tok <= last {
 		t.Fatalf("first token %d after every node restarted is not above %d", tok, last)
 	}
 }
@@ -415,8 +411,7 @@ func TestClusterSemiSync(t *testing.T) {
 	}
 	// Without a standby the active answers at once.
 	tc.crash(1)
-	c.send("A alone 30 0")
-	c.expectGrant("alone")
+	c.hold("alone")
 	c.close()
 }
 
@@ -446,8 +441,7 @@ func TestClusterSemiSyncKeepsAnIdleStandby(t *testing.T) {
 	tc.StartAll()
 	c := tc.dialActive(0)
 	defer c.close()
-	c.send("A k 30 0")
-	c.expectGrant("k")
+	c.hold("k")
 	time.Sleep(5 * testFailover)
 	if n := logs.Count("did not acknowledge"); n > 0 {
 		t.Fatalf("a caught-up, idle standby was dropped %d times", n)
@@ -466,8 +460,7 @@ func TestClusterHigherPeerCeilingRaisesTokensWithoutStalling(t *testing.T) {
 	tc.Start(1)
 	c := tc.dialActive(0)
 	defer c.close()
-	c.send("A a 30 0")
-	tok := c.expectGrant("a")
+	tok := c.hold("a")
 	high := (tok>>20 + 10) << 20 // a block boundary, as real ceilings are
 	if err := os.WriteFile(filepath.Join(tc.Dirs[2], "token-ceiling"), []byte(strconv.FormatUint(high, 10)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -477,8 +470,7 @@ func TestClusterHigherPeerCeilingRaisesTokensWithoutStalling(t *testing.T) {
 	waitFor(t, "tokens above the peer's ceiling", func() bool {
 		c.send("R a " + strconv.FormatUint(tok, 10))
 		c.expect("R a OK")
-		c.send("A a 30 0")
-		tok = c.expectGrant("a")
+		tok = c.hold("a")
 		return tok > high
 	})
 	if d := time.Since(start); d > 1500*time.Millisecond {
@@ -587,8 +579,7 @@ func TestClusterSemiSyncActiveCutOffFromItsStandbys(t *testing.T) {
 	t.Parallel()
 	pn, tc := tappedCluster(t, 3, func(c *server.Config) { c.SemiSync = true })
 	c := dial(t, tc.Addrs[0])
-	c.send("A before 30 0")
-	c.expectGrant("before")
+	c.hold("before")
 	for i := 1; i < 3; i++ {
 		pn.Partition(tc.Addrs[0], tc.Addrs[i], true)
 	}

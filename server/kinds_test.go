@@ -49,8 +49,7 @@ func TestSemaphoreOverTheWire(t *testing.T) {
 	c.send(fmt.Sprintf("X pool %d 0.2", tc))
 	c.expect("X pool OK")
 	start := time.Now()
-	d.send("A pool 30 5 limit=2")
-	td := d.expectGrant("pool")
+	td := d.granted("A pool 30 5 limit=2")
 	if el := time.Since(start); el < 200*time.Millisecond || td <= tc {
 		t.Fatalf("granted after %v with token %d: want after c's 0.2 s lease ran out, above %d", el, td, tc)
 	}
@@ -58,8 +57,7 @@ func TestSemaphoreOverTheWire(t *testing.T) {
 	d.send(fmt.Sprintf("R pool %d", td), "Q pool")
 	d.expect("R pool OK", "Q pool FREE")
 	// Free, the key forgets its kind: a plain lock may take it.
-	d.send("A pool 30 0")
-	d.expectGrant("pool")
+	d.hold("pool")
 }
 
 func TestSharedGrantsOverTheWire(t *testing.T) {
