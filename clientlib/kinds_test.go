@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -324,37 +325,22 @@ func TestModeString(t *testing.T) {
 	}
 }
 
-// TestSemaphoreBoundsHolders: many goroutines of several clients run
-// under one semaphore of limit 3; never more than 3 run at once, and every
-// grant has a token of its own.
-func TestSemaphoreBoundsHolders(t *testing.T) {
-	t.Parallel()
+// contendModes runs, on each of clients clients of one node, a goroutine for
+// each mode in modes that holds key in that mode rounds times (DoMode),
+// calling work while it holds it. Every DoMode must succeed; then key must
+// be free.
+func contendModes(t *testing.T, key string, clients, rounds int, modes []clientlib.Mode, work func(mode clientlib.Mode, l *clientlib.Lock) error) {
+	t.Helper()
 	n := startNode(t, "", nil)
 	ctx := ctxT(t)
-	const limit, clients, workers, rounds = 3, 3, 4, 5
-	var running, most atomic.Int32
-	var mu sync.Mutex
-	tokens := map[uint64]bool{}
 	var wg sync.WaitGroup
 	for range clients {
 		c := newClient(t, nil, n.Addr())
-		for range workers {
+		for _, mode := range modes {
 			wg.Go(func() {
 				for range rounds {
-					err := c.DoMode(ctx, "pool", clientlib.Semaphore(limit), long, 0, func(ctx context.Context, l *clientlib.Lock) error {
-						now := running.Add(1)
-						defer running.Add(-1)
-						for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
-						}
-						mu.Lock()
-						dup := tokens[l.Token()]
-						tokens[l.Token()] = true
-						mu.Unlock()
-						if dup {
-							return fmt.Errorf("token %d granted twice", l.Token())
-						}
-						time.Sleep(2 * time.Millisecond) // the work
-						return nil
+					err := c.DoMode(ctx, key, mode, long, 0, func(_ context.Context, l *clientlib.Lock) error {
+						return work(mode, l)
 					})
 					if err != nil {
 						t.Error(err)
@@ -365,14 +351,40 @@ func TestSemaphoreBoundsHolders(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	if h := inspect(t, newClient(t, nil, n.Addr()), key); h.Held() {
+		t.Fatalf("%s after the load: %+v, want free", key, h)
+	}
+}
+
+// TestSemaphoreBoundsHolders: many goroutines of several clients run
+// under one semaphore of limit 3; never more than 3 run at once, and every
+// grant has a token of its own.
+func TestSemaphoreBoundsHolders(t *testing.T) {
+	t.Parallel()
+	const limit, clients, workers, rounds = 3, 3, 4, 5
+	var running, most atomic.Int32
+	var mu sync.Mutex
+	tokens := map[uint64]bool{}
+	contendModes(t, "pool", clients, rounds, slices.Repeat([]clientlib.Mode{clientlib.Semaphore(limit)}, workers), func(_ clientlib.Mode, l *clientlib.Lock) error {
+		now := running.Add(1)
+		defer running.Add(-1)
+		for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
+		}
+		mu.Lock()
+		dup := tokens[l.Token()]
+		tokens[l.Token()] = true
+		mu.Unlock()
+		if dup {
+			return fmt.Errorf("token %d granted twice", l.Token())
+		}
+		time.Sleep(2 * time.Millisecond) // the work
+		return nil
+	})
 	if m := most.Load(); m > limit {
 		t.Fatalf("%d ran at once under a semaphore of limit %d", m, limit)
 	}
 	if len(tokens) != clients*workers*rounds {
 		t.Fatalf("%d grants, want %d", len(tokens), clients*workers*rounds)
-	}
-	if h := inspect(t, newClient(t, nil, n.Addr()), "pool"); h.Held() {
-		t.Fatalf("pool after the load: %+v, want free", h)
 	}
 }
 
@@ -381,49 +393,27 @@ func TestSemaphoreBoundsHolders(t *testing.T) {
 // beside a writer.
 func TestReadWriteExcludes(t *testing.T) {
 	t.Parallel()
-	n := startNode(t, "", nil)
-	ctx := ctxT(t)
-	const clients, readers, writers, rounds = 3, 3, 1, 5
+	const clients, rounds = 3, 5
 	var readersIn, writersIn atomic.Int32
-	var wg sync.WaitGroup
-	for range clients {
-		c := newClient(t, nil, n.Addr())
-		work := func(mode clientlib.Mode) {
-			for range rounds {
-				err := c.DoMode(ctx, "doc", mode, long, 0, func(context.Context, *clientlib.Lock) error {
-					if mode == clientlib.Shared {
-						readersIn.Add(1)
-						defer readersIn.Add(-1)
-					} else {
-						writersIn.Add(1)
-						defer writersIn.Add(-1)
-					}
-					if w, r := writersIn.Load(), readersIn.Load(); w > 1 || w == 1 && r > 0 {
-						return fmt.Errorf("%d writers and %d readers at once", w, r)
-					}
-					time.Sleep(2 * time.Millisecond) // the work
-					if w, r := writersIn.Load(), readersIn.Load(); w > 1 || w == 1 && r > 0 {
-						return fmt.Errorf("%d writers and %d readers at once", w, r)
-					}
-					return nil
-				})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-			}
+	// Each client: three readers and a writer.
+	modes := []clientlib.Mode{clientlib.Shared, clientlib.Shared, clientlib.Shared, clientlib.Exclusive}
+	contendModes(t, "doc", clients, rounds, modes, func(mode clientlib.Mode, _ *clientlib.Lock) error {
+		if mode == clientlib.Shared {
+			readersIn.Add(1)
+			defer readersIn.Add(-1)
+		} else {
+			writersIn.Add(1)
+			defer writersIn.Add(-1)
 		}
-		for range readers {
-			wg.Go(func() { work(clientlib.Shared) })
+		if w, r := writersIn.Load(), readersIn.Load(); w > 1 || w == 1 && r > 0 {
+			return fmt.Errorf("%d writers and %d readers at once", w, r)
 		}
-		for range writers {
-			wg.Go(func() { work(clientlib.Exclusive) })
+		time.Sleep(2 * time.Millisecond) // the work
+		if w, r := writersIn.Load(), readersIn.Load(); w > 1 || w == 1 && r > 0 {
+			return fmt.Errorf("%d writers and %d readers at once", w, r)
 		}
-	}
-	wg.Wait()
-	if h := inspect(t, newClient(t, nil, n.Addr()), "doc"); h.Held() {
-		t.Fatalf("doc after the load: %+v, want free", h)
-	}
+		return nil
+	})
 }
 
 // TestGiveUpWithdrawsModes: a queued acquire of any mode whose context

@@ -79,9 +79,7 @@ func TestSimHandbackSuccessorCrashesMidHandoff(t *testing.T) {
 // standby may sync from it.
 func TestSimRejoinedLoserWhoseWinnerCrashesServesAgain(t *testing.T) {
 	cfg := defaultSim(3)
-	s := newSim(t, cfg, 12)
-	s.traceOn = true
-	s.startSettled()
+	s := tracedSim(t, cfg, 12, (*sim).startSettled)
 	s.isolate(0, true, false)
 	// Node 0 stays busy on its side: its tokens run blocks above the new
 	// active's.
@@ -112,9 +110,7 @@ func TestSimRejoinedLoserWhoseWinnerCrashesServesAgain(t *testing.T) {
 // block, not stay stuck in the handoff it began long ago.
 func TestSimOldActiveFrozenMidHandbackLaterIssuesEveryBlock(t *testing.T) {
 	cfg := defaultSim(3)
-	s := newSim(t, cfg, 13)
-	s.traceOn = true
-	s.startHandback()
+	s := tracedSim(t, cfg, 13, (*sim).startHandback)
 	s.freezeProcess(1, true)
 	s.run(3*cfg.timeout/2, nil)
 	s.freezeProcess(1, false)
@@ -148,10 +144,7 @@ func TestSimOldActiveFrozenMidHandbackLaterIssuesEveryBlock(t *testing.T) {
 func TestSimStandbyWithAFullDiskDoesNotStrandTheCluster(t *testing.T) {
 	for _, early := range []bool{true, false} {
 		cfg := defaultSim(3)
-		s := newSim(t, cfg, 14)
-		s.traceOn = true
-		s.startSettled()
-		load := s.load(rand.New(rand.NewPCG(14, 1)))
+		s, load := loadedSim(t, cfg, 14)
 		s.run(200*ms, load)
 		if early {
 			s.nodes[1].full = true
@@ -179,10 +172,7 @@ func TestSimStandbyWithAFullDiskDoesNotStrandTheCluster(t *testing.T) {
 func TestSimNodeRestartedWithItsClockBehindIsHeard(t *testing.T) {
 	for _, restarted := range []int{1, 0} {
 		cfg := defaultSim(3)
-		s := newSim(t, cfg, 16)
-		s.traceOn = true
-		s.startSettled()
-		load := s.load(rand.New(rand.NewPCG(16, 1)))
+		s, load := loadedSim(t, cfg, 16)
 		s.run(500*ms, load)
 		old := s.nodes[restarted].inc
 		s.crash(restarted)
@@ -288,9 +278,7 @@ func TestSimHandoffOrderOvertakenByTheLeavingHeartbeat(t *testing.T) {
 // with a copy of the state that misses what the active granted since.
 func TestSimSuccessorFrozenWithTheHandoffOrderDoesNotActOnItLater(t *testing.T) {
 	cfg := defaultSim(3)
-	s := newSim(t, cfg, 19)
-	s.traceOn = true
-	s.startHandback()
+	s := tracedSim(t, cfg, 19, (*sim).startHandback)
 	s.freezeProcess(0, true)
 	load := s.load(rand.New(rand.NewPCG(19, 1)))
 	s.run(5*cfg.timeout/2, load)

@@ -39,12 +39,8 @@ func (s *sim) topBefore(at int64) uint64 {
 // sent on, asks again on the successor, and is granted there in runs above
 // every token before — with and without semi-sync.
 func TestSimRunsAcrossACrashAndAHandoff(t *testing.T) {
-	for _, semi := range []bool{false, true} {
-		cfg := defaultSim(3)
-		cfg.semiSync = semi
-		s := newSim(t, cfg, 21)
-		s.traceOn = true
-		s.startSettled()
+	withAndWithoutSemiSync(t, 21, func(t *testing.T, s *sim) {
+		cfg := s.cfg
 		load := s.loadRuns(rand.New(rand.NewPCG(21, 1)))
 		s.run(300*ms, load)
 		for range 20 {
@@ -54,7 +50,7 @@ func TestSimRunsAcrossACrashAndAHandoff(t *testing.T) {
 		s.run(50*ms, nil)
 		s.crash(0)
 		if a, _ := s.waitSettled(3 * cfg.timeout); a != 1 {
-			t.Fatalf("semi-sync %v: node %d active after node 0 crashed, want 1", semi, a)
+			t.Fatalf("node %d active after node 0 crashed, want 1", a)
 		}
 		s.run(300*ms, load)
 
@@ -65,23 +61,23 @@ func TestSimRunsAcrossACrashAndAHandoff(t *testing.T) {
 		}
 		s.leave(1)
 		if a, _ := s.waitSettled(3 * cfg.timeout); a != 2 {
-			t.Fatalf("semi-sync %v: node %d active after node 1 stopped, want 2", semi, a)
+			t.Fatalf("node %d active after node 1 stopped, want 2", a)
 		}
 		s.run(10*ms, nil)
 		if q := len(s.nodes[2].queue); q != 12 {
-			t.Fatalf("semi-sync %v: %d acquires queued on the successor, want the 12 sent on", semi, q)
+			t.Fatalf("%d acquires queued on the successor, want the 12 sent on", q)
 		}
 		at := s.now
 		s.releaseRun(2, 12)
 		s.run(50*ms, nil)
 		run := s.runOf(s.runs)
 		if len(run) != 12 || run[0].node != 2 || run[0].token <= s.topBefore(at) {
-			t.Fatalf("semi-sync %v: the run on the successor: %d grants from %d, want 12 from above %d", semi, len(run), run[0].token, s.topBefore(at))
+			t.Fatalf("the run on the successor: %d grants from %d, want 12 from above %d", len(run), run[0].token, s.topBefore(at))
 		}
 		s.run(300*ms, load)
 		s.check()
-		t.Logf("semi-sync %v: %d grants, %d runs", semi, len(s.grants), s.runs)
-	}
+		t.Logf("%d grants, %d runs", len(s.grants), s.runs)
+	})
 }
 
 // With semi-sync, a run's answers wait until every standby has the run:
@@ -91,9 +87,7 @@ func TestSimRunsAcrossACrashAndAHandoff(t *testing.T) {
 func TestSimSemiSyncRunAnsweredOnlyOnceEveryStandbyHasIt(t *testing.T) {
 	cfg := defaultSim(3)
 	cfg.semiSync = true
-	s := newSim(t, cfg, 22)
-	s.traceOn = true
-	s.startSettled()
+	s := tracedSim(t, cfg, 22, (*sim).startSettled)
 	s.run(200*ms, s.loadRuns(rand.New(rand.NewPCG(22, 1))))
 	s.releaseRun(0, 1<<20)
 	s.run(10*ms, nil)

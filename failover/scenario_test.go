@@ -67,21 +67,18 @@ func (s *sim) pauseAround(f func(), settleWithin int64) int64 {
 }
 
 func TestSimGracefulHandoffPausesForARoundTrip(t *testing.T) {
-	for _, semi := range []bool{false, true} {
-		cfg := defaultSim(3)
-		cfg.semiSync = semi
-		s := newSim(t, cfg, 3)
-		s.startSettled()
+	withAndWithoutSemiSync(t, 3, func(t *testing.T, s *sim) {
+		cfg := s.cfg
 		pause := s.pauseAround(func() { s.leave(0) }, 500*ms)
 		if a, ok := s.settled(); !ok || a != 1 {
-			t.Fatalf("semi-sync %v: after node 0 stopped: %s", semi, s.states())
+			t.Fatalf("after node 0 stopped: %s", s.states())
 		}
-		t.Logf("semi-sync %v: handoff pause %.0fms (one-way delay %.0fms)", semi, float64(pause)/float64(ms), float64(cfg.delay)/float64(ms))
+		t.Logf("handoff pause %.0fms (one-way delay %.0fms)", float64(pause)/float64(ms), float64(cfg.delay)/float64(ms))
 		if pause > 10*cfg.delay+cfg.persist {
-			t.Errorf("semi-sync %v: handoff paused %.0fms", semi, float64(pause)/float64(ms))
+			t.Errorf("handoff paused %.0fms", float64(pause)/float64(ms))
 		}
 		s.check()
-	}
+	})
 }
 
 // Point 4 of issue 12: handing the role back to a restarted higher-priority
@@ -114,9 +111,7 @@ func TestSimHandbackToARestartedNodePausesForARoundTrip(t *testing.T) {
 func TestSimPartitionHealWinnerContinuesAboveBothSides(t *testing.T) {
 	for _, hold := range []bool{false, true} {
 		cfg := defaultSim(3)
-		s := newSim(t, cfg, 5)
-		s.traceOn = true
-		s.startSettled()
+		s := tracedSim(t, cfg, 5, (*sim).startSettled)
 		s.run(200*ms, s.load(rand.New(rand.NewPCG(5, 5))))
 		s.isolate(0, true, hold)
 		s.run(3*cfg.timeout, func() {
@@ -186,9 +181,7 @@ func TestSimSemiSyncIsolatedActiveDropsItsStandbysInTime(t *testing.T) {
 // make the new active step down: it yields.
 func TestSimFrozenActiveYieldsWhenItContinues(t *testing.T) {
 	cfg := defaultSim(3)
-	s := newSim(t, cfg, 7)
-	s.traceOn = true
-	s.startSettled()
+	s := tracedSim(t, cfg, 7, (*sim).startSettled)
 	s.run(100*ms, s.load(rand.New(rand.NewPCG(7, 1))))
 	s.freezeProcess(0, true)
 	rng := rand.New(rand.NewPCG(7, 2))

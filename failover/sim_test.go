@@ -994,6 +994,25 @@ func (s *sim) checkRuns() {
 	}
 }
 
+// pickTarget picks the node a client sends to: one it believes active,
+// or (now and then, or when no node is active) any node.
+func (s *sim) pickTarget(rng *rand.Rand) int {
+	target := rng.IntN(len(s.nodes))
+	if a := s.actives(); len(a) > 0 && rng.IntN(4) != 0 {
+		target = a[rng.IntN(len(a))]
+	}
+	return target
+}
+
+// someWait returns, half the time, a wait bound of 50 ms to 50+spread ms,
+// and otherwise 0 (no bound).
+func someWait(rng *rand.Rand, spread int) int64 {
+	if rng.IntN(2) == 0 {
+		return int64(50+rng.IntN(spread)) * ms
+	}
+	return 0
+}
+
 // load sends, each step, an acquire with some probability to the node a
 // client believes active (or any node, now and then).
 func (s *sim) load(rng *rand.Rand) func() {
@@ -1001,15 +1020,7 @@ func (s *sim) load(rng *rand.Rand) func() {
 		if rng.IntN(3) != 0 {
 			return
 		}
-		target := rng.IntN(len(s.nodes))
-		if a := s.actives(); len(a) > 0 && rng.IntN(4) != 0 {
-			target = a[rng.IntN(len(a))]
-		}
-		var wait int64
-		if rng.IntN(2) == 0 {
-			wait = int64(50+rng.IntN(500)) * ms
-		}
-		s.acquire(target, wait)
+		s.acquire(s.pickTarget(rng), someWait(rng, 500))
 	}
 }
 
@@ -1024,15 +1035,7 @@ func (s *sim) loadRuns(rng *rand.Rand) func() {
 	return func() {
 		load()
 		if runs.IntN(4) == 0 {
-			target := runs.IntN(len(s.nodes))
-			if a := s.actives(); len(a) > 0 && runs.IntN(4) != 0 {
-				target = a[runs.IntN(len(a))]
-			}
-			var wait int64
-			if runs.IntN(2) == 0 {
-				wait = int64(50+runs.IntN(1500)) * ms
-			}
-			s.enqueue(target, wait)
+			s.enqueue(s.pickTarget(runs), someWait(runs, 1500))
 		}
 		if runs.IntN(12) == 0 {
 			for _, a := range s.actives() {
@@ -1045,6 +1048,41 @@ func (s *sim) loadRuns(rng *rand.Rand) func() {
 func (s *sim) startAll() {
 	for i := range s.nodes {
 		s.start(i)
+	}
+}
+
+// tracedSim returns a simulation of cfg made from seed, tracing (a failed
+// check logs the trace), started by start: (*sim).startSettled, every node
+// started and one settled active, or (*sim).startHandback.
+func tracedSim(t testing.TB, cfg simConfig, seed uint64, start func(*sim)) *sim {
+	t.Helper()
+	s := newSim(t, cfg, seed)
+	s.traceOn = true
+	start(s)
+	return s
+}
+
+// loadedSim is a settled tracedSim with the client load of s.load, its
+// random source seeded from the same seed (stream 1).
+func loadedSim(t testing.TB, cfg simConfig, seed uint64) (*sim, func()) {
+	t.Helper()
+	s := tracedSim(t, cfg, seed, (*sim).startSettled)
+	return s, s.load(rand.New(rand.NewPCG(seed, 1)))
+}
+
+// withAndWithoutSemiSync runs f in a subtest on a settled tracedSim of
+// three default nodes made from seed, first without semi-sync ("async"),
+// then with it ("semi-sync").
+func withAndWithoutSemiSync(t *testing.T, seed uint64, f func(t *testing.T, s *sim)) {
+	for _, mode := range []struct {
+		name string
+		semi bool
+	}{{"async", false}, {"semi-sync", true}} {
+		t.Run(mode.name, func(t *testing.T) {
+			cfg := defaultSim(3)
+			cfg.semiSync = mode.semi
+			f(t, tracedSim(t, cfg, seed, (*sim).startSettled))
+		})
 	}
 }
 

@@ -1,31 +1,14 @@
 package server_test
 
 import (
-	"io"
-	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
+	"github.com/kunci/kunci/internal/testhttp"
 	"github.com/kunci/kunci/server"
 )
-
-func get(t *testing.T, url string) (int, string) {
-	t.Helper()
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(body)
-}
 
 // metric returns the value of the sample line that starts with name.
 func metric(t *testing.T, body, name string) float64 {
@@ -46,16 +29,16 @@ func TestAdminEndpoint(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, func(c *server.Config) { c.Admin, c.AdminPprof = "127.0.0.1:0", true })
 	base := "http://" + n.AdminAddr()
-	if code, body := get(t, base+"/healthz"); code != 200 || !strings.Contains(body, "ok") {
+	if code, body := testhttp.Get(t, base+"/healthz"); code != 200 || !strings.Contains(body, "ok") {
 		t.Fatalf("/healthz: %d %q", code, body)
 	}
-	if code, body := get(t, base+"/readyz"); code != 200 || !strings.Contains(body, "active") {
+	if code, body := testhttp.Get(t, base+"/readyz"); code != 200 || !strings.Contains(body, "active") {
 		t.Fatalf("/readyz on the active: %d %q", code, body)
 	}
-	if code, _ := get(t, base+"/debug/pprof/"); code != 200 {
+	if code, _ := testhttp.Get(t, base+"/debug/pprof/"); code != 200 {
 		t.Fatalf("/debug/pprof/: %d", code)
 	}
-	_, before := get(t, base+"/metrics")
+	_, before := testhttp.Get(t, base+"/metrics")
 
 	// Some of everything: grants, a handoff after a wait, a stale release,
 	// an extend, a wait timeout, a cancel, a refusal.
@@ -73,7 +56,7 @@ func TestAdminEndpoint(t *testing.T) {
 	a.send("A k 30 -", "A y 30 0 owner=")
 	a.expect("T k", "E A y bad owner")
 
-	_, after := get(t, base+"/metrics")
+	_, after := testhttp.Get(t, base+"/metrics")
 	for name, delta := range map[string]float64{
 		"kunci_grants_total":                     2,
 		`kunci_releases_total{result="ok"}`:      1,
@@ -113,10 +96,10 @@ func TestAdminInACluster(t *testing.T) {
 	t.Parallel()
 	tc := activeCluster(t, 2, func(c *server.Config) { c.Admin = "127.0.0.1:0" })
 	active, standby := "http://"+tc.Nodes[0].AdminAddr(), "http://"+tc.Nodes[1].AdminAddr()
-	if code, _ := get(t, active+"/readyz"); code != 200 {
+	if code, _ := testhttp.Get(t, active+"/readyz"); code != 200 {
 		t.Fatalf("/readyz on the active: %d", code)
 	}
-	if code, body := get(t, standby+"/readyz"); code != 503 || !strings.Contains(body, "standby") {
+	if code, body := testhttp.Get(t, standby+"/readyz"); code != 503 || !strings.Contains(body, "standby") {
 		t.Fatalf("/readyz on a standby: %d %q", code, body)
 	}
 	c := dial(t, tc.Addrs[0])
@@ -126,7 +109,7 @@ func TestAdminInACluster(t *testing.T) {
 		c.expectGrant("m" + strconv.Itoa(i))
 	}
 	tc.waitSame(0, 1)
-	_, body := get(t, active+"/metrics")
+	_, body := testhttp.Get(t, active+"/metrics")
 	lag := `kunci_replication_lag_records{standby="` + tc.Addrs[1] + `"}`
 	synced := `kunci_replication_synced{standby="` + tc.Addrs[1] + `"}`
 	if v := metric(t, body, synced); v != 1 {
@@ -134,7 +117,7 @@ func TestAdminInACluster(t *testing.T) {
 	}
 	// Acks come with every batch the standby applies: the lag drains.
 	waitFor(t, "replication lag 0", func() bool {
-		_, body := get(t, active+"/metrics")
+		_, body := testhttp.Get(t, active+"/metrics")
 		return metric(t, body, lag) == 0
 	})
 	if v := metric(t, body, `kunci_role{role="active"}`); v != 1 {
@@ -144,7 +127,7 @@ func TestAdminInACluster(t *testing.T) {
 	if v := metric(t, body, "kunci_promotions_total"); v != 1 {
 		t.Fatalf("the active's kunci_promotions_total %v, want 1", v)
 	}
-	_, body = get(t, standby+"/metrics")
+	_, body = testhttp.Get(t, standby+"/metrics")
 	if v := metric(t, body, `kunci_role{role="standby"}`); v != 1 {
 		t.Fatalf("standby's role metric %v", v)
 	}

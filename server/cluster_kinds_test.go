@@ -3,7 +3,6 @@ package server_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -41,22 +40,10 @@ func holdGrants(t *testing.T, addr, key, how string, n int) ([]*client, []uint64
 	var toks []uint64
 	for range n {
 		c := dial(t, addr)
-		c.send(fmt.Sprintf("A %s 30 0 %s", key, how))
-		toks = append(toks, c.expectGrant(key))
+		toks = append(toks, c.hold(key, how))
 		cs = append(cs, c)
 	}
 	return cs, toks
-}
-
-// queue dials a connection to node n that acquires key with how, and
-// waits until the node has want acquires queued: so acquires of different
-// connections queue in the order the test sends them.
-func queue(t *testing.T, n *server.Node, key, how string, want int) *client {
-	t.Helper()
-	c := dial(t, n.Addr())
-	c.send(strings.TrimSpace(fmt.Sprintf("A %s 30 0 %s", key, how)))
-	waitQueued(t, n, want)
-	return c
 }
 
 // expectGroup checks that node n holds key in mode m by exactly the grants
@@ -92,13 +79,7 @@ func TestClusterKindsSemaphoreAtItsLimitAcrossAHandoff(t *testing.T) {
 	try.send("A sem 30 - limit=3")
 	try.expect("T sem")
 
-	stopped := make(chan struct{})
-	n0 := tc.Nodes[0]
-	tc.Nodes[0] = nil
-	go func() {
-		defer close(stopped)
-		stopNode(t, n0)
-	}()
+	stopped := tc.goStop(0)
 	// Every client of the old active is sent on, the queued one
 	// included: its acquire was withdrawn, not granted.
 	for _, c := range append([]*client{w, try}, hs...) {
@@ -232,8 +213,7 @@ func TestClusterKindsSnapshotWhileGroupsChange(t *testing.T) {
 	t.Parallel()
 	tc := newCluster(t, 2, patient(func(c *server.Config) { c.Shards, c.Loops = 4, 2 }))
 	tc.Start(0)
-	tc.WaitActive(0)
-	c := dial(t, tc.Addrs[0])
+	c := tc.dialActive(0)
 	defer c.close()
 	const keys = 3000 // of each kind: semaphores, shared keys, plain ones
 	type held struct {
@@ -267,94 +247,41 @@ func TestClusterKindsSnapshotWhileGroupsChange(t *testing.T) {
 	// Churn while node 1 starts and copies the state: holders join and
 	// leave groups, and keys change kind (all grants released, then taken
 	// in the other kind) before and after the cursor passes them.
-	done := make(chan struct{})
-	churned := make(chan error, 1)
-	go func() {
-		churned <- func() error {
-			w, err := net.Dial("tcp", tc.Addrs[0])
-			if err != nil {
-				return err
+	rng := rand.New(rand.NewPCG(20, 3))
+	tc.joinUnderLoad(func(round int, b *strings.Builder) {
+		for j := range 60 {
+			i := (round*20 + j/3) % keys
+			k := fmt.Sprintf("%c%d", "srp"[j%3], i)
+			h := state[k]
+			release := func(n int) {
+				for _, tok := range h.toks[:n] {
+					fmt.Fprintf(b, "R %s %d\n", k, tok)
+				}
+				h.toks = h.toks[n:]
 			}
-			defer w.Close()
-			r := newReader(w)
-			rng := rand.New(rand.NewPCG(20, 3))
-			for round := 0; ; round++ {
-				select {
-				case <-done:
-					return nil
-				default:
-				}
-				var b strings.Builder
-				acquires := 0
-				for j := range 60 {
-					i := (round*20 + j/3) % keys
-					k := fmt.Sprintf("%c%d", "srp"[j%3], i)
-					h := state[k]
-					release := func(n int) {
-						for _, tok := range h.toks[:n] {
-							fmt.Fprintf(&b, "R %s %d\n", k, tok)
-						}
-						h.toks = h.toks[n:]
-					}
-					acquire := func(n int) {
-						for range n {
-							fmt.Fprintf(&b, "%s\n", strings.TrimSpace("A "+k+" 60 0 "+h.how))
-						}
-						acquires += n
-					}
-					switch {
-					case h.how != "limit=4" && rng.IntN(8) == 0:
-						// Another kind of lock: exclusive ↔ shared.
-						release(len(h.toks))
-						h.how = map[string]string{"": "mode=shared", "mode=shared": ""}[h.how]
-						acquire(1)
-					case h.how == "":
-						release(1)
-						acquire(1)
-					case len(h.toks) == 4 || len(h.toks) > 1 && rng.IntN(2) == 0:
-						release(1 + rng.IntN(len(h.toks)-1))
-					default:
-						acquire(1 + rng.IntN(4-len(h.toks)))
-					}
-				}
-				if _, err := w.Write([]byte(b.String())); err != nil {
-					return err
-				}
-				// Answers about different keys may come in any order;
-				// those about one key come in order.
-				lines := strings.Count(b.String(), "\n")
-				for range lines {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return err
-					}
-					line = strings.TrimSpace(line)
-					if strings.HasPrefix(line, "R ") {
-						if !strings.HasSuffix(line, " OK") {
-							return fmt.Errorf("churn: %q", line)
-						}
-						continue
-					}
-					k, tok, err := splitGrant(line)
-					if err != nil {
-						return err
-					}
-					state[k].toks = append(state[k].toks, tok)
-					acquires--
-				}
-				if acquires != 0 {
-					return fmt.Errorf("churn: %d acquires unanswered", acquires)
+			acquire := func(n int) {
+				for range n {
+					fmt.Fprintf(b, "%s\n", strings.TrimSpace("A "+k+" 60 0 "+h.how))
 				}
 			}
-		}()
-	}()
-	tc.Start(1)
-	tc.WaitActive(0)
-	close(done)
-	if err := <-churned; err != nil {
-		t.Fatal(err)
-	}
-	tc.waitSame(0, 1)
+			switch {
+			case h.how != "limit=4" && rng.IntN(8) == 0:
+				// Another kind of lock: exclusive ↔ shared.
+				release(len(h.toks))
+				h.how = map[string]string{"": "mode=shared", "mode=shared": ""}[h.how]
+				acquire(1)
+			case h.how == "":
+				release(1)
+				acquire(1)
+			case len(h.toks) == 4 || len(h.toks) > 1 && rng.IntN(2) == 0:
+				release(1 + rng.IntN(len(h.toks)-1))
+			default:
+				acquire(1 + rng.IntN(4-len(h.toks)))
+			}
+		}
+	}, func(k string, tok uint64) {
+		state[k].toks = append(state[k].toks, tok)
+	})
 	groups := 0
 	for _, h := range tc.Nodes[1].Holders() {
 		if len(h.Tokens) > 1 {
@@ -421,8 +348,7 @@ func TestClusterKindsSemiSyncRunOfReaders(t *testing.T) {
 	for _, tok := range toks {
 		c.release("rw", tok)
 	}
-	c.send("A rw 30 0")
-	if tok := c.expectGrant("rw"); tok <= toks[len(toks)-1] {
+	if tok := c.hold("rw"); tok <= toks[len(toks)-1] {
 		t.Fatalf("token %d on the new active is not above the readers' %v", tok, toks)
 	}
 	tc.waitSame(1, 2)

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -81,6 +80,20 @@ func (tc *testCluster) dialActive(i int) *client {
 	tc.T.Helper()
 	tc.WaitActive(i)
 	return dial(tc.T, tc.Addrs[i])
+}
+
+// goStop stops node i gracefully (a handoff, when it is active) on a
+// goroutine of its own, so that the test can watch the clients meanwhile;
+// the channel is closed once the node has stopped.
+func (tc *testCluster) goStop(i int) <-chan struct{} {
+	stopped := make(chan struct{})
+	n := tc.Nodes[i]
+	tc.Nodes[i] = nil
+	go func() {
+		defer close(stopped)
+		stopNode(tc.T, n)
+	}()
+	return stopped
 }
 
 // crash stops node i without a handoff.
@@ -176,8 +189,7 @@ func TestClusterRolesRedirectAndReplication(t *testing.T) {
 	}
 	c.send(fmt.Sprintf("X key60 %d 100", tokens["key60"]))
 	c.expect("X key60 OK")
-	c.send("A short 0.2 0")
-	c.expectGrant("short")
+	c.granted("A short 0.2 0")
 	tc.waitSame(0, 1)
 	tc.waitSame(0, 2)
 	// The short lease runs out on the active; the standbys follow.
@@ -211,8 +223,7 @@ func TestClusterCrashFailoverKeepsGrants(t *testing.T) {
 	// The holders keep their grants on the new active, and can end them.
 	n1.send(fmt.Sprintf("X held %d 30", held), fmt.Sprintf("R other %d", other), "A held 30 0.1")
 	n1.expect("X held OK", "R other OK", "T held")
-	n1.send("A fresh 30 0")
-	if tok := n1.expectGrant("fresh"); tok <= other || tok <= held {
+	if tok := n1.hold("fresh"); tok <= other || tok <= held {
 		t.Fatalf("token %d after failover is not above %d and %d", tok, held, other)
 	}
 	tc.waitSame(1, 2)
@@ -222,20 +233,13 @@ func TestClusterGracefulHandoffLosesNothing(t *testing.T) {
 	t.Parallel()
 	tc := activeCluster(t, 2, nil)
 	c := dial(t, tc.Addrs[0])
-	c.send("A h 30 0")
-	tok := c.expectGrant("h")
+	tok := c.hold("h")
 	w := dial(t, tc.Addrs[0])
 	w.send("A h 30 0")
 	waitQueued(t, tc.Nodes[0], 1)
 
 	start := time.Now()
-	stopped := make(chan struct{})
-	n0 := tc.Nodes[0]
-	tc.Nodes[0] = nil
-	go func() {
-		defer close(stopped)
-		stopNode(t, n0)
-	}()
+	stopped := tc.goStop(0)
 	w.expect("M " + tc.Addrs[1])
 	t.Logf("handoff: redirect %v after stop began", time.Since(start))
 	<-stopped
@@ -387,8 +391,7 @@ func TestClusterTokensAboveAllAfterEveryNodeRestarts(t *testing.T) {
 	tc.StartAll()
 	c = tc.dialActive(0)
 	defer c.close()
-	c.send("A first 30 0")
-	if tok := c.expectGrant("first"); tok <= last {
+	if tok := c.hold("first"); tok <= last {
 		t.Fatalf("first token %d after every node restarted is not above %d", tok, last)
 	}
 }
@@ -408,8 +411,7 @@ func TestClusterSemiSync(t *testing.T) {
 	}
 	// Without a standby the active answers at once.
 	tc.crash(1)
-	c.send("A alone 30 0")
-	c.expectGrant("alone")
+	c.hold("alone")
 	c.close()
 }
 
@@ -439,8 +441,7 @@ func TestClusterSemiSyncKeepsAnIdleStandby(t *testing.T) {
 	tc.StartAll()
 	c := tc.dialActive(0)
 	defer c.close()
-	c.send("A k 30 0")
-	c.expectGrant("k")
+	c.hold("k")
 	time.Sleep(5 * testFailover)
 	if n := logs.Count("did not acknowledge"); n > 0 {
 		t.Fatalf("a caught-up, idle standby was dropped %d times", n)
@@ -511,8 +512,7 @@ func TestClusterHigherPeerCeilingRaisesTokensWithoutStalling(t *testing.T) {
 	tc.Start(1)
 	c := tc.dialActive(0)
 	defer c.close()
-	c.send("A a 30 0")
-	tok := c.expectGrant("a")
+	tok := c.hold("a")
 	high := (tok>>20 + 10) << 20 // a block boundary, as real ceilings are
 	if err := os.WriteFile(filepath.Join(tc.Dirs[2], "token-ceiling"), []byte(strconv.FormatUint(high, 10)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -522,8 +522,7 @@ func TestClusterHigherPeerCeilingRaisesTokensWithoutStalling(t *testing.T) {
 	waitFor(t, "tokens above the peer's ceiling", func() bool {
 		c.send("R a " + strconv.FormatUint(tok, 10))
 		c.expect("R a OK")
-		c.send("A a 30 0")
-		tok = c.expectGrant("a")
+		tok = c.hold("a")
 		return tok > high
 	})
 	if d := time.Since(start); d > 1500*time.Millisecond {
@@ -604,50 +603,16 @@ func TestClusterSnapshotOfManyKeysWhileTheyChange(t *testing.T) {
 	// Churn while node 1 starts and copies the state: releases and
 	// re-grants (some keys leave before the cursor reaches them, some come
 	// back after it passed), extends.
-	done := make(chan struct{})
-	w := testnode.Dial(t, tc.Addrs[0], answerTimeout)
-	r := newReader(w)
-	churned := goLoad(done, func(round int) error {
-		// 50 keys at a time, each released, taken again and extended.
-		var b strings.Builder
-		var idx []int
+	tc.joinUnderLoad(func(round int, b *strings.Builder) {
+		// 50 keys at a time, each released and taken again.
 		for j := 0; j < 50; j++ {
 			i := (round*50 + j) % keys // in the order the cursor walks
-			idx = append(idx, i)
-			fmt.Fprintf(&b, "R k%d %d\nA k%d 60 0\n", i, tokens[i], i)
+			fmt.Fprintf(b, "R k%d %d\nA k%d 60 0\n", i, tokens[i], i)
 		}
-		if _, err := io.WriteString(w, b.String()); err != nil {
-			return err
-		}
-		// Answers about different keys may come in any order.
-		for range 2 * len(idx) {
-			line, err := r.ReadString('\n')
-			if err != nil {
-				return err
-			}
-			line = strings.TrimSpace(line)
-			if strings.HasPrefix(line, "R ") {
-				if !strings.HasSuffix(line, " OK") {
-					return fmt.Errorf("churn: %q", line)
-				}
-				continue
-			}
-			k, tok, err := splitGrant(line)
-			if err != nil {
-				return err
-			}
-			i, _ := strconv.Atoi(k[1:])
-			tokens[i] = tok
-		}
-		return nil
+	}, func(k string, tok uint64) {
+		i, _ := strconv.Atoi(k[1:])
+		tokens[i] = tok
 	})
-	tc.Start(1)
-	tc.WaitActive(0)
-	close(done)
-	if err := <-churned; err != nil {
-		t.Fatal(err)
-	}
-	tc.waitSame(0, 1)
 }
 
 func keysOf(lo, hi int) []string {
@@ -666,8 +631,7 @@ func TestClusterSemiSyncActiveCutOffFromItsStandbys(t *testing.T) {
 	t.Parallel()
 	pn, tc := tappedCluster(t, 3, func(c *server.Config) { c.SemiSync = true })
 	c := dial(t, tc.Addrs[0])
-	c.send("A before 30 0")
-	c.expectGrant("before")
+	c.hold("before")
 	for i := 1; i < 3; i++ {
 		pn.Partition(tc.Addrs[0], tc.Addrs[i], true)
 	}

@@ -116,8 +116,7 @@ func TestRefusals(t *testing.T) {
 	// The limits themselves are accepted.
 	c.send("A " + k250 + " 10 20")
 	tok := c.expectGrant(k250)
-	c.send("A k 0.001 0.001")
-	c.expectGrant("k")
+	c.granted("A k 0.001 0.001")
 	c.release(k250, tok)
 }
 
@@ -153,11 +152,8 @@ func TestRefuseTooManyWaiters(t *testing.T) {
 	n := startNode(t, func(cfg *server.Config) { cfg.MaxWaiters = 2 })
 	h := dial(t, n.Addr())
 	t1 := h.hold("k")
-	w1, w2, w3 := dial(t, n.Addr()), dial(t, n.Addr()), dial(t, n.Addr())
-	w1.send("A k 30 0")
-	waitQueued(t, n, 1)
-	w2.send("A k 30 0")
-	waitQueued(t, n, 2)
+	w1, w2 := queue(t, n, "k", "", 1), queue(t, n, "k", "", 2)
+	w3 := dial(t, n.Addr())
 	w3.send("A k 30 0")
 	w3.expect("E A k too many waiters")
 	w3.roundTrip()
@@ -178,15 +174,14 @@ func TestRefuseTooManyWaiters(t *testing.T) {
 func TestRefuseTooManyKeys(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, func(cfg *server.Config) { cfg.MaxKeys = 3 })
-	c, w := dial(t, n.Addr()), dial(t, n.Addr())
+	c := dial(t, n.Addr())
 	c.send("A k1 30 0", "A k2 30 0", "A k3 30 0")
 	t1 := c.expectGrants("k1", "k2", "k3")["k1"]
 	c.send("A k4 30 0")
 	c.expect("E A k4 too many keys")
 	c.roundTrip()
 	// Queueing on a held key takes no new key.
-	w.send("A k1 30 0")
-	waitQueued(t, n, 1)
+	w := queue(t, n, "k1", "", 1)
 	c.release("k1", t1)
 	t2 := w.expectGrant("k1")
 	w.release("k1", t2)

@@ -327,7 +327,6 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// waitFor polls cond until it holds, failing the test after 5 s.
 // maxLoadRounds bounds the rounds of a background load (goLoad), whatever
 // else ends it.
 const maxLoadRounds = 1_000_000
@@ -355,6 +354,61 @@ func goLoad(stop <-chan struct{}, round func(i int) error) <-chan error {
 	return done
 }
 
+// readChurn reads the n answers of a batch of releases and acquires sent by
+// a background load: every release must be answered OK, and each grant's
+// key and token go to granted. Answers about different keys may come in any
+// order; those about one key come in order.
+func readChurn(r *bufio.Reader, n int, granted func(key string, tok uint64)) error {
+	for range n {
+		line, err := r.ReadString('\n')
+		if err != nil {
+			return err
+		}
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "R ") {
+			if !strings.HasSuffix(line, " OK") {
+				return fmt.Errorf("churn: %q", line)
+			}
+			continue
+		}
+		k, tok, err := splitGrant(line)
+		if err != nil {
+			return err
+		}
+		granted(k, tok)
+	}
+	return nil
+}
+
+// joinUnderLoad starts standby 1 while a background load (goLoad) runs
+// against the active, node 0, on a connection of its own: each round sends
+// the requests batch writes to b, one a line, in one write, and reads their
+// answers (readChurn), passing each grant to granted. It stops the load once
+// node 0 is seen active with its standby up, and waits until the standby
+// holds the same grants.
+func (tc *testCluster) joinUnderLoad(batch func(round int, b *strings.Builder), granted func(key string, tok uint64)) {
+	tc.T.Helper()
+	done := make(chan struct{})
+	w := testnode.Dial(tc.T, tc.Addrs[0], answerTimeout)
+	r := newReader(w)
+	churned := goLoad(done, func(round int) error {
+		var b strings.Builder
+		batch(round, &b)
+		if _, err := io.WriteString(w, b.String()); err != nil {
+			return err
+		}
+		return readChurn(r, strings.Count(b.String(), "\n"), granted)
+	})
+	tc.Start(1)
+	tc.WaitActive(0)
+	close(done)
+	if err := <-churned; err != nil {
+		tc.T.Fatal(err)
+	}
+	tc.waitSame(0, 1)
+}
+
+// waitFor polls cond until it holds, failing the test after 5 s.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	testnode.WaitFor(t, what, cond)

@@ -62,15 +62,13 @@ func TestIdleSparesHoldersAndWaiters(t *testing.T) {
 			waiter.roundTrip()
 			idler := dial(t, n.Addr())
 			granted := time.Now()
-			holder.send("A k 1.2 0")
-			holder.expectGrant("k")
+			holder.granted("A k 1.2 0")
 			waiter.send("A k 0.5 0") // queued behind holder, without bound
 			waitQueued(t, n, 1)
 			// Another grant, extended on its own connection past the
 			// first lease: that connection is spared until then too.
 			ext := dial(t, n.Addr())
-			ext.send("A e 0.1 0")
-			etok := ext.expectGrant("e")
+			etok := ext.granted("A e 0.1 0")
 			extended := time.Now()
 			ext.send("X e " + strconv.FormatUint(etok, 10) + " 2")
 			ext.expect("X e OK")

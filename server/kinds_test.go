@@ -3,12 +3,11 @@ package server_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/kunci/kunci/internal/testhttp"
 	"github.com/kunci/kunci/server"
 )
 
@@ -19,10 +18,8 @@ func TestSemaphoreOverTheWire(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, nil)
 	a, b, c, d := dial(t, n.Addr()), dial(t, n.Addr()), dial(t, n.Addr()), dial(t, n.Addr())
-	a.send("A pool 30 0 limit=2 owner=a")
-	ta := a.expectGrant("pool")
-	b.send("A pool 30 0 limit=2")
-	tb := b.expectGrant("pool")
+	ta := a.hold("pool", "limit=2", "owner=a")
+	tb := b.hold("pool", "limit=2")
 	c.send("A pool 30 5 limit=2")
 	waitQueued(t, n, 1)
 	d.send("Q pool", "A pool 30 - limit=2", "A pool 30 0 limit=3", "A pool 30 0", "A pool 30 0 mode=shared")
@@ -38,8 +35,7 @@ func TestSemaphoreOverTheWire(t *testing.T) {
 	d.expect("L 2")
 
 	// A holder's release grants the waiter, with a token above both.
-	a.send(fmt.Sprintf("R pool %d", ta))
-	a.expect("R pool OK")
+	a.release("pool", ta)
 	tc := c.expectGrant("pool")
 	if tc <= tb {
 		t.Fatalf("waiter's token %d not above %d", tc, tb)
@@ -53,30 +49,24 @@ func TestSemaphoreOverTheWire(t *testing.T) {
 	c.send(fmt.Sprintf("X pool %d 0.2", tc))
 	c.expect("X pool OK")
 	start := time.Now()
-	d.send("A pool 30 5 limit=2")
-	td := d.expectGrant("pool")
+	td := d.granted("A pool 30 5 limit=2")
 	if el := time.Since(start); el < 200*time.Millisecond || td <= tc {
 		t.Fatalf("granted after %v with token %d: want after c's 0.2 s lease ran out, above %d", el, td, tc)
 	}
-	b.send(fmt.Sprintf("R pool %d", tb))
-	b.expect("R pool OK")
+	b.release("pool", tb)
 	d.send(fmt.Sprintf("R pool %d", td), "Q pool")
 	d.expect("R pool OK", "Q pool FREE")
 	// Free, the key forgets its kind: a plain lock may take it.
-	d.send("A pool 30 0")
-	d.expectGrant("pool")
+	d.hold("pool")
 }
 
 func TestSharedGrantsOverTheWire(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, nil)
-	r1, r2, w, r3, q := dial(t, n.Addr()), dial(t, n.Addr()), dial(t, n.Addr()), dial(t, n.Addr()), dial(t, n.Addr())
-	r1.send("A doc 30 0 mode=shared")
-	t1 := r1.expectGrant("doc")
-	r2.send("A doc 30 0 mode=shared owner=r2")
-	t2 := r2.expectGrant("doc")
-	w.send("A doc 30 0 mode=exclusive")
-	waitQueued(t, n, 1)
+	r1, r2, r3, q := dial(t, n.Addr()), dial(t, n.Addr()), dial(t, n.Addr()), dial(t, n.Addr())
+	t1 := r1.hold("doc", "mode=shared")
+	t2 := r2.hold("doc", "mode=shared", "owner=r2")
+	w := queue(t, n, "doc", "mode=exclusive", 1)
 	// A writer at the head keeps later readers out.
 	r3.send("A doc 30 - mode=shared", "A doc 30 0 mode=shared")
 	r3.expect("T doc")
@@ -86,11 +76,9 @@ func TestSharedGrantsOverTheWire(t *testing.T) {
 	q.expect("E A doc key held as a lock")
 
 	// The writer gets the key once both readers are gone, above both.
-	r1.send(fmt.Sprintf("R doc %d", t1))
-	r1.expect("R doc OK")
+	r1.release("doc", t1)
 	w.expectNothing(quiet)
-	r2.send(fmt.Sprintf("R doc %d", t2))
-	r2.expect("R doc OK")
+	r2.release("doc", t2)
 	tw := w.expectGrant("doc")
 	if tw <= t2 || tw <= t1 {
 		t.Fatalf("writer's token %d not above the readers' %d, %d", tw, t1, t2)
@@ -98,8 +86,7 @@ func TestSharedGrantsOverTheWire(t *testing.T) {
 	q.send("Q doc")
 	q.expectLine(fmt.Sprintf("Q doc %d", tw), "1")
 	// Its release grants the reader queued behind it, above the writer.
-	w.send(fmt.Sprintf("R doc %d", tw))
-	w.expect("R doc OK")
+	w.release("doc", tw)
 	if t3 := r3.expectGrant("doc"); t3 <= tw {
 		t.Fatalf("reader's token %d not above the writer's %d", t3, tw)
 	}
@@ -112,23 +99,12 @@ func TestWriterReleaseGrantsTheRunOfReaders(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, nil)
 	w := dial(t, n.Addr())
-	w.send("A doc 30 0")
-	tw := w.expectGrant("doc")
+	tw := w.hold("doc")
 	// Queued: two readers, a writer, two readers.
-	var readers []*client
-	w2 := dial(t, n.Addr())
-	for i := range 5 {
-		if i == 2 {
-			w2.send("A doc 30 0")
-		} else {
-			r := dial(t, n.Addr())
-			r.send("A doc 30 0 mode=shared")
-			readers = append(readers, r)
-		}
-		waitQueued(t, n, i+1)
-	}
-	w.send(fmt.Sprintf("R doc %d", tw))
-	w.expect("R doc OK")
+	readers := []*client{queue(t, n, "doc", "mode=shared", 1), queue(t, n, "doc", "mode=shared", 2)}
+	w2 := queue(t, n, "doc", "", 3)
+	readers = append(readers, queue(t, n, "doc", "mode=shared", 4), queue(t, n, "doc", "mode=shared", 5))
+	w.release("doc", tw)
 	for _, r := range readers[:2] {
 		if tok := r.expectGrant("doc"); tok <= tw {
 			t.Fatalf("reader's token %d not above %d", tok, tw)
@@ -157,31 +133,24 @@ func (c *client) expectLine(head, tail string) {
 func TestWithdrawnWriterLetsReadersIn(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, nil)
-	r1, w, r2 := dial(t, n.Addr()), dial(t, n.Addr()), dial(t, n.Addr())
-	r1.send("A doc 30 0 mode=shared")
-	t1 := r1.expectGrant("doc")
-	w.send("A doc 30 0")
-	waitQueued(t, n, 1)
-	r2.send("A doc 30 0 mode=shared")
-	waitQueued(t, n, 2)
+	r1 := dial(t, n.Addr())
+	t1 := r1.hold("doc", "mode=shared")
+	w := queue(t, n, "doc", "", 1)
+	r2 := queue(t, n, "doc", "mode=shared", 2)
 	r2.expectNothing(quiet)
 	w.close()
 	if t2 := r2.expectGrant("doc"); t2 <= t1 {
 		t.Fatalf("token %d not above %d", t2, t1)
 	}
 	// Likewise for a writer whose wait runs out, or who cancels.
-	w2, r3 := dial(t, n.Addr()), dial(t, n.Addr())
+	w2 := dial(t, n.Addr())
 	w2.send("A doc 30 0.3")
 	waitQueued(t, n, 1)
-	r3.send("A doc 30 0 mode=shared")
-	waitQueued(t, n, 2)
+	r3 := queue(t, n, "doc", "mode=shared", 2)
 	w2.expect("T doc")
 	r3.expectGrant("doc")
-	w3, r4 := dial(t, n.Addr()), dial(t, n.Addr())
-	w3.send("A doc 30 0")
-	waitQueued(t, n, 1)
-	r4.send("A doc 30 0 mode=shared")
-	waitQueued(t, n, 2)
+	w3 := queue(t, n, "doc", "", 1)
+	r4 := queue(t, n, "doc", "mode=shared", 2)
 	w3.send("C doc")
 	w3.expect("T doc", "C doc OK")
 	r4.expectGrant("doc")
@@ -226,12 +195,8 @@ func TestAdminLocksShowsGroups(t *testing.T) {
 	a, b := dial(t, n.Addr()), dial(t, n.Addr())
 	a.send("A pool 30 0 limit=3", "A doc 30 0 mode=shared")
 	ta := a.expectGrants("pool", "doc")
-	b.send("A pool 30 0 limit=3")
-	tb := b.expectGrant("pool")
-	resp, err := http.Get("http://" + n.AdminAddr() + "/locks?limit=0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	tb := b.hold("pool", "limit=3")
+	_, body := testhttp.Get(t, "http://"+n.AdminAddr()+"/locks?limit=0")
 	var l struct {
 		Locks []struct {
 			Key     string `json:"key"`
@@ -242,9 +207,7 @@ func TestAdminLocksShowsGroups(t *testing.T) {
 		} `json:"locks"`
 		Count int `json:"count"`
 	}
-	err = json.NewDecoder(resp.Body).Decode(&l)
-	resp.Body.Close()
-	if err != nil {
+	if err := json.Unmarshal([]byte(body), &l); err != nil {
 		t.Fatal(err)
 	}
 	got := map[uint64]string{}
@@ -255,17 +218,12 @@ func TestAdminLocksShowsGroups(t *testing.T) {
 	if l.Count != 3 || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("/locks: %+v, want %v", l, want)
 	}
-	resp, err = http.Get("http://" + n.AdminAddr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_, body = testhttp.Get(t, "http://"+n.AdminAddr()+"/metrics")
 	for _, line := range []string{
 		`kunci_grants_by_kind_total{kind="semaphore"} 2`, `kunci_grants_by_kind_total{kind="shared"} 1`,
 		`kunci_holders{kind="semaphore"} 2`, `kunci_holders{kind="shared"} 1`, `kunci_holders{kind="lock"} 0`,
 	} {
-		if !strings.Contains(string(body), line+"\n") {
+		if !strings.Contains(body, line+"\n") {
 			t.Errorf("/metrics lacks %q", line)
 		}
 	}

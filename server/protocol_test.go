@@ -7,6 +7,7 @@ package server_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,12 +21,20 @@ func ext(key string, token uint64, lease string) string {
 	return fmt.Sprintf("X %s %d %s", key, token, lease)
 }
 
-// hold sends "A key 30 0", expects the key granted at once, and returns
-// the token.
-func (c *client) hold(key string) uint64 {
+// granted sends the acquire req ("A key lease wait [fields]"), expects
+// its key granted (as expectGrant does: it may have to wait its turn), and
+// returns the token.
+func (c *client) granted(req string) uint64 {
 	c.t.Helper()
-	c.send("A " + key + " 30 0")
-	return c.expectGrant(key)
+	c.send(req)
+	return c.expectGrant(strings.Fields(req)[1])
+}
+
+// hold sends "A key 30 0" with the extra fields given ("limit=2",
+// "owner=a"), expects the key granted at once, and returns the token.
+func (c *client) hold(key string, fields ...string) uint64 {
+	c.t.Helper()
+	return c.granted(strings.Join(append([]string{"A", key, "30", "0"}, fields...), " "))
 }
 
 // queuedBehind dials two connections to n: h holds key (token) and w's
@@ -37,6 +46,17 @@ func queuedBehind(t *testing.T, n *server.Node, key string) (h, w *client, token
 	w.send("A " + key + " 30 0")
 	waitQueued(t, n, 1)
 	return h, w, token
+}
+
+// queue dials a connection to node n that acquires key with how, and
+// waits until the node has want acquires queued: so acquires of different
+// connections queue in the order the test sends them.
+func queue(t *testing.T, n *server.Node, key, how string, want int) *client {
+	t.Helper()
+	c := dial(t, n.Addr())
+	c.send(strings.TrimSpace(fmt.Sprintf("A %s 30 0 %s", key, how)))
+	waitQueued(t, n, want)
+	return c
 }
 
 // release sends the release of key's grant token and expects it done:
@@ -100,8 +120,7 @@ func TestLeaseEndsNeverEarly(t *testing.T) {
 	// The node grants after it reads the acquire, so the lease cannot end
 	// before lease after the acquire was sent.
 	sent := time.Now()
-	h.send("A k 0.3 0")
-	t1 := h.expectGrant("k")
+	t1 := h.granted("A k 0.3 0")
 	t2 := w.hold("k")
 	if got := time.Since(sent); got < lease {
 		t.Fatalf("waiter granted %v after the holder's acquire was sent, before its %v lease ended", got, lease)
@@ -116,16 +135,14 @@ func TestLeaseEndsNeverEarly(t *testing.T) {
 
 	// With nobody waiting the key becomes free.
 	sent = time.Now()
-	h.send("A free 0.3 0")
-	t3 := h.expectGrant("free")
+	t3 := h.granted("A free 0.3 0")
 	waitKeys(t, n, 1) // only k, held by w
 	if got := time.Since(sent); got < lease {
 		t.Fatalf("key freed %v after the acquire was sent, before its %v lease ended", got, lease)
 	} else if got > lease+lateBound {
 		t.Fatalf("key freed %v after the acquire was sent: lease %v ended late", got, lease)
 	}
-	f.send("A free 30 0.001")
-	if t4 := f.expectGrant("free"); t4 <= t3 {
+	if t4 := f.granted("A free 30 0.001"); t4 <= t3 {
 		t.Fatalf("token %d after %d, want a larger one", t4, t3)
 	}
 	h.send(rel("free", t3))
@@ -154,8 +171,7 @@ func TestWaitRunsOutNeverEarly(t *testing.T) {
 	h.release("k", t1)
 	waitKeys(t, n, 0)
 	w.expectNothing(quiet)
-	f.send("A k 30 0")
-	if t2 := f.expectGrant("k"); t2 <= t1 {
+	if t2 := f.hold("k"); t2 <= t1 {
 		t.Fatalf("token %d after %d, want a larger one", t2, t1)
 	}
 }
@@ -280,8 +296,7 @@ func TestDisconnect(t *testing.T) {
 
 	// A grant whose holder has gone ends with its lease.
 	sent := time.Now()
-	y.send("A gone 0.3 0")
-	y.expectGrant("gone")
+	y.granted("A gone 0.3 0")
 	y.close()
 	x.hold("gone")
 	if got := time.Since(sent); got < 300*time.Millisecond {
@@ -347,8 +362,7 @@ func TestExtend(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, nil)
 	h, w := dial(t, n.Addr()), dial(t, n.Addr())
-	h.send("A k 0.2 0")
-	t1 := h.expectGrant("k")
+	t1 := h.granted("A k 0.2 0")
 	sent := time.Now()
 	h.send(ext("k", t1, "1"))
 	h.expect("X k OK")
@@ -375,8 +389,7 @@ func TestExtendAfterExpiry(t *testing.T) {
 	n := startNode(t, nil)
 	c := dial(t, n.Addr())
 	sent := time.Now()
-	c.send("A k 0.1 0")
-	t1 := c.expectGrant("k")
+	t1 := c.granted("A k 0.1 0")
 	waitKeys(t, n, 0)
 	if got := time.Since(sent); got < 100*time.Millisecond {
 		t.Fatalf("lease of 0.1 s ended %v after the acquire was sent", got)

@@ -184,8 +184,7 @@ func TestGarbage(t *testing.T) {
 			waitConns(t, n, 0)
 			c := dial(t, n.Addr())
 			c.roundTrip()
-			c.send("A after 1 0")
-			tok := c.expectGrant("after")
+			tok := c.granted("A after 1 0")
 			c.release("after", tok)
 		})
 	}

@@ -463,8 +463,7 @@ func TestClusterKeyRotationWithoutAnOutage(t *testing.T) {
 	})
 	tc.StartAll()
 	c := tc.dialActive(0)
-	c.send("A k 60 0")
-	tok := c.expectGrant("k")
+	tok := c.granted("A k 60 0")
 	step := func(i int, current, old []byte) {
 		keys[i] = [2][]byte{current, old}
 		if i == 0 {
@@ -503,8 +502,7 @@ func TestOnPathInjectionIntoAPeerLinkIsRefused(t *testing.T) {
 	t.Parallel()
 	pn, tc := tappedCluster(t, 2, nil)
 	c := dial(t, tc.Addrs[0])
-	c.send("A real 60000 0")
-	c.expectGrant("real")
+	c.granted("A real 60000 0")
 	waitFor(t, "the grant on the standby", func() bool { _, ok := tc.Nodes[1].Holders()["real"]; return ok })
 
 	injected := make(chan struct{})
@@ -528,8 +526,7 @@ func TestOnPathInjectionIntoAPeerLinkIsRefused(t *testing.T) {
 		return out
 	})
 	refused := tc.Nodes[1].Metrics().PeerRefused
-	c.send("A trigger 60000 0")
-	c.expectGrant("trigger")
+	c.granted("A trigger 60000 0")
 	select {
 	case <-injected:
 	case <-time.After(answerTimeout):

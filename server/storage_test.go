@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/kunci/kunci/internal/testaddr"
+	"github.com/kunci/kunci/internal/testhttp"
 	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
@@ -75,7 +76,7 @@ func waitHealth(t *testing.T, n *server.Node, code int) string {
 	t.Helper()
 	var got int
 	var body string
-	if !testnode.Until(answerTimeout, func() bool { got, body = get(t, "http://"+n.AdminAddr()+"/healthz"); return got == code }) {
+	if !testnode.Until(answerTimeout, func() bool { got, body = testhttp.Get(t, "http://"+n.AdminAddr()+"/healthz"); return got == code }) {
 		t.Fatalf("/healthz answers %d %q, want %d", got, body, code)
 	}
 	return body
@@ -84,7 +85,7 @@ func waitHealth(t *testing.T, n *server.Node, code int) string {
 // metricsOf returns the node's /metrics page.
 func metricsOf(t *testing.T, n *server.Node) string {
 	t.Helper()
-	_, body := get(t, "http://"+n.AdminAddr()+"/metrics")
+	_, body := testhttp.Get(t, "http://"+n.AdminAddr()+"/metrics")
 	return body
 }
 
@@ -398,7 +399,7 @@ func TestTokensStopAtMaxToken(t *testing.T) {
 	var last uint64
 	if !testnode.Until(10*time.Second, func() bool {
 		last = max(last, useUpTokens(t, c, "k"))
-		code, body := get(t, "http://"+n.AdminAddr()+"/healthz")
+		code, body := testhttp.Get(t, "http://"+n.AdminAddr()+"/healthz")
 		if code == 503 && !strings.Contains(body, "exhausted") {
 			t.Errorf("/healthz with the token space used up: %q", body)
 		}

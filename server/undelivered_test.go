@@ -166,8 +166,7 @@ func TestHeldGrantForAClientThatLeftIsReleased(t *testing.T) {
 	})
 	h, w, c := dial(t, tc.Addrs[0]), dial(t, tc.Addrs[0]), dial(t, tc.Addrs[0])
 	c.roundTrip()
-	h.send("A held 30 0")
-	tok := h.expectGrant("held")
+	tok := h.hold("held")
 	w.send("A held 30 0")
 	waitQueued(t, n, 1)
 	// The standby's acknowledgements stand still: answers are held.

@@ -39,11 +39,7 @@ Examples:
 
 func cmdInspect(args []string, stdout, stderr io.Writer) int {
 	c := newCLI("inspect", inspectHelp, stdout, stderr)
-	pos, code, done := c.parse(args)
-	if done {
-		return code
-	}
-	key, code, ok := c.oneKey(pos, "")
+	key, code, ok := c.parseKey(args)
 	if !ok {
 		return code
 	}

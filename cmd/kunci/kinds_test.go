@@ -46,6 +46,32 @@ func fields(t *testing.T, out string) [][]string {
 	return rows
 }
 
+// expectInspect runs kunci inspect key and fails t unless it prints one
+// line: key, held, by token, then (after the lease left, which varies)
+// tail.
+func expectInspect(t *testing.T, env []string, key, token, tail string) {
+	t.Helper()
+	code, out, errs := kunci(t, env, "inspect", key)
+	if f := fields(t, out); code != 0 || len(f) != 1 || strings.Join(f[0][:3], " ") != key+" yes "+token || strings.Join(f[0][4:], " ") != tail {
+		t.Fatalf("inspect %s: exit %d, stdout %q, stderr %q; want %s yes %s LEFT %s", key, code, out, errs, key, token, tail)
+	}
+}
+
+// expectLocks runs kunci locks with args and fails t unless it prints a
+// line for each grant of want (by token) and no other, each ending (after
+// the lease left, which varies) with want's fields.
+func expectLocks(t *testing.T, env []string, want map[string]string, args ...string) {
+	t.Helper()
+	code, out, errs := kunci(t, env, append([]string{"locks"}, args...)...)
+	got := map[string]string{}
+	for _, f := range fields(t, out) {
+		got[f[1]] = strings.Join(f[3:], " ")
+	}
+	if code != 0 || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("locks %v: exit %d, stdout %q, stderr %q; want a line for each grant: %v", args, code, out, errs, want)
+	}
+}
+
 // TestAcquireSemaphore: acquire --limit takes one of a semaphore's grants;
 // when it is full a try exits 75; another limit and a plain acquire are
 // refused with the node's reason; inspect and locks show the holders and
@@ -67,18 +93,8 @@ func TestAcquireSemaphore(t *testing.T) {
 	refusedAcquire(t, env, "key held as a semaphore", "kunci inspect KEY shows its limit", "pool", "--wait", "1s")
 	refusedAcquire(t, env, "key held as a semaphore", "kunci inspect KEY shows its limit", "pool", "--shared", "--try")
 
-	code, out, errs = kunci(t, env, "inspect", "pool")
-	if f := fields(t, out); code != 0 || len(f) != 1 || strings.Join(f[0][:3], " ") != "pool yes "+t1 || strings.Join(f[0][4:], " ") != "0 - 2 limit=2" {
-		t.Fatalf("inspect pool: exit %d, stdout %q, stderr %q; want pool yes %s LEFT 0 - 2 limit=2", code, out, errs, t1)
-	}
-	code, out, errs = kunci(t, env, "locks", "--prefix", "pool")
-	got := map[string]string{}
-	for _, f := range fields(t, out) {
-		got[f[1]] = strings.Join(f[3:], " ")
-	}
-	if code != 0 || len(got) != 2 || got[t1] != "0 - 2 limit=2" || got[t2] != "0 w-2 2 limit=2" {
-		t.Fatalf("locks --prefix pool: exit %d, stdout %q, stderr %q; want a line for each grant, %s and %s, with 2 limit=2", code, out, errs, t1, t2)
-	}
+	expectInspect(t, env, "pool", t1, "0 - 2 limit=2")
+	expectLocks(t, env, map[string]string{t1: "0 - 2 limit=2", t2: "0 w-2 2 limit=2"}, "--prefix", "pool")
 }
 
 // TestAcquireShared: acquire --shared takes read grants held together; a
@@ -96,18 +112,8 @@ func TestAcquireShared(t *testing.T) {
 	}
 	refusedAcquire(t, env, "key held as a lock", "acquire it without --limit", "doc", "--limit", "2", "--wait", "1s")
 
-	code, out, errs = kunci(t, env, "inspect", "doc")
-	if f := fields(t, out); code != 0 || len(f) != 1 || strings.Join(f[0][:3], " ") != "doc yes "+t1 || strings.Join(f[0][4:], " ") != "0 - 2 shared" {
-		t.Fatalf("inspect doc: exit %d, stdout %q, stderr %q; want doc yes %s LEFT 0 - 2 shared", code, out, errs, t1)
-	}
-	code, out, errs = kunci(t, env, "locks")
-	got := map[string]string{}
-	for _, f := range fields(t, out) {
-		got[f[1]] = strings.Join(f[3:], " ")
-	}
-	if code != 0 || len(got) != 2 || got[t1] != "0 - 2 shared" || got[t2] != "0 - 2 shared" {
-		t.Fatalf("locks: exit %d, stdout %q, stderr %q; want a line for each shared grant, %s and %s", code, out, errs, t1, t2)
-	}
+	expectInspect(t, env, "doc", t1, "0 - 2 shared")
+	expectLocks(t, env, map[string]string{t1: "0 - 2 shared", t2: "0 - 2 shared"})
 }
 
 // TestRunUnderModes: kunci run --shared runs beside another reader and

@@ -81,11 +81,7 @@ func cmdAcquire(args []string, stdout, stderr io.Writer) int {
 	wait := c.duration("wait", 0, "wait at most this long in the queue; 0 waits as long as the node allows (its --max-wait)")
 	try := c.fs.Bool("try", false, "do not wait: exit 75 at once when the key is held")
 	c.grantFlags()
-	pos, code, done := c.parse(args)
-	if done {
-		return code
-	}
-	key, code, ok := c.oneKey(pos, "")
+	key, code, ok := c.parseKey(args)
 	if !ok {
 		return code
 	}
@@ -226,13 +222,7 @@ func cmdRelease(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return code
 	}
-	rc, code, ok := c.reach()
-	if !ok {
-		return code
-	}
-	defer rc.stop()
-	a, err := ask(rc.ctx, c.tls, rc.addrs, rc.creds, wire.AppendRelease(nil, []byte(key), token))
-	return c.tokenAnswer("release", key, token, a, err, rc.signals)
+	return c.askToken("release", key, token, wire.AppendRelease(nil, []byte(key), token))
 }
 
 func cmdExtend(args []string, stdout, stderr io.Writer) int {
@@ -245,14 +235,8 @@ func cmdExtend(args []string, stdout, stderr io.Writer) int {
 	if *lease <= 0 {
 		return c.usageError("--lease is required, more than 0: the grant then ends that long from now")
 	}
-	rc, code, ok := c.reach()
-	if !ok {
-		return code
-	}
-	defer rc.stop()
 	ms := int64((*lease + time.Millisecond - 1) / time.Millisecond) // never shorter than asked
-	a, err := ask(rc.ctx, c.tls, rc.addrs, rc.creds, wire.AppendExtend(nil, []byte(key), token, ms))
-	return c.tokenAnswer("extend", key, token, a, err, rc.signals)
+	return c.askToken("extend", key, token, wire.AppendExtend(nil, []byte(key), token, ms))
 }
 
 // oneKey checks that a command (inspect, acquire, run) was given one
@@ -280,6 +264,17 @@ func (c *cli) checkGrant(lease time.Duration) (clientlib.Mode, error) {
 	return c.grantMode()
 }
 
+// parseKey parses the flags and the one argument, a KEY, of a command
+// (acquire, inspect); when it cannot, or on --help, it returns the exit
+// status with ok false.
+func (c *cli) parseKey(args []string) (key string, code int, ok bool) {
+	pos, code, done := c.parse(args)
+	if done {
+		return "", code, false
+	}
+	return c.oneKey(pos, "")
+}
+
 // parseKeyToken parses the flags and the KEY TOKEN arguments of release and
 // extend; when it cannot, or on --help, it returns the exit status with ok
 // false.
@@ -299,6 +294,18 @@ func (c *cli) parseKeyToken(args []string) (key string, token uint64, code int, 
 		return "", 0, c.usageError("%v", err), false
 	}
 	return pos[0], token, 0, true
+}
+
+// askToken sends req, the R or X of key's grant token, to the cluster and
+// turns the answer into a message and exit status.
+func (c *cli) askToken(what, key string, token uint64, req []byte) int {
+	rc, code, ok := c.reach()
+	if !ok {
+		return code
+	}
+	defer rc.stop()
+	a, err := ask(rc.ctx, c.tls, rc.addrs, rc.creds, req)
+	return c.tokenAnswer(what, key, token, a, err, rc.signals)
 }
 
 // tokenAnswer turns the answer to R or X into a message and exit status.

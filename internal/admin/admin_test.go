@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/kunci/kunci/internal/testaddr"
+	"github.com/kunci/kunci/internal/testhttp"
 )
 
 // start serves an endpoint on 127.0.0.1:0 whose node is healthy unless
@@ -40,22 +41,6 @@ func start(t *testing.T, pprof bool, health error, why string) string {
 	return "http://" + s.Addr()
 }
 
-func do(t *testing.T, method, url string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
-}
-
 func TestPathsSayWhatTheNodeSays(t *testing.T) {
 	t.Parallel()
 	up := start(t, false, nil, "")
@@ -74,7 +59,7 @@ func TestPathsSayWhatTheNodeSays(t *testing.T) {
 		{down + "/healthz", 503, "disk full"},
 		{down + "/readyz", 503, "standby"},
 	} {
-		code, body := do(t, "GET", tc.url)
+		code, body := testhttp.Get(t, tc.url)
 		if code != tc.code || !strings.Contains(body, tc.body) {
 			t.Errorf("GET %s: %d %q, want %d with %q", tc.url, code, body, tc.code, tc.body)
 		}
@@ -88,11 +73,11 @@ func TestOnlyGETAndHEAD(t *testing.T) {
 	url := start(t, true, nil, "")
 	for _, path := range []string{"/metrics", "/healthz", "/readyz", "/locks", "/debug/pprof/", "/debug/pprof/symbol"} {
 		for _, m := range []string{"POST", "PUT", "DELETE", "PATCH"} {
-			if code, _ := do(t, m, url+path); code != http.StatusMethodNotAllowed {
+			if code, _ := testhttp.Do(t, m, url+path); code != http.StatusMethodNotAllowed {
 				t.Errorf("%s %s: %d, want 405", m, path, code)
 			}
 		}
-		if code, _ := do(t, "HEAD", url+path); code != 200 {
+		if code, _ := testhttp.Do(t, "HEAD", url+path); code != 200 {
 			t.Errorf("HEAD %s: %d, want 200", path, code)
 		}
 	}

@@ -132,6 +132,12 @@ export class Conn {
     let named = false;
     let seek = false;
     let bounces = 0;
+    // The next attempt goes to to, where a node or another connection found the active.
+    const follow = (to: string) => {
+      addr = to;
+      named = true;
+      seek = false;
+    };
     for (let attempt = 0; ; attempt++) {
       if (cl.closed) return;
       let sock: net.Socket | null = null;
@@ -155,9 +161,7 @@ export class Conn {
           if (!r.active) {
             this.drop(sock);
             cl.log("debug", "the node names the active", { node: addr, active: r.to });
-            addr = r.to;
-            named = true;
-            seek = false;
+            follow(r.to);
             continue;
           }
           named = true;
@@ -188,11 +192,7 @@ export class Conn {
         }
         const to = await this.pause(cfg.reconnectIntervalMs, addr);
         if (cl.closed) return;
-        if (to !== "") {
-          addr = to;
-          named = true;
-          seek = false;
-        }
+        if (to !== "") follow(to);
         continue;
       }
       if (cfg.credentials) cl.authErr = undefined;
@@ -219,8 +219,7 @@ export class Conn {
       if (cl.closed) return;
       if (redirect !== undefined) {
         cl.log("debug", "redirected", { from: addr, to: redirect });
-        addr = redirect;
-        named = true;
+        follow(redirect); // seek is already false
         // Follow a redirect at once, but not nodes that keep naming each other.
         if (++bounces > MAX_REDIRECTS && !(await cl.sleep(cfg.reconnectIntervalMs))) return;
       } else if (seek) {
@@ -242,11 +241,7 @@ export class Conn {
         if (quick && lost === this.home) {
           const to = await this.pause(cfg.reconnectIntervalMs, lost);
           if (cl.closed) return;
-          if (to !== "") {
-            addr = to;
-            named = true;
-            seek = false;
-          }
+          if (to !== "") follow(to);
         }
       }
     }
