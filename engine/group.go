@@ -57,7 +57,16 @@ type group struct {
 	slots       uint32 // a semaphore's limit; 0 for shared grants
 	n           uint32 // grants
 	first, last *holder
+	// byToken indexes the grants of a group of more than scanGrants, so
+	// that a release or extend by token does not walk them all; nil for
+	// smaller groups, which it walks.
+	byToken map[uint64]*holder
 }
+
+// scanGrants is the most grants of a group that holderOf walks rather
+// than index: most groups are a few readers or a small semaphore, and a
+// map insert and delete per grant cost more than walking a few.
+const scanGrants = 16
 
 // holder is one grant of a group.
 type holder struct {
@@ -168,14 +177,28 @@ func (s *Shard) addHolder(l *lock, g *group, token uint64, now int64, owner []by
 	g.last = h
 	g.n++
 	s.nholders++
-	s.byToken[token] = h
+	switch {
+	case g.byToken != nil:
+		g.byToken[token] = h
+	case g.n > scanGrants:
+		g.byToken = make(map[uint64]*holder, 2*scanGrants)
+		for o := g.first; o != nil; o = o.next {
+			g.byToken[o.token] = o
+		}
+	}
 	return h
 }
 
-// holderOf returns l's group grant token, or nil.
+// holderOf returns the grant token of l's group, or nil.
 func (s *Shard) holderOf(l *lock, token uint64) *holder {
-	if h := s.byToken[token]; h != nil && h.l == l {
-		return h
+	g := s.groups[l]
+	if g.byToken != nil {
+		return g.byToken[token]
+	}
+	for h := g.first; h != nil; h = h.next {
+		if h.token == token {
+			return h
+		}
 	}
 	return nil
 }
@@ -198,7 +221,9 @@ func (s *Shard) dropHolder(h *holder) {
 	}
 	g.n--
 	s.nholders--
-	delete(s.byToken, h.token)
+	if g.byToken != nil {
+		delete(g.byToken, h.token) // kept while the group lasts: it grew once
+	}
 	s.holderLeases.Cancel(h)
 	*h = holder{}
 	s.freeHolders.put(h)

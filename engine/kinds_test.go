@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -712,4 +713,37 @@ func TestGroupGrantsEndInDeadlineOrderWithinATick(t *testing.T) {
 	s.at(11 * ms)
 	s.expect("conn3: A pool 3")
 	s.expectRecords("expire pool 2", "grant pool 3 until 1.011s limit=2", "expire pool 1")
+}
+
+// TestLargeGroupFindsEveryGrant: a group past scanGrants indexes its grants
+// by token; releases and extends by token find each one, in any order, as
+// the group grows past the bound and shrinks under it again.
+func TestLargeGroupFindsEveryGrant(t *testing.T) {
+	sh := NewShard(Config{}, new(Tokens), 0)
+	var out Output
+	key := []byte("pool")
+	m := Mode{Slots: 3 * scanGrants}
+	var tokens []uint64
+	for i := range 3 * scanGrants {
+		sh.AcquireMode(0, ConnID(i+1), key, nil, m, 30*sec, 0, &out)
+		tokens = append(tokens, out.Answers[0].Token)
+		out.Reset()
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	rng.Shuffle(len(tokens), func(i, j int) { tokens[i], tokens[j] = tokens[j], tokens[i] })
+	for i, tok := range tokens {
+		sh.Extend(0, 1, key, tok, 60*sec, &out)
+		sh.Release(0, 1, key, tok, &out)
+		sh.Release(0, 1, key, tok, &out) // stale now
+		if k := out.Answers; len(k) != 3 || k[0].Kind != Extended || k[1].Kind != Released || k[2].Kind != ReleaseStale {
+			t.Fatalf("grant %d (token %d): answers %+v", i, tok, k)
+		}
+		out.Reset()
+		if _, holders := sh.Holders(), len(tokens)-i-1; sh.Holders()[KindSemaphore] != holders {
+			t.Fatalf("after %d releases: %v holders", i+1, sh.Holders())
+		}
+	}
+	if keys, _ := sh.Stats(); keys != 0 {
+		t.Fatalf("%d keys held after every release", keys)
+	}
 }

@@ -220,7 +220,6 @@ type Shard struct {
 
 	// Keys held by groups of grants (group.go).
 	groups       map[*lock]*group
-	byToken      map[uint64]*holder // every group grant
 	nholders     int
 	holderLeases *wheel.Wheel[*holder]
 
@@ -278,7 +277,6 @@ func (s *Shard) newIndexes() {
 	s.owners = make(map[*waiter]string)
 	s.modes = make(map[*waiter]Mode)
 	s.groups = make(map[*lock]*group)
-	s.byToken = make(map[uint64]*holder)
 }
 
 // bind makes the wheel callbacks, bound to s.
