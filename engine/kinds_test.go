@@ -747,3 +747,26 @@ func TestLargeGroupFindsEveryGrant(t *testing.T) {
 		t.Fatalf("%d keys held after every release", keys)
 	}
 }
+
+// TestDisconnectWithoutOutputGrantsNothing: a node that decides nothing
+// now (stopping, between roles) withdraws a closed connection's acquires
+// with a nil Output; the readers behind a withdrawn head writer stay
+// queued, and are served when a grant of the key next ends.
+func TestDisconnectWithoutOutputGrantsNothing(t *testing.T) {
+	sh := NewShard(Config{}, new(Tokens), 0)
+	var out Output
+	key := []byte("doc")
+	sh.AcquireMode(0, 1, key, nil, Mode{Shared: true}, 30*sec, 0, &out)
+	reader := out.Answers[0].Token
+	sh.AcquireMode(0, 2, key, nil, Mode{}, 30*sec, 0, &out)             // a writer: queued
+	sh.AcquireMode(0, 3, key, nil, Mode{Shared: true}, 30*sec, 0, &out) // behind it
+	out.Reset()
+	sh.Disconnect(0, 2, nil)
+	if got := sh.Waiters(key); len(got) != 1 || got[0] != 3 {
+		t.Fatalf("waiters after the writer left: %v, want [3]", got)
+	}
+	sh.Release(0, 1, key, reader, &out)
+	if len(out.Answers) != 2 || out.Answers[1].Kind != Granted || out.Answers[1].Conn != 3 {
+		t.Fatalf("answers to the reader's release: %+v, want R OK and a grant to conn 3", out.Answers)
+	}
+}

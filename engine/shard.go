@@ -512,7 +512,10 @@ func (s *Shard) Inspect(conn ConnID, key []byte, out *Output) {
 // Disconnect withdraws every acquire conn has queued in this shard. They are
 // never granted and not answered. Grants conn holds are not touched. An
 // acquire that leaves the head of a queue may let the ones behind it take
-// the key's shared grants: their grants are answered in out.
+// the key's shared grants: their grants are answered in out. With a nil
+// out (a node that decides nothing now: stopping, or between roles) the
+// acquires are withdrawn and nothing is granted; the ones behind are
+// served when a grant of their key next ends.
 func (s *Shard) Disconnect(now int64, conn ConnID, out *Output) {
 	for w := s.byConn[conn]; w != nil; w = s.byConn[conn] {
 		s.counters.Withdrawn++
@@ -529,7 +532,7 @@ func (s *Shard) withdraw(now, at int64, w *waiter, out *Output) {
 	head := l.first() == w
 	s.dequeue(w)
 	s.freeWaiter(w)
-	if head && l.mode == heldShared {
+	if head && l.mode == heldShared && out != nil {
 		s.serve(now, at, hashString(l.key), l, out)
 	}
 }

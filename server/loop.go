@@ -23,6 +23,10 @@ type loop struct {
 	out engine.Output
 	// dirty lists connections of this loop with answers to write.
 	dirty []*conn
+	// writing is set while write runs: a write that fails closes its
+	// connection, and OnClose then runs inside it; the answers OnClose
+	// decides join dirty, and this write writes them.
+	writing bool
 	// paused are connections not read until their output drains
 	// (Node.onTraffic).
 	paused parked[*conn]
@@ -559,8 +563,11 @@ func (lp *loop) flush() {
 	}
 }
 
-// write writes every dirty connection's answers, one write each.
+// write writes every dirty connection's answers, one write each, those
+// made dirty meanwhile included (see loop.writing).
 func (lp *loop) write() {
+	lp.writing = true
+	defer func() { lp.writing = false }()
 	limit := 2*lp.n.cfg.OutputLimit + turnBurst
 	seq, hold := lp.holding()
 	if hold {
@@ -568,7 +575,8 @@ func (lp *loop) write() {
 		lp.writeHeld()
 		hold = len(lp.held) > 0 || lp.n.peers.sync.acked.Load() < seq
 	}
-	for i, cs := range lp.dirty {
+	for i := 0; i < len(lp.dirty); i++ { // OnClose may append to it meanwhile
+		cs := lp.dirty[i]
 		lp.dirty[i] = nil
 		cs.dirty = false
 		if len(cs.info) > 0 {

@@ -71,6 +71,9 @@ type running struct {
 	err       error // gnet.Run's error, read after done
 
 	stopOnce sync.Once
+	// stopping is set when Stop begins: the connections it closes withdraw
+	// their queued acquires, and nothing is granted any more.
+	stopping atomic.Bool
 }
 
 // tickState is the ticker's. The channels are made by New; idle, fired
@@ -293,6 +296,7 @@ func (n *Node) Stop(ctx context.Context) error {
 		case <-n.run.done:
 			return
 		}
+		n.run.stopping.Store(true)
 		n.cl.Leave()
 		n.stopAdmin(ctx)
 		close(n.tick.stop)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/kunci/kunci/engine"
 	"github.com/panjf2000/gnet/v2"
 	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
@@ -199,15 +200,26 @@ func (r reactor) OnClose(c gnet.Conn, _ error) gnet.Action {
 	}
 	if cs.acquired {
 		// Withdrawing the head of a queue of shared grants may grant the
-		// acquires behind it: their answers go out from this loop.
+		// acquires behind it: their answers go out from this loop; but a
+		// node that decides nothing now (not the active, between roles,
+		// stopping) grants nothing (nil: withdraw only).
+		var out *engine.Output
+		if n.roles.current.Load() == roleActive && !n.roles.frozen.Load() && !n.run.stopping.Load() {
+			out = &cs.lp.out
+		}
 		now := n.now()
 		for i := range n.shards {
 			b := &n.shards[i]
 			b.mu.Lock()
-			b.sh.Disconnect(now, cs.id, &cs.lp.out)
-			cs.lp.deliver(nil)
+			b.sh.Disconnect(now, cs.id, out)
+			if out != nil {
+				cs.lp.deliver(nil)
+			}
 			n.noteTimers(b)
 			b.mu.Unlock()
+		}
+		if out != nil && !cs.lp.writing {
+			cs.lp.flush() // else the write this close happened in writes them
 		}
 	}
 	n.conns.remove(cs)
