@@ -41,35 +41,55 @@ const MaxOwner = 255
 // lock is a held key. A lock in Shard.locks always has a holder: when its
 // grant ends with nobody queued, the key leaves the map.
 //
-// The grant's owner, when it has one, is kept in the key's own memory right
-// after the key, its length in ownerLen: a grant without an owner costs no
-// byte more than before owners existed, and the lock stays 80 bytes (a Go
-// size class; one more field would make it 96).
+// It is 64 bytes, a Go size class, and a million held keys are a million
+// locks: each field is what every held key needs. The key is a pointer to
+// memory the lock owns and a length, not a 16-byte string header. The
+// grant's owner, when it has one, is kept in that memory right after the
+// key, its length in ownerLen: a grant without an owner costs no byte more.
+// The queue of a key that has one is in Shard.queues: most held keys have
+// none.
 type lock struct {
 	lease    wheel.Timer[*lock] // the grant's lease deadline
-	key      string             // aliases memory owned by the lock, see setKey
+	kp       *byte              // the key, then the owner; see setKey
 	token    uint64             // the current grant
-	last     *waiter            // FIFO queue of acquires: a ring, last.next is the first
-	nwait    int32
-	keyCap   uint16 // the capacity of key's memory: key, then owner
-	ownerLen uint8  // the owner's length, 0 without one
-	mode     uint8  // heldAlone, or a group's kind (group.go)
-	granted  int64  // when the current grant was made
+	granted  int64              // when the current grant was made
+	keyLen   uint8
+	keyCap   uint8 // the capacity of kp's memory, in keyUnits
+	ownerLen uint8 // the owner's length, 0 without one
+	mode     uint8 // heldAlone, or a group's kind (group.go)
+	queued   bool  // acquires are queued for the key: see Shard.queues
 }
 
+// keyUnit is the granule of a key's memory: Go's smallest size class for
+// such memory, so that a lock's key and owner fit in keyCap units.
+const keyUnit = 16
+
+// MaxKey is the longest key the engine holds, in bytes (the protocol's
+// limit is below it).
+const MaxKey = 255
+
 func (l *lock) WheelTimer() *wheel.Timer[*lock] { return &l.lease }
+
+// key returns l's key. It aliases the lock's memory.
+func (l *lock) key() string { return unsafe.String(l.kp, int(l.keyLen)) }
+
+// mem returns the whole of l's key memory.
+func (l *lock) mem() []byte { return unsafe.Slice(l.kp, int(l.keyCap)*keyUnit) }
 
 // setKey copies key and the grant's owner into memory the lock owns,
 // reusing the previous key's memory when it is large enough. Only call it
 // while the lock is in no table.
 func (l *lock) setKey(key, owner []byte) {
-	if len(key)+len(owner) > int(l.keyCap) {
+	if len(key) > MaxKey {
+		panic("engine: key longer than MaxKey")
+	}
+	if len(key)+len(owner) > int(l.keyCap)*keyUnit {
 		l.grow(len(key) + len(owner))
 	}
-	b := unsafe.Slice(unsafe.StringData(l.key), l.keyCap)
+	b := l.mem()
 	copy(b, key)
 	copy(b[len(key):], owner)
-	l.key = unsafe.String(unsafe.SliceData(b), len(key))
+	l.keyLen = uint8(len(key))
 	l.ownerLen = uint8(len(owner))
 }
 
@@ -80,25 +100,22 @@ func (l *lock) setOwner(owner []byte) {
 		l.ownerLen = 0
 		return
 	}
-	if len(l.key)+len(owner) > int(l.keyCap) {
-		key := l.key
-		l.grow(len(key) + len(owner))
-		b := unsafe.Slice(unsafe.StringData(l.key), l.keyCap)
-		copy(b, key)
-		l.key = unsafe.String(unsafe.SliceData(b), len(key))
+	n := int(l.keyLen)
+	if n+len(owner) > int(l.keyCap)*keyUnit {
+		key := l.mem()[:n]
+		l.grow(n + len(owner))
+		copy(l.mem(), key)
 	}
-	b := unsafe.Slice(unsafe.StringData(l.key), l.keyCap)
-	copy(b[len(l.key):], owner)
+	copy(l.mem()[n:], owner)
 	l.ownerLen = uint8(len(owner))
 }
 
-// grow gives l new memory for at least n bytes; l.key points to it, with
-// its old length and undefined content.
+// grow gives l new memory for at least n bytes (at most MaxKey+MaxOwner);
+// its content is undefined.
 func (l *lock) grow(n int) {
-	c := (n + 15) &^ 15
-	b := make([]byte, c)
-	l.keyCap = uint16(c)
-	l.key = unsafe.String(unsafe.SliceData(b), len(l.key))
+	c := (n + keyUnit - 1) / keyUnit
+	l.kp = unsafe.SliceData(make([]byte, c*keyUnit))
+	l.keyCap = uint8(c)
 }
 
 // owner returns the grant's owner, "" without one. It aliases the lock's
@@ -107,39 +124,64 @@ func (l *lock) owner() string {
 	if l.ownerLen == 0 {
 		return ""
 	}
-	b := unsafe.Slice(unsafe.StringData(l.key), l.keyCap)
-	return unsafe.String(&b[len(l.key)], int(l.ownerLen))
+	return unsafe.String(&l.mem()[l.keyLen], int(l.ownerLen))
+}
+
+// queue is the FIFO queue of acquires of a key: a ring, last.next is the
+// first.
+type queue struct {
+	last *waiter
+	n    int32
 }
 
 // first returns the head of l's queue, or nil.
-func (l *lock) first() *waiter {
-	if l.last == nil {
+func (s *Shard) first(l *lock) *waiter {
+	if !l.queued {
 		return nil
 	}
-	return l.last.next
+	return s.queues[l].last.next
+}
+
+// waiting returns how many acquires are queued for l.
+func (s *Shard) waiting(l *lock) int {
+	if !l.queued {
+		return 0
+	}
+	return int(s.queues[l].n)
 }
 
 // enqueue puts w at the back of l's queue.
-func (l *lock) enqueue(w *waiter) {
-	if l.last == nil {
+func (s *Shard) enqueue(l *lock, w *waiter) {
+	var q queue
+	if l.queued {
+		q = s.queues[l]
+	}
+	if q.last == nil {
 		w.next, w.prev = w, w
 	} else {
-		head := l.last.next
-		w.prev, w.next = l.last, head
-		l.last.next, head.prev = w, w
+		head := q.last.next
+		w.prev, w.next = q.last, head
+		q.last.next, head.prev = w, w
 	}
-	l.last = w
+	q.last = w
+	q.n++
+	s.queues[l] = q
+	l.queued = true
 }
 
 // unqueue takes w out of l's queue.
-func (l *lock) unqueue(w *waiter) {
+func (s *Shard) unqueue(l *lock, w *waiter) {
 	if w.next == w {
-		l.last = nil
+		delete(s.queues, l)
+		l.queued = false
 	} else {
+		q := s.queues[l]
 		w.prev.next, w.next.prev = w.next, w.prev
-		if l.last == w {
-			l.last = w.prev
+		if q.last == w {
+			q.last = w.prev
 		}
+		q.n--
+		s.queues[l] = q
 	}
 	w.next, w.prev = nil, nil
 }
@@ -185,20 +227,20 @@ type Held struct {
 	Holders int
 }
 
-func (l *lock) held() Held {
-	key, owner := unsafeBytes(l.key), unsafeBytes(l.owner())
-	return Held{Key: key[:len(key):len(key)], Owner: owner[:len(owner):len(owner)], Token: l.token, Deadline: l.lease.When(), Waiters: int(l.nwait), Holders: 1}
+func (s *Shard) held(l *lock) Held {
+	key, owner := unsafeBytes(l.key()), unsafeBytes(l.owner())
+	return Held{Key: key[:len(key):len(key)], Owner: owner[:len(owner):len(owner)], Token: l.token, Deadline: l.lease.When(), Waiters: s.waiting(l), Holders: 1}
 }
 
 // each calls fn for each of l's grants, and returns how many it had.
 func (s *Shard) each(l *lock, fn func(h Held)) int {
 	if l.mode == heldAlone {
-		fn(l.held())
+		fn(s.held(l))
 		return 1
 	}
 	g := s.groups[l]
 	for h := g.first; h != nil; h = h.next {
-		fn(h.held(g))
+		fn(s.holderHeld(h, g))
 	}
 	return int(g.n)
 }
@@ -216,6 +258,7 @@ type Shard struct {
 	byConn map[ConnID]*waiter   // head of each connection's waiters here
 	owners map[*waiter]string   // the owners of queued acquires that have one
 	modes  map[*waiter]Mode     // the modes of queued acquires that are not exclusive
+	queues map[*lock]queue      // the queues of keys that have one (lock.queued)
 	nqueue int
 
 	// Keys held by groups of grants (group.go).
@@ -277,6 +320,7 @@ func (s *Shard) newIndexes() {
 	s.byConn = make(map[ConnID]*waiter)
 	s.owners = make(map[*waiter]string)
 	s.modes = make(map[*waiter]Mode)
+	s.queues = make(map[*lock]queue)
 	s.groups = make(map[*lock]*group)
 	s.byToken = make(map[uint64]*holder)
 }
@@ -343,7 +387,7 @@ func (s *Shard) AcquireMode(now int64, conn ConnID, key, owner []byte, m Mode, l
 		out.refuse(conn, unsafeString(key), ErrAlreadyQueued)
 		return
 	}
-	if l.mode != heldAlone && l.last == nil && s.admits(l, m) {
+	if l.mode != heldAlone && !l.queued && s.admits(l, m) {
 		token, ok := s.newGrant(conn, key, out)
 		if ok {
 			s.join(now, 0, l, conn, m, owner, lease, token, out)
@@ -352,18 +396,17 @@ func (s *Shard) AcquireMode(now int64, conn ConnID, key, owner []byte, m Mode, l
 	}
 	if wait < 0 {
 		s.counters.TriesBusy++
-		out.answer(conn, TimedOut, l.key, 0)
+		out.answer(conn, TimedOut, l.key(), 0)
 		return
 	}
-	if int(l.nwait) >= s.cfg.MaxWaiters || s.nqueue >= s.cfg.MaxQueued {
+	if s.waiting(l) >= s.cfg.MaxWaiters || s.nqueue >= s.cfg.MaxQueued {
 		s.counters.TooManyWaits++
 		out.refuse(conn, unsafeString(key), ErrTooManyWaiters)
 		return
 	}
 	w := s.newWaiter()
 	w.l, w.conn, w.lease, w.since = l, conn, lease, now
-	l.enqueue(w)
-	l.nwait++
+	s.enqueue(l, w)
 	if h := s.byConn[conn]; h != nil {
 		w.cnext, h.cprev = h, w
 	}
@@ -410,8 +453,8 @@ func (s *Shard) Release(now int64, conn ConnID, key []byte, token uint64, out *O
 		return
 	}
 	s.counters.Releases++
-	out.answer(conn, Released, l.key, 0)
-	out.record(RecordRelease, l.key, token, 0)
+	out.answer(conn, Released, l.key(), 0)
+	out.record(RecordRelease, l.key(), token, 0)
 	s.end(now, h, l, hd, out)
 }
 
@@ -441,7 +484,7 @@ func (s *Shard) ReleaseUndelivered(now int64, key []byte, token uint64, out *Out
 		return false
 	}
 	s.counters.Undelivered++
-	out.record(RecordRelease, l.key, token, 0)
+	out.record(RecordRelease, l.key(), token, 0)
 	s.end(now, h, l, hd, out)
 	return true
 }
@@ -475,8 +518,8 @@ func (s *Shard) Extend(now int64, conn ConnID, key []byte, token uint64, lease i
 	} else {
 		s.holderLeases.Reschedule(hd, now+lease)
 	}
-	out.answerUntil(conn, Extended, l.key, 0, now+lease)
-	out.record(RecordExtend, l.key, token, now+lease)
+	out.answerUntil(conn, Extended, l.key(), 0, now+lease)
+	out.record(RecordExtend, l.key(), token, now+lease)
 }
 
 // Cancel withdraws conn's queued acquire of key: that acquire is answered
@@ -485,8 +528,8 @@ func (s *Shard) Cancel(now int64, conn ConnID, key []byte, out *Output) {
 	if l := s.locks.get(hashKey(key), key); l != nil {
 		if w := s.queued[queueKey{conn, l}]; w != nil {
 			s.counters.Cancels++
-			out.answer(conn, TimedOut, l.key, 0)
-			out.answer(conn, Cancelled, l.key, 0)
+			out.answer(conn, TimedOut, l.key(), 0)
+			out.answer(conn, Cancelled, l.key(), 0)
 			s.withdraw(now, now, w, out)
 			return
 		}
@@ -504,11 +547,11 @@ func (s *Shard) Inspect(conn ConnID, key []byte, out *Output) {
 		return
 	}
 	if l.mode == heldAlone {
-		out.inspected(conn, l.held())
+		out.inspected(conn, s.held(l))
 		return
 	}
 	g := s.groups[l]
-	out.inspected(conn, g.first.held(g))
+	out.inspected(conn, s.holderHeld(g.first, g))
 }
 
 // Disconnect withdraws every acquire conn has queued in this shard. They are
@@ -528,11 +571,11 @@ func (s *Shard) Disconnect(now int64, conn ConnID, out *Output) {
 // those whose waits ran past at.
 func (s *Shard) withdraw(now, at int64, w *waiter, out *Output) {
 	l := w.l
-	head := l.first() == w
+	head := s.first(l) == w
 	s.dequeue(w)
 	s.freeWaiter(w)
 	if head && l.mode == heldShared {
-		s.serve(now, at, hashString(l.key), l, out)
+		s.serve(now, at, hashString(l.key()), l, out)
 	}
 }
 
@@ -555,14 +598,14 @@ func (s *Shard) Advance(now int64, out *Output) {
 func (s *Shard) expire(l *lock) {
 	s.counters.Expiries++
 	s.counters.HoldTime.observe(s.now - l.granted)
-	s.out.record(RecordExpire, l.key, l.token, 0)
+	s.out.record(RecordExpire, l.key(), l.token, 0)
 	l.token = 0
-	s.serve(s.now, l.lease.When(), hashString(l.key), l, s.out)
+	s.serve(s.now, l.lease.When(), hashString(l.key()), l, s.out)
 }
 
 func (s *Shard) timeout(w *waiter) {
 	s.counters.Timeouts++
-	s.out.answer(w.conn, TimedOut, w.l.key, 0)
+	s.out.answer(w.conn, TimedOut, w.l.key(), 0)
 	// It left the queue when its wait ended, not at the Advance that saw it.
 	s.withdraw(s.now, w.wait.When(), w, s.out)
 }
@@ -577,8 +620,8 @@ func (s *Shard) grant(now, since int64, l *lock, conn ConnID, lease int64, token
 	l.granted = now
 	l.token = token
 	s.leases.Add(l, now+lease)
-	out.answerUntil(conn, Granted, l.key, l.token, now+lease)
-	out.recordGrant(l.key, l.owner(), l.token, now+lease)
+	out.answerUntil(conn, Granted, l.key(), l.token, now+lease)
+	out.recordGrant(l.key(), l.owner(), l.token, now+lease)
 }
 
 func (s *Shard) observeWait(now, since int64) {
@@ -601,7 +644,7 @@ func (s *Shard) observeWait(now, since int64) {
 // holder. With no grant and nobody left the key, which hashes to h, becomes
 // free.
 func (s *Shard) serve(now, at int64, h uint64, l *lock, out *Output) {
-	for w := l.first(); w != nil; w = l.first() {
+	for w := s.first(l); w != nil; w = s.first(l) {
 		m := s.waiterMode(w)
 		if !s.admits(l, m) {
 			break
@@ -616,13 +659,13 @@ func (s *Shard) serve(now, at int64, h uint64, l *lock, out *Output) {
 		s.freeWaiter(w)
 		if late {
 			s.counters.Timeouts++
-			out.answer(conn, TimedOut, l.key, 0)
+			out.answer(conn, TimedOut, l.key(), 0)
 			continue
 		}
 		token, ok := s.tokens.Next()
 		if !ok {
 			s.counters.Unavailable++
-			out.refuse(conn, l.key, ErrStorageUnavailable)
+			out.refuse(conn, l.key(), ErrStorageUnavailable)
 			continue
 		}
 		if m == (Mode{}) {
@@ -643,8 +686,7 @@ func (s *Shard) serve(now, at int64, h uint64, l *lock, out *Output) {
 // index and the wait wheel.
 func (s *Shard) dequeue(w *waiter) {
 	l := w.l
-	l.unqueue(w)
-	l.nwait--
+	s.unqueue(l, w)
 	if w.cprev == nil {
 		if w.cnext == nil {
 			delete(s.byConn, w.conn)
@@ -824,11 +866,8 @@ func (s *Shard) Waiters(key []byte) []ConnID {
 		return nil
 	}
 	var out []ConnID
-	for w := l.first(); w != nil; w = w.next {
+	for w, n := s.first(l), s.waiting(l); n > 0; w, n = w.next, n-1 {
 		out = append(out, w.conn)
-		if w == l.last {
-			break
-		}
 	}
 	return out
 }

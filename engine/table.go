@@ -47,7 +47,7 @@ func (t *table) get(h uint64, key []byte) *lock {
 		if s.l == nil {
 			return nil
 		}
-		if s.hash == h && s.l.key == unsafe.String(unsafe.SliceData(key), len(key)) {
+		if s.hash == h && s.l.key() == unsafe.String(unsafe.SliceData(key), len(key)) {
 			return s.l
 		}
 	}

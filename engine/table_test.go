@@ -30,7 +30,8 @@ func TestTableModel(t *testing.T) {
 				t.Fatalf("bits %d step %d: get(%s) = %v, model %v", hashBits, step, k, got, model[k])
 			}
 			if got == nil {
-				l := &lock{key: k}
+				l := new(lock)
+				l.setKey([]byte(k), nil)
 				tb.insert(h, l)
 				model[k] = l
 			} else if r.IntN(3) > 0 {
@@ -46,8 +47,8 @@ func TestTableModel(t *testing.T) {
 		}
 		n := 0
 		tb.each(func(l *lock) {
-			if model[l.key] != l {
-				t.Fatalf("bits %d: each found %s, not in the model", hashBits, l.key)
+			if model[l.key()] != l {
+				t.Fatalf("bits %d: each found %s, not in the model", hashBits, l.key())
 			}
 			n++
 		})
@@ -62,19 +63,20 @@ func TestTableShrinksAfterABurst(t *testing.T) {
 	tb.init()
 	locks := make([]*lock, 100_000)
 	for i := range locks {
-		locks[i] = &lock{key: "key-" + strconv.Itoa(i)}
-		tb.insert(hashString(locks[i].key), locks[i])
+		locks[i] = new(lock)
+		locks[i].setKey([]byte("key-"+strconv.Itoa(i)), nil)
+		tb.insert(hashString(locks[i].key()), locks[i])
 	}
 	big := len(tb.slots)
 	for _, l := range locks[:99_000] {
-		tb.remove(hashString(l.key), l)
+		tb.remove(hashString(l.key()), l)
 	}
 	if !tb.shrink() || len(tb.slots) >= big/16 {
 		t.Fatalf("slots %d after shrinking from %d with %d left", len(tb.slots), big, tb.len())
 	}
 	for _, l := range locks[99_000:] {
-		if tb.get(hashString(l.key), []byte(l.key)) != l {
-			t.Fatalf("%s lost in the shrink", l.key)
+		if tb.get(hashString(l.key()), []byte(l.key())) != l {
+			t.Fatalf("%s lost in the shrink", l.key())
 		}
 	}
 }
