@@ -53,7 +53,7 @@ func (s *Shard) Scan(c *Cursor, max int, fn func(h Held)) (done bool) {
 	}
 	slots := s.locks.slots
 	for ; max > 0 && c.pos < len(slots); c.pos++ {
-		l := slots[c.pos].l
+		l := slots[c.pos]
 		if l == nil {
 			continue
 		}
