@@ -267,9 +267,8 @@ type Shard struct {
 	nholders     int
 	holderLeases *wheel.Wheel[*holder]
 
-	// Memory of locks, waiters, holders and groups that ended, for the
-	// next ones: at most maxFree of each.
-	freeLocks   freeList[lock]
+	// Memory of waiters, holders and groups that ended, for the next
+	// ones: at most maxFree of each. (The table keeps the locks' own.)
 	freeWaiters freeList[waiter]
 	freeHolders freeList[holder]
 	freeGroups  freeList[group]
@@ -364,13 +363,11 @@ func (s *Shard) AcquireMode(now int64, conn ConnID, key, owner []byte, m Mode, l
 			return
 		}
 		if m == (Mode{}) {
-			l = s.newLock(key, owner)
-			s.locks.insert(h, l)
+			l = s.locks.add(h, key, owner)
 			s.grant(now, 0, l, conn, lease, token, out)
 			return
 		}
-		l = s.newLock(key, nil)
-		s.locks.insert(h, l)
+		l = s.locks.add(h, key, nil)
 		s.join(now, 0, l, conn, m, owner, lease, token, out)
 		return
 	}
@@ -676,9 +673,8 @@ func (s *Shard) serve(now, at int64, h uint64, l *lock, out *Output) {
 		s.join(now, since, l, conn, m, unsafeBytes(owner), lease, token, out)
 	}
 	if l.mode == heldAlone && l.token == 0 {
-		s.locks.remove(h, l)
 		l.ownerLen = 0
-		s.freeLock(l)
+		s.locks.remove(h, l)
 	}
 }
 
@@ -709,14 +705,6 @@ func (s *Shard) dequeue(w *waiter) {
 	s.nqueue--
 	s.waits.Cancel(w)
 }
-
-func (s *Shard) newLock(key, owner []byte) *lock {
-	l := s.freeLocks.get()
-	l.setKey(key, owner) // reuses the key memory of the lock it was
-	return l
-}
-
-func (s *Shard) freeLock(l *lock) { s.freeLocks.put(l) }
 
 func (s *Shard) newWaiter() *waiter { return s.freeWaiters.get() }
 
@@ -780,8 +768,7 @@ func (s *Shard) Install(now int64, key []byte, token uint64, deadline int64, own
 		if s.grants() >= s.cfg.MaxKeys {
 			return ErrTooManyKeys
 		}
-		l = s.newLock(key, nil)
-		s.locks.insert(h, l)
+		l = s.locks.add(h, key, nil)
 	case m == (Mode{}) || l.mode == heldAlone || s.heldMode(l) != m:
 		s.dropAll(l)
 	}
