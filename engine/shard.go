@@ -88,7 +88,9 @@ func (l *lock) setKey(key, owner []byte) {
 	}
 	b := l.mem()
 	copy(b, key)
-	copy(b[len(key):], owner)
+	if len(owner) > 0 {
+		copy(b[len(key):], owner)
+	}
 	l.keyLen = uint8(len(key))
 	l.ownerLen = uint8(len(owner))
 }

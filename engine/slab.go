@@ -8,8 +8,11 @@ import "math/bits"
 // it (the wheel's, a waiter's) stay good. A chunk whose locks are all free
 // goes back to the runtime, but for the last maxEmpty of them, kept for the
 // next keys: the memory of a burst goes back afterwards, as Go's allocator
-// would give back an 8 KiB span of 64-byte objects.
+// would give back an 8 KiB span of 64-byte objects. The last few locks
+// freed wait in recent for the next keys, as a free list, so that a key
+// taken and freed over and over costs no bookkeeping of the chunks.
 type slab struct {
+	recent []uint32 // freed, still counted in use by their chunks: at most maxRecent
 	chunks []*chunk // nil: given back
 	meta   []chunkMeta
 	open   []uint32 // chunks with a free lock: new locks come from the last
@@ -21,6 +24,7 @@ const (
 	chunkBits = 7
 	chunkLen  = 1<<chunkBits - 1 // 127 locks, indexes 0 to 126 of the chunk's 128
 	maxEmpty  = maxFree / chunkLen
+	maxRecent = 64
 )
 
 // chunk is 8128 bytes: with the 8-byte header Go gives an object of more
@@ -40,6 +44,11 @@ func (s *slab) at(i uint32) *lock { return &s.chunks[i>>chunkBits][i&(1<<chunkBi
 // get returns a free lock and its index. The lock is as it was freed: its
 // key memory is kept, for the next key.
 func (s *slab) get() (*lock, uint32) {
+	if n := len(s.recent); n > 0 {
+		i := s.recent[n-1]
+		s.recent = s.recent[:n-1]
+		return s.at(i), i
+	}
 	if len(s.open) == 0 {
 		s.grow()
 	}
@@ -65,6 +74,10 @@ func (s *slab) get() (*lock, uint32) {
 
 // put frees the lock of index i, which is in no table.
 func (s *slab) put(i uint32) {
+	if len(s.recent) < maxRecent {
+		s.recent = append(s.recent, i)
+		return
+	}
 	c, b := i>>chunkBits, i&(1<<chunkBits-1)
 	m := &s.meta[c]
 	m.free[b/64] |= 1 << (b % 64)

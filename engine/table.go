@@ -2,7 +2,6 @@ package engine
 
 import (
 	"hash/maphash"
-	"unsafe"
 )
 
 // seed keys the hash of every table in the process. Hash values are never
@@ -23,6 +22,7 @@ func hashString(key string) uint64 { return maphash.String(seed, key) }
 // the lock only when its tag matches.
 type table struct {
 	slots []slot
+	m     uint32 // len(slots)-1
 	locks slab
 	n     int
 	peak  int       // most entries since the slots were last sized
@@ -40,11 +40,16 @@ func tagOf(h uint64) uint32 { return uint32(h) | 1<<31 }
 
 const minTableSize = 64
 
-func (t *table) init() { t.slots = make([]slot, minTableSize) }
+func (t *table) init() { t.alloc(minTableSize) }
+
+func (t *table) alloc(size int) {
+	t.slots = make([]slot, size)
+	t.m = uint32(size - 1)
+}
 
 func (t *table) len() int { return t.n }
 
-func (t *table) mask() uint32 { return uint32(len(t.slots) - 1) }
+func (t *table) mask() uint32 { return t.m }
 
 // at returns the lock in slot i, or nil.
 func (t *table) at(i int) *lock {
@@ -56,13 +61,13 @@ func (t *table) at(i int) *lock {
 
 // get returns the lock of key, whose hash is h, or nil.
 func (t *table) get(h uint64, key []byte) *lock {
-	tag, m := tagOf(h), t.mask()
-	for i := tag & m; ; i = (i + 1) & m {
-		switch s := t.slots[i]; s.tag {
+	tag := tagOf(h)
+	for i := tag; ; i++ {
+		switch s := t.slots[i&t.m]; s.tag {
 		case 0:
 			return nil
 		case tag:
-			if l := t.locks.at(s.i); l.key() == unsafe.String(unsafe.SliceData(key), len(key)) {
+			if l := t.locks.at(s.i); l.key() == string(key) {
 				return l
 			}
 		}
@@ -126,7 +131,7 @@ func (t *table) resize(size int) {
 		c.restart()
 	}
 	old := t.slots
-	t.slots = make([]slot, size)
+	t.alloc(size)
 	for _, s := range old {
 		if s.tag != 0 {
 			t.put(s)
