@@ -232,7 +232,7 @@ func (s *Shard) dropAll(l *lock) {
 // end first, so that the head of the queue takes the place that freed
 // first and is answered T only if its wait ran out before any did.
 func (s *Shard) expireHolder(h *holder) {
-	for h.l.queued {
+	for h.l.q != 0 {
 		e := s.endedBefore(h)
 		if e == nil {
 			break

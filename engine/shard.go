@@ -46,18 +46,18 @@ const MaxOwner = 255
 // memory the lock owns and a length, not a 16-byte string header. The
 // grant's owner, when it has one, is kept in that memory right after the
 // key, its length in ownerLen: a grant without an owner costs no byte more.
-// The queue of a key that has one is in Shard.queues: most held keys have
-// none.
+// The queue of a key that has one is in Shard.queues, l.q its index: most
+// held keys have none.
 type lock struct {
 	lease    wheel.Timer[*lock] // the grant's lease deadline
 	kp       *byte              // the key, then the owner; see setKey
 	token    uint64             // the current grant
 	granted  int64              // when the current grant was made
 	keyLen   uint8
-	keyCap   uint8 // the capacity of kp's memory, in keyUnits
-	ownerLen uint8 // the owner's length, 0 without one
-	mode     uint8 // heldAlone, or a group's kind (group.go)
-	queued   bool  // acquires are queued for the key: see Shard.queues
+	keyCap   uint8  // the capacity of kp's memory, in keyUnits
+	ownerLen uint8  // the owner's length, 0 without one
+	mode     uint8  // heldAlone, or a group's kind (group.go)
+	q        uint32 // the key's queue in Shard.queues; 0: none
 }
 
 // keyUnit is the granule of a key's memory: Go's smallest size class for
@@ -138,26 +138,26 @@ type queue struct {
 
 // first returns the head of l's queue, or nil.
 func (s *Shard) first(l *lock) *waiter {
-	if !l.queued {
+	if l.q == 0 {
 		return nil
 	}
-	return s.queues[l].last.next
+	return s.queues[l.q].last.next
 }
 
 // waiting returns how many acquires are queued for l.
 func (s *Shard) waiting(l *lock) int {
-	if !l.queued {
+	if l.q == 0 {
 		return 0
 	}
-	return int(s.queues[l].n)
+	return int(s.queues[l.q].n)
 }
 
 // enqueue puts w at the back of l's queue.
 func (s *Shard) enqueue(l *lock, w *waiter) {
-	var q queue
-	if l.queued {
-		q = s.queues[l]
+	if l.q == 0 {
+		l.q = s.newQueue()
 	}
+	q := &s.queues[l.q]
 	if q.last == nil {
 		w.next, w.prev = w, w
 	} else {
@@ -167,25 +167,34 @@ func (s *Shard) enqueue(l *lock, w *waiter) {
 	}
 	q.last = w
 	q.n++
-	s.queues[l] = q
-	l.queued = true
 }
 
 // unqueue takes w out of l's queue.
 func (s *Shard) unqueue(l *lock, w *waiter) {
+	q := &s.queues[l.q]
 	if w.next == w {
-		delete(s.queues, l)
-		l.queued = false
+		*q = queue{}
+		s.freeQueues = append(s.freeQueues, l.q)
+		l.q = 0
 	} else {
-		q := s.queues[l]
 		w.prev.next, w.next.prev = w.next, w.prev
 		if q.last == w {
 			q.last = w.prev
 		}
 		q.n--
-		s.queues[l] = q
 	}
 	w.next, w.prev = nil, nil
+}
+
+// newQueue returns the index of an empty queue in s.queues.
+func (s *Shard) newQueue() uint32 {
+	if n := len(s.freeQueues); n > 0 {
+		i := s.freeQueues[n-1]
+		s.freeQueues = s.freeQueues[:n-1]
+		return i
+	}
+	s.queues = append(s.queues, queue{})
+	return uint32(len(s.queues) - 1)
 }
 
 // waiter is a queued acquire. Its mode, when not the zero Mode, is in
@@ -260,8 +269,11 @@ type Shard struct {
 	byConn map[ConnID]*waiter   // head of each connection's waiters here
 	owners map[*waiter]string   // the owners of queued acquires that have one
 	modes  map[*waiter]Mode     // the modes of queued acquires that are not exclusive
-	queues map[*lock]queue      // the queues of keys that have one (lock.queued)
-	nqueue int
+	// The queues of the keys that have one (lock.q), from 1, and the
+	// indexes of those free.
+	queues     []queue
+	freeQueues []uint32
+	nqueue     int
 
 	// Keys held by groups of grants (group.go).
 	groups       map[*lock]*group
@@ -321,7 +333,7 @@ func (s *Shard) newIndexes() {
 	s.byConn = make(map[ConnID]*waiter)
 	s.owners = make(map[*waiter]string)
 	s.modes = make(map[*waiter]Mode)
-	s.queues = make(map[*lock]queue)
+	s.queues, s.freeQueues = make([]queue, 1), nil
 	s.groups = make(map[*lock]*group)
 	s.byToken = make(map[uint64]*holder)
 }
@@ -386,7 +398,7 @@ func (s *Shard) AcquireMode(now int64, conn ConnID, key, owner []byte, m Mode, l
 		out.refuse(conn, unsafeString(key), ErrAlreadyQueued)
 		return
 	}
-	if l.mode != heldAlone && !l.queued && s.admits(l, m) {
+	if l.mode != heldAlone && l.q == 0 && s.admits(l, m) {
 		token, ok := s.newGrant(conn, key, out)
 		if ok {
 			s.join(now, 0, l, conn, m, owner, lease, token, out)
