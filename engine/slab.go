@@ -49,6 +49,11 @@ func (s *slab) get() (*lock, uint32) {
 		s.recent = s.recent[:n-1]
 		return s.at(i), i
 	}
+	return s.take()
+}
+
+// take takes a free lock from the open chunks.
+func (s *slab) take() (*lock, uint32) {
 	if len(s.open) == 0 {
 		s.grow()
 	}
@@ -78,6 +83,11 @@ func (s *slab) put(i uint32) {
 		s.recent = append(s.recent, i)
 		return
 	}
+	s.free(i)
+}
+
+// free marks the lock of index i free in its chunk.
+func (s *slab) free(i uint32) {
 	c, b := i>>chunkBits, i&(1<<chunkBits-1)
 	m := &s.meta[c]
 	m.free[b/64] |= 1 << (b % 64)
