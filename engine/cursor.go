@@ -51,9 +51,9 @@ func (s *Shard) Scan(c *Cursor, max int, fn func(h Held)) (done bool) {
 		c.behind = c.behind[:len(c.behind)-1]
 		max -= s.each(l, fn)
 	}
-	slots := s.locks.slots
-	for ; max > 0 && c.pos < len(slots); c.pos++ {
-		l := slots[c.pos].l
+	t := &s.locks
+	for ; max > 0 && c.pos < len(t.slots); c.pos++ {
+		l := t.at(c.pos)
 		if l == nil {
 			continue
 		}
@@ -63,7 +63,7 @@ func (s *Shard) Scan(c *Cursor, max int, fn func(h Held)) (done bool) {
 		}
 		max -= s.each(l, fn)
 	}
-	if c.pos < len(slots) || len(c.behind) > 0 {
+	if c.pos < len(t.slots) || len(c.behind) > 0 {
 		return false
 	}
 	s.Close(c)

@@ -80,10 +80,10 @@ type holder struct {
 
 func (h *holder) WheelTimer() *wheel.Timer[*holder] { return &h.lease }
 
-func (h *holder) held(g *group) Held {
-	key := unsafeBytes(h.l.key)
+func (s *Shard) holderHeld(h *holder, g *group) Held {
+	key := unsafeBytes(h.l.key())
 	return Held{Key: key[:len(key):len(key)], Owner: unsafeBytes(h.owner), Token: h.token, Deadline: h.lease.When(),
-		Waiters: int(h.l.nwait), Holders: int(g.n), Mode: g.mode()}
+		Waiters: s.waiting(h.l), Holders: int(g.n), Mode: g.mode()}
 }
 
 func (g *group) mode() Mode { return Mode{Slots: g.slots, Shared: g.slots == 0} }
@@ -142,8 +142,8 @@ func (s *Shard) join(now, since int64, l *lock, conn ConnID, m Mode, owner []byt
 	s.counters.GrantsBy[m.Kind()]++
 	s.observeWait(now, since)
 	s.holderLeases.Add(h, now+lease)
-	out.answerUntil(conn, Granted, l.key, token, now+lease)
-	out.recordGrantMode(l.key, h.owner, token, now+lease, g.mode())
+	out.answerUntil(conn, Granted, l.key(), token, now+lease)
+	out.recordGrantMode(l.key(), h.owner, token, now+lease, g.mode())
 }
 
 // groupOf returns l's group, made for mode m (not the zero Mode) when l is
@@ -257,7 +257,7 @@ func (s *Shard) dropAll(l *lock) {
 // end first, so that the head of the queue takes the place that freed
 // first and is answered T only if its wait ran out before any did.
 func (s *Shard) expireHolder(h *holder) {
-	for h.l.nwait > 0 {
+	for h.l.q != 0 {
 		e := s.endedBefore(h)
 		if e == nil {
 			break
@@ -284,10 +284,10 @@ func (s *Shard) endHolder(h *holder) {
 	l := h.l
 	s.counters.Expiries++
 	s.counters.HoldTime.observe(s.now - h.granted)
-	s.out.record(RecordExpire, l.key, h.token, 0)
+	s.out.record(RecordExpire, l.key(), h.token, 0)
 	at := h.lease.When()
 	s.dropHolder(h)
-	s.serve(s.now, at, hashString(l.key), l, s.out)
+	s.serve(s.now, at, hashString(l.key()), l, s.out)
 }
 
 // waiterMode is the mode w asked for.

@@ -120,3 +120,38 @@ func TestMillionKeysHeldThenReleasedGiveTheHeapBack(t *testing.T) {
 	}
 	runtime.KeepAlive(sh)
 }
+
+// A queued acquire costs its waiter and its entries in the shard's
+// indexes; a key's first one also its queue (Shard.queues). The node's RSS
+// cannot show it when the waiters fit in memory the heap had freed, so
+// bench/memory's per-waiter figure is read here from the heap.
+func TestWaitersHeapPerWaiter(t *testing.T) {
+	n := 100_000
+	if testing.Short() || raceEnabled {
+		n = 20_000
+	}
+	sh := NewShard(Config{}, new(Tokens), 0)
+	var out Output
+	buf := make([]byte, 0, 32)
+	for i := range n {
+		buf = strconv.AppendInt(append(buf[:0], "lock/"...), int64(i), 10)
+		sh.Acquire(0, 1, buf, 30*sec, 0, &out)
+		out.Reset()
+	}
+	before := heapInUse()
+	for i := range n {
+		buf = strconv.AppendInt(append(buf[:0], "lock/"...), int64(i), 10)
+		sh.Acquire(0, ConnID(2+i%4), buf, 30*sec, 0, &out)
+		out.Reset()
+	}
+	after := heapInUse()
+	if _, q := sh.Stats(); q != n {
+		t.Fatalf("%d queued, want %d", q, n)
+	}
+	per := (after - before) / uint64(n)
+	t.Logf("%d waiters, one per held key: heap %+d KiB, %d B per waiter", n, (after-before)/1024, per)
+	if per > 400 {
+		t.Errorf("%d B per waiter, want at most 400", per)
+	}
+	runtime.KeepAlive(sh)
+}

@@ -41,35 +41,57 @@ const MaxOwner = 255
 // lock is a held key. A lock in Shard.locks always has a holder: when its
 // grant ends with nobody queued, the key leaves the map.
 //
-// The grant's owner, when it has one, is kept in the key's own memory right
-// after the key, its length in ownerLen: a grant without an owner costs no
-// byte more than before owners existed, and the lock stays 80 bytes (a Go
-// size class; one more field would make it 96).
+// It is 64 bytes, a Go size class, and a million held keys are a million
+// locks: each field is what every held key needs. The key is a pointer to
+// memory the lock owns and a length, not a 16-byte string header. The
+// grant's owner, when it has one, is kept in that memory right after the
+// key, its length in ownerLen: a grant without an owner costs no byte more.
+// The queue of a key that has one is in Shard.queues, l.q its index: most
+// held keys have none.
 type lock struct {
 	lease    wheel.Timer[*lock] // the grant's lease deadline
-	key      string             // aliases memory owned by the lock, see setKey
+	kp       *byte              // the key, then the owner; see setKey
 	token    uint64             // the current grant
-	last     *waiter            // FIFO queue of acquires: a ring, last.next is the first
-	nwait    int32
-	keyCap   uint16 // the capacity of key's memory: key, then owner
+	granted  int64              // when the current grant was made
+	keyLen   uint8
+	keyCap   uint8  // the capacity of kp's memory, in keyUnits
 	ownerLen uint8  // the owner's length, 0 without one
 	mode     uint8  // heldAlone, or a group's kind (group.go)
-	granted  int64  // when the current grant was made
+	q        uint32 // the key's queue in Shard.queues; 0: none
 }
 
+// keyUnit is the granule of a key's memory: Go's smallest size class for
+// such memory, so that a lock's key and owner fit in keyCap units.
+const keyUnit = 16
+
+// MaxKey is the longest key the engine holds, in bytes (the protocol's
+// limit is below it).
+const MaxKey = 255
+
 func (l *lock) WheelTimer() *wheel.Timer[*lock] { return &l.lease }
+
+// key returns l's key. It aliases the lock's memory.
+func (l *lock) key() string { return unsafe.String(l.kp, int(l.keyLen)) }
+
+// mem returns the whole of l's key memory.
+func (l *lock) mem() []byte { return unsafe.Slice(l.kp, int(l.keyCap)*keyUnit) }
 
 // setKey copies key and the grant's owner into memory the lock owns,
 // reusing the previous key's memory when it is large enough. Only call it
 // while the lock is in no table.
 func (l *lock) setKey(key, owner []byte) {
-	if len(key)+len(owner) > int(l.keyCap) {
+	if len(key) > MaxKey {
+		panic("engine: key longer than MaxKey")
+	}
+	if len(key)+len(owner) > int(l.keyCap)*keyUnit {
 		l.grow(len(key) + len(owner))
 	}
-	b := unsafe.Slice(unsafe.StringData(l.key), l.keyCap)
+	b := l.mem()
 	copy(b, key)
-	copy(b[len(key):], owner)
-	l.key = unsafe.String(unsafe.SliceData(b), len(key))
+	if len(owner) > 0 {
+		copy(b[len(key):], owner)
+	}
+	l.keyLen = uint8(len(key))
 	l.ownerLen = uint8(len(owner))
 }
 
@@ -80,25 +102,22 @@ func (l *lock) setOwner(owner []byte) {
 		l.ownerLen = 0
 		return
 	}
-	if len(l.key)+len(owner) > int(l.keyCap) {
-		key := l.key
-		l.grow(len(key) + len(owner))
-		b := unsafe.Slice(unsafe.StringData(l.key), l.keyCap)
-		copy(b, key)
-		l.key = unsafe.String(unsafe.SliceData(b), len(key))
+	n := int(l.keyLen)
+	if n+len(owner) > int(l.keyCap)*keyUnit {
+		key := l.mem()[:n]
+		l.grow(n + len(owner))
+		copy(l.mem(), key)
 	}
-	b := unsafe.Slice(unsafe.StringData(l.key), l.keyCap)
-	copy(b[len(l.key):], owner)
+	copy(l.mem()[n:], owner)
 	l.ownerLen = uint8(len(owner))
 }
 
-// grow gives l new memory for at least n bytes; l.key points to it, with
-// its old length and undefined content.
+// grow gives l new memory for at least n bytes (at most MaxKey+MaxOwner);
+// its content is undefined.
 func (l *lock) grow(n int) {
-	c := (n + 15) &^ 15
-	b := make([]byte, c)
-	l.keyCap = uint16(c)
-	l.key = unsafe.String(unsafe.SliceData(b), len(l.key))
+	c := (n + keyUnit - 1) / keyUnit
+	l.kp = unsafe.SliceData(make([]byte, c*keyUnit))
+	l.keyCap = uint8(c)
 }
 
 // owner returns the grant's owner, "" without one. It aliases the lock's
@@ -107,41 +126,75 @@ func (l *lock) owner() string {
 	if l.ownerLen == 0 {
 		return ""
 	}
-	b := unsafe.Slice(unsafe.StringData(l.key), l.keyCap)
-	return unsafe.String(&b[len(l.key)], int(l.ownerLen))
+	return unsafe.String(&l.mem()[l.keyLen], int(l.ownerLen))
+}
+
+// queue is the FIFO queue of acquires of a key: a ring, last.next is the
+// first.
+type queue struct {
+	last *waiter
+	n    int32
 }
 
 // first returns the head of l's queue, or nil.
-func (l *lock) first() *waiter {
-	if l.last == nil {
+func (s *Shard) first(l *lock) *waiter {
+	if l.q == 0 {
 		return nil
 	}
-	return l.last.next
+	return s.queues[l.q].last.next
+}
+
+// waiting returns how many acquires are queued for l.
+func (s *Shard) waiting(l *lock) int {
+	if l.q == 0 {
+		return 0
+	}
+	return int(s.queues[l.q].n)
 }
 
 // enqueue puts w at the back of l's queue.
-func (l *lock) enqueue(w *waiter) {
-	if l.last == nil {
+func (s *Shard) enqueue(l *lock, w *waiter) {
+	if l.q == 0 {
+		l.q = s.newQueue()
+	}
+	q := &s.queues[l.q]
+	if q.last == nil {
 		w.next, w.prev = w, w
 	} else {
-		head := l.last.next
-		w.prev, w.next = l.last, head
-		l.last.next, head.prev = w, w
+		head := q.last.next
+		w.prev, w.next = q.last, head
+		q.last.next, head.prev = w, w
 	}
-	l.last = w
+	q.last = w
+	q.n++
 }
 
 // unqueue takes w out of l's queue.
-func (l *lock) unqueue(w *waiter) {
+func (s *Shard) unqueue(l *lock, w *waiter) {
+	q := &s.queues[l.q]
 	if w.next == w {
-		l.last = nil
+		*q = queue{}
+		s.freeQueues = append(s.freeQueues, l.q)
+		l.q = 0
 	} else {
 		w.prev.next, w.next.prev = w.next, w.prev
-		if l.last == w {
-			l.last = w.prev
+		if q.last == w {
+			q.last = w.prev
 		}
+		q.n--
 	}
 	w.next, w.prev = nil, nil
+}
+
+// newQueue returns the index of an empty queue in s.queues.
+func (s *Shard) newQueue() uint32 {
+	if n := len(s.freeQueues); n > 0 {
+		i := s.freeQueues[n-1]
+		s.freeQueues = s.freeQueues[:n-1]
+		return i
+	}
+	s.queues = append(s.queues, queue{})
+	return uint32(len(s.queues) - 1)
 }
 
 // waiter is a queued acquire. Its mode, when not the zero Mode, is in
@@ -185,20 +238,20 @@ type Held struct {
 	Holders int
 }
 
-func (l *lock) held() Held {
-	key, owner := unsafeBytes(l.key), unsafeBytes(l.owner())
-	return Held{Key: key[:len(key):len(key)], Owner: owner[:len(owner):len(owner)], Token: l.token, Deadline: l.lease.When(), Waiters: int(l.nwait), Holders: 1}
+func (s *Shard) held(l *lock) Held {
+	key, owner := unsafeBytes(l.key()), unsafeBytes(l.owner())
+	return Held{Key: key[:len(key):len(key)], Owner: owner[:len(owner):len(owner)], Token: l.token, Deadline: l.lease.When(), Waiters: s.waiting(l), Holders: 1}
 }
 
 // each calls fn for each of l's grants, and returns how many it had.
 func (s *Shard) each(l *lock, fn func(h Held)) int {
 	if l.mode == heldAlone {
-		fn(l.held())
+		fn(s.held(l))
 		return 1
 	}
 	g := s.groups[l]
 	for h := g.first; h != nil; h = h.next {
-		fn(h.held(g))
+		fn(s.holderHeld(h, g))
 	}
 	return int(g.n)
 }
@@ -216,16 +269,19 @@ type Shard struct {
 	byConn map[ConnID]*waiter   // head of each connection's waiters here
 	owners map[*waiter]string   // the owners of queued acquires that have one
 	modes  map[*waiter]Mode     // the modes of queued acquires that are not exclusive
-	nqueue int
+	// The queues of the keys that have one (lock.q), from 1, and the
+	// indexes of those free.
+	queues     []queue
+	freeQueues []uint32
+	nqueue     int
 
 	// Keys held by groups of grants (group.go).
 	groups       map[*lock]*group
 	nholders     int
 	holderLeases *wheel.Wheel[*holder]
 
-	// Memory of locks, waiters, holders and groups that ended, for the
-	// next ones: at most maxFree of each.
-	freeLocks   freeList[lock]
+	// Memory of waiters, holders and groups that ended, for the next
+	// ones: at most maxFree of each. (The table keeps the locks' own.)
 	freeWaiters freeList[waiter]
 	freeHolders freeList[holder]
 	freeGroups  freeList[group]
@@ -276,6 +332,7 @@ func (s *Shard) newIndexes() {
 	s.byConn = make(map[ConnID]*waiter)
 	s.owners = make(map[*waiter]string)
 	s.modes = make(map[*waiter]Mode)
+	s.queues, s.freeQueues = make([]queue, 1), nil
 	s.groups = make(map[*lock]*group)
 }
 
@@ -318,13 +375,11 @@ func (s *Shard) AcquireMode(now int64, conn ConnID, key, owner []byte, m Mode, l
 			return
 		}
 		if m == (Mode{}) {
-			l = s.newLock(key, owner)
-			s.locks.insert(h, l)
+			l = s.locks.add(h, key, owner)
 			s.grant(now, 0, l, conn, lease, token, out)
 			return
 		}
-		l = s.newLock(key, nil)
-		s.locks.insert(h, l)
+		l = s.locks.add(h, key, nil)
 		s.join(now, 0, l, conn, m, owner, lease, token, out)
 		return
 	}
@@ -341,7 +396,7 @@ func (s *Shard) AcquireMode(now int64, conn ConnID, key, owner []byte, m Mode, l
 		out.refuse(conn, unsafeString(key), ErrAlreadyQueued)
 		return
 	}
-	if l.mode != heldAlone && l.last == nil && s.admits(l, m) {
+	if l.mode != heldAlone && l.q == 0 && s.admits(l, m) {
 		token, ok := s.newGrant(conn, key, out)
 		if ok {
 			s.join(now, 0, l, conn, m, owner, lease, token, out)
@@ -350,18 +405,17 @@ func (s *Shard) AcquireMode(now int64, conn ConnID, key, owner []byte, m Mode, l
 	}
 	if wait < 0 {
 		s.counters.TriesBusy++
-		out.answer(conn, TimedOut, l.key, 0)
+		out.answer(conn, TimedOut, l.key(), 0)
 		return
 	}
-	if int(l.nwait) >= s.cfg.MaxWaiters || s.nqueue >= s.cfg.MaxQueued {
+	if s.waiting(l) >= s.cfg.MaxWaiters || s.nqueue >= s.cfg.MaxQueued {
 		s.counters.TooManyWaits++
 		out.refuse(conn, unsafeString(key), ErrTooManyWaiters)
 		return
 	}
 	w := s.newWaiter()
 	w.l, w.conn, w.lease, w.since = l, conn, lease, now
-	l.enqueue(w)
-	l.nwait++
+	s.enqueue(l, w)
 	if h := s.byConn[conn]; h != nil {
 		w.cnext, h.cprev = h, w
 	}
@@ -408,8 +462,8 @@ func (s *Shard) Release(now int64, conn ConnID, key []byte, token uint64, out *O
 		return
 	}
 	s.counters.Releases++
-	out.answer(conn, Released, l.key, 0)
-	out.record(RecordRelease, l.key, token, 0)
+	out.answer(conn, Released, l.key(), 0)
+	out.record(RecordRelease, l.key(), token, 0)
 	s.end(now, h, l, hd, out)
 }
 
@@ -439,7 +493,7 @@ func (s *Shard) ReleaseUndelivered(now int64, key []byte, token uint64, out *Out
 		return false
 	}
 	s.counters.Undelivered++
-	out.record(RecordRelease, l.key, token, 0)
+	out.record(RecordRelease, l.key(), token, 0)
 	s.end(now, h, l, hd, out)
 	return true
 }
@@ -473,8 +527,8 @@ func (s *Shard) Extend(now int64, conn ConnID, key []byte, token uint64, lease i
 	} else {
 		s.holderLeases.Reschedule(hd, now+lease)
 	}
-	out.answerUntil(conn, Extended, l.key, 0, now+lease)
-	out.record(RecordExtend, l.key, token, now+lease)
+	out.answerUntil(conn, Extended, l.key(), 0, now+lease)
+	out.record(RecordExtend, l.key(), token, now+lease)
 }
 
 // Cancel withdraws conn's queued acquire of key: that acquire is answered
@@ -483,8 +537,8 @@ func (s *Shard) Cancel(now int64, conn ConnID, key []byte, out *Output) {
 	if l := s.locks.get(hashKey(key), key); l != nil {
 		if w := s.queued[queueKey{conn, l}]; w != nil {
 			s.counters.Cancels++
-			out.answer(conn, TimedOut, l.key, 0)
-			out.answer(conn, Cancelled, l.key, 0)
+			out.answer(conn, TimedOut, l.key(), 0)
+			out.answer(conn, Cancelled, l.key(), 0)
 			s.withdraw(now, now, w, out)
 			return
 		}
@@ -502,11 +556,11 @@ func (s *Shard) Inspect(conn ConnID, key []byte, out *Output) {
 		return
 	}
 	if l.mode == heldAlone {
-		out.inspected(conn, l.held())
+		out.inspected(conn, s.held(l))
 		return
 	}
 	g := s.groups[l]
-	out.inspected(conn, g.first.held(g))
+	out.inspected(conn, s.holderHeld(g.first, g))
 }
 
 // Disconnect withdraws every acquire conn has queued in this shard. They are
@@ -529,11 +583,11 @@ func (s *Shard) Disconnect(now int64, conn ConnID, out *Output) {
 // those whose waits ran past at.
 func (s *Shard) withdraw(now, at int64, w *waiter, out *Output) {
 	l := w.l
-	head := l.first() == w
+	head := s.first(l) == w
 	s.dequeue(w)
 	s.freeWaiter(w)
 	if head && l.mode == heldShared && out != nil {
-		s.serve(now, at, hashString(l.key), l, out)
+		s.serve(now, at, hashString(l.key()), l, out)
 	}
 }
 
@@ -556,14 +610,14 @@ func (s *Shard) Advance(now int64, out *Output) {
 func (s *Shard) expire(l *lock) {
 	s.counters.Expiries++
 	s.counters.HoldTime.observe(s.now - l.granted)
-	s.out.record(RecordExpire, l.key, l.token, 0)
+	s.out.record(RecordExpire, l.key(), l.token, 0)
 	l.token = 0
-	s.serve(s.now, l.lease.When(), hashString(l.key), l, s.out)
+	s.serve(s.now, l.lease.When(), hashString(l.key()), l, s.out)
 }
 
 func (s *Shard) timeout(w *waiter) {
 	s.counters.Timeouts++
-	s.out.answer(w.conn, TimedOut, w.l.key, 0)
+	s.out.answer(w.conn, TimedOut, w.l.key(), 0)
 	// It left the queue when its wait ended, not at the Advance that saw it.
 	s.withdraw(s.now, w.wait.When(), w, s.out)
 }
@@ -578,8 +632,8 @@ func (s *Shard) grant(now, since int64, l *lock, conn ConnID, lease int64, token
 	l.granted = now
 	l.token = token
 	s.leases.Add(l, now+lease)
-	out.answerUntil(conn, Granted, l.key, l.token, now+lease)
-	out.recordGrant(l.key, l.owner(), l.token, now+lease)
+	out.answerUntil(conn, Granted, l.key(), l.token, now+lease)
+	out.recordGrant(l.key(), l.owner(), l.token, now+lease)
 }
 
 func (s *Shard) observeWait(now, since int64) {
@@ -602,7 +656,7 @@ func (s *Shard) observeWait(now, since int64) {
 // holder. With no grant and nobody left the key, which hashes to h, becomes
 // free.
 func (s *Shard) serve(now, at int64, h uint64, l *lock, out *Output) {
-	for w := l.first(); w != nil; w = l.first() {
+	for w := s.first(l); w != nil; w = s.first(l) {
 		m := s.waiterMode(w)
 		if !s.admits(l, m) {
 			break
@@ -617,13 +671,13 @@ func (s *Shard) serve(now, at int64, h uint64, l *lock, out *Output) {
 		s.freeWaiter(w)
 		if late {
 			s.counters.Timeouts++
-			out.answer(conn, TimedOut, l.key, 0)
+			out.answer(conn, TimedOut, l.key(), 0)
 			continue
 		}
 		token, ok := s.tokens.Next()
 		if !ok {
 			s.counters.Unavailable++
-			out.refuse(conn, l.key, ErrStorageUnavailable)
+			out.refuse(conn, l.key(), ErrStorageUnavailable)
 			continue
 		}
 		if m == (Mode{}) {
@@ -634,9 +688,8 @@ func (s *Shard) serve(now, at int64, h uint64, l *lock, out *Output) {
 		s.join(now, since, l, conn, m, unsafeBytes(owner), lease, token, out)
 	}
 	if l.mode == heldAlone && l.token == 0 {
-		s.locks.remove(h, l)
 		l.ownerLen = 0
-		s.freeLock(l)
+		s.locks.remove(h, l)
 	}
 }
 
@@ -644,8 +697,7 @@ func (s *Shard) serve(now, at int64, h uint64, l *lock, out *Output) {
 // index and the wait wheel.
 func (s *Shard) dequeue(w *waiter) {
 	l := w.l
-	l.unqueue(w)
-	l.nwait--
+	s.unqueue(l, w)
 	if w.cprev == nil {
 		if w.cnext == nil {
 			delete(s.byConn, w.conn)
@@ -668,14 +720,6 @@ func (s *Shard) dequeue(w *waiter) {
 	s.nqueue--
 	s.waits.Cancel(w)
 }
-
-func (s *Shard) newLock(key, owner []byte) *lock {
-	l := s.freeLocks.get()
-	l.setKey(key, owner) // reuses the key memory of the lock it was
-	return l
-}
-
-func (s *Shard) freeLock(l *lock) { s.freeLocks.put(l) }
 
 func (s *Shard) newWaiter() *waiter { return s.freeWaiters.get() }
 
@@ -739,8 +783,7 @@ func (s *Shard) Install(now int64, key []byte, token uint64, deadline int64, own
 		if s.grants() >= s.cfg.MaxKeys {
 			return ErrTooManyKeys
 		}
-		l = s.newLock(key, nil)
-		s.locks.insert(h, l)
+		l = s.locks.add(h, key, nil)
 	case m == (Mode{}) || l.mode == heldAlone || s.heldMode(l) != m:
 		s.dropAll(l)
 	}
@@ -825,11 +868,8 @@ func (s *Shard) Waiters(key []byte) []ConnID {
 		return nil
 	}
 	var out []ConnID
-	for w := l.first(); w != nil; w = w.next {
+	for w, n := s.first(l), s.waiting(l); n > 0; w, n = w.next, n-1 {
 		out = append(out, w.conn)
-		if w == l.last {
-			break
-		}
 	}
 	return out
 }
