@@ -4,7 +4,7 @@
 # interleaved (CONNS=1 DEPTH=1 for the round trip of one request at a time),
 # then the medians (min-max) of each case's runs: cycles/s, acquire p50, the
 # active's CPU per cycle and the standbys' (each, from /proc), and each
-# case's ratio to the single node's medians of the same binary.
+# case's ratios to the single node of the same binary, round by round.
 #   make build && go build -o bin/bench ./bench && bench/cluster.sh [rounds]
 # KUNCIDS="before=/tmp/old/kuncid after=bin/kuncid" runs each case with
 # every binary in turn, within each round and in the reverse order every
@@ -63,7 +63,7 @@ run() {
 		sb=$(awk -v a="${c0[i - 1]}" -v b="${c1[i - 1]}" -v t0="$t0" -v t1="$t1" -v hz="$(getconf CLK_TCK)" -v s="$sb" -v k=$((n - 1)) 'BEGIN { print s + (b - a) / hz / (t1 - t0) / k }')
 	done
 	grep -E 'cycles  |latency|server CPU' "$OUT.run" | tr -s ' ' | sed "s/^/$label $mode /" | tee -a "$OUT"
-	echo "$label $mode standby $sb" >>"$OUT"
+	echo "$label $mode standby $sb" | tee -a "$OUT"
 	# The standbys first, so that the active does not try to hand over to one.
 	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
 		kill "${pids[i]}" 2>/dev/null || true
@@ -87,8 +87,9 @@ done
 
 # Medians over the rounds, per binary and case: cycles/s, acquire p50 (µs),
 # the active's CPU per cycle (µs) and each standby's (its CPU share over the
-# window divided by the cycles/s of the run); then the ratios to the single
-# node of the same binary.
+# window divided by the cycles/s of the run); then, per binary, the medians
+# of each round's ratios to that round's single node (the machine's load
+# drifts between rounds more than within one).
 echo
 echo "binary mode runs: cycles/s median (min-max), p50 µs median (min-max), active µs/cycle, standby µs/cycle"
 awk '
@@ -97,6 +98,7 @@ function med(a, n,   i, j, t) {
 	for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
 	return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
 }
+function min2(x, y) { return x < y ? x : y }
 function median(arr, k, n,   i, a) { for (i = 1; i <= n; i++) a[i] = arr[k, i]; return med(a, n) }
 $3 == "cycles" { for (i = 4; i <= NF; i++) if ($i == "cycles/s") { v = $(i-1); gsub(",", "", v); k = $1 " " $2; c[k, ++nc[k]] = v + 0; last[k] = v + 0; if (!(k in seen)) { seen[k] = 1; order[++no] = k } } }
 $3 == "latency" { k = $1 " " $2; p[k, ++np[k]] = us($5) }
@@ -112,10 +114,14 @@ END {
 		printf "%s %d: %d (%d-%d), %.1f (%.1f-%.1f), %.2f, %.2f\n", k, n, cm[k], cmin, cmax, pm, pmin, pmax, am[k], sm[k]
 	}
 	print ""
-	print "binary mode: cycles/s vs single, active CPU/cycle vs single, standby CPU/cycle vs single CPU/cycle"
+	print "binary mode: medians over the rounds of the ratio to the single node in the same round: cycles/s, active CPU/cycle, standby CPU/cycle vs single CPU/cycle"
 	for (o = 1; o <= no; o++) {
 		k = order[o]; split(k, kk, " "); b = kk[1] " single"
-		if (kk[2] == "single" || !(b in cm) || !cm[b] || !am[b]) continue
-		printf "%s: %.2f, %.2f, %.2f\n", k, cm[k] / cm[b], am[k] / am[b], sm[k] / am[b]
+		if (kk[2] == "single" || !(b in cm)) continue
+		n = min2(nc[k], nc[b]); m = min2(min2(na[k], na[b]), ns[k])
+		delete x; for (i = 1; i <= n; i++) x[i] = c[k, i] / c[b, i]; rc = med(x, n)
+		delete x; for (i = 1; i <= m; i++) x[i] = a[k, i] / a[b, i]; ra = m ? med(x, m) : 0
+		delete x; for (i = 1; i <= m; i++) x[i] = s[k, i] / a[b, i]; rs = m ? med(x, m) : 0
+		printf "%s: %.2f, %.2f, %.2f\n", k, rc, ra, rs
 	}
 }' "$OUT"
