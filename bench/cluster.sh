@@ -1,47 +1,75 @@
 #!/usr/bin/env bash
 # What replication costs: raw 8x16 lock cycles against a single node, the
-# active of a two-node cluster, and the same with --semi-sync, interleaved
-# (CONNS=1 DEPTH=1 for the round trip of one request at a time), then the
-# medians (min-max) of each case's runs.
+# active of a cluster (asynchronous), and the same with --semi-sync,
+# interleaved (CONNS=1 DEPTH=1 for the round trip of one request at a time),
+# then the medians (min-max) of each case's runs: cycles/s, acquire p50, the
+# active's CPU per cycle and the standbys' (each, from /proc), and each
+# case's ratios to the single node of the same binary, round by round.
 #   make build && go build -o bin/bench ./bench && bench/cluster.sh [rounds]
 # KUNCIDS="before=/tmp/old/kuncid after=bin/kuncid" runs each case with
 # every binary in turn, within each round and in the reverse order every
-# other round (a before/after comparison in one run); MODES="semi" runs only some of single, async and semi; PORT moves
-# the two nodes' ports (PORT and PORT+1, default 7301).
+# other round (a before/after comparison in one run); MODES="semi" runs only
+# some of single, async and semi; NODES sets the cluster's size (2, the
+# default, or 3: two standbys); PORT moves the nodes' ports (PORT, PORT+1,
+# …, default 7301).
 set -euo pipefail
 KUNCIDS=${KUNCIDS:-kuncid=${KUNCID:-bin/kuncid}}
 BENCH=${BENCH:-bin/bench}
 MODES=${MODES:-single async semi}
+NODES=${NODES:-2}
 ROUNDS=${1:-3}
 PORT=${PORT:-7301}
 KEY=$(mktemp)
 OUT=$(mktemp)
 trap 'rm -f "$KEY" "$OUT"' EXIT
 head -c 32 /dev/urandom | base64 >"$KEY"
-A=127.0.0.1:$PORT
-B=127.0.0.1:$((PORT + 1))
+addrs=()
+for ((i = 0; i < NODES; i++)); do addrs+=("127.0.0.1:$((PORT + i))"); done
+A=${addrs[0]}
+PEERS=$(IFS=,; echo "${addrs[*]}")
+
+# ticks prints the CPU time (user+system, in clock ticks) of a process.
+ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
 run() {
-	local label=$1 kuncid=$2 mode=$3 d1 d2 pids=()
-	d1=$(mktemp -d) d2=$(mktemp -d)
+	local label=$1 kuncid=$2 mode=$3 dirs=() pids=() n=1 i
 	case $mode in
-	single) "$kuncid" --listen $A --data-dir "$d1" --log-level error & pids+=($!) ;;
+	single)
+		dirs+=("$(mktemp -d)")
+		"$kuncid" --listen "$A" --data-dir "${dirs[0]}" --log-level error & pids+=($!)
+		;;
 	async | semi)
 		local extra=()
 		[ "$mode" = semi ] && extra=(--semi-sync)
-		"$kuncid" --listen $A --peers $A,$B --cluster-key-file "$KEY" --data-dir "$d1" --log-level error "${extra[@]}" & pids+=($!)
-		"$kuncid" --listen $B --peers $A,$B --cluster-key-file "$KEY" --data-dir "$d2" --log-level error "${extra[@]}" & pids+=($!)
+		n=$NODES
+		for ((i = 0; i < n; i++)); do
+			dirs+=("$(mktemp -d)")
+			"$kuncid" --listen "${addrs[i]}" --peers "$PEERS" --cluster-key-file "$KEY" --data-dir "${dirs[i]}" --log-level error "${extra[@]}" & pids+=($!)
+		done
 		;;
 	esac
-	sleep 2 # node A active, B copied its state
-	"$BENCH" --target "kunci://$A" --conns ${CONNS:-8} --depth ${DEPTH:-16} --duration 4s --warmup 1s 2>/dev/null |
-		grep -E 'cycles  |latency' | tr -s ' ' | sed "s/^/$label $mode /" | tee -a "$OUT"
-	# The standby first, so that the active does not try to hand over to it.
+	sleep 2 # node A active, the standbys copied its state
+	"$BENCH" --target "kunci://$A" --server-pid "${pids[0]}" --conns ${CONNS:-8} --depth ${DEPTH:-16} --duration 4s --warmup 1s >"$OUT.run" 2>/dev/null &
+	local bp=$! t0 t1 c0=() c1=()
+	sleep 1 # the warm-up
+	t0=$(date +%s.%N)
+	for ((i = 1; i < n; i++)); do c0+=("$(ticks "${pids[i]}")"); done
+	wait $bp
+	t1=$(date +%s.%N)
+	for ((i = 1; i < n; i++)); do c1+=("$(ticks "${pids[i]}")"); done
+	# The standbys' CPU as a share of one core over the window, per standby.
+	local sb=0
+	for ((i = 1; i < n; i++)); do
+		sb=$(awk -v a="${c0[i - 1]}" -v b="${c1[i - 1]}" -v t0="$t0" -v t1="$t1" -v hz="$(getconf CLK_TCK)" -v s="$sb" -v k=$((n - 1)) 'BEGIN { print s + (b - a) / hz / (t1 - t0) / k }')
+	done
+	grep -E 'cycles  |latency|server CPU' "$OUT.run" | tr -s ' ' | sed "s/^/$label $mode /" | tee -a "$OUT"
+	echo "$label $mode standby $sb" | tee -a "$OUT"
+	# The standbys first, so that the active does not try to hand over to one.
 	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
 		kill "${pids[i]}" 2>/dev/null || true
 		wait "${pids[i]}" 2>/dev/null || true
 	done
-	rm -rf "$d1" "$d2"
+	rm -rf "${dirs[@]}" "$OUT.run"
 }
 
 read -ra bins <<<"$KUNCIDS"
@@ -57,22 +85,43 @@ for r in $(seq "$ROUNDS"); do
 	done
 done
 
-# Medians over the rounds: cycles/s and acquire p50 (µs) per binary and case.
+# Medians over the rounds, per binary and case: cycles/s, acquire p50 (µs),
+# the active's CPU per cycle (µs) and each standby's (its CPU share over the
+# window divided by the cycles/s of the run); then, per binary, the medians
+# of each round's ratios to that round's single node (the machine's load
+# drifts between rounds more than within one).
 echo
-echo "binary mode runs: cycles/s median (min-max), p50 µs median (min-max)"
+echo "binary mode runs: cycles/s median (min-max), p50 µs median (min-max), active µs/cycle, standby µs/cycle"
 awk '
 function us(v) { if (v ~ /ms$/) return v * 1000; if (v ~ /µs$/) return v + 0; if (v ~ /ns$/) return v / 1000; return v * 1e6 }
 function med(a, n,   i, j, t) {
 	for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
 	return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
 }
-$3 == "cycles" { for (i = 4; i <= NF; i++) if ($i == "cycles/s") { v = $(i-1); gsub(",", "", v); k = $1 " " $2; c[k, ++nc[k]] = v + 0; if (!(k in seen)) { seen[k] = 1; order[++no] = k } } }
+function min2(x, y) { return x < y ? x : y }
+function median(arr, k, n,   i, a) { for (i = 1; i <= n; i++) a[i] = arr[k, i]; return med(a, n) }
+$3 == "cycles" { for (i = 4; i <= NF; i++) if ($i == "cycles/s") { v = $(i-1); gsub(",", "", v); k = $1 " " $2; c[k, ++nc[k]] = v + 0; last[k] = v + 0; if (!(k in seen)) { seen[k] = 1; order[++no] = k } } }
 $3 == "latency" { k = $1 " " $2; p[k, ++np[k]] = us($5) }
+$3 == "server" { k = $1 " " $2; for (i = 4; i <= NF; i++) if ($i == "µs/op") a[k, ++na[k]] = $(i-1) + 0 }
+$3 == "standby" { k = $1 " " $2; s[k, ++ns[k]] = (last[k] > 0 ? $4 * 1e6 / last[k] : 0) }
 END {
 	for (o = 1; o <= no; o++) {
 		k = order[o]; n = nc[k]
-		delete a; for (i = 1; i <= n; i++) a[i] = c[k, i]; cm = med(a, n); cmin = a[1]; cmax = a[n]
-		m = np[k]; delete a; for (i = 1; i <= m; i++) a[i] = p[k, i]; pm = med(a, m); pmin = a[1]; pmax = a[m]
-		printf "%s %d: %d (%d-%d), %.1f (%.1f-%.1f)\n", k, n, cm, cmin, cmax, pm, pmin, pmax
+		delete x; for (i = 1; i <= n; i++) x[i] = c[k, i]; cm[k] = med(x, n); cmin = x[1]; cmax = x[n]
+		m = np[k]; delete x; for (i = 1; i <= m; i++) x[i] = p[k, i]; pm = med(x, m); pmin = x[1]; pmax = x[m]
+		am[k] = na[k] ? median(a, k, na[k]) : 0
+		sm[k] = ns[k] ? median(s, k, ns[k]) : 0
+		printf "%s %d: %d (%d-%d), %.1f (%.1f-%.1f), %.2f, %.2f\n", k, n, cm[k], cmin, cmax, pm, pmin, pmax, am[k], sm[k]
+	}
+	print ""
+	print "binary mode: medians over the rounds of the ratio to the single node in the same round: cycles/s, active CPU/cycle, standby CPU/cycle vs single CPU/cycle"
+	for (o = 1; o <= no; o++) {
+		k = order[o]; split(k, kk, " "); b = kk[1] " single"
+		if (kk[2] == "single" || !(b in cm)) continue
+		n = min2(nc[k], nc[b]); m = min2(min2(na[k], na[b]), ns[k])
+		delete x; for (i = 1; i <= n; i++) x[i] = c[k, i] / c[b, i]; rc = med(x, n)
+		delete x; for (i = 1; i <= m; i++) x[i] = a[k, i] / a[b, i]; ra = m ? med(x, m) : 0
+		delete x; for (i = 1; i <= m; i++) x[i] = s[k, i] / a[b, i]; rs = m ? med(x, m) : 0
+		printf "%s: %.2f, %.2f, %.2f\n", k, rc, ra, rs
 	}
 }' "$OUT"

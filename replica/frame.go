@@ -128,48 +128,59 @@ var (
 // Parse parses the first line of buf into *f. n == 0 with a nil error means
 // the line is not complete yet.
 func Parse(buf []byte, f *Frame) (n int, err error) {
-	*f = Frame{}
 	i := bytes.IndexByte(buf, '\n')
 	if i < 0 {
+		*f = Frame{}
 		if len(buf) >= MaxLine {
 			return 0, ErrLineTooLong
 		}
 		return 0, nil
 	}
 	if i+1 > MaxLine {
+		*f = Frame{}
 		return 0, ErrLineTooLong
 	}
-	n = i + 1
 	line := buf[:i]
 	if len(line) > 0 && line[len(line)-1] == '\r' {
 		line = line[:len(line)-1]
 	}
+	if parseRecord(line, f) {
+		return i + 1, nil
+	}
+	if !parseFields(line, f) {
+		return i + 1, ErrBadFrame
+	}
+	return i + 1, nil
+}
+
+// parseFields parses line, a frame without its line ending, field by
+// field: every kind of frame.
+func parseFields(line []byte, f *Frame) bool {
+	*f = Frame{}
+	// Split at spaces in one pass over the line: fields are short, and a
+	// search call per field costs more than the bytes it looks at.
 	var fields [12][]byte
-	nf := 0
-	for len(line) > 0 {
-		if nf == len(fields) {
-			return n, ErrBadFrame
+	nf, start := 0, 0
+	for j := 0; j <= len(line); j++ {
+		if j < len(line) && line[j] != ' ' {
+			continue
 		}
-		j := bytes.IndexByte(line, ' ')
-		if j < 0 {
-			fields[nf], line = line, nil
-		} else {
-			fields[nf], line = line[:j], line[j+1:]
+		if j == start || nf == len(fields) {
+			return false // an empty field, or too many
 		}
-		if len(fields[nf]) == 0 {
-			return n, ErrBadFrame
-		}
+		fields[nf] = line[start:j]
 		nf++
+		start = j + 1
 	}
 	fs := fields[:nf]
 	if len(fs) == 0 || len(fs[0]) != 1 {
-		return n, ErrBadFrame
+		return false
 	}
 	if fs[0][0] == 'P' {
 		f.Peer = true
 		fs = fs[1:]
 		if len(fs) == 0 || len(fs[0]) != 1 {
-			return n, ErrBadFrame
+			return false
 		}
 	}
 	f.Kind = Kind(fs[0][0])
@@ -273,10 +284,80 @@ func Parse(buf []byte, f *Frame) (n int, err error) {
 			ok = false
 		}
 	}
-	if !ok {
-		return n, ErrBadFrame
+	return ok
+}
+
+// parseRecord parses line as a G, R, E or X record, most of what a
+// standby reads, in one pass over its bytes, and reports whether it is
+// one; anything else (other kinds, a long number, a bad field) is left to
+// the general parser, which accepts or refuses it.
+func parseRecord(line []byte, f *Frame) bool {
+	if len(line) < 2 || line[1] != ' ' {
+		return false
 	}
-	return n, nil
+	k := Kind(line[0])
+	nums := 0 // after the key: the token, and for G and X the time left
+	switch k {
+	case Grant, Extend:
+		nums = 2
+	case Release, Expire:
+		nums = 1
+	default:
+		return false
+	}
+	seq, i, ok := leadingUint(line, 2)
+	if !ok || i == len(line) {
+		return false
+	}
+	key := line[i+1:]
+	j := bytes.IndexByte(key, ' ')
+	if j <= 0 || j > 250 {
+		return false
+	}
+	key, i = key[:j], i+1+j
+	var v [2]uint64
+	for x := range nums {
+		if i == len(line) {
+			return false
+		}
+		if v[x], i, ok = leadingUint(line, i+1); !ok {
+			return false
+		}
+	}
+	var owner []byte
+	if i < len(line) {
+		if k != Grant {
+			return false
+		}
+		owner = line[i+1:]
+		if len(owner) == 0 || !wire.ValidOwner(owner) {
+			return false // spaces included: more fields than a grant has
+		}
+	}
+	if v[0] == 0 {
+		return false
+	}
+	*f = Frame{} // then field by field: a composite literal is built aside and copied
+	f.Kind, f.Seq, f.Key, f.Token, f.Owner = k, seq, key, v[0], owner
+	if nums == 2 {
+		f.Remaining = remaining(v[1])
+	}
+	return true
+}
+
+// leadingUint parses the decimal number of at most 19 digits at line[i:],
+// up to a space or the line's end: its value and where it ends.
+func leadingUint(line []byte, i int) (uint64, int, bool) {
+	start := i
+	var v uint64
+	for ; i < len(line) && line[i] != ' '; i++ {
+		d := line[i] - '0'
+		if d > 9 {
+			return 0, i, false
+		}
+		v = v*10 + uint64(d)
+	}
+	return v, i, i > start && i-start < 20
 }
 
 // parseMode parses a K or J frame's limit: 0 for shared grants, else a
@@ -310,6 +391,16 @@ func parseUint(b []byte) (uint64, bool) {
 		return 0, false
 	}
 	var v uint64
+	if len(b) < 20 { // at most 19 digits: below 2^64, no overflow to check
+		for _, c := range b {
+			d := c - '0'
+			if d > 9 {
+				return 0, false
+			}
+			v = v*10 + uint64(d)
+		}
+		return v, true
+	}
 	for _, c := range b {
 		if c < '0' || c > '9' {
 			return 0, false

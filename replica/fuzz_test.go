@@ -61,6 +61,13 @@ func FuzzParse(f *testing.F) {
 			if n > MaxLine {
 				t.Fatalf("took a %d-byte line", n)
 			}
+			// The one-pass record parser agrees with the general one
+			// on every line it takes.
+			line := bytes.TrimSuffix(bytes.TrimSuffix(data[:n], []byte("\n")), []byte("\r"))
+			var fast, general Frame
+			if parseRecord(line, &fast) && (!parseFields(line, &general) || fmt.Sprintf("%+v", fast) != fmt.Sprintf("%+v", general)) {
+				t.Fatalf("%q: records parser %+v, general %+v", line, fast, general)
+			}
 			if err == nil {
 				checkFrame(t, &f)
 				// Encoded again, it parses to the same frame.

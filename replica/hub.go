@@ -84,11 +84,21 @@ func (h *Hub) Seq() uint64 {
 func (h *Hub) Records(now int64, out *engine.Output) uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if len(h.subs) == 0 {
+	// Encoded once, straight into the first live stream, and copied from
+	// there into the others.
+	var first *Sub
+	for _, s := range h.subs {
+		if !s.dead {
+			first = s
+			break
+		}
+	}
+	if first == nil {
 		h.seq += uint64(len(out.Records))
 		return h.seq
 	}
-	enc := h.enc[:0]
+	mark := len(first.pending)
+	enc := first.pending
 	for i := range out.Records {
 		r := &out.Records[i]
 		h.seq++
@@ -105,11 +115,13 @@ func (h *Hub) Records(now int64, out *engine.Output) uint64 {
 		}
 		enc = AppendRecord(enc, k, h.seq, out.RecordKey(r), r.Token, r.Deadline-now, out.RecordOwner(r), r.Mode())
 	}
-	h.enc = enc
-	h.queueLocked(enc)
-	if cap(h.enc) > 1<<20 {
-		h.enc = nil
+	first.pending = enc
+	for _, s := range h.subs {
+		if s != first {
+			h.queueOne(s, enc[mark:])
+		}
 	}
+	h.queued(first)
 	return h.seq
 }
 
@@ -128,23 +140,23 @@ func (h *Hub) Handoff(s *Sub, inc, hb uint64, r failover.Range) (uint64, bool) {
 	return h.seq, !s.dead
 }
 
-func (h *Hub) queueLocked(b []byte) {
-	for _, s := range h.subs {
-		h.queueOne(s, b)
-	}
-}
-
 func (h *Hub) queueOne(s *Sub, b []byte) {
 	if s.dead {
 		return
 	}
-	if len(s.pending)+len(b) > MaxBacklog {
+	s.pending = append(s.pending, b...)
+	h.queued(s)
+}
+
+// queued ends s's stream if what waits for it passed MaxBacklog, and wakes
+// its owner if it had nothing waiting.
+func (h *Hub) queued(s *Sub) {
+	if len(s.pending) > MaxBacklog {
 		s.dead = true
 		s.pending, s.spare = nil, nil
 		s.kill()
 		return
 	}
-	s.pending = append(s.pending, b...)
 	if !s.woken && !s.snap {
 		s.woken = true
 		s.wake()

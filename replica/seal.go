@@ -154,16 +154,31 @@ func NewOpener(key []byte) *Opener {
 // it again with b starting at the same batch until n > 0, then with what
 // follows n. An error means the link must be closed.
 func (o *Opener) Open(b []byte) (n int, batch []byte, err error) {
-	for o.scan < len(b) {
-		i := bytes.IndexByte(b[o.scan:], '\n')
-		if i < 0 {
+	for {
+		// The next line that starts with M: a search for the byte M (rare
+		// in frames) over the batch rather than a look at each line.
+		start := o.scan
+		for ; start < len(b); start++ {
+			i := bytes.IndexByte(b[start:], 'M')
+			if i < 0 {
+				start = len(b)
+				break
+			}
+			if start += i; start == 0 || b[start-1] == '\n' {
+				break
+			}
+		}
+		if start == len(b) {
+			o.scan = start
 			break
 		}
-		start, end := o.scan, o.scan+i+1
-		o.scan = end
-		if b[start] != 'M' {
-			continue
+		i := bytes.IndexByte(b[start:], '\n')
+		if i < 0 {
+			o.scan = start // look at it again once it is whole
+			break
 		}
+		end := start + i + 1
+		o.scan = end
 		if end-start != macLineLen || b[start+1] != ' ' || start == 0 {
 			return 0, nil, ErrBadSeal
 		}

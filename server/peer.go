@@ -68,6 +68,7 @@ type peerConn struct {
 	inSnap    bool
 	seq       uint64 // last record applied
 	rout      engine.Output
+	ack       []byte    // the last acknowledgement written
 	locked    *shardBox // the shard a read's frames are being applied to
 	now       int64     // the clock for that shard
 }
@@ -174,7 +175,8 @@ func (n *Node) onPeerTraffic(pc *peerConn) gnet.Action {
 	}
 	_, _ = c.Discard(off)
 	if needAck || pc.seq != acked && pc.synced.Load() {
-		_, _ = c.Write(replica.AppendAck(nil, pc.seq))
+		pc.ack = replica.AppendAck(pc.ack[:0], pc.seq) // the write copies what it cannot send
+		_, _ = c.Write(pc.ack)
 	}
 	return gnet.None
 }

@@ -1,0 +1,215 @@
+package server
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/panjf2000/gnet/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/replica"
+)
+
+// streamConn is the standby's end of a peer link as onPeerTraffic reads and
+// writes it: what the active sent waits in in, acknowledgements go to out.
+// The other methods of gnet.Conn are not used.
+type streamConn struct {
+	gnet.Conn
+	in, out []byte
+}
+
+func (c *streamConn) Peek(n int) ([]byte, error) { return c.in, nil }
+func (c *streamConn) Discard(n int) (int, error) {
+	c.in = c.in[n:]
+	return n, nil
+}
+func (c *streamConn) Write(b []byte) (int, error) {
+	c.out = append(c.out[:0], b...)
+	return len(b), nil
+}
+
+// Writev is one write of bs: the acknowledgement and its MAC line on a
+// sealed link.
+func (c *streamConn) Writev(bs [][]byte) (int, error) {
+	c.out = c.out[:0]
+	for _, b := range bs {
+		c.out = append(c.out, b...)
+	}
+	return len(c.out), nil
+}
+
+// A standby applies a read's batch of grant and release records, and
+// acknowledges it, without allocating: on a link of an insecure cluster,
+// and on a sealed link (the active's batches of 32 cycles, and reads that
+// bring many batches at once).
+func TestStandbyAppliesRecordsWithoutAllocating(t *testing.T) {
+	for _, tc := range []struct {
+		name                   string
+		sealed                 bool
+		cycles, batchesPerRead int
+	}{{"plain", false, 32, 1}, {"sealed", true, 32, 1}, {"sealed/many", true, 32, 64}} {
+		t.Run(tc.name, func(t *testing.T) {
+			applyWithoutAllocating(t, tc.sealed, tc.cycles, tc.batchesPerRead)
+		})
+	}
+}
+
+// standbyStream is a standby's link from the active, fed by hand: reads
+// of batches of grant and release records, as a loaded active sends them.
+type standbyStream struct {
+	n      *Node
+	pc     *peerConn
+	c      *streamConn
+	seal   *replica.Sealer
+	cycles int // lock cycles per batch
+	per    int // batches per read
+	seq    uint64
+}
+
+func newStandbyStream(tb testing.TB, sealedLink bool, cycles, batchesPerRead int) *standbyStream {
+	n, err := New(Config{Listen: "127.0.0.1:0", Logger: zerolog.Nop()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s := &standbyStream{n: n, c: &streamConn{}, cycles: cycles, per: batchesPerRead}
+	s.pc = &peerConn{n: n, out: true, c: s.c}
+	if sealedLink {
+		key := []byte("0123456789abcdef0123456789abcdef")
+		s.pc.c = sealed(s.c, key, key)
+		s.seal = replica.NewSealer(key)
+	}
+	s.pc.streaming.Store(true)
+	s.pc.synced.Store(true)
+	return s
+}
+
+// reads makes the next k reads: each batchesPerRead batches of the
+// records of cycles lock cycles, numbered on from the last.
+func (s *standbyStream) reads(k int) [][]byte {
+	var reads [][]byte
+	for range k {
+		var read []byte
+		for range s.per {
+			var b []byte
+			for i := range s.cycles {
+				key := fmt.Appendf(nil, "bench-1f3a/%d", i)
+				b = replica.AppendRecord(b, replica.Grant, s.seq+1, key, s.seq+1, 30e9, nil, engine.Mode{})
+				b = replica.AppendRecord(b, replica.Release, s.seq+2, key, s.seq+1, 0, nil, engine.Mode{})
+				s.seq += 2
+			}
+			read = append(read, b...)
+			if s.seal != nil {
+				read = append(read, s.seal.Seal(b)...)
+			}
+		}
+		reads = append(reads, read)
+	}
+	return reads
+}
+
+// apply has the standby read and apply read, and reports what went wrong.
+func (s *standbyStream) apply(read []byte) error {
+	s.c.in = read
+	want := s.pc.seq + uint64(2*s.cycles*s.per)
+	if act := s.n.onPeerTraffic(s.pc); act != gnet.None || len(s.c.in) != 0 || s.pc.seq != want {
+		return fmt.Errorf("action %v, %d bytes left, applied up to %d of %d", act, len(s.c.in), s.pc.seq, want)
+	}
+	return nil
+}
+
+func applyWithoutAllocating(t *testing.T, sealedLink bool, cycles, batchesPerRead int) {
+	s := newStandbyStream(t, sealedLink, cycles, batchesPerRead)
+	const runs = 100
+	reads := s.reads(runs + 2)
+	next := 0
+	apply := func() {
+		if err := s.apply(reads[next]); err != nil {
+			t.Fatal(err)
+		}
+		next++
+	}
+	apply() // the shard's and the link's buffers grow once
+	if allocs := testing.AllocsPerRun(runs, apply); allocs != 0 {
+		t.Fatalf("%v allocations per read of %d records applied", allocs, 2*cycles*batchesPerRead)
+	}
+	want := fmt.Sprintf("P A %d\n", s.pc.seq)
+	if got := string(s.c.out); got != want && !(sealedLink && strings.HasPrefix(got, want+"M ")) {
+		t.Fatalf("acknowledged %q, want %q", got, want)
+	}
+}
+
+// What a standby spends per lock cycle replicated, without the kernel's
+// read: opening the seal (sealed), parsing the G and R frames, applying
+// them to the engine, and writing the acknowledgement (to memory here).
+// A read of 16 batches of 32 cycles is what a loaded active sends.
+func BenchmarkStandbyApply(b *testing.B) {
+	for _, sealedLink := range []bool{false, true} {
+		b.Run(fmt.Sprintf("sealed=%v", sealedLink), func(b *testing.B) {
+			s := newStandbyStream(b, sealedLink, 32, 16)
+			cycles := 0
+			var reads [][]byte
+			b.ReportAllocs()
+			for b.Loop() {
+				if len(reads) == 0 {
+					b.StopTimer()
+					reads = s.reads(64)
+					b.StartTimer()
+				}
+				if err := s.apply(reads[0]); err != nil {
+					b.Fatal(err)
+				}
+				reads = reads[1:]
+				cycles += 32 * 16
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(cycles), "ns/cycle")
+		})
+	}
+}
+
+func (c *streamConn) InboundBuffered() int  { return len(c.in) }
+func (c *streamConn) OutboundBuffered() int { return 0 }
+
+// A semi-synchronous loop holds a turn's answers for the standby's
+// acknowledgement and writes them once it comes, in buffers it keeps: a
+// loaded turn's answers (here 50 connections' 16 answers each) allocate
+// nothing.
+func TestHeldAnswersAllocateNothing(t *testing.T) {
+	n, err := New(Config{Listen: "127.0.0.1:0", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.cfg.SemiSync = true
+	s := &n.peers.sync
+	s.syncedSubs.Store(1)
+	lp := newLoop(n, nil)
+	conns := make([]*conn, 50)
+	for i := range conns {
+		conns[i] = &conn{c: &streamConn{}, lp: lp}
+	}
+	answers := []byte(strings.Repeat("A bench-1f3a/1234567 1234567\n", 16))
+	turn := func() {
+		s.lastSeq.Add(32)
+		for _, cs := range conns {
+			cs.out = append(cs.out[:0], answers...)
+			lp.markDirty(cs)
+		}
+		lp.write()
+		if !lp.hasHeld.Load() {
+			t.Fatal("answers not held")
+		}
+		s.acked.Store(s.lastSeq.Load())
+		lp.writeHeld()
+		if lp.hasHeld.Load() {
+			t.Fatal("answers still held once acknowledged")
+		}
+	}
+	turn()
+	if allocs := testing.AllocsPerRun(100, turn); allocs != 0 {
+		t.Fatalf("%v allocations per turn of held answers", allocs)
+	}
+	if got := conns[0].c.(*streamConn).out; string(got) != string(answers) {
+		t.Fatalf("wrote %q", got)
+	}
+}
