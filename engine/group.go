@@ -72,6 +72,7 @@ const scanGrants = 16
 type holder struct {
 	lease      wheel.Timer[*holder]
 	l          *lock
+	g          *group // l's group, so that ending a grant looks up no map
 	token      uint64
 	granted    int64
 	owner      string
@@ -165,7 +166,7 @@ func (s *Shard) groupOf(l *lock, m Mode) *group {
 // addHolder appends a grant to g, the group of l.
 func (s *Shard) addHolder(l *lock, g *group, token uint64, now int64, owner []byte) *holder {
 	h := s.freeHolders.get()
-	h.l, h.token, h.granted, h.prev = l, token, now, g.last
+	h.l, h.g, h.token, h.granted, h.prev = l, g, token, now, g.last
 	if len(owner) > 0 {
 		h.owner = string(owner)
 	}
@@ -207,8 +208,7 @@ func (s *Shard) holderOf(l *lock, token uint64) *holder {
 // last grant of a group leaves l free (mode heldAlone, token 0), to be
 // served or removed by the caller.
 func (s *Shard) dropHolder(h *holder) {
-	l := h.l
-	g := s.groups[l]
+	l, g := h.l, h.g
 	if h.prev == nil {
 		g.first = h.next
 	} else {
