@@ -93,19 +93,7 @@ func BenchmarkParseRecords(b *testing.B) {
 	}
 }
 
-func BenchmarkOpenRecords(b *testing.B) {
-	batch := recordBatch(64)
-	s, o := NewSealer(testSendKey), NewOpener(testSendKey)
-	buf := make([]byte, 0, len(batch)+macLineLen)
-	b.SetBytes(int64(len(batch)))
-	b.ReportAllocs()
-	for b.Loop() {
-		buf = append(append(buf[:0], batch...), s.Seal(batch)...)
-		if n, _, err := o.Open(buf); n == 0 || err != nil {
-			b.Fatal(err)
-		}
-	}
-}
+func BenchmarkOpenRecords(b *testing.B) { benchSealOpen(b, recordBatch(64)) }
 
 func BenchmarkHubRecords(b *testing.B) {
 	for _, standbys := range []int{1, 2} {
