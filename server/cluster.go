@@ -18,6 +18,12 @@ import (
 
 // roleState is the node's role as the loops read it: written by the
 // cluster goroutine (by OnBoot at first), read by every loop.
+// deciding reports whether the node decides requests now: it is the
+// active and not between roles.
+func (r *roleState) deciding() bool {
+	return r.current.Load() == roleActive && !r.frozen.Load()
+}
+
 type roleState struct {
 	current     atomic.Int32           // roleActive, roleStandby, roleLeaving or roleRejoining
 	active      atomic.Pointer[string] // the active's address, "" unknown

@@ -197,7 +197,7 @@ func (lp *loop) stepList(cs *conn) {
 	}
 	ls.started = true
 	for sent := 0; ; {
-		if n.roles.frozen.Load() || n.roles.current.Load() != roleActive {
+		if !n.roles.deciding() {
 			// Between roles: a node that stays active lists on after the
 			// thaw; one that does not redirects and closes cs.
 			lp.waitList(cs, 0)
@@ -253,7 +253,7 @@ func (lp *loop) waitList(cs *conn, since int64) {
 // runs on lp from the ticker.
 func (lp *loop) resumeLists() {
 	n := lp.n
-	between := n.roles.frozen.Load() || n.roles.current.Load() != roleActive
+	between := !n.roles.deciding()
 	var resume []*conn
 	lp.lists.sweep(n, func(now int64, cs *conn) bool {
 		ls := cs.list

@@ -204,7 +204,7 @@ func (r reactor) OnClose(c gnet.Conn, _ error) gnet.Action {
 		// node that decides nothing now (not the active, between roles,
 		// stopping) grants nothing (nil: withdraw only).
 		var out *engine.Output
-		if n.roles.current.Load() == roleActive && !n.roles.frozen.Load() && !n.run.stopping.Load() {
+		if n.roles.deciding() && !n.run.stopping.Load() {
 			out = &cs.lp.out
 		}
 		now := n.now()
