@@ -225,8 +225,20 @@ func (n *Node) Start() error {
 			gnet.WithLogger(gnetLogger{n.log}),
 		)
 	}()
+	// OnBoot closes booted whatever it decides; when it refuses, gnet.Run
+	// returns at once, so done may be closed too by the time this looks:
+	// its reason (bootErr) is read first, whichever channel woke Start.
 	select {
 	case <-n.run.booted:
+	case <-n.run.done:
+	}
+	if n.run.bootErr != nil {
+		<-n.run.done
+		n.closeTokens(context.Background())
+		n.stopTLS()
+		return n.run.bootErr
+	}
+	select {
 	case <-n.run.done:
 		n.closeTokens(context.Background())
 		n.stopTLS()
@@ -234,12 +246,7 @@ func (n *Node) Start() error {
 			return ErrStopped
 		}
 		return fmt.Errorf("server: listen %s: %w", n.cfg.Listen, n.run.err)
-	}
-	if n.run.bootErr != nil {
-		<-n.run.done
-		n.closeTokens(context.Background())
-		n.stopTLS()
-		return n.run.bootErr
+	default:
 	}
 	n.tick.on = true
 	go n.ticker()
