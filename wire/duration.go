@@ -182,7 +182,8 @@ func scanToken(b []byte) (t uint64, ok bool, end int) {
 		if d > 9 {
 			break
 		}
-		if t > math.MaxUint64/10 || t == math.MaxUint64/10 && d > math.MaxUint64%10 {
+		// Nineteen digits always fit: only the twentieth may overflow.
+		if i >= 19 && (t > math.MaxUint64/10 || t == math.MaxUint64/10 && d > math.MaxUint64%10) {
 			return 0, false, fieldEnd(b, i)
 		}
 		t = t*10 + d
