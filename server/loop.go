@@ -293,8 +293,7 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 		lp.refused.count(errKeyForbidden)
 		lp.batch = append(lp.batch, request{op: req.Op, key: req.Key, err: errKeyForbidden, echoOp: req.EchoOp})
 	default:
-		r := lp.add()
-		*r = request{
+		r := request{
 			op: req.Op, key: req.Key, owner: req.Owner, token: req.Token,
 			mode:  engine.Mode{Slots: req.Slots, Shared: req.Shared},
 			lease: req.Lease * ms, wait: req.Wait * ms, // NoWait stays negative: a try
@@ -320,19 +319,9 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 				}
 			}
 		}
+		lp.batch = append(lp.batch, r)
 	}
 	return m, nil
-}
-
-// add adds a request to the batch and returns it, for the caller to fill
-// in place: a request is not copied into the batch.
-func (lp *loop) add() *request {
-	if len(lp.batch) == cap(lp.batch) {
-		lp.batch = append(lp.batch, request{})
-	} else {
-		lp.batch = lp.batch[:len(lp.batch)+1]
-	}
-	return &lp.batch[len(lp.batch)-1]
 }
 
 // info answers I on cs. The answer is never held for a standby's

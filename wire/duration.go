@@ -182,8 +182,7 @@ func scanToken(b []byte) (t uint64, ok bool, end int) {
 		if d > 9 {
 			break
 		}
-		// Nineteen digits always fit: only the twentieth may overflow.
-		if i >= 19 && (t > math.MaxUint64/10 || t == math.MaxUint64/10 && d > math.MaxUint64%10) {
+		if t > math.MaxUint64/10 || t == math.MaxUint64/10 && d > math.MaxUint64%10 {
 			return 0, false, fieldEnd(b, i)
 		}
 		t = t*10 + d
