@@ -12,7 +12,9 @@
 #   bench/ceiling.sh [rounds]          # 5 by default
 # KUNCIDS="before=/tmp/old/kuncid after=bin/kuncid" runs every binary in
 # each round (a before/after comparison in one run); the order of the
-# servers is reversed every other round. CONNS, DEPTH (50, 16), DURATION
+# servers is reversed every other round. SPINS="100ns 200ns" adds echo
+# servers that burn that much CPU per answer (echo --spin): what a node's
+# own work per request costs in cycles/s. CONNS, DEPTH (50, 16), DURATION
 # (4s), WARMUP (1s) and PORT (7381) change the load and the port.
 set -euo pipefail
 KUNCIDS=${KUNCIDS:-kuncid=${KUNCID:-bin/kuncid}}
@@ -44,6 +46,8 @@ run() {
 	local label=$1 bin=$2
 	if [ "$label" = echo ]; then
 		"$bin" --listen "$ADDR" & pid=$!
+	elif [ "${label#echo+}" != "$label" ]; then
+		"$bin" --listen "$ADDR" --spin "${label#echo+}" & pid=$!
 	else
 		rm -rf "$DIR/data"
 		"$bin" --listen "$ADDR" --data-dir "$DIR/data" --log-level error & pid=$!
@@ -57,7 +61,9 @@ run() {
 	pid=
 }
 
-read -ra servers <<<"echo=$ECHO $KUNCIDS"
+spins=
+for d in ${SPINS:-}; do spins+=" echo+$d=$ECHO"; done
+read -ra servers <<<"echo=$ECHO$spins $KUNCIDS"
 for r in $(seq "$ROUNDS"); do
 	for ((j = 0; j < ${#servers[@]}; j++)); do
 		i=$j
@@ -90,7 +96,7 @@ END {
 		printf "%s %d: %d (%d-%d); %.2f (%.2f-%.2f); %.2f\n", l, n, cm, cmin, cmax, sm, smin, smax, med(z, n)
 	}
 	print ""
-	print "kuncid vs echo, round by round (cycles/s ratio, server CPU/cycle ratio), then the medians"
+	print "each server vs echo, round by round (cycles/s ratio, server CPU/cycle ratio), then the medians"
 	for (o = 1; o <= no; o++) {
 		l = order[o]; if (l == "echo") continue
 		n = 0; delete x; delete y; line = ""

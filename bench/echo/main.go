@@ -12,7 +12,8 @@
 // buffer per connection) and batches as kuncid does: on each read it
 // takes what the connection sent (up to kuncid's 64 KiB serve budget),
 // answers every complete line into the connection's buffer and writes that
-// with one write. bench/ceiling.sh runs both side by side.
+// with one write. bench/ceiling.sh runs both side by side. --spin burns
+// CPU per answer, a stand-in for a node's own work per request.
 //
 // Answers: "A key lease wait …" gets "A key token" (a token counting up
 // from 1, as a fresh node's do), "R key token" gets "R key OK", "I" gets
@@ -27,6 +28,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/panjf2000/gnet/v2"
 )
@@ -41,8 +43,9 @@ const (
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:7080", "`address` (host:port) to serve on")
+	spin := flag.Duration("spin", 0, "CPU to burn per answer, busy, as a stand-in for a node's own work per request: what each nanosecond of it costs in cycles/s")
 	flag.Parse()
-	s := &server{}
+	s := &server{spin: int64(*spin)}
 	err := gnet.Run(s, "tcp://"+*listen,
 		gnet.WithNumEventLoop(1),
 		gnet.WithLoadBalancing(gnet.LeastConnections),
@@ -62,6 +65,7 @@ type server struct {
 	gnet.BuiltinEventEngine
 	self  []byte // the listen address, for I
 	token uint64 // the last token answered
+	spin  int64  // ns of CPU to burn per answer (--spin)
 }
 
 // conn is one connection's state: a partial line carried from the last
@@ -107,6 +111,9 @@ func (s *server) OnTraffic(c gnet.Conn) gnet.Action {
 		cs.out = s.answer(cs.out, buf[off:off+i+1])
 		off += i + 1
 	}
+	if s.spin > 0 {
+		burn(time.Duration(s.spin * int64(bytes.Count(cs.out, []byte{'\n'}))))
+	}
 	if len(cs.out) > 0 {
 		_, _ = c.Write(cs.out)
 		if cap(cs.out) > maxKeptOutput {
@@ -126,6 +133,12 @@ func (s *server) OnTraffic(c gnet.Conn) gnet.Action {
 		_, _ = c.Discard(-1)
 	}
 	return gnet.None
+}
+
+// burn keeps the CPU busy for d.
+func burn(d time.Duration) {
+	for start := time.Now(); time.Since(start) < d; {
+	}
 }
 
 // answer appends the answer to line (its LF included) to dst.
