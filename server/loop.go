@@ -40,6 +40,9 @@ type loop struct {
 	batch  []request
 	order  []int32
 	counts []int32
+	// req is the line parse is at: the loop's, so that it is not zeroed
+	// on the stack for each line as well as by ParseRequest.
+	req wire.Request
 
 	// standby is set for a serve on a node that is not the active: its
 	// A, R, X and C are answered with a redirect.
@@ -241,8 +244,8 @@ func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 // parse parses one line at the front of b into the batch, or answers it at
 // once when it needs no shard. It returns the bytes consumed.
 func (lp *loop) parse(cs *conn, b []byte) (int, error) {
-	var req wire.Request
-	m, err := wire.ParseRequest(b, &lp.n.limits, &req)
+	req := &lp.req
+	m, err := wire.ParseRequest(b, &lp.n.limits, req)
 	if m == 0 || err == wire.ErrLineTooLong {
 		return m, err
 	}
@@ -257,7 +260,7 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 		lp.closing = true
 	}
 	if !cs.authed && err != errPeerUnauthorized {
-		lp.beforeAuth(cs, &req, err)
+		lp.beforeAuth(cs, req, err)
 		return m, nil
 	}
 	if err != nil {
@@ -288,7 +291,7 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 		lp.markDirty(cs)
 		lp.closing = true
 	case req.Op == wire.OpList:
-		lp.startList(cs, &req)
+		lp.startList(cs, req)
 	case cs.cred != nil && !cs.cred.Allows(req.Key):
 		lp.refused.count(errKeyForbidden)
 		lp.batch = append(lp.batch, request{op: req.Op, key: req.Key, err: errKeyForbidden, echoOp: req.EchoOp})

@@ -3,6 +3,7 @@ package wire
 import (
 	"bytes"
 	"encoding/binary"
+	"math/bits"
 )
 
 // MaxLine is the longest line the protocol allows, in bytes, counting its
@@ -414,12 +415,18 @@ func cut(b []byte) (field, rest []byte, more bool) {
 
 // cutKey is cut for a key field, and also reports whether the field is a
 // valid key. It checks eight bytes at a time while none of them is a space,
-// a control byte or DEL, then goes on byte by byte.
+// a control byte or DEL; the first that is ends the field when it is a
+// space, and otherwise it goes on byte by byte from there.
 func cutKey(b []byte) (field, rest []byte, more, ok bool) {
 	i := 0
 	for ; i+8 <= len(b); i += 8 {
 		x := binary.LittleEndian.Uint64(b[i:])
-		if hasLess(x, 0x21)|hasZero(x^(lsb*0x7f)) != 0 {
+		if m := hasLess(x, 0x21) | hasZero(x^(lsb*0x7f)); m != 0 {
+			// The lowest flagged byte is exact: the first match.
+			i += bits.TrailingZeros64(m) / 8
+			if b[i] == ' ' {
+				return b[:i], b[i+1:], true, i > 0 && i <= MaxKey
+			}
 			break
 		}
 	}

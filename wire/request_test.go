@@ -708,3 +708,36 @@ func TestErrorsIsSentinel(t *testing.T) {
 		t.Errorf("err %v is not ErrBadLease", err)
 	}
 }
+
+// cutKey, which tests eight bytes at a time, splits and judges a field as
+// a byte-by-byte reading does, wherever a space, a control byte or DEL
+// falls in or around a word.
+func TestCutKeyMatchesByteByByte(t *testing.T) {
+	naive := func(b []byte) (field, rest []byte, more, ok bool) {
+		i := bytes.IndexByte(b, ' ')
+		field, more = b, i >= 0
+		if more {
+			field, rest = b[:i], b[i+1:]
+		}
+		ok = len(field) > 0 && len(field) <= MaxKey
+		for _, c := range field {
+			ok = ok && isKeyByte(c)
+		}
+		return field, rest, more, ok
+	}
+	for n := 0; n <= 26; n++ {
+		for p := -1; p < n; p++ {
+			for _, c := range []byte{' ', 0, '\t', 0x7f, 0x80} {
+				b := []byte(strings.Repeat("k", n) + " 30 0")
+				if p >= 0 {
+					b[p] = c
+				}
+				f, r, m, ok := cutKey(b)
+				nf, nr, nm, nok := naive(b)
+				if !bytes.Equal(f, nf) || !bytes.Equal(r, nr) || m != nm || ok != nok {
+					t.Fatalf("cutKey(%q) = %q %q %v %v, want %q %q %v %v", b, f, r, m, ok, nf, nr, nm, nok)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,179 @@
+// Command echo is the network ceiling a kunci node is measured against: a
+// bare gnet server that answers each request line with one line of the
+// size kunci's answer has, and does nothing else (no lock, no token
+// reservation, no budget, no clock). The raw driver of bench accepts its
+// answers, so the same load runs against both:
+//
+//	go run ./bench/echo --listen 127.0.0.1:7080 &
+//	go run ./bench --target kunci://127.0.0.1:7080 --conns 50 --depth 16 --server-pid $!
+//
+// It runs gnet as kuncid does by default (one loop, least-connections
+// balancing, TCP_NODELAY, SO_REUSEADDR, no gnet ticker, a 128 KiB send
+// buffer per connection) and batches as kuncid does: on each read it
+// takes what the connection sent (up to kuncid's 64 KiB serve budget),
+// answers every complete line into the connection's buffer and writes that
+// with one write. bench/ceiling.sh runs both side by side. --spin burns
+// CPU per answer, a stand-in for a node's own work per request.
+//
+// Answers: "A key lease wait …" gets "A key token" (a token counting up
+// from 1, as a fresh node's do), "R key token" gets "R key OK", "I" gets
+// "I active self self", anything else "E - - unknown op". It keeps no
+// state: an answer says nothing about any lock. Traffic is whatever
+// connects to --listen; keep it on loopback.
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
+)
+
+// The kuncid defaults this server copies (server/loop.go, budget.go).
+const (
+	serveBudget   = 64 << 10  // request bytes one read takes at most
+	maxLine       = 512       // the protocol's longest line
+	sendBuffer    = 128 << 10 // SO_SNDBUF of a client connection
+	maxKeptOutput = 16 << 10  // the largest answer buffer kept between reads
+)
+
+func main() {
+	listen := flag.String("listen", "127.0.0.1:7080", "`address` (host:port) to serve on")
+	spin := flag.Duration("spin", 0, "CPU to burn per answer, busy, as a stand-in for a node's own work per request: what each nanosecond of it costs in cycles/s")
+	flag.Parse()
+	s := &server{spin: int64(*spin)}
+	err := gnet.Run(s, "tcp://"+*listen,
+		gnet.WithNumEventLoop(1),
+		gnet.WithLoadBalancing(gnet.LeastConnections),
+		gnet.WithTicker(false),
+		gnet.WithReuseAddr(true),
+		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
+		gnet.WithLogger(quiet{}),
+	)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "echo:", err)
+		os.Exit(1)
+	}
+}
+
+// server is the gnet event handler. One loop runs it: nothing is shared.
+type server struct {
+	gnet.BuiltinEventEngine
+	self  []byte // the listen address, for I
+	token uint64 // the last token answered
+	spin  int64  // ns of CPU to burn per answer (--spin)
+}
+
+// conn is one connection's state: a partial line carried from the last
+// read, and the answers of this one.
+type conn struct {
+	carry []byte
+	out   []byte
+}
+
+func (s *server) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	_ = c.SetWriteBuffer(sendBuffer)
+	if a := c.LocalAddr(); a != nil {
+		s.self = []byte(a.String())
+	}
+	c.SetContext(&conn{})
+	return nil, gnet.None
+}
+
+func (s *server) OnTraffic(c gnet.Conn) gnet.Action {
+	cs := c.Context().(*conn)
+	avail := c.InboundBuffered()
+	buf, _ := c.Peek(min(avail, serveBudget+maxLine))
+	off := 0
+	if len(cs.carry) > 0 {
+		i := bytes.IndexByte(buf, '\n')
+		if i < 0 {
+			if len(cs.carry)+len(buf) >= maxLine {
+				return gnet.Close
+			}
+			cs.carry = append(cs.carry, buf...)
+			_, _ = c.Discard(-1)
+			return gnet.None
+		}
+		cs.carry = append(cs.carry, buf[:i+1]...)
+		cs.out = s.answer(cs.out, cs.carry)
+		off = i + 1
+	}
+	for off < len(buf) && off < serveBudget {
+		i := bytes.IndexByte(buf[off:], '\n')
+		if i < 0 {
+			break
+		}
+		cs.out = s.answer(cs.out, buf[off:off+i+1])
+		off += i + 1
+	}
+	if s.spin > 0 {
+		burn(time.Duration(s.spin * int64(bytes.Count(cs.out, []byte{'\n'}))))
+	}
+	if len(cs.out) > 0 {
+		_, _ = c.Write(cs.out)
+		if cap(cs.out) > maxKeptOutput {
+			cs.out = nil
+		} else {
+			cs.out = cs.out[:0]
+		}
+	}
+	if len(buf) < avail || bytes.IndexByte(buf[off:], '\n') >= 0 {
+		// Complete lines left past the budget: the next read, or a wake,
+		// takes them.
+		cs.carry = cs.carry[:0]
+		_, _ = c.Discard(off)
+		_ = c.Wake(nil)
+	} else {
+		cs.carry = append(cs.carry[:0], buf[off:]...)
+		_, _ = c.Discard(-1)
+	}
+	return gnet.None
+}
+
+// burn keeps the CPU busy for d.
+func burn(d time.Duration) {
+	for start := time.Now(); time.Since(start) < d; {
+	}
+}
+
+// answer appends the answer to line (its LF included) to dst.
+func (s *server) answer(dst, line []byte) []byte {
+	line = bytes.TrimSuffix(bytes.TrimSuffix(line, []byte{'\n'}), []byte{'\r'})
+	op, rest, _ := bytes.Cut(line, []byte{' '})
+	key, _, _ := bytes.Cut(rest, []byte{' '})
+	switch {
+	case len(op) == 1 && op[0] == 'A' && len(key) > 0:
+		s.token++
+		dst = append(dst, 'A', ' ')
+		dst = append(dst, key...)
+		dst = append(dst, ' ')
+		dst = strconv.AppendUint(dst, s.token, 10)
+	case len(op) == 1 && op[0] == 'R' && len(key) > 0:
+		dst = append(dst, 'R', ' ')
+		dst = append(dst, key...)
+		dst = append(dst, " OK"...)
+	case len(op) == 1 && op[0] == 'I':
+		dst = append(dst, "I active "...)
+		dst = append(dst, s.self...)
+		dst = append(dst, ' ')
+		dst = append(dst, s.self...)
+	default:
+		dst = append(dst, "E - - unknown op"...)
+	}
+	return append(dst, '\n')
+}
+
+// quiet drops gnet's logging but for its errors, as kuncid's --log-level
+// error does.
+type quiet struct{}
+
+func (quiet) Debugf(string, ...any)     {}
+func (quiet) Infof(string, ...any)      {}
+func (quiet) Warnf(string, ...any)      {}
+func (quiet) Errorf(f string, a ...any) { fmt.Fprintf(os.Stderr, "echo: "+f+"\n", a...) }
+func (quiet) Fatalf(f string, a ...any) { fmt.Fprintf(os.Stderr, "echo: "+f+"\n", a...); os.Exit(1) }
