@@ -669,7 +669,6 @@ func (lp *loop) runTick(context.Context) error {
 	lp.resume()
 	lp.wakeMore()
 	lp.recharge()
-	n.releaseMemory()
 	lp.resumeLists()
 	lp.resumeSnapshots()
 	lp.expireProbation()
