@@ -17,11 +17,11 @@ import (
 //
 //   - the node is calm: the buffered sum was below an eighth of the budget
 //     at this look and the one before, and the node allocated less than
-//     calmAlloc, plus a 256th of its live heap, in between (a burst has
+//     calmAlloc, plus a 1024th of its live heap, in between (a burst has
 //     passed, or pauses);
 //   - and there is memory to hand back: there was buffer pressure since the
 //     last release, or the heap's pages hold more than the live heap (as of
-//     the last collection) by heapSlack or a quarter of it, whichever is
+//     the last collection) by heapSlack or an eighth of it, whichever is
 //     more;
 //
 // it collects the garbage and hands the freed pages back to the system, on
@@ -32,13 +32,15 @@ import (
 // collection waits for the runtime's own next one (at the latest two
 // minutes later), then is handed back at the next look.
 //
-// The limits keep it from running in steady work: a node that allocates
-// r bytes a second is released at most every (live/4)/r seconds, and not at
-// all while r is above the calm rate.
+// The limits keep it rare in steady work: a node that allocates r bytes a
+// second is released at most every max(heapSlack, live/8)/r seconds, and
+// not at all while r is above the calm rate. Just under it, that is every
+// 32 s or more (35 s for a live heap of 100 MB), a collection of the live
+// heap each time; the runtime's own would come every two minutes.
 const (
 	calmFor      = time.Second
 	releaseEvery = 10 * time.Second
-	calmAlloc    = 1 << 20
+	calmAlloc    = 256 << 10
 	heapSlack    = 8 << 20
 )
 
@@ -90,10 +92,10 @@ func (n *Node) releaseMemory() {
 	allocs, live := v(mAllocs), v(mLive)
 	held := v(mObjects) + v(mUnused) + v(mFree) // the heap's pages not handed back
 	calm := 8*n.budget.buffered.Load() < n.cfg.MaxBuffered
-	quiet := !w.looked.IsZero() && w.calm && calm && allocs-w.allocs < calmAlloc+live/256
+	quiet := !w.looked.IsZero() && w.calm && calm && allocs-w.allocs < calmAlloc+live/1024
 	w.looked, w.allocs, w.calm = now, allocs, calm
 	squeezed := n.budget.squeezed.Load()
-	if !quiet || now.Sub(w.released) < releaseEvery || !squeezed && held < live+max(heapSlack, live/4) {
+	if !quiet || now.Sub(w.released) < releaseEvery || !squeezed && held < live+max(heapSlack, live/8) {
 		return
 	}
 	w.released = now
