@@ -655,7 +655,12 @@ func TestGroupHandoffWithoutToken(t *testing.T) {
 	sh.AcquireMode(0, 4, doc, nil, shared, sec, 0, &out)
 	sh.Acquire(0, 5, doc, sec, 0, &out)
 	expectAnswers(t, &out, "1 doc A 3")
-	tk.SetOnLow(func() { tk.SetCeiling(5, 5) })
+	looks := 0
+	tk.SetOnLow(func() { // after the first reader's refusal
+		if looks++; looks == 2 {
+			tk.SetCeiling(5, 5)
+		}
+	})
 	sh.Release(0, 1, doc, 3, &out)
 	expectAnswers(t, &out, "1 doc R OK", "2 doc E engine: storage unavailable", "3 doc A 4", "4 doc A 5")
 	if w := sh.Waiters(doc); !slices.Equal(w, []ConnID{5}) {

@@ -42,12 +42,29 @@ func (t *Tokens) Next() (uint64, bool) {
 			t.onLow()
 		}
 		if last >= c {
-			return 0, false
+			if t.spent() {
+				return 0, false
+			}
+			continue // a range was being set: it raises the floor first
 		}
 		if t.last.CompareAndSwap(last, last+1) {
 			return last + 1, true
 		}
 	}
+}
+
+// spent reports whether every token up to the ceiling has been issued,
+// looking under the mutex: SetRange raises the floor before it moves the
+// ceiling, and a Next between the two would see the old ceiling with the
+// new floor, no token left where the new range has them all.
+func (t *Tokens) spent() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.ceiling.Load()
+	if c == 0 {
+		c = MaxToken
+	}
+	return t.last.Load() >= c
 }
 
 // SetRange lets Next issue the tokens in (lo, hi], which the caller has

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -150,5 +151,44 @@ func TestTokensSetRangeSkipsTheGap(t *testing.T) {
 	}
 	if tk.Last() != 600 {
 		t.Fatalf("last %d, want 600", tk.Last())
+	}
+}
+
+// A range set while tokens remain below the old ceiling must never make
+// Next refuse: SetRange raises the floor before it moves the ceiling, and
+// a Next between the two saw the raised floor with the old ceiling (seen
+// as "storage unavailable" once in a bulk load of 600,000 keys).
+func TestTokensNoRefusalWhileTheRangeMoves(t *testing.T) {
+	const block, rounds = 1 << 10, 2000
+	var tk Tokens
+	tk.SetRange(0, block, block/2)
+	var stop atomic.Bool
+	var refused atomic.Int64
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for !stop.Load() {
+				// Only while a quarter of the block is left: a range
+				// that comes late must not be what refuses.
+				if tk.Last()+block/4 >= tk.Ceiling() {
+					continue
+				}
+				if _, ok := tk.Next(); !ok {
+					refused.Add(1)
+				}
+			}
+		})
+	}
+	// Each new range starts at the current ceiling, moved well before the
+	// tokens under it run out: none may be refused.
+	for r := uint64(1); r <= rounds && refused.Load() == 0; r++ {
+		for tk.Last() < r*block-block/2 {
+		}
+		tk.SetRange(r*block, (r+1)*block, (r+1)*block-block/2)
+	}
+	stop.Store(true)
+	wg.Wait()
+	if n := refused.Load(); n > 0 {
+		t.Fatalf("%d tokens refused while every range was set with tokens left", n)
 	}
 }

@@ -135,8 +135,14 @@ func TestHandoffGrantsOnceTokensAreBack(t *testing.T) {
 	sh.Acquire(0, 2, key, sec, 0, &out)
 	sh.Acquire(0, 3, key, sec, 0, &out)
 	expectAnswers(t, &out, "1 k A 1")
-	// The ceiling rises while the first waiter is being refused.
-	tk.SetOnLow(func() { tk.SetCeiling(5, 5) })
+	// The ceiling rises after the first waiter is refused, while the
+	// handoff goes on to the next (the second look at the low mark).
+	looks := 0
+	tk.SetOnLow(func() {
+		if looks++; looks == 2 {
+			tk.SetCeiling(5, 5)
+		}
+	})
 	sh.Release(0, 1, key, 1, &out)
 	expectAnswers(t, &out, "1 k R OK", "2 k E engine: storage unavailable", "3 k A 2")
 	if tok, _, held := sh.Holder(key); !held || tok != 2 {

@@ -4,12 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"os"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 )
 
 // The buffer budget. gnet buffers without limit, and each connection's own
@@ -29,8 +27,8 @@ import (
 //   - Over budget, each loop's ticker turn closes the connections of that
 //     loop holding the most, worst first, until the sum is back within it.
 //   - When the pressure has passed (the sum below an eighth of the budget),
-//     the freed memory is handed back to the operating system once (Go's
-//     own scavenger would take minutes to).
+//     the freed memory is handed back to the operating system
+//     (release.go): Go's own scavenger would take minutes to.
 //
 // A connection's charge is what it held when its loop last looked: after
 // each write, read and ticker turn. Output the kernel takes after that
@@ -40,11 +38,9 @@ import (
 
 // budget is the node's count of buffered bytes. Safe for concurrent use.
 type budget struct {
-	buffered  atomic.Int64  // what client connections hold, summed
-	squeezed  atomic.Bool   // there was pressure since memory was last released
-	released  atomic.Int64  // when memory was last released (node clock)
-	calmSince atomic.Int64  // since when the sum is low, after pressure; 0: not
-	closed    atomic.Uint64 // connections closed over budget
+	buffered atomic.Int64  // what client connections hold, summed
+	squeezed atomic.Bool   // there was pressure since memory was last released
+	closed   atomic.Uint64 // connections closed over budget
 }
 
 // pressedLimit is the most unsent output, and unread input, a connection
@@ -62,13 +58,6 @@ const sendBuffer = 128 << 10
 
 // minMaxBuffered is the smallest budget Config accepts.
 const minMaxBuffered = 4 << 20
-
-// releaseEvery is how often at most the node hands freed memory back, and
-// calmFor how long the pressure must have passed first.
-const (
-	releaseEvery = 10 * time.Second
-	calmFor      = time.Second
-)
 
 // DefaultMaxBuffered is Config.MaxBuffered's default: a sixteenth of the
 // memory the process may use (its cgroup's limit, else the machine's),
@@ -197,39 +186,4 @@ func (lp *loop) recharge() {
 			Msg("closing a connection that holds the most of the node's buffer budget")
 		_ = lp.el.Close(cs.c)
 	}
-}
-
-// releaseMemory hands the memory freed after a time of buffer pressure back
-// to the operating system, once the sum has stayed below an eighth of the
-// budget for calmFor (the attack is over, not pausing), and at most once
-// every releaseEvery. The ticker does not sleep while that is due
-// (Node.quiet). It runs on any loop, from runTick.
-func (n *Node) releaseMemory() {
-	b := &n.budget
-	if !b.squeezed.Load() {
-		return
-	}
-	now := n.now()
-	if 8*b.buffered.Load() >= n.cfg.MaxBuffered {
-		b.calmSince.Store(0)
-		return
-	}
-	calm := b.calmSince.Load()
-	if calm == 0 {
-		b.calmSince.CompareAndSwap(0, now)
-		return
-	}
-	last := b.released.Load()
-	if now-calm < int64(calmFor) || last != 0 && now-last < int64(releaseEvery) || !b.released.CompareAndSwap(last, now) {
-		return
-	}
-	b.squeezed.Store(false)
-	b.calmSince.Store(0)
-	n.log.Info().Int64("buffered", b.buffered.Load()).Msg("buffer pressure has passed: handing the memory it took back to the system")
-	go func() {
-		// Twice: buffers that gnet pooled (sync.Pool) outlive one
-		// collection, in the pools' victim caches.
-		debug.FreeOSMemory()
-		debug.FreeOSMemory()
-	}()
 }

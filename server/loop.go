@@ -23,6 +23,10 @@ type loop struct {
 	out engine.Output
 	// dirty lists connections of this loop with answers to write.
 	dirty []*conn
+	// spare is the large answer buffer the loop lends a connection for a
+	// long batch (lendOutput), so that a pipelining client's batches do
+	// not each grow a buffer and drop it.
+	spare []byte
 	// writing is set while write runs: a write that fails closes its
 	// connection, and OnClose then runs inside it; the answers OnClose
 	// decides join dirty, and this write writes them.
@@ -133,8 +137,16 @@ func newLoop(n *Node, el gnet.EventLoop) *loop {
 const ms = int64(1_000_000)
 
 // maxKeptOutput is the largest answer buffer a connection keeps between
-// batches.
-const maxKeptOutput = 16 << 10
+// batches, and maxSpareOutput the largest one its loop keeps to lend
+// (loop.spare): the answers of serveBudget of requests, a few times over.
+const (
+	maxKeptOutput  = 16 << 10
+	maxSpareOutput = 4 * serveBudget
+)
+
+// minAnswer is a short answer's length ("G k 1\n", rounded up): a batch of
+// n requests may need n*minAnswer bytes of output or more.
+const minAnswer = 8
 
 // turnBurst bounds the answers one serve adds to a connection's output:
 // serveBudget of requests whose answers are up to four times longer (Q). A
@@ -205,6 +217,7 @@ func (n *Node) serve(lp *loop, cs *conn) gnet.Action {
 		off += m
 	}
 	if len(lp.batch) > 0 {
+		lp.lendOutput(cs)
 		lp.execute(cs)
 	}
 	if lp.closing {
@@ -617,11 +630,7 @@ func (lp *loop) write() {
 			// ran): none of it was sent.
 			lp.unwritten(cs.out)
 		}
-		if cap(cs.out) > maxKeptOutput {
-			cs.out = nil // a burst's buffer is not kept for the connection's life
-		} else {
-			cs.out = cs.out[:0]
-		}
+		lp.takeOutput(cs)
 		if cs.closed {
 			continue
 		}
@@ -633,6 +642,35 @@ func (lp *loop) write() {
 		}
 	}
 	lp.dirty = lp.dirty[:0]
+}
+
+// lendOutput gives cs the loop's spare answer buffer, keeping cs's own
+// meanwhile, when the batch about to run may outgrow what cs has.
+func (lp *loop) lendOutput(cs *conn) {
+	if cap(lp.spare) <= cap(cs.out) || len(lp.batch)*minAnswer <= cap(cs.out)-len(cs.out) {
+		return
+	}
+	spare := append(lp.spare[:0], cs.out...)
+	lp.spare = cs.out[:0]
+	cs.out = spare
+}
+
+// takeOutput empties cs's answer buffer once written. One larger than
+// maxKeptOutput — lent by the loop, or grown by a burst — is not kept for
+// the connection's life: the loop keeps the largest up to maxSpareOutput
+// as its spare, handing cs back the smaller one it had.
+func (lp *loop) takeOutput(cs *conn) {
+	switch {
+	case cap(cs.out) <= maxKeptOutput:
+		cs.out = cs.out[:0]
+	case cap(cs.out) <= maxSpareOutput && cap(cs.out) > cap(lp.spare):
+		cs.out, lp.spare = lp.spare[:0], cs.out[:0]
+		if cap(cs.out) > maxKeptOutput {
+			cs.out = nil
+		}
+	default:
+		cs.out = nil
+	}
 }
 
 // runTick advances this loop's share of the shards and resumes connections
@@ -672,7 +710,6 @@ func (lp *loop) runTick(context.Context) error {
 	lp.resume()
 	lp.wakeMore()
 	lp.recharge()
-	n.releaseMemory()
 	lp.resumeLists()
 	lp.resumeSnapshots()
 	lp.expireProbation()

@@ -91,6 +91,7 @@ type tickState struct {
 	// span the node stood still (stall.go). Loops read both.
 	alive atomic.Int64
 	stall atomic.Pointer[stall]
+	heap  heapWatch // the ticker's look at the heap (release.go)
 }
 
 // loopSet is the node's event loops. all is set once by the first

@@ -18,6 +18,7 @@ func (n *Node) ticker() {
 	scan.Stop()
 	var scanned time.Time // the last idle scan
 	for {
+		n.releaseMemory() // at every beat: pulseEvery at the least
 		if n.quiet() {
 			// Nothing will expire and nobody waits to be resumed: sleep
 			// until a batch starts a timer or pauses a connection, or
@@ -108,9 +109,6 @@ func (n *Node) queueTicks(scan bool) {
 const maxTick = 10 * time.Millisecond
 
 func (n *Node) quiet() bool {
-	if n.budget.squeezed.Load() {
-		return false // memory to hand back once the pressure has passed
-	}
 	for i := range n.shards {
 		if n.shards[i].timers.Load() != 0 {
 			return false

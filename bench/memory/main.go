@@ -8,6 +8,13 @@
 // for a redis-server process with "SET kNNNNNNNNN 1 NX PX LEASE" (the usual
 // Redis lock), for the same keys, in the same run.
 //
+// With --heap-profile FILE the node serves its profiles on a loopback admin
+// address, and its heap profile is written to FILE once the keys are held
+// and the RSS read (go tool pprof -top -sample_index=inuse_space FILE;
+// alloc_space for what the load allocated in all). The profile forces a
+// garbage collection first, so that it counts the live heap: the waiters'
+// figure after it is then not comparable with a run without one.
+//
 //	make build && go run ./bench/memory --kuncid bin/kuncid --keys 1000000 [--waiters 100000] [--redis redis-server]
 package main
 
@@ -18,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
@@ -33,12 +41,13 @@ func main() {
 	waiters := flag.Int("waiters", 0, "acquires to queue behind held keys (one per key, from other connections)")
 	conns := flag.Int("conns", 4, "connections that send the requests")
 	lease := flag.Int("lease", 3600, "lease of every grant, in seconds")
+	profile := flag.String("heap-profile", "", "write the node's heap profile to this file once the keys are held (empty: none)")
 	flag.Parse()
 	if *keys < 1 || *waiters < 0 || *waiters > *keys || *conns < 1 {
 		fmt.Fprintln(os.Stderr, "memory: want --keys ≥ 1, 0 ≤ --waiters ≤ --keys, --conns ≥ 1")
 		os.Exit(2)
 	}
-	if err := measureKunci(*kuncid, *keys, *waiters, *conns, *lease); err != nil {
+	if err := measureKunci(*kuncid, *keys, *waiters, *conns, *lease, *profile); err != nil {
 		fmt.Fprintln(os.Stderr, "memory:", err)
 		os.Exit(1)
 	}
@@ -50,16 +59,26 @@ func main() {
 	}
 }
 
-func measureKunci(bin string, keys, waiters, conns, lease int) error {
+func measureKunci(bin string, keys, waiters, conns, lease int, profile string) error {
 	dir, err := os.MkdirTemp("", "kunci-memory-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
 	max := strconv.Itoa(keys + 1000)
+	admin := ""
+	if profile != "" {
+		if admin, err = freeAddr(); err != nil {
+			return err
+		}
+	}
 	p, err := launch(conns, func(addr string) *exec.Cmd {
-		return exec.Command(bin, "--listen", addr, "--data-dir", dir, "--log-level", "error",
-			"--max-keys", max, "--max-queued", max, "--max-conns", strconv.Itoa(2*conns+100))
+		args := []string{"--listen", addr, "--data-dir", dir, "--log-level", "error",
+			"--max-keys", max, "--max-queued", max, "--max-conns", strconv.Itoa(2*conns + 100)}
+		if admin != "" {
+			args = append(args, "--admin", admin, "--admin-pprof")
+		}
+		return exec.Command(bin, args...)
 	})
 	if err != nil {
 		return err
@@ -72,6 +91,11 @@ func measureKunci(bin string, keys, waiters, conns, lease int) error {
 	}
 	fmt.Printf("kunci   %d keys held: node RSS %.1f MiB (%.1f MiB before): %.0f bytes per held key\n",
 		keys, mib(held), mib(p.base), float64(held-p.base)/float64(keys))
+	if profile != "" {
+		if err := heapProfile(admin, profile); err != nil {
+			return err
+		}
+	}
 	if waiters == 0 {
 		return nil
 	}
@@ -244,18 +268,26 @@ func start(cmd *exec.Cmd, addr string) (stop func(), err error) {
 	return nil, fmt.Errorf("%s did not listen on %s within 10 s", cmd.Path, addr)
 }
 
-// settledRSS returns pid's resident memory once it stops changing: the
-// last requests' buffers freed, a garbage collection or two run.
+// settledRSS returns pid's resident memory once it has stopped changing
+// for settleFor: the last requests' buffers freed, a garbage collection or
+// two run, memory handed back (a node does so a second or two after a
+// burst). It gives up after 40 reads.
 func settledRSS(pid int) (int64, error) {
+	const every, settleFor = 250 * time.Millisecond, 3 * time.Second
 	var last int64 = -1
+	stable := time.Duration(0)
 	for range 40 {
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(every)
 		rss, err := rss(pid)
 		if err != nil {
 			return 0, err
 		}
 		if last >= 0 && abs(rss-last) < 64<<10 {
-			return rss, nil
+			if stable += every; stable >= settleFor {
+				return rss, nil
+			}
+		} else {
+			stable = 0
 		}
 		last = rss
 	}
@@ -302,6 +334,38 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
+}
+
+// heapProfile writes the heap profile the node serves on admin to file,
+// and first, before the profile's forced collection, the runtime's memory
+// statistics as they were when the RSS was read to file+".txt" (pprof's
+// text form: the MemStats are at its end).
+func heapProfile(admin, file string) error {
+	if err := get("http://"+admin+"/debug/pprof/heap?debug=1", file+".txt"); err != nil {
+		return err
+	}
+	return get("http://"+admin+"/debug/pprof/heap?gc=1", file)
+}
+
+// get writes what url answers to file.
+func get(url, file string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
