@@ -168,24 +168,25 @@ func parseLockLine(buf []byte, lim *Limits, req *Request) int {
 	if k == 2 || k-2 > MaxKey || k >= len(buf) || buf[k] != ' ' {
 		return 0
 	}
-	var r Request
-	r.Op, r.Key = Op(buf[0]), buf[2:k]
+	op, key := Op(buf[0]), buf[2:k]
+	var token uint64
+	var lease, wait int64
 	i := k + 1
-	if r.Op == OpRelease {
+	if op == OpRelease {
 		var ok bool
-		if r.Token, i = scanDigits(buf, i); i == k+1 || r.Token == 0 {
+		if token, i = scanDigits(buf, i); i == k+1 || token == 0 {
 			return 0
 		}
 		if i, ok = lineEnd(buf, i); !ok {
 			return 0
 		}
 	} else {
-		lease, j, ok := scanMs(buf, i)
+		ms, j, ok := scanMs(buf, i)
 		if !ok || j >= len(buf) || buf[j] != ' ' {
 			return 0
 		}
 		i = j + 1
-		wait := int64(NoWait)
+		wait = NoWait
 		if i < len(buf) && buf[i] == '-' {
 			i++
 		} else if wait, i, ok = scanMs(buf, i); !ok {
@@ -195,18 +196,21 @@ func parseLockLine(buf []byte, lim *Limits, req *Request) int {
 			return 0
 		}
 		var err error
-		if r.Lease, err = checkLease(lease, true, lim); err != nil {
+		if lease, err = checkLease(ms, true, lim); err != nil {
 			return 0
 		}
-		if r.Wait, err = checkWait(wait, true, lim); err != nil {
+		if wait, err = checkWait(wait, true, lim); err != nil {
 			return 0
 		}
 	}
 	if i > MaxLine {
 		return 0
 	}
-	r.EchoOp, r.EchoKey = buf[:1], r.Key
-	*req = r
+	// Zeroed, then set field by field: a composite literal would be built
+	// on the stack and copied, twice the stores.
+	*req = Request{}
+	req.Op, req.Key, req.Lease, req.Wait, req.Token = op, key, lease, wait, token
+	req.EchoOp, req.EchoKey = buf[:1], key
 	return i
 }
 
