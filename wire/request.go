@@ -233,8 +233,8 @@ func scanKey(b []byte, i int) int {
 // scanDigits reads at most 19 decimal digits of b from i on (which always
 // fit in a uint64): their value and the index of the first byte not read.
 func scanDigits(b []byte, i int) (v uint64, end int) {
-	end = i
-	for ; end < len(b) && end-i < 19; end++ {
+	b = b[:min(len(b), i+19)]
+	for end = i; end < len(b); end++ {
 		d := b[end] - '0'
 		if d > 9 {
 			break
