@@ -309,11 +309,13 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 		lp.refused.count(errKeyForbidden)
 		lp.batch = append(lp.batch, request{op: req.Op, key: req.Key, err: errKeyForbidden, echoOp: req.EchoOp})
 	default:
-		r := request{
-			op: req.Op, key: req.Key, owner: req.Owner, token: req.Token,
-			mode:  engine.Mode{Slots: req.Slots, Shared: req.Shared},
-			lease: req.Lease * ms, wait: req.Wait * ms, // NoWait stays negative: a try
-		}
+		// Zeroed in its place in the batch and set field by field: a
+		// composite literal would be built on the stack and copied.
+		lp.batch = append(lp.batch, request{})
+		r := &lp.batch[len(lp.batch)-1]
+		r.op, r.key, r.owner, r.token = req.Op, req.Key, req.Owner, req.Token
+		r.mode = engine.Mode{Slots: req.Slots, Shared: req.Shared}
+		r.lease, r.wait = req.Lease*ms, req.Wait*ms // NoWait stays negative: a try
 		if req.Op == wire.OpAcquire {
 			cs.acquired = true
 			cs.queued++
@@ -335,7 +337,6 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 				}
 			}
 		}
-		lp.batch = append(lp.batch, r)
 	}
 	return m, nil
 }

@@ -204,3 +204,34 @@ func FuzzParseAnswer(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseLockLine checks parseLockLine, ParseRequest's one-pass parse of
+// the lock cycle's lines, against parseLine, which parses every line: on
+// every line the first takes, both agree on length and request, under the
+// default limits and under small ones.
+func FuzzParseLockLine(f *testing.F) {
+	addSeeds(f, requestSeeds)
+	for _, s := range []string{
+		"A k 30 0\n", "R k 1\n", "A k 30 -\r\n", "A k 0.125 2.5\n", "R k 0001\n",
+		"A k 30 0 owner=o\n", "R k 18446744073709551615\n", "R k 18446744073709551616\n",
+		"A k 999999999999999 0\n", "A k 9999999999999999 0\n", "A k 5. 0\n", "A k 30 -1\n",
+		"R k 1\rx\n", "A \x80\xff 1 1\n", "R k\x7f 1\n", "A k 0 0\n", "R k 0\n",
+	} {
+		f.Add([]byte(s), []byte{})
+	}
+	lims := []*Limits{nil, {MaxLease: 1500, MaxWait: 10}}
+	f.Fuzz(func(t *testing.T, data, _ []byte) {
+		for _, lim := range lims {
+			var fast, slow Request
+			n := parseLockLine(data, lim, &fast)
+			if n == 0 {
+				continue
+			}
+			m, err := parseLine(data, lim, &slow)
+			if m != n || err != nil || !equalRequest(&fast, &slow) ||
+				string(fast.EchoOp) != string(slow.EchoOp) || string(fast.EchoKey) != string(slow.EchoKey) {
+				t.Fatalf("%q: one pass %d %+v, parseLine %d %v %+v", data, n, fast, m, err, slow)
+			}
+		}
+	})
+}

@@ -145,6 +145,146 @@ type Limits struct {
 //
 // lim may be nil, meaning the defaults. ParseRequest does not allocate.
 func ParseRequest(buf []byte, lim *Limits, req *Request) (n int, err error) {
+	if n = parseLockLine(buf, lim, req); n > 0 {
+		return n, nil
+	}
+	return parseLine(buf, lim, req)
+}
+
+// parseLockLine parses the lines of a lock cycle, "A key lease wait" and
+// "R key token", in one pass over their bytes: each field is scanned once,
+// up to the LF that ends the last, with no search for the line's end
+// first. It returns the line's length when the line is one of those,
+// valid, within MaxLine and complete in buf, with *req overwritten whole as
+// parseLine would; otherwise 0, leaving the line (and any refusal, with the
+// fault parseLine reports first) to parseLine. Every field it accepts is
+// also valid to parseLine, so the two agree on every line it takes
+// (FuzzParseLockLine compares them).
+func parseLockLine(buf []byte, lim *Limits, req *Request) int {
+	if len(buf) < 2 || buf[1] != ' ' || buf[0] != 'A' && buf[0] != 'R' {
+		return 0
+	}
+	k := scanKey(buf, 2) // the key's end, which must be a space
+	if k == 2 || k-2 > MaxKey || k >= len(buf) || buf[k] != ' ' {
+		return 0
+	}
+	op, key := Op(buf[0]), buf[2:k]
+	var token uint64
+	var lease, wait int64
+	i := k + 1
+	if op == OpRelease {
+		var ok bool
+		if token, i = scanDigits(buf, i); i == k+1 || token == 0 {
+			return 0
+		}
+		if i, ok = lineEnd(buf, i); !ok {
+			return 0
+		}
+	} else {
+		ms, j, ok := scanMs(buf, i)
+		if !ok || j >= len(buf) || buf[j] != ' ' {
+			return 0
+		}
+		i = j + 1
+		wait = NoWait
+		if i < len(buf) && buf[i] == '-' {
+			i++
+		} else if wait, i, ok = scanMs(buf, i); !ok {
+			return 0
+		}
+		if i, ok = lineEnd(buf, i); !ok {
+			return 0
+		}
+		var err error
+		if lease, err = checkLease(ms, true, lim); err != nil {
+			return 0
+		}
+		if wait, err = checkWait(wait, true, lim); err != nil {
+			return 0
+		}
+	}
+	if i > MaxLine {
+		return 0
+	}
+	// Zeroed, then set field by field: a composite literal would be built
+	// on the stack and copied, twice the stores.
+	*req = Request{}
+	req.Op, req.Key, req.Lease, req.Wait, req.Token = op, key, lease, wait, token
+	req.EchoOp, req.EchoKey = buf[:1], key
+	return i
+}
+
+// scanKey returns the index of the first byte of b from i on that may not
+// be in a key (a space, a control byte, DEL), or len(b). It tests eight
+// bytes at a time.
+func scanKey(b []byte, i int) int {
+	for ; i+8 <= len(b); i += 8 {
+		x := binary.LittleEndian.Uint64(b[i:])
+		if m := hasLess(x, 0x21) | hasZero(x^(lsb*0x7f)); m != 0 {
+			// The lowest flagged byte is exact: the first match.
+			return i + bits.TrailingZeros64(m)/8
+		}
+	}
+	for ; i < len(b) && isKeyByte(b[i]); i++ {
+	}
+	return i
+}
+
+// scanDigits reads at most 19 decimal digits of b from i on (which always
+// fit in a uint64): their value and the index of the first byte not read.
+func scanDigits(b []byte, i int) (v uint64, end int) {
+	b = b[:min(len(b), i+19)]
+	for end = i; end < len(b); end++ {
+		d := b[end] - '0'
+		if d > 9 {
+			break
+		}
+		v = v*10 + uint64(d)
+	}
+	return v, end
+}
+
+// scanMs reads a seconds field of b from i on, as ParseSeconds, but only
+// of at most 15 integer digits (whose milliseconds fit): its value in
+// milliseconds, the index of the byte after it, and whether it is well
+// formed so far (the byte after it is not checked).
+func scanMs(b []byte, i int) (ms int64, end int, ok bool) {
+	sec, end := scanDigits(b, i)
+	if end == i || end-i > 15 {
+		return 0, end, false
+	}
+	ms = int64(sec) * 1000
+	if end < len(b) && b[end] == '.' {
+		f, fend := scanDigits(b, end+1)
+		switch fend - end - 1 {
+		case 1:
+			f *= 100
+		case 2:
+			f *= 10
+		case 3:
+		default:
+			return 0, fend, false
+		}
+		ms, end = ms+int64(f), fend
+	}
+	return ms, end, true
+}
+
+// lineEnd reports whether a line's last field ends at b[i] (an LF, or CR
+// LF) and returns the line's length with its ending.
+func lineEnd(b []byte, i int) (int, bool) {
+	if i < len(b) && b[i] == '\n' {
+		return i + 1, true
+	}
+	if i+1 < len(b) && b[i] == '\r' && b[i+1] == '\n' {
+		return i + 2, true
+	}
+	return 0, false
+}
+
+// parseLine is ParseRequest for every line: it finds the line's end, then
+// splits and checks its fields.
+func parseLine(buf []byte, lim *Limits, req *Request) (n int, err error) {
 	*req = Request{}
 	line, n, err := nextLine(buf)
 	if n == 0 || err != nil {
