@@ -56,6 +56,30 @@ func TestTableModel(t *testing.T) {
 	}
 }
 
+// The table grows by 1.5 or 4/3, not 2: never over 3/4 full, and at least
+// 1/2 full once it has grown, so a key takes at most 16 bytes of slots.
+func TestTableGrowsByAHalfOrAThird(t *testing.T) {
+	var tb table
+	tb.init()
+	size := len(tb.slots)
+	for i := range 300_000 {
+		k := "key-" + strconv.Itoa(i)
+		tb.add(hashString(k), []byte(k), nil)
+		if len(tb.slots) == size {
+			continue
+		}
+		if len(tb.slots)*2 > size*3 || tb.len()*2 < len(tb.slots) {
+			t.Fatalf("%d keys: the table grew from %d slots to %d", tb.len(), size, len(tb.slots))
+		}
+		size = len(tb.slots)
+	}
+	if tb.len()*4 > len(tb.slots)*3 {
+		t.Fatalf("%d keys in %d slots: over 3/4 full", tb.len(), len(tb.slots))
+	}
+	t.Logf("%d keys in %d slots: %.1f bytes of slots per key", tb.len(), len(tb.slots),
+		float64(len(tb.slots)*int(unsafe.Sizeof(slot{})))/float64(tb.len()))
+}
+
 func TestTableShrinksAfterABurst(t *testing.T) {
 	var tb table
 	tb.init()
