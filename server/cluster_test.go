@@ -500,6 +500,54 @@ func TestClusterSemiSyncHoldsAnswersUntilAcknowledged(t *testing.T) {
 	}
 }
 
+// With two standbys, one acknowledging and one silent, answers stay held
+// while the other is caught up: the loop then leaves its records to the
+// streams' task (one write a turn, loop.write), which must still carry
+// every record to both standbys in order, and release the answers once the
+// silent one acknowledges.
+func TestClusterSemiSyncHeldWhileOneStandbyIsCaughtUp(t *testing.T) {
+	t.Parallel()
+	pn := newPeerNet(t)
+	tc := newCluster(t, 3, func(c *server.Config) {
+		c.SemiSync = true
+		c.PeerDialer = pn.Dialer(c.Listen)
+		c.FailoverTimeout = 2 * time.Second // the silent standby is not dropped meanwhile
+	})
+	tc.StartAll()
+	tc.WaitActive(0)
+	var cs []*client
+	for i := 0; i < 4; i++ {
+		c := dial(t, tc.Addrs[0])
+		defer c.close()
+		c.send("A warm" + strconv.Itoa(i) + " 30 0")
+		c.expectGrant("warm" + strconv.Itoa(i))
+		cs = append(cs, c)
+	}
+	pn.Cut(tc.Addrs[2], tc.Addrs[0], true) // its acknowledgements stand still
+	for round := 0; round < 3; round++ {
+		for i, c := range cs {
+			c.send(fmt.Sprintf("A k%d.%d 30 0", round, i))
+		}
+	}
+	expectNothingAll(500*time.Millisecond, cs...)
+	// Meanwhile the acknowledging standby has every record made.
+	waitFor(t, "the caught-up standby to hold every grant", func() bool {
+		return len(tc.Nodes[1].Holders()) == 4+3*len(cs)
+	})
+	pn.Cut(tc.Addrs[2], tc.Addrs[0], false)
+	for round := 0; round < 3; round++ {
+		for i, c := range cs {
+			k := fmt.Sprintf("k%d.%d", round, i)
+			tok := c.expectGrant(k)
+			for _, sb := range []int{1, 2} {
+				if h, ok := tc.Nodes[sb].Holders()[k]; !ok || h.Token != tok {
+					t.Fatalf("grant %s %d answered before standby %d had it (%v %v)", k, tok, sb, h, ok)
+				}
+			}
+		}
+	}
+}
+
 // A peer reporting a higher token ceiling (its data directory is ahead:
 // it was active in a partition, say) moves the active's tokens above it
 // without stalling grants: well within the failover timeout.

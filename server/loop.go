@@ -588,8 +588,10 @@ func (lp *loop) write() {
 	limit := 2*lp.n.cfg.OutputLimit + turnBurst
 	seq, hold := lp.holding()
 	if hold {
-		lp.sendRecords()
 		lp.writeHeld()
+		if len(lp.held) == 0 {
+			lp.sendRecords() // an idle loop's records go now (see sendRecords)
+		}
 		hold = len(lp.held) > 0 || lp.n.peers.sync.acked.Load() < seq
 	}
 	for i := 0; i < len(lp.dirty); i++ { // OnClose may append to it meanwhile
