@@ -470,14 +470,7 @@ func TestClusterSemiSyncHoldsAnswersUntilAcknowledged(t *testing.T) {
 				})
 				tc.StartAll()
 				tc.WaitActive(0)
-				var cs []*client
-				for i := 0; i < 4; i++ {
-					c := dial(t, tc.Addrs[0])
-					defer c.close()
-					c.send("A warm" + strconv.Itoa(i) + " 30 0")
-					c.expectGrant("warm" + strconv.Itoa(i))
-					cs = append(cs, c)
-				}
+				cs := warmClients(t, tc.Addrs[0], 4)
 				from, to := tc.Addrs[0], tc.Addrs[1]
 				if cut == "acknowledgements" {
 					from, to = to, from
@@ -500,6 +493,21 @@ func TestClusterSemiSyncHoldsAnswersUntilAcknowledged(t *testing.T) {
 	}
 }
 
+// warmClients dials n clients to addr, each of which takes a key of its
+// own (warm0, warm1, …) first, so that its connection is known to be served
+// by then. They are closed when the test ends.
+func warmClients(t *testing.T, addr string, n int) []*client {
+	t.Helper()
+	cs := make([]*client, n)
+	for i := range cs {
+		c := dial(t, addr)
+		c.send("A warm" + strconv.Itoa(i) + " 30 0")
+		c.expectGrant("warm" + strconv.Itoa(i))
+		cs[i] = c
+	}
+	return cs
+}
+
 // With two standbys, one acknowledging and one silent, answers stay held
 // while the other is caught up: the loop then leaves its records to the
 // streams' task (one write a turn, loop.write), which must still carry
@@ -515,14 +523,7 @@ func TestClusterSemiSyncHeldWhileOneStandbyIsCaughtUp(t *testing.T) {
 	})
 	tc.StartAll()
 	tc.WaitActive(0)
-	var cs []*client
-	for i := 0; i < 4; i++ {
-		c := dial(t, tc.Addrs[0])
-		defer c.close()
-		c.send("A warm" + strconv.Itoa(i) + " 30 0")
-		c.expectGrant("warm" + strconv.Itoa(i))
-		cs = append(cs, c)
-	}
+	cs := warmClients(t, tc.Addrs[0], 4)
 	pn.Cut(tc.Addrs[2], tc.Addrs[0], true) // its acknowledgements stand still
 	for round := 0; round < 3; round++ {
 		for i, c := range cs {
