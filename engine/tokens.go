@@ -32,7 +32,9 @@ type Tokens struct {
 }
 
 // Next returns a new token, or false when there is none to give: every
-// token up to the ceiling (or MaxToken) has been issued. It never waits.
+// token up to the ceiling (or MaxToken) has been issued. It does not wait
+// for storage: only when the tokens look used up does it take the mutex,
+// to let a SetRange or SetCeiling under way (a few stores) finish.
 func (t *Tokens) Next() (uint64, bool) {
 	for {
 		last, c := t.last.Load(), t.ceiling.Load()
