@@ -456,7 +456,7 @@ func (cn *conn) acquire(ctx context.Context, key string, mode Mode, leaseMs int6
 		return result{kind: kindBroken, err: errWaitOver}, nil
 	}
 	c := getCall('A', key)
-	c.slot = slot
+	c.slot, c.transit = slot, true
 	owner := cn.cl.cfg.Owner
 	slots, shared := mode.fields()
 	return cn.sendAwait(ctx, c, func(b []byte) []byte {

@@ -78,7 +78,10 @@ func (cn *conn) submit(ctx context.Context, c *call, line func([]byte) []byte) e
 		c.ctxDone, c.watch, c.watched = done, w, true
 	}
 	c.line = line(c.line[:0])
-	slot := c.slot // c is not ours to read once pushed
+	slot := int32(-1) // c is not ours to read once pushed
+	if c.transit {
+		slot, c.transit = c.slot, false
+	}
 	for {
 		old := cn.sub.Load()
 		if old == downMark {
@@ -110,7 +113,8 @@ func (cn *conn) submit(ctx context.Context, c *call, line func([]byte) []byte) e
 }
 
 // arrived ends the way of an acquire of slot (-1: none) onto sub, or into
-// pend: it can be seen under cn.mu now (see settle).
+// pend (or its failure to get there): it can be seen under cn.mu now (see
+// settle).
 func (cn *conn) arrived(slot int32) {
 	if slot >= 0 {
 		cn.busy[slot].Add(-busyTransit)
