@@ -22,11 +22,7 @@
 //
 // On a link over which a standby asked for the stream, the active answers:
 //
-//	B seq [a]                   a snapshot of the state after record seq begins;
-//	                            a: the active waits for no acknowledgement
-//	                            (asynchronous replication), so acknowledge
-//	                            at will (see AckEvery); without it, every
-//	                            read of records at once
+//	B seq                       a snapshot of the state after record seq begins
 //	H key token remaining [owner]
 //	                            a held key in the snapshot
 //	K key token remaining limit [owner]
@@ -118,8 +114,6 @@ type Frame struct {
 	// old active's heartbeats say it is leaving.
 	Range   failover.Range
 	Inc, HB uint64
-	// Lazy is a B frame's a: the active waits for no acknowledgement.
-	Lazy bool
 }
 
 // MaxLine is the longest frame line, LF included.
@@ -235,9 +229,6 @@ func parseFields(line []byte, f *Frame) bool {
 	} else {
 		switch f.Kind {
 		case Begin:
-			if len(args) == 2 && string(args[1]) == "a" {
-				f.Lazy, args = true, args[:1]
-			}
 			if want(1) {
 				f.Seq = num(args[0])
 			}
@@ -463,14 +454,10 @@ func AppendAck(dst []byte, seq uint64) []byte {
 	return append(dst, '\n')
 }
 
-// AppendBegin appends a snapshot's first line; lazy says the active waits
-// for no acknowledgement (Frame.Lazy).
-func AppendBegin(dst []byte, seq uint64, lazy bool) []byte {
+// AppendBegin appends a snapshot's first line.
+func AppendBegin(dst []byte, seq uint64) []byte {
 	dst = append(dst, "B "...)
 	dst = strconv.AppendUint(dst, seq, 10)
-	if lazy {
-		dst = append(dst, " a"...)
-	}
 	return append(dst, '\n')
 }
 

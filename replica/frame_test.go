@@ -13,7 +13,7 @@ func TestFramesRoundTrip(t *testing.T) {
 	b = AppendHeartbeat(b, "10.0.0.1:7070", &hb)
 	b = AppendPeer(b, Sync)
 	b = AppendAck(b, 42)
-	b = AppendBegin(b, 5, false)
+	b = AppendBegin(b, 5)
 	b = AppendHolder(b, []byte("k/1"), 3, 1500, nil, engine.Mode{}) // 1.5 µs rounds up to 2
 	b = AppendEnd(b)
 	b = AppendRecord(b, Grant, 6, []byte("k/2"), 4, 30e9, nil, engine.Mode{})
@@ -156,26 +156,5 @@ func TestHubSequencesAndSnapshots(t *testing.T) {
 	}
 	if killed != 1 || !s.dead {
 		t.Fatalf("a standby %d bytes behind: killed %d", MaxBacklog, killed)
-	}
-}
-
-// A snapshot's first line says whether the active waits for
-// acknowledgements: "B seq a" when it does not.
-func TestBeginSaysWhetherTheActiveWaits(t *testing.T) {
-	for _, c := range []struct {
-		line string
-		lazy bool
-		ok   bool
-	}{{"B 5\n", false, true}, {"B 5 a\n", true, true}, {"B 5 b\n", false, false}, {"B 5 a a\n", false, false}, {"B a\n", false, false}} {
-		var f Frame
-		_, err := Parse([]byte(c.line), &f)
-		if (err == nil) != c.ok || c.ok && (f.Kind != Begin || f.Seq != 5 || f.Lazy != c.lazy) {
-			t.Errorf("Parse(%q) = %+v, %v", c.line, f, err)
-		}
-		if c.ok {
-			if got := string(AppendBegin(nil, 5, c.lazy)); got != c.line {
-				t.Errorf("AppendBegin(5, %v) = %q, want %q", c.lazy, got, c.line)
-			}
-		}
 	}
 }

@@ -159,7 +159,7 @@ func appendFrame(dst []byte, f *Frame) []byte {
 	}
 	switch f.Kind {
 	case Begin:
-		return AppendBegin(dst, f.Seq, f.Lazy)
+		return AppendBegin(dst, f.Seq)
 	case Holder, Member:
 		return AppendHolder(dst, f.Key, f.Token, f.Remaining, f.Owner, f.Mode)
 	case End:

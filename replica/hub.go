@@ -31,10 +31,6 @@ type Hub struct {
 // to Subscribe, and writes what Take returns to the standby.
 type Sub struct {
 	Peer int // the standby's index in the peer list
-	// Lazy, set before Subscribe, tells the standby that the active waits
-	// for no acknowledgement (asynchronous replication): it then
-	// acknowledges at will rather than every read (Frame.Lazy).
-	Lazy bool
 
 	wake    func() // see NewSub
 	kill    func()
@@ -186,7 +182,7 @@ func (h *Hub) Subscribe(s *Sub) []byte {
 	s.synced.Store(false)
 	s.snap = true
 	h.subs = append(h.subs, s)
-	return AppendBegin(nil, h.seq, s.Lazy)
+	return AppendBegin(nil, h.seq)
 }
 
 // SnapshotDone tells the hub that s's snapshot has been sent: the records

@@ -69,7 +69,3 @@ func (n *Node) SetSendBuffers(bytes int) {
 		}
 	})
 }
-
-// LazyAckEvery is how often a standby of an asynchronous active
-// acknowledges at most.
-const LazyAckEvery = lazyAckEvery

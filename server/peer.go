@@ -68,15 +68,9 @@ type peerConn struct {
 	inSnap    bool
 	seq       uint64 // last record applied
 	rout      engine.Output
-	ack       []byte // the last acknowledgement written
-	// Acknowledgements: of what the last one said and when (node clock),
-	// and whether the active said it waits for none (a lazy stream: see
-	// ackDue).
-	ackedSeq uint64
-	ackAt    int64
-	lazyAcks bool
-	locked   *shardBox // the shard a read's frames are being applied to
-	now      int64     // the clock for that shard
+	ack       []byte    // the last acknowledgement written
+	locked    *shardBox // the shard a read's frames are being applied to
+	now       int64     // the clock for that shard
 }
 
 // adoptPeer turns an accepted connection whose dialling node has just
@@ -129,30 +123,9 @@ func (n *Node) onPeerClose(pc *peerConn) {
 
 // Write, Close, Opened and Stream make a peerConn a cluster.Link.
 
-// Write writes b, a frame of the driver's (a heartbeat, a request), on the
-// link's loop. On a link this standby streams over, the records applied
-// and not yet acknowledged (a lazy stream's: see lazyAckEvery) are
-// acknowledged right after it, so that every record is within a heartbeat
-// of its acknowledgement.
-func (pc *peerConn) Write(b []byte) {
-	if !pc.out {
-		_ = pc.c.AsyncWrite(b, checkBacklog)
-		return
-	}
-	_ = pc.c.AsyncWrite(b, pc.afterWrite)
-}
-
-// afterWrite runs on the loop after a write of the driver's on a link this
-// node dialled: see Write.
-func (pc *peerConn) afterWrite(c gnet.Conn, err error) error {
-	_ = checkBacklog(c, err)
-	if err == nil && !pc.closed && pc.ackDue(true) {
-		pc.writeAck()
-	}
-	return nil
-}
-func (pc *peerConn) Close()        { _ = pc.c.Close() }
-func (pc *peerConn) Opened() int64 { return pc.opened }
+func (pc *peerConn) Write(b []byte) { _ = pc.c.AsyncWrite(b, checkBacklog) }
+func (pc *peerConn) Close()         { _ = pc.c.Close() }
+func (pc *peerConn) Opened() int64  { return pc.opened }
 
 func (pc *peerConn) Stream(on bool) bool { return pc.streaming.Swap(on) }
 
@@ -175,6 +148,7 @@ func (n *Node) onPeerTraffic(pc *peerConn) gnet.Action {
 	}
 	buf, _ := c.Peek(-1)
 	off := 0
+	acked := pc.seq
 	needAck := false
 	var f replica.Frame
 	defer pc.unlockShard()
@@ -200,39 +174,11 @@ func (n *Node) onPeerTraffic(pc *peerConn) gnet.Action {
 		}
 	}
 	_, _ = c.Discard(off)
-	if needAck || pc.ackDue(false) {
-		pc.writeAck()
+	if needAck || pc.seq != acked && pc.synced.Load() {
+		pc.ack = replica.AppendAck(pc.ack[:0], pc.seq) // the write copies what it cannot send
+		_, _ = c.Write(pc.ack)
 	}
 	return gnet.None
-}
-
-// lazyAckEvery is how often a standby acknowledges the records it applied
-// at most while the active waits for no acknowledgement (asynchronous
-// replication, Frame.Lazy). It writes one for every read of records
-// otherwise: at 50×16 cycles with two standbys that was ~700 writes a
-// second from each, and as many reads for the active, where nothing waited
-// for them. What a lazy stream leaves unacknowledged goes with the
-// standby's next heartbeat (peerConn.Write): the active's replication lag
-// (its metric, Node.Replication) is then up to this, or a heartbeat when
-// the stream has gone quiet, behind.
-const lazyAckEvery = 10 * time.Millisecond
-
-// ackDue reports whether the standby owes the active an acknowledgement
-// of records it applied: at once, unless the stream is lazy and the last
-// went out less than lazyAckEvery ago (or idle says the stream went quiet:
-// then at once too). It runs on pc's loop.
-func (pc *peerConn) ackDue(idle bool) bool {
-	if pc.seq == pc.ackedSeq || !pc.synced.Load() || !pc.streaming.Load() {
-		return false
-	}
-	return !pc.lazyAcks || idle || pc.n.now()-pc.ackAt >= int64(lazyAckEvery)
-}
-
-// writeAck acknowledges every record applied so far.
-func (pc *peerConn) writeAck() {
-	pc.ack = replica.AppendAck(pc.ack[:0], pc.seq) // the write copies what it cannot send
-	pc.ackedSeq, pc.ackAt = pc.seq, pc.n.now()
-	_, _ = pc.c.Write(pc.ack)
 }
 
 // peerFrame handles a P frame from the peer on the other end of pc, which
@@ -356,8 +302,7 @@ func (n *Node) unsubscribe(pc *peerConn) {
 }
 
 // streamFrame applies a frame of the stream from the active this node
-// follows. It reports whether the frame wants an acknowledgement at once
-// (the snapshot's last: the active counts the standby as synced from it).
+// follows. It reports whether the frame wants an acknowledgement.
 func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 	if !pc.out {
 		return false, gnet.Close
@@ -373,8 +318,7 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 		pc.synced.Store(false)
 		pc.unlockShard()
 		n.resetShards()
-		pc.inSnap, pc.seq, pc.ackedSeq = true, f.Seq, 0
-		pc.lazyAcks = f.Lazy
+		pc.inSnap, pc.seq = true, f.Seq
 		if !n.cl.Post(pc.idx, failover.CopyStarted{From: pc.idx}) {
 			return false, n.dropPeer(pc, "too many events")
 		}
@@ -421,7 +365,7 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 		b.sh.Drop(pc.now, f.Key, f.Token, &pc.rout)
 		pc.rout.Reset()
 	}
-	return false, gnet.None // acknowledged when due: see ackDue
+	return true, gnet.None
 }
 
 // install makes token a grant of key, of mode m, on this standby; a new

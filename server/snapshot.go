@@ -57,7 +57,6 @@ func (n *Node) subscribe(pc *peerConn) {
 		_ = c.Close()
 	}
 	pc.sub = replica.NewSub(pc.idx, wake, kill)
-	pc.sub.Lazy = !n.cfg.SemiSync // only semi-sync answers wait for acknowledgements
 	pc.lp.streams = append(pc.lp.streams, pc)
 	pc.snap = &snapshot{}
 	pc.snap.task = gnet.RunnableFunc(func(context.Context) error {
