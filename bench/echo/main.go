@@ -17,7 +17,8 @@
 //
 // With --relay ADDR it answers nothing itself: it forwards each read's
 // complete lines over one persistent connection to another echo server at
-// ADDR (dialled at start, served by the same loop, one write per read) and
+// ADDR (dialled at start, served by the same loop, which gnet's ticker
+// hands it once, as a cluster node's links; one write per read) and
 // writes that server's answers back to the client as they come, in order.
 // Against one echo server, it is one extra loopback round trip through gnet
 // and nothing else, the floor of a --semi-sync node's answer, which waits
@@ -59,19 +60,22 @@ func main() {
 	spin := flag.Duration("spin", 0, "CPU to burn per answer, busy, as a stand-in for a node's own work per request: what each nanosecond of it costs in cycles/s")
 	relay := flag.String("relay", "", "forward every request to the echo server at `address` and answer with its answers: one extra loopback round trip")
 	flag.Parse()
-	s := &server{spin: int64(*spin), relayTo: *relay}
-	err := gnet.Run(s, "tcp://"+*listen,
+	if err := run(&server{spin: int64(*spin), relayTo: *relay}, *listen); err != nil {
+		fmt.Fprintln(os.Stderr, "echo:", err)
+		os.Exit(1)
+	}
+}
+
+// run serves s on listen until the engine stops.
+func run(s *server, listen string) error {
+	return gnet.Run(s, "tcp://"+listen,
 		gnet.WithNumEventLoop(1),
 		gnet.WithLoadBalancing(gnet.LeastConnections),
-		gnet.WithTicker(false),
+		gnet.WithTicker(s.relayTo != ""),
 		gnet.WithReuseAddr(true),
 		gnet.WithTCPNoDelay(gnet.TCPNoDelay),
 		gnet.WithLogger(quiet{}),
 	)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "echo:", err)
-		os.Exit(1)
-	}
 }
 
 // server is the gnet event handler. One loop runs it: nothing is shared.
@@ -82,7 +86,9 @@ type server struct {
 	spin  int64  // ns of CPU to burn per answer (--spin)
 
 	relayTo string // --relay: the echo server every request goes to
-	up      gnet.Conn
+	eng     gnet.Engine
+	upConn  net.Conn  // dialled by OnBoot, registered by the first tick
+	up      gnet.Conn // the link in the loop
 	upOut   []byte    // the lines of one client read, for the upstream
 	waiting []forward // what the upstream owes, in the order it was sent
 	head    int       // waiting[head] is owed the next answer
@@ -99,6 +105,7 @@ type forward struct {
 type upstream struct{}
 
 func (s *server) OnBoot(eng gnet.Engine) gnet.Action {
+	s.eng = eng
 	if s.relayTo == "" {
 		return gnet.None
 	}
@@ -108,22 +115,22 @@ func (s *server) OnBoot(eng gnet.Engine) gnet.Action {
 		return gnet.Shutdown
 	}
 	_ = nc.(*net.TCPConn).SetNoDelay(true)
-	// The loops start once OnBoot returns: the link joins one then.
-	go func() {
-		ctx := gnet.NewContext(gnet.NewNetConnContext(context.Background(), nc), upstream{})
-		for tries := 0; ; tries++ {
-			_, err := eng.Register(ctx)
-			if err == nil {
-				return
-			}
-			if tries == 500 {
-				fmt.Fprintln(os.Stderr, "echo: relay:", err)
-				os.Exit(1)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}()
+	s.upConn = nc
 	return gnet.None
+}
+
+// OnTick runs once the loops do (a relay's engine ticks, as a kunci
+// cluster node's does): the upstream link joins the loop.
+func (s *server) OnTick() (time.Duration, gnet.Action) {
+	if s.upConn != nil {
+		nc := s.upConn
+		s.upConn = nil
+		if _, err := s.eng.Register(gnet.NewContext(gnet.NewNetConnContext(context.Background(), nc), upstream{})); err != nil {
+			fmt.Fprintln(os.Stderr, "echo: relay:", err)
+			return 0, gnet.Shutdown
+		}
+	}
+	return time.Hour, gnet.None
 }
 
 // conn is one connection's state: a partial line carried from the last
