@@ -1,8 +1,15 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"context"
+	"fmt"
+	"net"
 	"testing"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
 
 	"github.com/kunci/kunci/wire"
 )
@@ -28,6 +35,101 @@ func TestAnswersAreKuncisAnswers(t *testing.T) {
 		var a wire.Answer
 		if n, err := wire.ParseAnswer(got, &a); n != len(got) || err != nil {
 			t.Errorf("ParseAnswer(%q) = %d, %v", got, n, err)
+		}
+	}
+}
+
+// freeAddr returns a loopback address nothing listens on (for a moment).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// serve runs s on a free address until the test ends, and returns the
+// address once it accepts connections.
+func serve(t *testing.T, s *server) string {
+	t.Helper()
+	addr := freeAddr(t)
+	done := make(chan error, 1)
+	go func() { done <- run(s, addr) }()
+	t.Cleanup(func() {
+		_ = gnet.Stop(context.Background(), "tcp://"+addr)
+		<-done
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not accept connections", addr)
+		}
+	}
+}
+
+// TestRelayAnswersWithTheUpstreamsAnswers: behind --relay, each client
+// gets the answers the echo server behind it gives, in the order it asked,
+// one connection's pipelined requests and another's interleaved.
+func TestRelayAnswersWithTheUpstreamsAnswers(t *testing.T) {
+	up := serve(t, &server{})
+	var relay string
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		relay = serve(t, &server{relayTo: up})
+		c, err := net.Dial("tcp", relay)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(wire.AppendRelease(nil, []byte("probe"), 1)); err != nil {
+			t.Fatal(err)
+		}
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err == nil && line == "R probe OK\n" {
+			break // the upstream link is in the loop
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the relay does not answer: %q %v", line, err)
+		}
+	}
+	conns := make([]net.Conn, 2)
+	readers := make([]*bufio.Reader, 2)
+	for i := range conns {
+		c, err := net.Dial("tcp", relay)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		conns[i], readers[i] = c, bufio.NewReader(c)
+	}
+	var token uint64
+	for round := 0; round < 20; round++ {
+		var want [2][]string
+		for i, c := range conns {
+			var batch []byte
+			for j := 0; j < 1+round%4; j++ {
+				key := fmt.Appendf(nil, "k%d.%d.%d", i, round, j)
+				batch = wire.AppendAcquire(batch, key, 30000, 0)
+				token++
+				want[i] = append(want[i], string(wire.AppendGrant(nil, key, token)))
+			}
+			if _, err := c.Write(batch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, r := range readers {
+			for _, w := range want[i] {
+				got, err := r.ReadString('\n')
+				if err != nil || got != w {
+					t.Fatalf("round %d conn %d: %q %v, want %q", round, i, got, err, w)
+				}
+			}
 		}
 	}
 }
