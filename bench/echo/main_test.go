@@ -11,6 +11,8 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 
+	"github.com/kunci/kunci/internal/testaddr"
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/wire"
 )
 
@@ -39,47 +41,37 @@ func TestAnswersAreKuncisAnswers(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address nothing listens on (for a moment).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// serve runs s on a free address until the test ends, and returns the
-// address once it accepts connections.
+// serve runs s on a free loopback address until the test ends, and
+// returns the address once it accepts connections.
 func serve(t *testing.T, s *server) string {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := testaddr.Free(t, 1)[0]
 	done := make(chan error, 1)
 	go func() { done <- run(s, addr) }()
 	t.Cleanup(func() {
 		_ = gnet.Stop(context.Background(), "tcp://"+addr)
 		<-done
 	})
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
+	testnode.WaitFor(t, addr+" to accept connections", func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
 			c.Close()
-			return addr
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s does not accept connections", addr)
-		}
-	}
+		return err == nil
+	})
+	return addr
 }
 
 // TestRelayAnswersWithTheUpstreamsAnswers: behind --relay, each client
 // gets the answers the echo server behind it gives, in the order it asked,
 // one connection's pipelined requests and another's interleaved.
 func TestRelayAnswersWithTheUpstreamsAnswers(t *testing.T) {
-	up := serve(t, &server{})
-	var relay string
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		relay = serve(t, &server{relayTo: up})
+	// The upstream's tokens start at 1000, so that answers the relay made
+	// itself (from 1) would not pass for the upstream's.
+	const first = 1000
+	relay := serve(t, &server{relayTo: serve(t, &server{token: first})})
+	// A relay refuses clients until its link joins the loop (its first tick).
+	testnode.WaitFor(t, "the relay to answer", func() bool {
 		c, err := net.Dial("tcp", relay)
 		if err != nil {
 			t.Fatal(err)
@@ -87,16 +79,11 @@ func TestRelayAnswersWithTheUpstreamsAnswers(t *testing.T) {
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 		if _, err := c.Write(wire.AppendRelease(nil, []byte("probe"), 1)); err != nil {
-			t.Fatal(err)
+			return false // refused and closed already
 		}
 		line, err := bufio.NewReader(c).ReadString('\n')
-		if err == nil && line == "R probe OK\n" {
-			break // the upstream link is in the loop
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the relay does not answer: %q %v", line, err)
-		}
-	}
+		return err == nil && line == "R probe OK\n"
+	})
 	conns := make([]net.Conn, 2)
 	readers := make([]*bufio.Reader, 2)
 	for i := range conns {
@@ -108,7 +95,7 @@ func TestRelayAnswersWithTheUpstreamsAnswers(t *testing.T) {
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 		conns[i], readers[i] = c, bufio.NewReader(c)
 	}
-	var token uint64
+	token := uint64(first)
 	for round := 0; round < 20; round++ {
 		var want [2][]string
 		for i, c := range conns {
