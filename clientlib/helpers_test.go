@@ -324,7 +324,9 @@ func (p *proxy) accept(ln net.Listener) {
 			continue
 		}
 		p.mu.Lock()
-		if p.ln != ln { // went down meanwhile
+		// Went down or began refusing meanwhile: a connection accepted
+		// before setRefuse must not outlive a cutAll that came after it.
+		if p.ln != ln || p.refuse {
 			p.mu.Unlock()
 			_ = down.Close()
 			_ = upstream.Close()
