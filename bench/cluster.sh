@@ -11,10 +11,15 @@
 # other round (a before/after comparison in one run); MODES="semi" runs only
 # some of single, async and semi; NODES sets the cluster's size (2, the
 # default, or 3: two standbys); PORT moves the nodes' ports (PORT, PORT+1,
-# …, default 7301).
+# …, default 7301). MODES may add echo and relay, run once a round whatever
+# KUNCIDS says, under the label gnet: bench/echo alone, and bench/echo with
+# --relay in front of a second one (one extra loopback round trip through
+# gnet and nothing else); relay's ratio is to echo of the same round, the
+# floor of semi's acquire p50 ratio (ECHO names the binary, bin/echo).
 set -euo pipefail
 KUNCIDS=${KUNCIDS:-kuncid=${KUNCID:-bin/kuncid}}
 BENCH=${BENCH:-bin/bench}
+ECHO=${ECHO:-bin/echo}
 MODES=${MODES:-single async semi}
 NODES=${NODES:-2}
 ROUNDS=${1:-3}
@@ -47,6 +52,15 @@ run() {
 			"$kuncid" --listen "${addrs[i]}" --peers "$PEERS" --cluster-key-file "$KEY" --data-dir "${dirs[i]}" --log-level error "${extra[@]}" & pids+=($!)
 		done
 		;;
+	echo)
+		"$ECHO" --listen "$A" & pids+=($!)
+		;;
+	relay)
+		n=2
+		"$ECHO" --listen "${addrs[1]}" & local up=$!
+		sleep 0.5
+		"$ECHO" --listen "$A" --relay "${addrs[1]}" & pids+=($! "$up")
+		;;
 	esac
 	sleep 2 # node A active, the standbys copied its state
 	"$BENCH" --target "kunci://$A" --server-pid "${pids[0]}" --conns ${CONNS:-8} --depth ${DEPTH:-16} --duration 4s --warmup 1s >"$OUT.run" 2>/dev/null &
@@ -75,6 +89,10 @@ run() {
 read -ra bins <<<"$KUNCIDS"
 for r in $(seq "$ROUNDS"); do
 	for m in $MODES; do
+		if [ "$m" = echo ] || [ "$m" = relay ]; then
+			run gnet "" "$m"
+			continue
+		fi
 		# Every other round the other way round: no binary always runs first.
 		for ((j = 0; j < ${#bins[@]}; j++)); do
 			i=$j
@@ -114,14 +132,17 @@ END {
 		printf "%s %d: %d (%d-%d), %.1f (%.1f-%.1f), %.2f, %.2f\n", k, n, cm[k], cmin, cmax, pm, pmin, pmax, am[k], sm[k]
 	}
 	print ""
-	print "binary mode: medians over the rounds of the ratio to the single node in the same round: cycles/s, active CPU/cycle, standby CPU/cycle vs single CPU/cycle"
+	print "binary mode: medians over the rounds of the ratio to the single node (relay: to echo) in the same round: cycles/s, active CPU/cycle, standby CPU/cycle vs single CPU/cycle, acquire p50 (then the p50 ratio of each round)"
 	for (o = 1; o <= no; o++) {
-		k = order[o]; split(k, kk, " "); b = kk[1] " single"
-		if (kk[2] == "single" || !(b in cm)) continue
+		k = order[o]; split(k, kk, " "); b = kk[1] (kk[2] == "relay" ? " echo" : " single")
+		if (kk[2] == "single" || kk[2] == "echo" || !(b in cm)) continue
 		n = min2(nc[k], nc[b]); m = min2(min2(na[k], na[b]), ns[k])
 		delete x; for (i = 1; i <= n; i++) x[i] = c[k, i] / c[b, i]; rc = med(x, n)
 		delete x; for (i = 1; i <= m; i++) x[i] = a[k, i] / a[b, i]; ra = m ? med(x, m) : 0
 		delete x; for (i = 1; i <= m; i++) x[i] = s[k, i] / a[b, i]; rs = m ? med(x, m) : 0
-		printf "%s: %.2f, %.2f, %.2f\n", k, rc, ra, rs
+		l = min2(np[k], np[b]); rounds = ""
+		delete x; for (i = 1; i <= l; i++) { x[i] = p[k, i] / p[b, i]; rounds = rounds sprintf(" %.2f", x[i]) }
+		rp = l ? med(x, l) : 0
+		printf "%s: %.2f, %.2f, %.2f, %.2f (rounds%s)\n", k, rc, ra, rs, rp, rounds
 	}
 }' "$OUT"

@@ -2,22 +2,33 @@ package clientlib_test
 
 import (
 	"context"
+	"os/exec"
+	"strings"
 	"testing"
-	"time"
 
-	"github.com/kunci/kunci/server"
+	"github.com/kunci/kunci/internal/testaddr"
 )
 
 // TestAcquireReleaseAllocs guards the hot path: an uncontended acquire and
 // release allocate the returned Lock and nothing more per cycle, with a
-// context that never ends and with one that may. The node runs in this
-// process, so its allocations count too: the bound leaves it one. (Each
-// round of the node's ticker costs gnet an allocation or two; at the
-// slowest tick there are few of them per cycle even when a busy machine
-// slows the cycles down.)
+// context that never ends and with one that may. The node is a kuncid
+// process of its own, so that AllocsPerRun, which counts the whole test
+// process, counts the client's allocations only (with the node in this
+// process, its per-tick work on a starved machine counted against the
+// client: 3 per cycle seen beside a second make test). Under the race
+// detector the call pool misses on most cycles (seen: 5,952 calls made for
+// 6,000 cycles), so there it may cost one more.
 func TestAcquireReleaseAllocs(t *testing.T) {
-	n := startNode(t, "", func(c *server.Config) { c.Tick = 10 * time.Millisecond })
-	c := newClient(t, nil, n.Addr())
+	addr := testaddr.Free(t, 1)[0]
+	node := exec.Command(buildKuncid(t), "--listen", addr, "--data-dir", t.TempDir(), "--log-level", "error")
+	node.Stderr = testWriter{t}
+	if err := node.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = node.Process.Kill(); _ = node.Wait() })
+	waitFor(t, "the kuncid process to answer", func() bool { return strings.HasPrefix(info(addr), "I active ") })
+
+	c := newClient(t, nil, addr)
 	cancellable, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for _, tc := range []struct {
@@ -33,8 +44,12 @@ func TestAcquireReleaseAllocs(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if a := testing.AllocsPerRun(1000, cycle); a > 2 {
-			t.Errorf("%s: %v allocations per acquire and release, want at most 2", tc.name, a)
+		want := 1.0 // the Lock
+		if raceEnabled {
+			want++
+		}
+		if a := testing.AllocsPerRun(1000, cycle); a > want {
+			t.Errorf("%s: %v allocations per acquire and release, want at most %v", tc.name, a, want)
 		} else {
 			t.Logf("%s: %v allocations per acquire and release", tc.name, a)
 		}

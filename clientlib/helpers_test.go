@@ -171,9 +171,6 @@ func await(t testing.TB, ch <-chan result) result {
 	}
 }
 
-// deadAddr returns a loopback address where connections are refused: a
-// TCP port bound, but not listening, until the test ends, so that no other
-// test's listener can take it meanwhile.
 // awaitGrantAbove waits for the acquire on ch (what), which must be granted
 // with a token above prev's, and returns its lock.
 func awaitGrantAbove(t testing.TB, ch <-chan result, prev *clientlib.Lock, what string) *clientlib.Lock {
@@ -198,7 +195,9 @@ func loseTo(t testing.TB, ctx context.Context, other *clientlib.Client, key stri
 		t.Error(err)
 		return nil
 	}
-	if err := theirs.Release(ctx); err != nil {
+	// Not with ctx: the keep-alive may find the grant gone, and end ctx,
+	// before this release's own answer is read.
+	if err := theirs.Release(ctxT(t)); err != nil {
 		t.Errorf("release by another client: %v", err)
 	}
 	select {
@@ -210,6 +209,9 @@ func loseTo(t testing.TB, ctx context.Context, other *clientlib.Client, key stri
 	}
 }
 
+// deadAddr returns a loopback address where connections are refused: a
+// TCP port bound, but not listening, until the test ends, so that no other
+// test's listener can take it meanwhile.
 func deadAddr(t testing.TB) string {
 	t.Helper()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
@@ -322,7 +324,9 @@ func (p *proxy) accept(ln net.Listener) {
 			continue
 		}
 		p.mu.Lock()
-		if p.ln != ln { // went down meanwhile
+		// Went down or began refusing meanwhile: a connection accepted
+		// before setRefuse must not outlive a cutAll that came after it.
+		if p.ln != ln || p.refuse {
 			p.mu.Unlock()
 			_ = down.Close()
 			_ = upstream.Close()

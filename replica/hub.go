@@ -46,9 +46,10 @@ type Sub struct {
 }
 
 // NewSub returns a stream for peer. The hub calls wake when the stream has
-// bytes for Take after it had none, and kill when the standby fell more than
-// MaxBacklog behind (the stream is then dead); both are called with the
-// hub's mutex held and must not block or call back into the hub.
+// bytes for Take after it had none (for records, from Wake: see Records),
+// and kill when the standby fell more than MaxBacklog behind (the stream is
+// then dead); both are called with the hub's mutex held and must not block
+// or call back into the hub.
 func NewSub(peer int, wake, kill func()) *Sub {
 	return &Sub{Peer: peer, wake: wake, kill: kill}
 }
@@ -81,6 +82,13 @@ func (h *Hub) Seq() uint64 {
 // the clock their deadlines are in. Call it under the lock of the shard that
 // made the records, so that records of one key keep their order.
 // It returns the sequence number of the last one.
+//
+// It wakes no stream's owner: the caller calls Wake once it is done with
+// the batch that made them, having Taken meanwhile what it writes itself.
+// A semi-synchronous active writes a caught-up standby's records in the
+// turn that made them; a wake at each Records cost that turn a task it had
+// no use for (an eventfd write before the records', and a pass of the
+// loop after it).
 func (h *Hub) Records(now int64, out *engine.Output) uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -117,12 +125,25 @@ func (h *Hub) Records(now int64, out *engine.Output) uint64 {
 	}
 	first.pending = enc
 	for _, s := range h.subs {
-		if s != first {
-			h.queueOne(s, enc[mark:])
+		if s != first && !s.dead {
+			s.pending = append(s.pending, enc[mark:]...)
+			h.bound(s)
 		}
 	}
-	h.queued(first)
+	h.bound(first)
 	return h.seq
+}
+
+// Wake wakes the owner of every stream with records it has not taken and
+// has not been woken for (Records).
+func (h *Hub) Wake() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, s := range h.subs {
+		if !s.dead && len(s.pending) > 0 {
+			h.wakeOne(s)
+		}
+	}
 }
 
 // Handoff queues, for s only, the order to promote itself with range r
@@ -151,12 +172,26 @@ func (h *Hub) queueOne(s *Sub, b []byte) {
 // queued ends s's stream if what waits for it passed MaxBacklog, and wakes
 // its owner if it had nothing waiting.
 func (h *Hub) queued(s *Sub) {
+	if h.bound(s) {
+		h.wakeOne(s)
+	}
+}
+
+// bound ends s's stream if what waits for it passed MaxBacklog, and
+// reports whether it lives.
+func (h *Hub) bound(s *Sub) bool {
 	if len(s.pending) > MaxBacklog {
 		s.dead = true
 		s.pending, s.spare = nil, nil
 		s.kill()
-		return
+		return false
 	}
+	return true
+}
+
+// wakeOne wakes s's owner unless it was woken since its last Take, or its
+// records wait for its snapshot.
+func (h *Hub) wakeOne(s *Sub) {
 	if !s.woken && !s.snap {
 		s.woken = true
 		s.wake()

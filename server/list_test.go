@@ -152,7 +152,12 @@ func TestListingForbidden(t *testing.T) {
 }
 
 // holdMany acquires count keys named prefix+i on one connection,
-// pipelined, and returns their tokens.
+// pipelined a window at a time, and returns their tokens. A window (at most
+// 1000 lines, ~110 KB with the longest prefix used) stays under what the
+// node lets a client send ahead of reading its answers (docs/PROTOCOL.md:
+// 256 KiB more than the node has read, once its answers pile up): sending
+// every line at once was closed as a client that does not read whenever
+// the reader fell behind on a busy machine.
 func holdMany(t testing.TB, addr, prefix string, count int) map[string]uint64 {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, answerTimeout)
@@ -161,29 +166,30 @@ func holdMany(t testing.TB, addr, prefix string, count int) map[string]uint64 {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(60 * time.Second))
-	werr := make(chan error, 1)
-	go func() {
-		w := bufio.NewWriterSize(c, 64<<10)
-		for i := range count {
-			fmt.Fprintf(w, "A %s%d 600 0\n", prefix, i)
-		}
-		werr <- w.Flush()
-	}()
+	const window = 1000
+	w := bufio.NewWriterSize(c, 64<<10)
 	r := bufio.NewReaderSize(c, 64<<10)
 	tokens := make(map[string]uint64, count)
-	for range count {
-		line, err := r.ReadString('\n')
-		if err != nil {
-			t.Fatalf("grant %d of %d: %v", len(tokens)+1, count, err)
+	for sent := 0; sent < count; {
+		n := min(window, count-sent)
+		for i := sent; i < sent+n; i++ {
+			fmt.Fprintf(w, "A %s%d 600 0\n", prefix, i)
 		}
-		key, tok, err := splitGrant(strings.TrimSuffix(line, "\n"))
-		if err != nil {
+		if err := w.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		tokens[key] = tok
-	}
-	if err := <-werr; err != nil {
-		t.Fatal(err)
+		sent += n
+		for len(tokens) < sent {
+			line, err := r.ReadString('\n')
+			if err != nil {
+				t.Fatalf("grant %d of %d: %v", len(tokens)+1, count, err)
+			}
+			key, tok, err := splitGrant(strings.TrimSuffix(line, "\n"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tokens[key] = tok
+		}
 	}
 	return tokens
 }

@@ -94,6 +94,10 @@ type loop struct {
 	undelivered     []undelivered
 	undeliveredKeys []byte
 
+	// recorded is set when the loop made records since its last write:
+	// write then wakes the streams that wait for them (wakeStreams).
+	recorded bool
+
 	// Semi-synchronous mode: answers waiting for a standby's ack.
 	held       []heldOutput
 	heldBuf    []byte // the held answers' bytes, in order
@@ -464,6 +468,7 @@ func (lp *loop) deliver(cs *conn) {
 	out := &lp.out
 	if len(out.Records) > 0 {
 		atomicx.Raise(&lp.n.peers.sync.lastSeq, lp.n.peers.hub.Records(lp.n.now(), out))
+		lp.recorded = true // write wakes the streams (wakeStreams)
 	}
 	if len(out.Answers) == 0 {
 		out.Reset()
@@ -645,6 +650,7 @@ func (lp *loop) write() {
 		}
 	}
 	lp.dirty = lp.dirty[:0]
+	lp.wakeStreams()
 }
 
 // lendOutput gives cs the loop's spare answer buffer, keeping cs's own

@@ -106,6 +106,20 @@ func (lp *loop) sendRecords() {
 	}
 }
 
+// wakeStreams has the streams' tasks write the records this loop made
+// since its last write, those it did not write itself (sendRecords): they
+// gather what every connection of their loop adds in a turn into one
+// write. Waking them here rather than as each batch makes its records
+// (replica.Hub.Records) spares a semi-synchronous answer a task it has no
+// use for: the eventfd write before its records' write, and a pass of the
+// loop after it.
+func (lp *loop) wakeStreams() {
+	if lp.recorded {
+		lp.recorded = false
+		lp.n.peers.hub.Wake()
+	}
+}
+
 // writeHeldAll writes every held answer now.
 func (lp *loop) writeHeldAll() { lp.writeHeldUpTo(true) }
 
