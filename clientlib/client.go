@@ -443,8 +443,10 @@ func (c *Client) acquire(ctx context.Context, key string, mode Mode, lease, wait
 // for).
 func (cn *conn) acquire(ctx context.Context, key string, mode Mode, leaseMs int64, deadline time.Time, try bool) (result, error) {
 	slot := slotOf(key)
-	if cn.busy[slot].Add(1+busyTransit) != 1+busyTransit {
-		cn.busy[slot].Add(-busyTransit)
+	if !cn.busy[slot].CompareAndSwap(0, 1+busyTransit) {
+		// Taken: by one acquire at most on its way, so the counter never
+		// carries more than one transit unit (many would overflow it).
+		cn.busy[slot].Add(1)
 		return cn.acquireTurn(ctx, key, slot, mode, leaseMs, deadline, try)
 	}
 	// No acquire of key, nor of any key of its slot, is outstanding here:

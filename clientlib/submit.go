@@ -24,10 +24,11 @@ import (
 // brings its slot's count from 0 to 1 has no acquire of its key ahead of it
 // and is submitted at once; any other looks under conn.mu (acquireTurn),
 // and waits its turn behind an acquire of its own key, or goes on (another
-// key of the same slot). The count also says how many acquires of the slot
-// are on their way onto sub (in units of busyTransit): acquireTurn waits
-// until none is before it looks, so that it sees every one that came
-// before it.
+// key of the same slot). The count also says whether the acquire that took
+// the slot from 0 is still on its way onto sub (one unit of busyTransit: only
+// that one goes on its way, so there is never more than one): acquireTurn
+// waits until it arrived before it looks, so that it sees every acquire
+// that came before it.
 
 // downMark on conn.sub: the connection is down; submit fails.
 var downMark = &call{}
@@ -38,7 +39,7 @@ var errSlow = errors.New("clientlib: submit under conn.mu")
 // busySlots is the number of conn.busy counters (a power of two).
 const busySlots = 4096
 
-// busyTransit counts, in a conn.busy counter, an acquire on its way onto
+// busyTransit marks, in a conn.busy counter, the acquire on its way onto
 // sub; the low bits count the acquires of the slot.
 const busyTransit = 1 << 20
 
