@@ -597,8 +597,7 @@ func (cn *conn) waitGate(ctx context.Context, key string, ch chan struct{}, dead
 func (cn *conn) cancel(ctx context.Context, c *call) (result, error) {
 	key := c.key
 	cn.mu.Lock()
-	cn.take() // c may not be registered yet
-	gen := c.gen
+	gen := c.gen // c is registered: a call is stopped only once it is
 	var r result
 	if c.state == callLate {
 		// Answered meanwhile: the gate may have let the next acquirer

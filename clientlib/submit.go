@@ -68,17 +68,37 @@ func slotOf(key string) int32 {
 // of it. An acquire's way onto sub (see busyTransit) ends here, but with
 // errSlow.
 func (cn *conn) submit(ctx context.Context, c *call, line func([]byte) []byte) error {
-	var w *watch
-	if done := ctx.Done(); done != nil {
-		if w = cn.ws.find(done); w == nil {
-			return errSlow
-		}
-		if w.waiting.Add(1) <= 0 {
-			return errSlow // it ended meanwhile
-		}
-		c.ctxDone, c.watch, c.watched = done, w, true
+	w, err := cn.joinWatch(ctx, c)
+	if err != nil {
+		return err
 	}
 	c.line = line(c.line[:0])
+	return cn.push(c, w)
+}
+
+// joinWatch makes c wait with the connection's watch of ctx (nil: ctx
+// never ends), or returns errSlow when there is none.
+func (cn *conn) joinWatch(ctx context.Context, c *call) (*watch, error) {
+	done := ctx.Done()
+	if done == nil {
+		return nil, nil
+	}
+	w := cn.ws.find(done)
+	if w == nil {
+		return nil, errSlow
+	}
+	if w.waiting.Add(1) <= 0 {
+		return nil, errSlow // it ended meanwhile
+	}
+	c.ctxDone, c.watch, c.watched = done, w, true
+	return w, nil
+}
+
+// push puts c, waiting with w (see joinWatch), onto sub, or returns
+// errNotUp. The watch may end between the two: ctxEnded, which tells the
+// calls of w that it can find, may then have looked before c was there,
+// and push tells c itself.
+func (cn *conn) push(c *call, w *watch) error {
 	slot := int32(-1) // c is not ours to read once pushed
 	if c.transit {
 		slot, c.transit = c.slot, false
@@ -103,11 +123,9 @@ func (cn *conn) submit(ctx context.Context, c *call, line func([]byte) []byte) e
 		}
 	}
 	if w != nil && w.waiting.Load() < 0 {
-		// The watch ended while c was being pushed: ctxEnded may have
-		// looked before c was there. Tell c here if it did not.
 		cn.mu.Lock()
 		cn.take()
-		cn.stopWatched(c, w)
+		cn.stopWatched(c, w) // unless ctxEnded did
 		cn.mu.Unlock()
 	}
 	return nil

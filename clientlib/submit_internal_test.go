@@ -200,3 +200,65 @@ func TestSlotSharedByAnotherKey(t *testing.T) {
 		t.Fatalf("the queued acquire of %s: %q %v", a, r.kind, r.err)
 	}
 }
+
+// TestWatchEndsBeforePush: a call that joined the watch of its context,
+// and is pushed only after the context ended and the watch told every
+// call it could find, is told by its own push: it does not wait for an
+// answer the watch will never stop.
+func TestWatchEndsBeforePush(t *testing.T) {
+	n := testnode.Start(t, server.Config{Listen: "127.0.0.1:0"})
+	cl := newInternalClient(t, n.Addr())
+	cn := cl.conns[0]
+	release := holdWrites(cl)
+	defer release()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Two calls with ctx while requests are outstanding: the connection
+	// watches it.
+	errs := make(chan error, 2)
+	for i := range 2 {
+		key := "k" + strconv.Itoa(i)
+		go func() {
+			_, err := cn.do(ctx, 'Q', key, inspectLine(key))
+			errs <- err
+		}()
+		testnode.WaitFor(t, "the call to be registered", func() bool {
+			cn.mu.Lock()
+			defer cn.mu.Unlock()
+			return cn.pend.outstanding == i+1
+		})
+	}
+	c := getCall('Q', "late")
+	w, err := cn.joinWatch(ctx, c)
+	if w == nil || err != nil {
+		t.Fatalf("joinWatch with the watched context: %v, %v", w, err)
+	}
+
+	cancel()
+	for range 2 {
+		if err := <-errs; !errors.Is(err, context.Canceled) {
+			t.Fatalf("a watched call whose context ended: %v", err)
+		}
+	}
+	cn.mu.Lock() // ctxEnded, which told them, holds cn.mu until it is done
+	cn.mu.Unlock()
+
+	c.line = inspectLine("late")(c.line[:0])
+	if err := cn.push(c, w); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan bool, 1)
+	go func() { _, ok := cn.await(c); got <- ok }()
+	select {
+	case ok := <-got:
+		if ok {
+			t.Fatal("the late call was answered, want told that its context ended")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call pushed after its watch ended is still waiting")
+	}
+	if _, ok := cn.drop(c); ok {
+		t.Fatal("the late call has an answer while its request is held back")
+	}
+}
