@@ -453,8 +453,7 @@ func (cn *conn) acquire(ctx context.Context, key string, mode Mode, leaseMs int6
 	// there is no turn to wait for.
 	waitMs, ok := waitLeft(deadline, try)
 	if !ok {
-		cn.unbusy(slot)
-		cn.busy[slot].Add(-busyTransit)
+		cn.busy[slot].Add(-1 - busyTransit)
 		return result{kind: kindBroken, err: errWaitOver}, nil
 	}
 	c := getCall('A', key)

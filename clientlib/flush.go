@@ -14,16 +14,16 @@ import (
 //
 // Callers only submit their requests (see submit.go). Every connection that
 // has requests submitted is written, one write each by the connection's
-// writer goroutine,
-// at the moment more are unlikely to come soon: when every caller told its
-// answer has run on to its next request (or left the client). Answers come
-// in batches, one read waking many callers, and most of them send another
-// request at once; writing after the last of them has run puts all of
-// those into one write instead of a write each. The writers are started by
+// writer goroutine, at the moment more are unlikely to come soon: when
+// every caller told its answer has run on to its next request (or left the
+// client). Answers come in batches, one read waking many callers, and most
+// of them send another request at once; writing after the last of them has
+// run puts all of those into one write instead of a write each. The writers are started by
 // whichever comes last: the first request submitted while no caller is
-// still to run, or the last such caller running. The first request
-// submitted to a connection while no caller is still to run is written by
-// its caller at once: nothing is about to join it.
+// still to run, or the last such caller running. A request alone on its
+// connection (nothing else outstanding), while no caller is still to run,
+// is written by its caller at once: nothing is about to join it, and its
+// peer has answered everything before it, so the write does not block.
 //
 // Writing only once the last of them has run would make the client and the
 // node take turns, each idle while the other works on the one batch. So a
@@ -150,14 +150,19 @@ func (cn *conn) flush() {
 }
 
 // kick gets the calls on cn.sub written; called by the caller whose call
-// made it non-empty, without cn.mu.
+// made it non-empty, without cn.mu. As a request sent under cn.mu (flush),
+// they are written by their caller only when they are all that is
+// outstanding: a connection with requests unanswered may have a peer that
+// stopped reading, and a caller blocked in that write could not return
+// when its context ends (nor run to start the others' writers).
 func (cn *conn) kick() {
 	switch {
 	case cn.writing.Load() || cn.queued.Load():
 		// Written after the write under way, or by the writer.
 	case cn.cl.fl.woken.Load() == 0:
 		cn.mu.Lock()
-		cn.write()
+		cn.take()
+		cn.flush()
 		cn.mu.Unlock()
 	default:
 		cn.cl.fl.queue(cn)

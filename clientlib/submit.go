@@ -41,7 +41,7 @@ const busySlots = 4096
 
 // busyTransit marks, in a conn.busy counter, the acquire on its way onto
 // sub; the low bits count the acquires of the slot.
-const busyTransit = 1 << 20
+const busyTransit = 1 << 30
 
 // settle waits until no acquire of slot is on its way onto sub. Every
 // acquire of the slot that starts meanwhile finds it taken, and goes under

@@ -1,8 +1,10 @@
 package clientlib
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"net"
 	"strconv"
 	"strings"
 	"testing"
@@ -260,5 +262,75 @@ func TestWatchEndsBeforePush(t *testing.T) {
 	}
 	if _, ok := cn.drop(c); ok {
 		t.Fatal("the late call has an answer while its request is held back")
+	}
+}
+
+// TestSubmitterDoesNotWriteBehindOthers: a caller that submits to a
+// connection with requests outstanding leaves the write to the
+// connection's writer, even when nothing is being written: its peer may
+// have stopped reading, and a write blocked there would keep it from
+// returning when its context ends (and hold every other connection's
+// writes back meanwhile, its caller being told but not yet running).
+func TestSubmitterDoesNotWriteBehindOthers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = nc.Close() }) // and never read
+		}
+	}()
+	const writeTimeout = 30 * time.Second
+	cl, err := New(Config{Addrs: []string{ln.Addr().String()}, WriteTimeout: writeTimeout,
+		ProbeInterval: writeTimeout, ProbeTimeout: writeTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close() })
+	cn := cl.conns[0]
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// Two calls with ctx, outstanding: the connection watches it.
+	errs := make(chan error, 3)
+	for i := range 2 {
+		key := "k" + strconv.Itoa(i)
+		go func() {
+			_, err := cn.do(ctx, 'Q', key, inspectLine(key))
+			errs <- err
+		}()
+		testnode.WaitFor(t, "the call to be registered", func() bool {
+			cn.mu.Lock()
+			defer cn.mu.Unlock()
+			return cn.pend.outstanding == i+1
+		})
+	}
+	if cn.ws.find(ctx.Done()) == nil {
+		t.Fatal("the connection does not watch the shared context")
+	}
+	// Far more than the sockets' buffers hold: its write blocks.
+	big := bytes.Repeat([]byte("x"), 16<<20)
+	go func() {
+		_, err := cn.do(ctx, 'Q', "big", func(b []byte) []byte { return append(append(b, big...), '\n') })
+		errs <- err
+	}()
+	testnode.WaitFor(t, "the large request's write to be under way", cn.writing.Load)
+
+	cancel()
+	for range 3 {
+		select {
+		case err := <-errs:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("a call whose context ended: %v", err)
+			}
+		case <-time.After(writeTimeout / 3):
+			t.Fatalf("a caller is still waiting %v after its context ended, while a write is blocked", writeTimeout/3)
+		}
 	}
 }
