@@ -3,6 +3,7 @@ package clientlib
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -53,6 +54,9 @@ const (
 // kindStopped when a context watch saw the caller's context end. r is
 // written only before done is signalled, so the caller reads it without
 // conn.mu after receiving; state and late are kept under conn.mu.
+//
+// A call submitted without conn.mu (see submit) waits on conn.sub, linked
+// by next, with its request encoded in line, until take registers it.
 type call struct {
 	done  chan struct{}
 	r     result
@@ -60,6 +64,17 @@ type call struct {
 	key   string
 	op    byte
 	state callState
+	// slot is an acquire's place in conn.busy (-1: none), held from before
+	// it is sent until it is finished or given up unsent; transit: it is
+	// on its way onto sub or into pend (see busyTransit).
+	slot    int32
+	transit bool
+	gen     uint64 // the connection generation it was registered on
+	line    []byte // the request, for take to copy into the write buffer
+	next    *call  // the next older call on conn.sub
+	// lineBuf holds line unless it is longer: no allocation of its own
+	// for a call made by the pool.
+	lineBuf [128]byte
 	// ctxDone is the caller's ctx.Done(), set by send.
 	ctxDone <-chan struct{}
 	watch   *watch // the watch of the caller's context, nil when none
@@ -69,11 +84,15 @@ type call struct {
 	watched bool
 }
 
-var callPool = sync.Pool{New: func() any { return &call{done: make(chan struct{}, 1)} }}
+var callPool = sync.Pool{New: func() any {
+	c := &call{done: make(chan struct{}, 1)}
+	c.line = c.lineBuf[:0]
+	return c
+}}
 
 func getCall(op byte, key string) *call {
 	c := callPool.Get().(*call)
-	c.op, c.key, c.state = op, key, callWaiting
+	c.op, c.key, c.state, c.slot = op, key, callWaiting, -1
 	return c
 }
 
@@ -81,6 +100,7 @@ func getCall(op byte, key string) *call {
 // may still hold it.
 func putCall(c *call) {
 	c.r, c.late, c.key, c.ctxDone, c.watch, c.watched = result{}, result{}, "", nil, nil, false
+	c.gen, c.next, c.line, c.transit = 0, nil, c.line[:0], false
 	callPool.Put(c)
 }
 
@@ -88,7 +108,11 @@ func putCall(c *call) {
 // held, and c is no longer outstanding.
 func (cn *conn) finish(c *call, r result) {
 	if w := c.watch; w != nil && c.state == callWaiting {
-		w.waiting--
+		w.waiting.Add(-1)
+	}
+	if c.slot >= 0 {
+		cn.busy[c.slot].Add(-1)
+		c.slot = -1
 	}
 	switch c.state {
 	case callWaiting:
@@ -156,13 +180,21 @@ const maxWatches = 4
 // channel alone. A connection watches a context once it sees two calls
 // with it in a row while requests are outstanding: a context that many
 // goroutines share. Calls each with a context of its own select on it
-// instead, so that no watch is set up and torn down per call. Its fields
-// are kept under conn.mu.
+// instead, so that no watch is set up and torn down per call. done and
+// stop are set before it is published.
+//
+// waiting counts the calls that wait with it. A watch ends (its context
+// ended, or it made room for another) by adding watchGone, under conn.mu:
+// from then on a caller that finds it (submit, without conn.mu) and adds
+// itself sees a negative count, and waits without it.
 type watch struct {
 	done    <-chan struct{}
 	stop    func() bool
-	waiting int // calls that wait with this watch
+	waiting atomic.Int64
 }
+
+// watchGone marks a watch that ended (see watch).
+const watchGone = -1 << 40
 
 // watchFor returns the watch to use for a call with ctx, whose Done is done,
 // making one when ctx looks shared; nil means the call selects on done
@@ -185,7 +217,7 @@ func (cn *conn) watchFor(ctx context.Context, done <-chan struct{}) *watch {
 	}
 	if len(cn.ws.watches) == maxWatches {
 		i := 0
-		for i < len(cn.ws.watches) && cn.ws.watches[i].waiting > 0 {
+		for i < len(cn.ws.watches) && !cn.ws.watches[i].waiting.CompareAndSwap(0, watchGone) {
 			i++
 		}
 		if i == len(cn.ws.watches) {
@@ -197,6 +229,7 @@ func (cn *conn) watchFor(ctx context.Context, done <-chan struct{}) *watch {
 	w := &watch{done: done}
 	w.stop = context.AfterFunc(ctx, func() { cn.ctxEnded(w) })
 	cn.ws.watches = append(cn.ws.watches, w)
+	cn.ws.publish()
 	return w
 }
 
@@ -205,6 +238,29 @@ func (cn *conn) unwatch(i int) {
 	cn.ws.watches[i] = cn.ws.watches[n]
 	cn.ws.watches[n] = nil
 	cn.ws.watches = cn.ws.watches[:n]
+	cn.ws.publish()
+}
+
+// publish copies the watches for find. conn.mu is held.
+func (ws *watches) publish() {
+	for i := range ws.fast {
+		var w *watch
+		if i < len(ws.watches) {
+			w = ws.watches[i]
+		}
+		ws.fast[i].Store(w)
+	}
+}
+
+// find returns the watch of done, or nil; without conn.mu. The watch may
+// have ended since (see watch).
+func (ws *watches) find(done <-chan struct{}) *watch {
+	for i := range ws.fast {
+		if w := ws.fast[i].Load(); w != nil && w.done == done {
+			return w
+		}
+	}
+	return nil
 }
 
 // ctxEnded tells the callers waiting with w that their context ended. It
@@ -218,23 +274,29 @@ func (cn *conn) ctxEnded(w *watch) {
 			break
 		}
 	}
-	if w.waiting == 0 {
-		return
+	if w.waiting.Add(watchGone) == watchGone {
+		return // nobody waits with it, and nobody can start to
 	}
-	stop := func(c *call) {
-		if c != nil && c.watch == w && c.state == callWaiting {
-			c.r = result{kind: kindStopped}
-			c.state = callStopped
-			c.watch = nil
-			w.waiting--
-			cn.cl.tell(c)
-		}
-	}
+	// Calls submitted before the watch was marked gone are on sub, or
+	// registered; those submitted after it see the mark (submit).
+	cn.take()
 	for _, c := range cn.pend.acq {
-		stop(c)
+		cn.stopWatched(c, w)
 	}
 	for _, c := range cn.pend.sent[cn.pend.sentHead:] {
-		stop(c)
+		cn.stopWatched(c, w)
+	}
+}
+
+// stopWatched tells c that its context ended, if it waits with w and has
+// no answer yet. cn.mu is held.
+func (cn *conn) stopWatched(c *call, w *watch) {
+	if c != nil && c.watch == w && c.state == callWaiting {
+		c.r = result{kind: kindStopped}
+		c.state = callStopped
+		c.watch = nil
+		w.waiting.Add(-1)
+		cn.cl.tell(c)
 	}
 }
 
@@ -245,4 +307,5 @@ func (cn *conn) stopWatches() {
 	}
 	clear(cn.ws.watches)
 	cn.ws.watches = cn.ws.watches[:0]
+	cn.ws.publish()
 }

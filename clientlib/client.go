@@ -442,14 +442,62 @@ func (c *Client) acquire(ctx context.Context, key string, mode Mode, lease, wait
 // outstanding on cn (the key is held, by this client or the one it waits
 // for).
 func (cn *conn) acquire(ctx context.Context, key string, mode Mode, leaseMs int64, deadline time.Time, try bool) (result, error) {
+	slot := slotOf(key)
+	if !cn.busy[slot].CompareAndSwap(0, 1+busyTransit) {
+		// Taken: by one acquire at most on its way, so the counter never
+		// carries more than one transit unit (many would overflow it).
+		cn.busy[slot].Add(1)
+		return cn.acquireTurn(ctx, key, slot, mode, leaseMs, deadline, try)
+	}
+	// No acquire of key, nor of any key of its slot, is outstanding here:
+	// there is no turn to wait for.
+	waitMs, ok := waitLeft(deadline, try)
+	if !ok {
+		cn.busy[slot].Add(-1 - busyTransit)
+		return result{kind: kindBroken, err: errWaitOver}, nil
+	}
+	c := getCall('A', key)
+	c.slot, c.transit = slot, true
+	owner := cn.cl.cfg.Owner
+	slots, shared := mode.fields()
+	return cn.sendAwait(ctx, c, func(b []byte) []byte {
+		return wire.AppendAcquireMode(b, key, owner, leaseMs, waitMs, slots, shared)
+	},
+		func() (result, error) { return cn.cancel(ctx, c) })
+}
+
+// waitLeft is the wait field of an acquire sent now: the wait left until
+// deadline (zero: no bound), or a try's. ok is false when the deadline has
+// passed.
+func waitLeft(deadline time.Time, try bool) (waitMs int64, ok bool) {
+	if try {
+		waitMs = wire.NoWait
+	}
+	if !deadline.IsZero() {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return 0, false
+		}
+		waitMs = ceilMs(left)
+	}
+	return waitMs, true
+}
+
+// acquireTurn is acquire when the slot of key in cn.busy, taken, was
+// taken before: it looks under cn.mu whether an acquire of key is
+// outstanding on cn, and then waits its turn (a try: T at once).
+func (cn *conn) acquireTurn(ctx context.Context, key string, slot int32, mode Mode, leaseMs int64, deadline time.Time, try bool) (result, error) {
+	cn.settle(slot)
 	cn.mu.Lock()
 	if cn.link.nc == nil {
 		cn.mu.Unlock()
+		cn.unbusy(slot)
 		return result{kind: kindBroken, err: errNotUp}, nil
 	}
 	gen := cn.link.gen
 	if try && cn.keyBusy(key) {
 		cn.mu.Unlock()
+		cn.unbusy(slot)
 		return result{kind: 'T'}, nil
 	}
 	if cn.keyBusy(key) {
@@ -462,6 +510,7 @@ func (cn *conn) acquire(ctx context.Context, key string, mode Mode, leaseMs int6
 		g.waiters = append(g.waiters, ch)
 		cn.mu.Unlock()
 		if err := cn.waitGate(ctx, key, ch, deadline); err != nil {
+			cn.unbusy(slot)
 			return result{}, err
 		}
 		cn.mu.Lock()
@@ -471,6 +520,7 @@ func (cn *conn) acquire(ctx context.Context, key string, mode Mode, leaseMs int6
 				r = result{kind: kindRedirect} // follow the connection
 			}
 			cn.mu.Unlock()
+			cn.unbusy(slot)
 			return r, nil
 		}
 		// Our turn: take it.
@@ -481,28 +531,23 @@ func (cn *conn) acquire(ctx context.Context, key string, mode Mode, leaseMs int6
 			}
 		}
 	}
-	waitMs := int64(0)
-	if try {
-		waitMs = wire.NoWait
-	}
-	if !deadline.IsZero() {
-		left := time.Until(deadline)
-		if left <= 0 {
-			if len(cn.pend.gates) > 0 {
-				cn.passGate(key)
-			}
-			cn.mu.Unlock()
-			return result{kind: kindBroken, err: errWaitOver}, nil
+	waitMs, ok := waitLeft(deadline, try)
+	if !ok {
+		if len(cn.pend.gates) > 0 {
+			cn.passGate(key)
 		}
-		waitMs = ceilMs(left)
+		cn.mu.Unlock()
+		cn.unbusy(slot)
+		return result{kind: kindBroken, err: errWaitOver}, nil
 	}
 	c := getCall('A', key)
+	c.slot = slot
 	owner := cn.cl.cfg.Owner
 	slots, shared := mode.fields()
-	return cn.sendAwait(ctx, c, gen, func(b []byte) []byte {
+	return cn.sendAwaitLocked(ctx, c, gen, func(b []byte) []byte {
 		return wire.AppendAcquireMode(b, key, owner, leaseMs, waitMs, slots, shared)
 	},
-		func() (result, error) { return cn.cancel(ctx, c, gen) })
+		func() (result, error) { return cn.cancel(ctx, c) })
 }
 
 // waitGate waits until ch is closed (our turn, or the connection broke),
@@ -548,9 +593,10 @@ func (cn *conn) waitGate(ctx context.Context, key string, ch chan struct{}, dead
 // cancel withdraws the outstanding acquire c after ctx ended (await left it
 // stopped): it sends C key and waits for the acquire's answer. A grant that
 // won the race is released. It returns ctx's error.
-func (cn *conn) cancel(ctx context.Context, c *call, gen uint64) (result, error) {
+func (cn *conn) cancel(ctx context.Context, c *call) (result, error) {
 	key := c.key
 	cn.mu.Lock()
+	gen := c.gen // c is registered: a call is stopped only once it is
 	var r result
 	if c.state == callLate {
 		// Answered meanwhile: the gate may have let the next acquirer

@@ -36,12 +36,21 @@ type conn struct {
 	// writing: a write is under way. Set and cleared under mu, read
 	// without it by Client.next.
 	writing atomic.Bool
+	// queued: on the flusher's list, or handed to the writer from it and
+	// not yet taken up (see flush).
+	queued atomic.Bool
+	// sub holds the calls submitted and not yet taken, newest first
+	// (downMark while the connection is down): see submit.go.
+	sub atomic.Pointer[call]
 
 	mu   sync.Mutex // guards link, pend, ws and w
 	link link
 	pend pending
 	ws   watches
 	w    writeSide
+
+	// busy counts acquires per slot of key hashes (see submit.go).
+	busy [busySlots]atomic.Int32
 }
 
 // link is the network connection a conn has now. Guarded by conn.mu.
@@ -73,10 +82,11 @@ type pending struct {
 }
 
 // watches are the contexts a conn's callers wait with (see watch).
-// Guarded by conn.mu.
+// Guarded by conn.mu, but for fast, a copy of watches read without it.
 type watches struct {
 	watches  []*watch
-	lastDone <-chan struct{} // the context of the last call
+	lastDone <-chan struct{} // the context of the last call sent under conn.mu
+	fast     [maxWatches]atomic.Pointer[watch]
 }
 
 // writeSide is a conn's writing state (see flush). Guarded by conn.mu.
@@ -84,9 +94,6 @@ type writeSide struct {
 	wake  chan struct{} // hands the connection to its writer; capacity 1
 	wbuf  []byte        // requests not yet written
 	spare []byte
-	// queued: on the flusher's list, or handed to the writer from it
-	// and not yet taken up.
-	queued bool
 	// Whoever writes: when it last moved the write deadline, and on
 	// which connection.
 	wdeadlineSet time.Time
@@ -94,13 +101,15 @@ type writeSide struct {
 }
 
 func newConn(cl *Client, addr string, idx uint32) *conn {
-	return &conn{
+	cn := &conn{
 		cl:   cl,
 		home: addr,
 		idx:  idx,
 		w:    writeSide{wake: make(chan struct{}, 1)},
 		pend: pending{acq: make(map[string]*call), gates: make(map[string]*gate)},
 	}
+	cn.sub.Store(downMark)
+	return cn
 }
 
 // run keeps the connection up until the client closes. first is closed
@@ -258,6 +267,7 @@ func (cn *conn) attach(nc net.Conn, addr string, named bool) bool {
 	cn.link.nc, cn.link.addr = nc, addr
 	cn.link.gen++
 	cn.w.wbuf = cn.w.wbuf[:0]
+	cn.sub.Store(nil)
 	cn.usable.Store(true)
 	cn.mu.Unlock()
 	if named {
@@ -279,6 +289,7 @@ func (cn *conn) detach(nc net.Conn, redirect string, cause error) {
 	cn.usable.Store(false)
 	cn.link.nc = nil
 	cn.link.redirecting = redirect != ""
+	cn.failSubmitted(r)
 	for k, c := range cn.pend.acq {
 		delete(cn.pend.acq, k)
 		cn.finish(c, r)
@@ -471,6 +482,7 @@ func (cn *conn) busyWith(key string) bool {
 // keyBusy reports whether an acquire of key must wait its turn on this
 // connection. cn.mu is held.
 func (cn *conn) keyBusy(key string) bool {
+	cn.take()
 	if len(cn.pend.gates) > 0 {
 		if _, ok := cn.pend.gates[key]; ok {
 			return true
@@ -503,6 +515,7 @@ func (cn *conn) probe() error {
 	if cn.link.nc == nil {
 		return net.ErrClosed
 	}
+	cn.take()
 	cn.pend.probes++
 	cn.pend.outstanding++
 	cn.w.wbuf = wire.AppendInfoRequest(cn.w.wbuf)
@@ -514,25 +527,29 @@ func (cn *conn) probe() error {
 var errNotUp = errors.New("clientlib: connection not up")
 
 // send registers c as outstanding, with ctx the context its caller waits
-// with, and gets line written (see flush). It returns errNotUp when the
-// connection is down or is no longer generation gen (0: any); c is then
-// not registered. cn.mu is held, and may be released meanwhile.
+// with, and gets line written (see flush): the locked twin of submit. It
+// returns errNotUp when the connection is down or is no longer generation
+// gen (0: any); c is then not registered. cn.mu is held, and may be
+// released meanwhile.
 func (cn *conn) send(ctx context.Context, c *call, gen uint64, line func([]byte) []byte) error {
+	// An acquire on its way (c.transit) arrives once registered, or not
+	// sent: before flush may write, and wait, with cn.mu released.
+	slot := int32(-1)
+	if c.transit {
+		slot, c.transit = c.slot, false
+	}
 	if cn.link.nc == nil || (gen != 0 && gen != cn.link.gen) {
+		cn.arrived(slot)
 		return errNotUp
 	}
+	cn.take() // what was submitted before goes first
 	c.ctxDone = ctx.Done()
-	if w := cn.watchFor(ctx, c.ctxDone); w != nil {
+	if w := cn.watchFor(ctx, c.ctxDone); w != nil && w.waiting.Add(1) > 0 {
 		c.watch, c.watched = w, true
-		w.waiting++
 	}
-	if c.op == 'A' {
-		cn.pend.acq[c.key] = c
-	} else {
-		cn.pend.sent = append(cn.pend.sent, c)
-	}
+	cn.register(c)
+	cn.arrived(slot)
 	cn.w.wbuf = line(cn.w.wbuf)
-	cn.pend.outstanding++
 	cn.flush()
 	return nil
 }
@@ -542,8 +559,7 @@ func (cn *conn) send(ctx context.Context, c *call, gen uint64, line func([]byte)
 // while the call was being given up).
 func (cn *conn) do(ctx context.Context, op byte, key string, line func([]byte) []byte) (result, error) {
 	c := getCall(op, key)
-	cn.mu.Lock()
-	return cn.sendAwait(ctx, c, 0, line, func() (result, error) {
+	return cn.sendAwait(ctx, c, line, func() (result, error) {
 		r, ok := cn.drop(c)
 		if !ok {
 			return result{}, ctx.Err()
@@ -553,14 +569,35 @@ func (cn *conn) do(ctx context.Context, op byte, key string, line func([]byte) [
 	})
 }
 
-// sendAwait sends c as line (for connection generation gen, 0: any), with
-// cn.mu held by the caller, which it unlocks, and waits for the answer. A
-// send that fails is a broken connection. When ctx ends first, giveUp
-// decides what becomes of the call, and what to return.
-func (cn *conn) sendAwait(ctx context.Context, c *call, gen uint64, line func([]byte) []byte, giveUp func() (result, error)) (result, error) {
+// sendAwait submits c as line, on whichever generation of the connection
+// is up, and waits for the answer (see sendAwaitLocked). An acquire c is
+// on its way onto sub (see busyTransit).
+func (cn *conn) sendAwait(ctx context.Context, c *call, line func([]byte) []byte, giveUp func() (result, error)) (result, error) {
+	err := cn.submit(ctx, c, line)
+	if err == errSlow {
+		cn.mu.Lock()
+		err = cn.send(ctx, c, 0, line)
+		cn.mu.Unlock()
+	}
+	return cn.awaitSent(ctx, c, err, giveUp)
+}
+
+// sendAwaitLocked sends c as line (for connection generation gen, 0: any),
+// with cn.mu held by the caller, which it unlocks, and waits for the
+// answer. A send that fails is a broken connection. When ctx ends first,
+// giveUp decides what becomes of the call, and what to return.
+func (cn *conn) sendAwaitLocked(ctx context.Context, c *call, gen uint64, line func([]byte) []byte, giveUp func() (result, error)) (result, error) {
 	err := cn.send(ctx, c, gen, line)
 	cn.mu.Unlock()
+	return cn.awaitSent(ctx, c, err, giveUp)
+}
+
+// awaitSent waits for the answer of c, sent unless err.
+func (cn *conn) awaitSent(ctx context.Context, c *call, err error, giveUp func() (result, error)) (result, error) {
 	if err != nil {
+		if c.slot >= 0 {
+			cn.unbusy(c.slot)
+		}
 		putCall(c)
 		return result{kind: kindBroken, err: err}, nil
 	}

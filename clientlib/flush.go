@@ -12,17 +12,18 @@ import (
 // wake-up of the node, much the same for one request as for many, and the
 // node answers a batch in one write too.
 //
-// Callers only buffer their requests. Every connection that has requests
-// buffered is written, one write each by the connection's writer goroutine,
-// at the moment more are unlikely to come soon: when every caller told its
-// answer has run on to its next request (or left the client). Answers come
-// in batches, one read waking many callers, and most of them send another
-// request at once; writing after the last of them has run puts all of
-// those into one write instead of a write each. The writers are started by
-// whichever comes last: the first request buffered while no caller is
+// Callers only submit their requests (see submit.go). Every connection that
+// has requests submitted is written, one write each by the connection's
+// writer goroutine, at the moment more are unlikely to come soon: when
+// every caller told its answer has run on to its next request (or left the
+// client). Answers come in batches, one read waking many callers, and most
+// of them send another request at once; writing after the last of them has
+// run puts all of those into one write instead of a write each. The writers are started by
+// whichever comes last: the first request submitted while no caller is
 // still to run, or the last such caller running. A request alone on its
-// connection, while no caller is still to run, is written by its caller at
-// once: nothing is about to join it.
+// connection (nothing else outstanding), while no caller is still to run,
+// is written by its caller at once: nothing is about to join it, and its
+// peer has answered everything before it, so the write does not block.
 //
 // Writing only once the last of them has run would make the client and the
 // node take turns, each idle while the other works on the one batch. So a
@@ -102,9 +103,11 @@ func (f *flusher) start() {
 	f.mu.Unlock()
 }
 
-// queue puts cn on the list to write. cn.mu is held.
+// queue puts cn on the list to write, unless it is on it.
 func (f *flusher) queue(cn *conn) {
-	cn.w.queued = true
+	if !cn.queued.CompareAndSwap(false, true) {
+		return
+	}
 	f.mu.Lock()
 	f.dirty = append(f.dirty, cn)
 	f.ndirty.Store(int32(len(f.dirty)))
@@ -126,18 +129,18 @@ func (cn *conn) writeLoop() {
 		case <-cn.cl.done:
 			return
 		}
+		cn.queued.Store(false)
 		cn.mu.Lock()
-		cn.w.queued = false
 		cn.write()
 		cn.mu.Unlock()
 	}
 }
 
-// flush gets the request just buffered written (see above). cn.mu is held,
-// and may be released meanwhile.
+// flush gets the request just buffered under cn.mu written (see above).
+// cn.mu is held, and may be released meanwhile.
 func (cn *conn) flush() {
 	switch {
-	case cn.writing.Load() || cn.w.queued:
+	case cn.writing.Load() || cn.queued.Load():
 		// Written after the write under way, or by the writer.
 	case cn.pend.outstanding == 1 && cn.cl.fl.woken.Load() == 0:
 		cn.write()
@@ -146,10 +149,35 @@ func (cn *conn) flush() {
 	}
 }
 
-// write writes what is buffered, in one write. What is buffered meanwhile
-// is queued for the writer. cn.mu is held, and is released meanwhile.
+// kick gets the calls on cn.sub written; called by the caller whose call
+// made it non-empty, without cn.mu. As a request sent under cn.mu (flush),
+// they are written by their caller only when they are all that is
+// outstanding: a connection with requests unanswered may have a peer that
+// stopped reading, and a caller blocked in that write could not return
+// when its context ends (nor run to start the others' writers).
+func (cn *conn) kick() {
+	switch {
+	case cn.writing.Load() || cn.queued.Load():
+		// Written after the write under way, or by the writer.
+	case cn.cl.fl.woken.Load() == 0:
+		cn.mu.Lock()
+		cn.take()
+		cn.flush()
+		cn.mu.Unlock()
+	default:
+		cn.cl.fl.queue(cn)
+	}
+}
+
+// write writes what is submitted and buffered, in one write. What comes
+// meanwhile is queued for the writer. cn.mu is held, and is released
+// meanwhile.
 func (cn *conn) write() {
-	if cn.writing.Load() || len(cn.w.wbuf) == 0 || cn.link.nc == nil {
+	if cn.writing.Load() || cn.link.nc == nil {
+		return
+	}
+	cn.take()
+	if len(cn.w.wbuf) == 0 {
 		return
 	}
 	cn.writing.Store(true)
@@ -176,10 +204,10 @@ func (cn *conn) write() {
 		// fails them: closing nc here would lose that.
 		_ = nc.Close()
 	}
-	// What was buffered meanwhile is for the writer, unless it was for
-	// the connection that just failed; requests buffered on a connection
+	// What was submitted or buffered meanwhile is for the writer, unless
+	// it was for the connection that just failed; requests on a connection
 	// attached since are not.
-	if len(cn.w.wbuf) > 0 && !cn.w.queued && cn.link.nc != nil && (err == nil || cn.link.nc != nc) {
+	if (len(cn.w.wbuf) > 0 || cn.sub.Load() != nil) && cn.link.nc != nil && (err == nil || cn.link.nc != nc) {
 		cn.cl.fl.queue(cn)
 	}
 }

@@ -1,0 +1,182 @@
+package clientlib_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kunci/kunci/clientlib"
+)
+
+// TestSharedContextEndsDuringBreaks attacks the call path where its parts
+// meet: 48 goroutines share one context (so the connections watch it and
+// callers submit without the connection's mutex) and acquire, try, inspect
+// and release a few keys on two connections, while the network cuts every
+// connection and the shared context ends, in either order, a few
+// milliseconds apart, round after round (the order and delays from a seed
+// in the log). Every call must end: none may hang on a request that was
+// submitted to a connection that broke, on a watch that never fires or on
+// its key's turn; acquires of a key another client holds end when the
+// context does, well before their wait. No key is held twice at once, every error is one the API
+// promises, no acquire is left queued on the node, and the client works
+// after it all.
+func TestSharedContextEndsDuringBreaks(t *testing.T) {
+	t.Parallel()
+	n, p, c := proxied(t, fast)
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+
+	const (
+		workers = 48
+		rounds  = 30
+	)
+	// A key held by another client all along: its acquirers here end
+	// only when their context does.
+	blocker := acquire(t, newClient(t, nil, n.Addr()), stressBlocked)
+	var held [stressKeys]atomic.Bool
+	var grants, ended atomic.Int64
+	errs := make(chan error, workers)
+	deadline := time.Now().Add(60 * time.Second) // a bound on the whole test
+	for round := 0; round < rounds && time.Now().Before(deadline); round++ {
+		waitFor(t, "both connections up", func() bool { return len(p.open()) == 2 })
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := stressWorker(ctx, c, w, &held, &grants, &ended); err != nil {
+					errs <- fmt.Errorf("round %d worker %d: %w", round, w, err)
+				}
+			}()
+		}
+		// The network cuts, then the context ends; or the other way
+		// round; or the context ends alone.
+		order := rng.IntN(3)
+		first, second := time.Duration(5000+rng.IntN(40000))*time.Microsecond, time.Duration(rng.IntN(5000))*time.Microsecond
+		time.Sleep(first)
+		switch order {
+		case 0:
+			p.cutAll()
+			time.Sleep(second)
+			cancel()
+		case 1:
+			cancel()
+			time.Sleep(second)
+			p.cutAll()
+		case 2:
+			cancel()
+		}
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(bound):
+			t.Fatalf("round %d (order %d, after %v, then %v): callers still waiting %v after the shared context ended",
+				round, order, first, second, bound)
+		}
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		default:
+		}
+	}
+	t.Logf("%d grants, %d calls ended by the context or a break", grants.Load(), ended.Load())
+	if grants.Load() == 0 {
+		t.Fatal("no acquire was granted: the test exercised nothing")
+	}
+
+	// No acquire the client gave up is left queued on the node, and the
+	// client works: each key once more, with contexts of their own.
+	waitQueued(t, n, 0)
+	release(t, blocker)
+	for k := range stressKeys {
+		// A grant whose release found no connection is held until its
+		// lease ends.
+		l, err := c.Acquire(ctxT(t), stressKey(k), long, stressLease+bound/2)
+		if err != nil {
+			t.Fatalf("acquire %s after the rounds: %v", stressKey(k), err)
+		}
+		release(t, l)
+	}
+}
+
+// The stress test's keys, and the lease of its grants.
+const (
+	stressKeys  = 6
+	stressLease = 4 * time.Second
+	// stressBlocked is held by another client: an acquire of it waits
+	// until its context ends.
+	stressBlocked = "stress/blocked"
+)
+
+func stressKey(k int) string { return fmt.Sprintf("stress/%d", k) }
+
+// stressWorker runs calls with ctx until it ends. It returns an error for
+// anything the API does not promise, or for a key held twice.
+func stressWorker(ctx context.Context, c *clientlib.Client, w int, held *[stressKeys]atomic.Bool, grants, ended *atomic.Int64) error {
+	expected := func(err error) bool {
+		return errors.Is(err, context.Canceled) || errors.Is(err, clientlib.ErrTimeout) || errors.Is(err, clientlib.ErrBusy) ||
+			errors.Is(err, clientlib.ErrNoConnection)
+	}
+	for i := 0; ctx.Err() == nil && i < 1000; i++ {
+		k := (w + i) % len(held)
+		key := stressKey(k)
+		var l *clientlib.Lock
+		var err error
+		switch (w + i) % 5 {
+		case 4:
+			// Its wait outlasts the test's bound on a round: only the
+			// context can end it in time.
+			_, err = c.Acquire(ctx, stressBlocked, stressLease, time.Minute)
+			if !expected(err) {
+				return fmt.Errorf("acquire %s: %v, want it to end with the context", stressBlocked, err)
+			}
+			ended.Add(1)
+			continue
+		case 0:
+			_, err = c.Inspect(ctx, key)
+			if err != nil && !expected(err) {
+				return fmt.Errorf("Inspect %s: %w", key, err)
+			}
+			if err != nil {
+				ended.Add(1)
+			}
+			continue
+		case 1:
+			l, err = c.TryAcquire(ctx, key, stressLease)
+		default:
+			l, err = c.Acquire(ctx, key, stressLease, 200*time.Millisecond)
+		}
+		if err != nil {
+			if !expected(err) {
+				return fmt.Errorf("acquire %s: %w", key, err)
+			}
+			ended.Add(1)
+			continue
+		}
+		grants.Add(1)
+		if !held[k].CompareAndSwap(false, true) {
+			return fmt.Errorf("%s granted (token %d) while another worker holds it", key, l.Token())
+		}
+		runtime.Gosched() // held for a moment: let a second grant show
+		held[k].Store(false)
+		// The release has a context of its own: a grant is given back
+		// even when the shared context ended.
+		rctx, cancel := context.WithTimeout(context.Background(), bound)
+		err = l.Release(rctx)
+		cancel()
+		if err != nil && !errors.Is(err, clientlib.ErrStale) && !errors.Is(err, clientlib.ErrNoConnection) {
+			return fmt.Errorf("release %s %d: %w", key, l.Token(), err)
+		}
+	}
+	return nil
+}
