@@ -314,13 +314,18 @@ func TestSubmitterDoesNotWriteBehindOthers(t *testing.T) {
 	if cn.ws.find(ctx.Done()) == nil {
 		t.Fatal("the connection does not watch the shared context")
 	}
-	// Far more than the sockets' buffers hold: its write blocks.
-	big := bytes.Repeat([]byte("x"), 16<<20)
+	// Far more than the sockets' buffers hold (4 MiB sending, the
+	// receiver's window while it reads nothing): its write blocks.
+	big := bytes.Repeat([]byte("x"), 8<<20)
 	go func() {
 		_, err := cn.do(ctx, 'Q', "big", func(b []byte) []byte { return append(append(b, big...), '\n') })
 		errs <- err
 	}()
-	testnode.WaitFor(t, "the large request's write to be under way", cn.writing.Load)
+	// Generous: a busy machine makes and copies the line slowly (the
+	// bound that matters is the one on returning, below).
+	if !testnode.Until(writeTimeout/2, cn.writing.Load) {
+		t.Fatalf("the large request's write not under way after %v", writeTimeout/2)
+	}
 
 	cancel()
 	for range 3 {
