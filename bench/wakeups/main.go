@@ -11,7 +11,8 @@
 // It runs the same load at each GOMAXPROCS of --procs in turn, so that a
 // reader sees what spreading the goroutines over the cores costs: a wake-up
 // whose caller runs on the other core moves the channel, the goroutine and
-// the call between the cores' caches.
+// the call between the cores' caches. What one such move costs is printed
+// first: the round trip of a cache line between CPU 0 and CPU 1.
 //
 //	go run ./bench/wakeups [--goroutines 2048] [--queues 8] [--duration 3s] [--procs 1,2]
 package main
@@ -38,6 +39,11 @@ func main() {
 	if *goroutines < 1 || *queues < 1 || *duration <= 0 {
 		fmt.Fprintln(os.Stderr, "wakeups: --goroutines and --queues must be >= 1, --duration > 0")
 		os.Exit(2)
+	}
+	if runtime.NumCPU() >= 2 {
+		if d, ok := lineRoundTrip(0, 1, 200000); ok {
+			fmt.Printf("a cache line from CPU 0 to CPU 1 and back: %d ns\n", d.Nanoseconds())
+		}
 	}
 	for _, p := range strings.Split(*procs, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(p))
