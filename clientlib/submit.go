@@ -15,8 +15,8 @@ import (
 // that one order: the order the node reads them, which answers are matched
 // in. A call is registered before its line is written, so its answer finds
 // it. Anything that must see every call of the connection (a context watch
-// that fires, a cancel, the one-acquire-per-key check) takes the stack
-// first.
+// that fires, the one-acquire-per-key check, a send under conn.mu, which
+// must come after them) takes the stack first.
 //
 // A connection carries one acquire of a key at a time. conn.busy counts,
 // per slot of key hashes, the acquires of the connection from before they
