@@ -48,6 +48,28 @@ func inspectLine(key string) func([]byte) []byte {
 	return func(b []byte) []byte { return wire.AppendInspect(b, key) }
 }
 
+// watchShared makes cn watch ctx: two inspects with it, left outstanding
+// (each registered before the next, as a shared context's calls come), and
+// their errors sent to errs when they end.
+func watchShared(t *testing.T, cn *conn, ctx context.Context, errs chan<- error) {
+	t.Helper()
+	for i := range 2 {
+		key := "k" + strconv.Itoa(i)
+		go func() {
+			_, err := cn.do(ctx, 'Q', key, inspectLine(key))
+			errs <- err
+		}()
+		testnode.WaitFor(t, "the call to be registered", func() bool {
+			cn.mu.Lock()
+			defer cn.mu.Unlock()
+			return cn.pend.outstanding == i+1
+		})
+	}
+	if cn.ws.find(ctx.Done()) == nil {
+		t.Fatal("the connection does not watch the shared context")
+	}
+}
+
 // TestBreakFailsSubmittedCalls: a connection that breaks while calls sit
 // submitted and not yet written fails them, as it fails those sent: their
 // callers learn at once that the connection broke, rather than wait for
@@ -109,17 +131,7 @@ func TestContextEndsWhileSubmitted(t *testing.T) {
 	}
 	// The first two are sent under cn.mu, and make the connection watch
 	// ctx; the rest are submitted.
-	for i := range 2 {
-		go call(i)
-		testnode.WaitFor(t, "the call to be registered", func() bool {
-			cn.mu.Lock()
-			defer cn.mu.Unlock()
-			return cn.pend.outstanding == i+1
-		})
-	}
-	if cn.ws.find(ctx.Done()) == nil {
-		t.Fatal("the connection does not watch the shared context")
-	}
+	watchShared(t, cn, ctx, errs)
 	for i := 2; i < calls; i++ {
 		go call(i)
 	}
@@ -216,21 +228,8 @@ func TestWatchEndsBeforePush(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// Two calls with ctx while requests are outstanding: the connection
-	// watches it.
 	errs := make(chan error, 2)
-	for i := range 2 {
-		key := "k" + strconv.Itoa(i)
-		go func() {
-			_, err := cn.do(ctx, 'Q', key, inspectLine(key))
-			errs <- err
-		}()
-		testnode.WaitFor(t, "the call to be registered", func() bool {
-			cn.mu.Lock()
-			defer cn.mu.Unlock()
-			return cn.pend.outstanding == i+1
-		})
-	}
+	watchShared(t, cn, ctx, errs)
 	c := getCall('Q', "late")
 	w, err := cn.joinWatch(ctx, c)
 	if w == nil || err != nil {
@@ -297,23 +296,8 @@ func TestSubmitterDoesNotWriteBehindOthers(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	// Two calls with ctx, outstanding: the connection watches it.
 	errs := make(chan error, 3)
-	for i := range 2 {
-		key := "k" + strconv.Itoa(i)
-		go func() {
-			_, err := cn.do(ctx, 'Q', key, inspectLine(key))
-			errs <- err
-		}()
-		testnode.WaitFor(t, "the call to be registered", func() bool {
-			cn.mu.Lock()
-			defer cn.mu.Unlock()
-			return cn.pend.outstanding == i+1
-		})
-	}
-	if cn.ws.find(ctx.Done()) == nil {
-		t.Fatal("the connection does not watch the shared context")
-	}
+	watchShared(t, cn, ctx, errs)
 	// Far more than the sockets' buffers hold (4 MiB sending, the
 	// receiver's window while it reads nothing): its write blocks.
 	big := bytes.Repeat([]byte("x"), 8<<20)
