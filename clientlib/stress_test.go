@@ -134,17 +134,20 @@ func stressWorker(ctx context.Context, c *clientlib.Client, w int, held *[stress
 		key := stressKey(k)
 		var l *clientlib.Lock
 		var err error
-		switch (w + i) % 5 {
-		case 4:
-			// Its wait outlasts the test's bound on a round: only the
-			// context can end it in time.
+		switch {
+		case w%8 == 7 && i > 0:
+			// One worker in eight waits for the key another client
+			// holds, after a first call: its wait outlasts the test's
+			// bound on a round, so only the context can end it in time.
+			// (Were every worker to come to it, the round would stop
+			// granting the others' keys.)
 			_, err = c.Acquire(ctx, stressBlocked, stressLease, time.Minute)
 			if !expected(err) {
 				return fmt.Errorf("acquire %s: %v, want it to end with the context", stressBlocked, err)
 			}
 			ended.Add(1)
 			continue
-		case 0:
+		case (w+i)%4 == 0:
 			_, err = c.Inspect(ctx, key)
 			if err != nil && !expected(err) {
 				return fmt.Errorf("Inspect %s: %w", key, err)
@@ -153,7 +156,7 @@ func stressWorker(ctx context.Context, c *clientlib.Client, w int, held *[stress
 				ended.Add(1)
 			}
 			continue
-		case 1:
+		case (w+i)%4 == 1:
 			l, err = c.TryAcquire(ctx, key, stressLease)
 		default:
 			l, err = c.Acquire(ctx, key, stressLease, 200*time.Millisecond)

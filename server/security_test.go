@@ -252,7 +252,12 @@ func TestHeartbeatFloodFromAnOutsiderMakesNoSecondActive(t *testing.T) {
 // handoff frames did the same.
 func TestOutsiderCannotDemoteTheActiveOrAskForItsRole(t *testing.T) {
 	t.Parallel()
-	tc := clusterWith(t, 3, nil, 1, 2)
+	// A failover timeout well past what a busy machine stalls a node for:
+	// a role change in this test is the outsider's doing, not a missed
+	// heartbeat (seen beside a second make test: the standby promoted
+	// itself, and the active's client was redirected). What the outsider
+	// tries would act at once, well within the quiet time checked below.
+	tc := clusterWith(t, 3, func(c *server.Config) { c.FailoverTimeout = 3 * time.Second }, 1, 2)
 	c := dial(t, tc.Addrs[1])
 	tok := c.hold("held")
 	for _, line := range []string{
