@@ -19,13 +19,13 @@ import (
 // callers submit without the connection's mutex) and acquire, try, inspect
 // and release a few keys on two connections, while the network cuts every
 // connection and the shared context ends, in either order, a few
-// milliseconds apart, round after round (the order and delays from a seed
-// in the log). Every call must end: none may hang on a request that was
+// milliseconds apart, round after round (the order and delays from a seed in
+// the log). Every call must end: none may hang on a request that was
 // submitted to a connection that broke, on a watch that never fires or on
 // its key's turn; acquires of a key another client holds end when the
-// context does, well before their wait. No key is held twice at once, every error is one the API
-// promises, no acquire is left queued on the node, and the client works
-// after it all.
+// context does, well before their wait. No key is held twice at once, every
+// error is one the API promises, no acquire is left queued on the node, and
+// the client works after it all.
 //
 // Not parallel: its load would slow the tests beside it past their waits.
 func TestSharedContextEndsDuringBreaks(t *testing.T) {
