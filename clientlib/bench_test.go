@@ -14,11 +14,17 @@ import (
 )
 
 // BenchmarkAcquireRelease runs uncontended acquire+release cycles through
-// the client: 256 goroutines over 8 connections, each on its own keys.
+// the client: 256 goroutines over 8 connections, each on its own keys,
+// with a context that never ends (ctx=none) or with a cancellable context
+// of each goroutine's own (ctx=own, as a service's requests have).
 func BenchmarkAcquireRelease(b *testing.B) {
 	n := testnode.Start(b, server.Config{Listen: "127.0.0.1:0"})
-	for _, tc := range []struct{ conns, goroutines int }{{8, 256}, {2, 64}, {1, 1}} {
-		b.Run("conns="+strconv.Itoa(tc.conns)+"/goroutines="+strconv.Itoa(tc.goroutines), func(b *testing.B) {
+	for _, tc := range []struct {
+		conns, goroutines int
+		ctx               string
+	}{{8, 256, "none"}, {8, 256, "own"}, {2, 64, "none"}, {1, 1, "none"}} {
+		name := "conns=" + strconv.Itoa(tc.conns) + "/goroutines=" + strconv.Itoa(tc.goroutines) + "/ctx=" + tc.ctx
+		b.Run(name, func(b *testing.B) {
 			addrs := make([]string, tc.conns)
 			for i := range addrs {
 				addrs[i] = n.Addr()
@@ -44,6 +50,15 @@ func BenchmarkAcquireRelease(b *testing.B) {
 				wg.Add(1)
 				go func(g int) {
 					defer wg.Done()
+					ctx := ctx
+					if tc.ctx == "own" {
+						// A context of this goroutine's own, as a
+						// request's: one that can end, which the
+						// connections do not watch.
+						var cancel context.CancelFunc
+						ctx, cancel = context.WithCancel(ctx)
+						defer cancel()
+					}
 					for i := 0; next.Add(1) <= int64(b.N); i++ {
 						l, err := c.Acquire(ctx, keys[g][i&63], 30*time.Second, 0)
 						if err != nil {

@@ -15,9 +15,10 @@ import (
 )
 
 // TestSharedContextEndsDuringBreaks attacks the call path where its parts
-// meet: 32 goroutines share one context (so the connections watch it and
-// callers submit without the connection's mutex) and acquire, try, inspect
-// and release a few keys on two connections, while the network cuts every
+// meet: 32 goroutines share one context (so the connections watch it; a
+// quarter wait instead on a context of their own derived from it) and submit
+// their calls without the connection's mutex, and acquire, try, inspect and
+// release a few keys on two connections, while the network cuts every
 // connection and the shared context ends, in either order, a few
 // milliseconds apart, round after round (the order and delays from a seed in
 // the log). Every call must end: none may hang on a request that was
@@ -128,6 +129,13 @@ func stressWorker(ctx context.Context, c *clientlib.Client, w int, held *[stress
 	expected := func(err error) bool {
 		return errors.Is(err, context.Canceled) || errors.Is(err, clientlib.ErrTimeout) || errors.Is(err, clientlib.ErrBusy) ||
 			errors.Is(err, clientlib.ErrNoConnection)
+	}
+	if w%4 == 3 {
+		// A context of its own, which ends with the shared one: the
+		// connections do not watch it, its callers select on it.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
 	}
 	for i := 0; ctx.Err() == nil && i < 1000; i++ {
 		k := (w + i) % len(held)
