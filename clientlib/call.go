@@ -150,7 +150,6 @@ func (cn *conn) await(c *call) (r result, ok bool) {
 	case <-done:
 	}
 	cn.mu.Lock()
-	cn.take() // c may sit submitted: a call stops only once registered
 	if c.state == callAnswered {
 		cn.mu.Unlock()
 		cn.cl.receive(c) // signalled already
@@ -209,7 +208,8 @@ func (cn *conn) watchFor(ctx context.Context, done <-chan struct{}) *watch {
 			return w
 		}
 	}
-	shared := cn.ws.seen(done) && cn.pend.outstanding > 0
+	shared := done == cn.ws.lastDone && cn.pend.outstanding > 0
+	cn.ws.lastDone = done
 	if !shared || cn.cl.closing() || ctx.Err() != nil {
 		// Close stops the watches under cn.mu, after closing; an ended
 		// context is seen at once by select.
@@ -250,13 +250,6 @@ func (ws *watches) publish() {
 		}
 		ws.fast[i].Store(w)
 	}
-}
-
-// seen notes done as the last call's context, and reports whether it was
-// the one before too: the context looks shared. Without conn.mu.
-func (ws *watches) seen(done <-chan struct{}) bool {
-	prev, _ := ws.lastDone.Swap(done).(<-chan struct{})
-	return prev == done
 }
 
 // find returns the watch of done, or nil; without conn.mu. The watch may

@@ -84,10 +84,8 @@ type pending struct {
 // watches are the contexts a conn's callers wait with (see watch).
 // Guarded by conn.mu, but for fast, a copy of watches read without it.
 type watches struct {
-	watches []*watch
-	// lastDone holds the Done channel (a <-chan struct{}) of the last
-	// call with a context that ends, made without conn.mu (see seen).
-	lastDone atomic.Value
+	watches  []*watch
+	lastDone <-chan struct{} // the context of the last call sent under conn.mu
 	fast     [maxWatches]atomic.Pointer[watch]
 }
 

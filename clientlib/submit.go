@@ -64,9 +64,9 @@ func slotOf(key string) int32 {
 
 // submit sends c, its request encoded by line, without cn.mu. It returns
 // errNotUp when the connection is down, and errSlow when c must be sent
-// under cn.mu (send): its context looks shared and the connection has no
-// watch of it (see joinWatch). An acquire's way onto sub (see busyTransit)
-// ends here, but with errSlow.
+// under cn.mu (send): its context can end, and the connection has no watch
+// of it. An acquire's way onto sub (see busyTransit) ends here, but with
+// errSlow.
 func (cn *conn) submit(ctx context.Context, c *call, line func([]byte) []byte) error {
 	w, err := cn.joinWatch(ctx, c)
 	if err != nil {
@@ -76,28 +76,22 @@ func (cn *conn) submit(ctx context.Context, c *call, line func([]byte) []byte) e
 	return cn.push(c, w)
 }
 
-// joinWatch makes c wait with the connection's watch of ctx, or, for a
-// context the connection does not watch, with ctx's Done itself (await
-// selects on it); nil: c has no watch. It returns errSlow when ctx looks
-// shared (the last call had it too) and the connection has no watch of it:
-// send decides, under cn.mu, whether to watch it.
+// joinWatch makes c wait with the connection's watch of ctx (nil: ctx
+// never ends), or returns errSlow when there is none.
 func (cn *conn) joinWatch(ctx context.Context, c *call) (*watch, error) {
 	done := ctx.Done()
 	if done == nil {
 		return nil, nil
 	}
-	if w := cn.ws.find(done); w != nil {
-		if w.waiting.Add(1) <= 0 {
-			return nil, errSlow // it ended meanwhile
-		}
-		c.ctxDone, c.watch, c.watched = done, w, true
-		return w, nil
-	}
-	if cn.ws.seen(done) {
+	w := cn.ws.find(done)
+	if w == nil {
 		return nil, errSlow
 	}
-	c.ctxDone = done
-	return nil, nil
+	if w.waiting.Add(1) <= 0 {
+		return nil, errSlow // it ended meanwhile
+	}
+	c.ctxDone, c.watch, c.watched = done, w, true
+	return w, nil
 }
 
 // push puts c, waiting with w (see joinWatch), onto sub, or returns

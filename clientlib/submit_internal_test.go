@@ -27,18 +27,6 @@ func holdWrites(cl *Client) func() {
 func submitted(cn *conn) int {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
-	return onSub(cn)
-}
-
-// made counts the calls of cn registered or submitted.
-func made(cn *conn) int {
-	cn.mu.Lock()
-	defer cn.mu.Unlock()
-	return cn.pend.outstanding + onSub(cn)
-}
-
-// onSub counts the calls on cn.sub. cn.mu is held.
-func onSub(cn *conn) int {
 	n := 0
 	for c := cn.sub.Load(); c != nil && c != downMark; c = c.next {
 		n++
@@ -60,8 +48,9 @@ func inspectLine(key string) func([]byte) []byte {
 	return func(b []byte) []byte { return wire.AppendInspect(b, key) }
 }
 
-// watchShared makes cn watch ctx: two inspects with it in a row, left
-// outstanding, their errors sent to errs when they end.
+// watchShared makes cn watch ctx: two inspects with it, left outstanding
+// (each registered before the next, as a shared context's calls come), and
+// their errors sent to errs when they end.
 func watchShared(t *testing.T, cn *conn, ctx context.Context, errs chan<- error) {
 	t.Helper()
 	for i := range 2 {
@@ -70,9 +59,11 @@ func watchShared(t *testing.T, cn *conn, ctx context.Context, errs chan<- error)
 			_, err := cn.do(ctx, 'Q', key, inspectLine(key))
 			errs <- err
 		}()
-		// The first is submitted (a context not seen before), the second
-		// sent under cn.mu, which registers the first and watches ctx.
-		testnode.WaitFor(t, "the call to be made", func() bool { return made(cn) == i+1 })
+		testnode.WaitFor(t, "the call to be registered", func() bool {
+			cn.mu.Lock()
+			defer cn.mu.Unlock()
+			return cn.pend.outstanding == i+1
+		})
 	}
 	if cn.ws.find(ctx.Done()) == nil {
 		t.Fatal("the connection does not watch the shared context")
@@ -138,8 +129,8 @@ func TestContextEndsWhileSubmitted(t *testing.T) {
 		_, err := cn.do(ctx, 'Q', key, inspectLine(key))
 		errs <- err
 	}
-	// The first two make the connection watch ctx; the rest are
-	// submitted.
+	// The first two are sent under cn.mu, and make the connection watch
+	// ctx; the rest are submitted.
 	watchShared(t, cn, ctx, errs)
 	for i := 2; i < calls; i++ {
 		go call(i)
@@ -330,53 +321,5 @@ func TestSubmitterDoesNotWriteBehindOthers(t *testing.T) {
 		case <-time.After(writeTimeout / 3):
 			t.Fatalf("a caller is still waiting %v after its context ended, while a write is blocked", writeTimeout/3)
 		}
-	}
-}
-
-// TestOwnContextEndsWhileSubmitted: an acquire with a context of its own
-// (not watched: the caller selects on it), submitted without cn.mu and not
-// yet written when its context ends, is withdrawn: its C follows it, the
-// caller returns the context's error once the node has answered it, nothing
-// of it stays queued on the node, and the key goes to the next acquirer.
-func TestOwnContextEndsWhileSubmitted(t *testing.T) {
-	n := testnode.Start(t, server.Config{Listen: "127.0.0.1:0"})
-	cl := newInternalClient(t, n.Addr())
-	cn := cl.conns[0]
-	holder := testnode.DialRaw(t, n.Addr())
-	grant := strings.Fields(holder.Ask("A k 60 0"))
-	if len(grant) != 3 || grant[0] != "A" {
-		t.Fatalf("holder: %v", grant)
-	}
-	release := holdWrites(cl)
-
-	ctx, cancel := context.WithCancel(context.Background())
-	errs := make(chan error, 1)
-	go func() {
-		_, err := cn.acquire(ctx, "k", Exclusive, 60000, time.Time{}, false)
-		errs <- err
-	}()
-	testnode.WaitFor(t, "the acquire to sit submitted", func() bool { return submitted(cn) == 1 })
-	cancel()
-	select {
-	case err := <-errs:
-		t.Fatalf("the acquire returned %v before its withdrawal could be written", err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	release() // the acquire and its withdrawal go out
-	select {
-	case err := <-errs:
-		if !errors.Is(err, context.Canceled) {
-			t.Fatalf("the acquire whose context ended: %v, want context.Canceled", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the acquire whose context ended is still waiting")
-	}
-	if _, q := n.Stats(); q != 0 {
-		t.Fatalf("%d acquires queued on the node after the withdrawal", q)
-	}
-	holder.Ask("R k " + grant[2])
-	r, err := cn.acquire(context.Background(), "k", Exclusive, 60000, time.Now().Add(10*time.Second), false)
-	if err != nil || r.kind != 'A' {
-		t.Fatalf("the next acquire of k: %q %v", r.kind, err)
 	}
 }
