@@ -15,18 +15,18 @@ import (
 )
 
 // TestSharedContextEndsDuringBreaks attacks the call path where its parts
-// meet: 32 goroutines share one context (so the connections watch it; a
-// quarter wait instead on a context of their own derived from it) and submit
-// their calls without the connection's mutex, and acquire, try, inspect and
-// release a few keys on two connections, while the network cuts every
-// connection and the shared context ends, in either order, a few
-// milliseconds apart, round after round (the order and delays from a seed in
-// the log). Every call must end: none may hang on a request that was
-// submitted to a connection that broke, on a watch that never fires or on
-// its key's turn; acquires of a key another client holds end when the
-// context does, well before their wait. No key is held twice at once, every
-// error is one the API promises, no acquire is left queued on the node, and
-// the client works after it all.
+// meet: 32 goroutines share one context (so the connections watch it, and
+// their calls are submitted without the connection's mutex; a quarter use
+// instead a context of their own derived from it, and their calls are sent
+// under the mutex) and acquire, try, inspect and release a few keys on two
+// connections, while the network cuts every connection and the shared
+// context ends, in either order, a few milliseconds apart, round after round
+// (the order and delays from a seed in the log). Every call must end: none
+// may hang on a request that was submitted to a connection that broke, on a
+// watch that never fires or on its key's turn; acquires of a key another
+// client holds end when the context does, well before their wait. No key is
+// held twice at once, every error is one the API promises, no acquire is
+// left queued on the node, and the client works after it all.
 //
 // Not parallel: its load would slow the tests beside it past their waits.
 func TestSharedContextEndsDuringBreaks(t *testing.T) {
@@ -132,7 +132,8 @@ func stressWorker(ctx context.Context, c *clientlib.Client, w int, held *[stress
 	}
 	if w%4 == 3 {
 		// A context of its own, which ends with the shared one: the
-		// connections do not watch it, its callers select on it.
+		// connections do not watch it, its calls are sent under the
+		// connection's mutex and its callers select on it.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
