@@ -75,7 +75,7 @@ type call struct {
 	// lineBuf holds line unless it is longer: no allocation of its own
 	// for a call made by the pool.
 	lineBuf [128]byte
-	// ctxDone is the caller's ctx.Done(), set by send.
+	// ctxDone is the caller's ctx.Done(), set by send or joinWatch.
 	ctxDone <-chan struct{}
 	watch   *watch // the watch of the caller's context, nil when none
 	// watched: a watch signals the caller when its context ends. Set by
