@@ -14,16 +14,16 @@ import (
 //
 // Callers only submit their requests (see submit.go). Every connection that
 // has requests submitted is written, one write each by the connection's
-// writer goroutine, at the moment more are unlikely to come soon: when
-// every caller told its answer has run on to its next request (or left the
+// writer goroutine, at the moment more are unlikely to come soon: when every
+// caller told its answer has run on to its next request (or left the
 // client). Answers come in batches, one read waking many callers, and most
 // of them send another request at once; writing after the last of them has
-// run puts all of those into one write instead of a write each. The writers are started by
-// whichever comes last: the first request submitted while no caller is
-// still to run, or the last such caller running. A request alone on its
-// connection (nothing else outstanding), while no caller is still to run,
-// is written by its caller at once: nothing is about to join it, and its
-// peer has answered everything before it, so the write does not block.
+// run puts all of those into one write instead of a write each. The writers
+// are started by whichever comes last: the first request submitted while no
+// caller is still to run, or the last such caller running. A request alone
+// on its connection (nothing else outstanding), while no caller is still to
+// run, is written by its caller at once: nothing is about to join it, and
+// its peer has answered everything before it, so the write does not block.
 //
 // Writing only once the last of them has run would make the client and the
 // node take turns, each idle while the other works on the one batch. So a

@@ -34,6 +34,16 @@ func submitted(cn *conn) int {
 	return n
 }
 
+// heldConn starts a node and a client of it whose writes are held (see
+// holdWrites), and returns the client's first connection and the func that
+// lets its writes go.
+func heldConn(t *testing.T) (*conn, func()) {
+	t.Helper()
+	n := testnode.Start(t, server.Config{Listen: "127.0.0.1:0"})
+	cl := newInternalClient(t, n.Addr())
+	return cl.conns[0], holdWrites(cl)
+}
+
 func newInternalClient(t *testing.T, addr string) *Client {
 	t.Helper()
 	cl, err := New(Config{Addrs: []string{addr}})
@@ -75,10 +85,7 @@ func watchShared(t *testing.T, cn *conn, ctx context.Context, errs chan<- error)
 // callers learn at once that the connection broke, rather than wait for
 // an answer that can never come.
 func TestBreakFailsSubmittedCalls(t *testing.T) {
-	n := testnode.Start(t, server.Config{Listen: "127.0.0.1:0"})
-	cl := newInternalClient(t, n.Addr())
-	cn := cl.conns[0]
-	release := holdWrites(cl)
+	cn, release := heldConn(t)
 	defer release()
 
 	const calls = 16
@@ -115,10 +122,7 @@ func TestBreakFailsSubmittedCalls(t *testing.T) {
 // out, and the answers that come back later are dropped, not given to the
 // calls made since.
 func TestContextEndsWhileSubmitted(t *testing.T) {
-	n := testnode.Start(t, server.Config{Listen: "127.0.0.1:0"})
-	cl := newInternalClient(t, n.Addr())
-	cn := cl.conns[0]
-	release := holdWrites(cl)
+	cn, release := heldConn(t)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -220,10 +224,7 @@ func TestSlotSharedByAnotherKey(t *testing.T) {
 // call it could find, is told by its own push: it does not wait for an
 // answer the watch will never stop.
 func TestWatchEndsBeforePush(t *testing.T) {
-	n := testnode.Start(t, server.Config{Listen: "127.0.0.1:0"})
-	cl := newInternalClient(t, n.Addr())
-	cn := cl.conns[0]
-	release := holdWrites(cl)
+	cn, release := heldConn(t)
 	defer release()
 
 	ctx, cancel := context.WithCancel(context.Background())
