@@ -26,13 +26,25 @@ import (
 //	D → A   V mac                        D's proof
 //
 // A proof is HMAC-SHA256 under the chosen key over a label naming the
-// version of the peer protocol ("kunci peer link v2": v2 seals its frames,
-// seal.go, so a node of v1 fails the proof instead of linking up and then
-// hearing nothing) and the side that makes it, both addresses, both incarnations and both nonces. Each
-// side's proof covers the other side's fresh nonce, so a recorded handshake
-// cannot be replayed, and it names both addresses and incarnations, so it
-// cannot be moved to another link. Proofs are compared in constant time.
-// Nonces are 16 random bytes in hex; key IDs and MACs are hex too.
+// version of the peer protocol ("kunci peer link v3" or "… v2") and the
+// side that makes it, both addresses, both incarnations and both nonces.
+// Each side's proof covers the other side's fresh nonce, so a recorded
+// handshake cannot be replayed, and it names both addresses and
+// incarnations, so it cannot be moved to another link. Proofs are compared
+// in constant time. Nonces are 16 random bytes in hex; key IDs and MACs are
+// hex too.
+//
+// Versions. v2 seals a link's frames with HMAC-SHA256, v3 with GMAC (seal.go);
+// v1 sealed nothing and fails the proof of both, instead of linking up and
+// then hearing nothing. A dialler of v3 ends its key IDs with v3Mark, an ID
+// no key has; an acceptor of v3 that sees it proves under v3's label, and
+// one of v2 picks its key before it reaches the mark (or, holding none of
+// the dialler's keys, finds none in the mark either) and proves under v2's.
+// The dialler checks the proof under v3's label and then v2's, and the link
+// speaks the version that checked; a dialler of v2 sends no mark and gets
+// v2. So nodes of v2 and v3 link up during a rolling upgrade. Whoever is on
+// the path can strip the mark, which only makes the link v2 (still sealed,
+// only dearer); the label binds the version into both proofs.
 //
 // Key rotation: a node holds its current key and, during a rollout, older
 // ones. D lists the IDs of all it holds, current first; A picks the first of
@@ -71,6 +83,10 @@ const (
 	MaxKeys = 4
 )
 
+// v3Mark is the key ID a dialler of peer protocol v3 puts last in its hello:
+// no key may have it (NewKeyring refuses one that would).
+var v3Mark = [keyIDLen]byte{0, 0, 0, 3}
+
 // Keyring is a node's cluster keys: the current one first, then older ones
 // still accepted during a rotation. A nil *Keyring is an insecure cluster
 // without a key. Immutable once made; safe for concurrent use.
@@ -91,6 +107,9 @@ func NewKeyring(current []byte, old ...[]byte) (*Keyring, error) {
 			return nil, fmt.Errorf("replica: cluster key %d is %d bytes: at least %d are needed", i+1, len(k), MinKeyLen)
 		}
 		rk := ringKey{id: keyID(k), secret: bytes.Clone(k)}
+		if rk.id == v3Mark {
+			return nil, fmt.Errorf("replica: cluster key %d has the ID that marks protocol v3 (one key in 4 billion): choose another", i+1)
+		}
 		for _, o := range kr.keys {
 			if o.id == rk.id {
 				return nil, fmt.Errorf("replica: cluster key %d is given twice", i+1)
@@ -131,6 +150,7 @@ func (kr *Keyring) find(id [keyIDLen]byte) []byte {
 
 // handshake is what both sides' proofs cover.
 type handshake struct {
+	version          int // of the peer protocol: 2 or 3
 	dialer, acceptor string
 	incD, incA       uint64
 	nonceD, nonceA   [nonceLen]byte
@@ -139,7 +159,9 @@ type handshake struct {
 func (h *handshake) mac(secret []byte, side string) [macLen]byte {
 	m := hmac.New(sha256.New, secret)
 	var b []byte
-	b = append(b, "kunci peer link v2\x00"...)
+	b = append(b, "kunci peer link v"...)
+	b = strconv.AppendInt(b, int64(h.version), 10)
+	b = append(b, 0)
 	b = append(b, side...)
 	b = append(b, 0)
 	b = append(b, h.dialer...)
@@ -170,7 +192,7 @@ type Dialing struct {
 // the hello line to send. from and inc are this node's address and
 // incarnation; rnd is the source of the nonce (crypto/rand when nil).
 func Dial(kr *Keyring, from string, inc uint64, addr string, rnd io.Reader) (*Dialing, []byte, error) {
-	d := &Dialing{kr: kr, want: addr, hs: handshake{dialer: from, acceptor: addr, incD: inc}}
+	d := &Dialing{kr: kr, want: addr, hs: handshake{version: 3, dialer: from, acceptor: addr, incD: inc}}
 	if err := readNonce(rnd, &d.hs.nonceD); err != nil {
 		return nil, nil, err
 	}
@@ -179,12 +201,11 @@ func Dial(kr *Keyring, from string, inc uint64, addr string, rnd io.Reader) (*Di
 	if kr == nil {
 		b = append(b, '-')
 	} else {
-		for i, k := range kr.keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
+		for _, k := range kr.keys {
 			b = hex.AppendEncode(b, k.id[:])
+			b = append(b, ',')
 		}
+		b = hex.AppendEncode(b, v3Mark[:])
 	}
 	return d, append(b, '\n'), nil
 }
@@ -247,7 +268,10 @@ func (d *Dialing) Challenge(line []byte) (proof []byte, incA uint64, err error) 
 	}
 	want := d.hs.mac(secret, "accept")
 	if !hmac.Equal(mac[:], want[:]) {
-		return nil, 0, ErrBadProof
+		d.hs.version = 2 // an acceptor from before v3?
+		if want = d.hs.mac(secret, "accept"); !hmac.Equal(mac[:], want[:]) {
+			return nil, 0, ErrBadProof
+		}
 	}
 	d.secret = secret
 	p := d.hs.mac(secret, "dial")
@@ -281,7 +305,7 @@ func Accept(kr *Keyring, self string, inc uint64, hello []byte, isPeer func(stri
 	if !ok || string(f[0]) != "N" {
 		return nil, nil, ErrBadHandshake
 	}
-	a := &Accepting{hs: handshake{acceptor: self, incA: inc}}
+	a := &Accepting{hs: handshake{version: 2, acceptor: self, incA: inc}}
 	a.Peer = string(f[1])
 	a.hs.dialer = a.Peer
 	a.Inc, ok = parseUint(f[2])
@@ -300,8 +324,8 @@ func Accept(kr *Keyring, self string, inc uint64, hello []byte, isPeer func(stri
 		return nil, nil, ErrNeedsKey
 	case kr != nil:
 		n := 0
-		for len(ids) > 0 && a.secret == nil {
-			if n++; n > MaxKeys {
+		for len(ids) > 0 {
+			if n++; n > MaxKeys+1 {
 				return nil, nil, ErrBadHandshake
 			}
 			one, rest, _ := bytes.Cut(ids, []byte(","))
@@ -310,7 +334,9 @@ func Accept(kr *Keyring, self string, inc uint64, hello []byte, isPeer func(stri
 			if !decodeHex(one, id[:]) {
 				return nil, nil, ErrBadHandshake
 			}
-			if s := kr.find(id); s != nil {
+			if id == v3Mark {
+				a.hs.version = 3
+			} else if s := kr.find(id); s != nil && a.secret == nil {
 				a.secret = s
 				a.keyID = id
 			}

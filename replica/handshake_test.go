@@ -2,7 +2,9 @@ package replica
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -35,25 +37,37 @@ func isPeer(addr string) bool { return addr == nodeD }
 // holding ak, and returns the first error either side saw.
 func shake(t *testing.T, dk, ak *Keyring) error {
 	t.Helper()
+	_, _, err := shakeVia(t, dk, ak, nil)
+	return err
+}
+
+// shakeVia runs a whole handshake between a dialler holding dk and an
+// acceptor holding ak, with the hello passed through path on its way (nil:
+// as sent), and returns both sides and the first error either side saw.
+func shakeVia(t *testing.T, dk, ak *Keyring, path func(hello []byte) []byte) (*Dialing, *Accepting, error) {
+	t.Helper()
 	d, hello, err := Dial(dk, nodeD, 5, nodeA, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
+	if path != nil {
+		hello = path(hello)
+	}
 	a, challenge, err := Accept(ak, nodeA, 9, line(hello), isPeer, nil)
 	if err != nil {
-		return err
+		return d, nil, err
 	}
 	if a.Peer != nodeD || a.Inc != 5 {
 		t.Fatalf("acceptor sees peer %q inc %d", a.Peer, a.Inc)
 	}
 	proof, incA, err := d.Challenge(line(challenge))
 	if err != nil {
-		return err
+		return d, a, err
 	}
 	if incA != 9 {
 		t.Fatalf("dialler sees incarnation %d", incA)
 	}
-	return a.Proof(line(proof))
+	return d, a, a.Proof(line(proof))
 }
 
 func line(b []byte) []byte { return bytes.TrimSuffix(b, []byte("\n")) }
@@ -61,6 +75,76 @@ func line(b []byte) []byte { return bytes.TrimSuffix(b, []byte("\n")) }
 func TestHandshakeWithTheSameKey(t *testing.T) {
 	if err := shake(t, ring(t, keyA), ring(t, keyA)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Nodes of peer protocol v3 seal with GMAC; a node of v2 at either end makes
+// the link v2 (HMAC-SHA256), so a cluster can be upgraded a node at a time.
+// A node of v2 is played by v3's code without the mark: a v2 dialler sends
+// none, and a v2 acceptor takes the first of the dialler's keys it holds and
+// never reads on to the mark (a stripped mark is also what someone on the
+// path could do: it only makes the link v2).
+func TestHandshakeChoosesTheSeal(t *testing.T) {
+	stripMark := func(hello []byte) []byte {
+		mark := "," + hex.EncodeToString(v3Mark[:]) + "\n"
+		if !bytes.HasSuffix(hello, []byte(mark)) {
+			t.Fatalf("hello %q does not end with the v3 mark", hello)
+		}
+		return append(bytes.TrimSuffix(hello, []byte(mark)), '\n')
+	}
+	for _, tc := range []struct {
+		name     string
+		path     func([]byte) []byte
+		wantGMAC bool
+	}{
+		{"v3 to v3", nil, true},
+		{"v2 end", stripMark, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, a, err := shakeVia(t, ring(t, keyA), ring(t, keyB, keyA), tc.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dSend, dRecv := d.Keys()
+			aSend, aRecv := a.Keys()
+			for _, k := range []SessionKey{dSend, dRecv, aSend, aRecv} {
+				if !k.Sealed() || k.gmac != tc.wantGMAC {
+					t.Fatalf("a session key with GMAC %v, want %v", k.gmac, tc.wantGMAC)
+				}
+			}
+			// Each side opens what the other seals, and not what it
+			// seals itself.
+			for _, dir := range []struct{ send, recv SessionKey }{{dSend, aRecv}, {aSend, dRecv}} {
+				if got, err := open(dir.recv, seal(dir.send, testBatches...), rand.New(rand.NewPCG(1, 1))); err != nil || len(got) != len(testBatches) {
+					t.Fatalf("opened %q, %v", got, err)
+				}
+			}
+			if _, err := open(dSend, seal(aSend, testBatches...), rand.New(rand.NewPCG(1, 1))); err == nil {
+				t.Fatal("a batch reflected back opened")
+			}
+		})
+	}
+	// The version is in both proofs: a dialler of v3 whose mark was
+	// stripped sees v2's proof, never v3's, so its fallback cannot be
+	// turned into a mismatch; and an acceptor's v3 proof does not check as
+	// v2's or the other way round.
+	hs := handshake{version: 3, dialer: nodeD, acceptor: nodeA}
+	v3 := hs.mac(keyA, "accept")
+	hs.version = 2
+	if v2 := hs.mac(keyA, "accept"); v2 == v3 {
+		t.Fatal("the proofs of v2 and v3 are the same")
+	}
+}
+
+// A dialler's hello lists up to MaxKeys keys and the mark; a hello with the
+// mark but no key in common is refused as that.
+func TestHelloWithTheMark(t *testing.T) {
+	keys := [][]byte{keyA, keyB, []byte("0123456789abcdef-3"), []byte("0123456789abcdef-4")}
+	if err := shake(t, ring(t, keys...), ring(t, keys[3])); err != nil {
+		t.Fatalf("a dialler with %d keys and the mark: %v", len(keys), err)
+	}
+	if err := shake(t, ring(t, keyA), ring(t, keyB)); !errors.Is(err, ErrNoCommonKey) {
+		t.Fatalf("no key in common: %v", err)
 	}
 }
 

@@ -93,7 +93,7 @@ func BenchmarkParseRecords(b *testing.B) {
 	}
 }
 
-func BenchmarkOpenRecords(b *testing.B) { benchSealOpen(b, recordBatch(64)) }
+func BenchmarkOpenRecords(b *testing.B) { benchSealOpen(b, testSendKey, recordBatch(64)) }
 
 func BenchmarkHubRecords(b *testing.B) {
 	for _, standbys := range []int{1, 2} {

@@ -9,12 +9,22 @@ import (
 )
 
 var (
-	testSendKey = bytes.Repeat([]byte{1}, 32)
-	testRecvKey = bytes.Repeat([]byte{2}, 32)
+	testSendKey = SessionKey{key: bytes.Repeat([]byte{1}, 32), gmac: true}
+	testRecvKey = SessionKey{key: bytes.Repeat([]byte{2}, 32), gmac: true}
 )
 
+// testMACs are the two seals a link may speak: the tests of both run with
+// each, as send and receive keys.
+var testMACs = []struct {
+	name       string
+	send, recv SessionKey
+}{
+	{"gmac", testSendKey, testRecvKey},
+	{"hmac", SessionKey{key: testSendKey.key}, SessionKey{key: testRecvKey.key}},
+}
+
 // seal seals each batch in turn, as a link's writer would.
-func seal(key []byte, batches ...string) []byte {
+func seal(key SessionKey, batches ...string) []byte {
 	s := NewSealer(key)
 	var out []byte
 	for _, b := range batches {
@@ -26,7 +36,7 @@ func seal(key []byte, batches ...string) []byte {
 
 // open feeds stream to an Opener in pieces cut at random and returns the
 // batches it let through, and its error.
-func open(key, stream []byte, rng *rand.Rand) ([]string, error) {
+func open(key SessionKey, stream []byte, rng *rand.Rand) ([]string, error) {
 	o := NewOpener(key)
 	var got []string
 	var buf []byte
@@ -56,17 +66,36 @@ var testBatches = []string{
 }
 
 func TestSealedBatchesOpen(t *testing.T) {
-	stream := seal(testSendKey, testBatches...)
-	for seed := range uint64(50) {
-		got, err := open(testSendKey, stream, rand.New(rand.NewPCG(seed, 1)))
-		if err != nil || fmt.Sprint(got) != fmt.Sprint(testBatches) {
-			t.Fatalf("seed %d: %q, %v; want %q", seed, got, err, testBatches)
+	for _, mac := range testMACs {
+		stream := seal(mac.send, testBatches...)
+		for seed := range uint64(50) {
+			got, err := open(mac.send, stream, rand.New(rand.NewPCG(seed, 1)))
+			if err != nil || fmt.Sprint(got) != fmt.Sprint(testBatches) {
+				t.Fatalf("%s, seed %d: %q, %v; want %q", mac.name, seed, got, err, testBatches)
+			}
+		}
+	}
+}
+
+// A batch sealed with one MAC does not open with the other under the same
+// key bytes: ends that disagree on the version close the link at once.
+func TestSealsDoNotOpenEachOther(t *testing.T) {
+	for i, mac := range testMACs {
+		other := testMACs[1-i]
+		if got, err := open(other.send, seal(mac.send, testBatches...), rand.New(rand.NewPCG(1, 1))); err == nil || len(got) != 0 {
+			t.Errorf("%s's batches opened as %s: %q, %v", mac.name, other.name, got, err)
 		}
 	}
 }
 
 // Whatever the path does to the stream, no frame it touched is let through.
 func TestSealedBatchesRefuseTampering(t *testing.T) {
+	for _, mac := range testMACs {
+		t.Run(mac.name, func(t *testing.T) { refuseTampering(t, mac.send, mac.recv) })
+	}
+}
+
+func refuseTampering(t *testing.T, testSendKey, testRecvKey SessionKey) {
 	good := seal(testSendKey, testBatches...)
 	forged := "G 3 forged 4242 600000000\n"
 	cases := map[string][]byte{
@@ -164,17 +193,19 @@ func TestSplitKeepsFramesWhole(t *testing.T) {
 }
 
 func TestSealAndOpenAllocateNothing(t *testing.T) {
-	s, o := NewSealer(testSendKey), NewOpener(testSendKey)
-	batch := []byte(testBatches[1])
-	buf := make([]byte, 0, 256)
-	allocs := testing.AllocsPerRun(100, func() {
-		buf = append(append(buf[:0], batch...), s.Seal(batch)...)
-		if n, _, err := o.Open(buf); n == 0 || err != nil {
-			panic(err)
+	for _, mac := range testMACs {
+		s, o := NewSealer(mac.send), NewOpener(mac.send)
+		batch := []byte(testBatches[1])
+		buf := make([]byte, 0, 256)
+		allocs := testing.AllocsPerRun(100, func() {
+			buf = append(append(buf[:0], batch...), s.Seal(batch)...)
+			if n, _, err := o.Open(buf); n == 0 || err != nil {
+				panic(err)
+			}
+		})
+		if allocs != 0 {
+			t.Fatalf("%s: %v allocations per sealed and opened batch", mac.name, allocs)
 		}
-	})
-	if allocs != 0 {
-		t.Fatalf("%v allocations per sealed and opened batch", allocs)
 	}
 }
 
@@ -186,13 +217,15 @@ func BenchmarkSeal(b *testing.B) {
 		for i := range frames {
 			batch = fmt.Appendf(batch, "G %d orders/%d 1234567 30000000\n", i, i)
 		}
-		b.Run(fmt.Sprintf("frames=%d", frames), func(b *testing.B) { benchSealOpen(b, batch) })
+		for _, mac := range testMACs {
+			b.Run(fmt.Sprintf("mac=%s/frames=%d", mac.name, frames), func(b *testing.B) { benchSealOpen(b, mac.send, batch) })
+		}
 	}
 }
 
-// benchSealOpen seals batch and opens it, again and again.
-func benchSealOpen(b *testing.B, batch []byte) {
-	s, o := NewSealer(testSendKey), NewOpener(testSendKey)
+// benchSealOpen seals batch under key and opens it, again and again.
+func benchSealOpen(b *testing.B, key SessionKey, batch []byte) {
+	s, o := NewSealer(key), NewOpener(key)
 	buf := make([]byte, 0, len(batch)+macLineLen)
 	b.SetBytes(int64(len(batch)))
 	b.ReportAllocs()

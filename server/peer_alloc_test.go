@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
 	"testing"
@@ -76,9 +77,9 @@ func newStandbyStream(tb testing.TB, sealedLink bool, cycles, batchesPerRead int
 	s := &standbyStream{n: n, c: &streamConn{}, cycles: cycles, per: batchesPerRead}
 	s.pc = &peerConn{n: n, out: true, c: s.c}
 	if sealedLink {
-		key := []byte("0123456789abcdef0123456789abcdef")
-		s.pc.c = sealed(s.c, key, key)
-		s.seal = replica.NewSealer(key)
+		standby, active := linkKeys(tb)
+		s.pc.c = sealed(s.c, standby[0], standby[1])
+		s.seal = replica.NewSealer(active[0])
 	}
 	s.pc.streaming.Store(true)
 	s.pc.synced.Store(true)
@@ -212,4 +213,33 @@ func TestHeldAnswersAllocateNothing(t *testing.T) {
 	if got := conns[0].c.(*streamConn).out; string(got) != string(answers) {
 		t.Fatalf("wrote %q", got)
 	}
+}
+
+// linkKeys returns the session keys (send, receive) of both ends of a
+// sealed link, from a handshake of the standby (dialling) with the active.
+func linkKeys(tb testing.TB) (standby, active [2]replica.SessionKey) {
+	kr, err := replica.NewKeyring([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	const standbyAddr, activeAddr = "127.0.0.1:7071", "127.0.0.1:7070"
+	d, hello, err := replica.Dial(kr, standbyAddr, 2, activeAddr, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	isPeer := func(addr string) bool { return addr == standbyAddr }
+	a, challenge, err := replica.Accept(kr, activeAddr, 1, bytes.TrimSuffix(hello, []byte("\n")), isPeer, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	proof, _, err := d.Challenge(bytes.TrimSuffix(challenge, []byte("\n")))
+	if err == nil {
+		err = a.Proof(bytes.TrimSuffix(proof, []byte("\n")))
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	standby[0], standby[1] = d.Keys()
+	active[0], active[1] = a.Keys()
+	return standby, active
 }

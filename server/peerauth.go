@@ -198,8 +198,8 @@ func (n *Node) dialPeer(i int, timeout time.Duration) (net.Conn, peerKeys, error
 }
 
 // peerKeys is what a dialled link's handshake gave: the peer's incarnation
-// and the link's session keys (nil for an insecure cluster).
+// and the link's session keys (zero for an insecure cluster).
 type peerKeys struct {
 	inc        uint64
-	send, recv []byte
+	send, recv replica.SessionKey
 }

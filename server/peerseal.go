@@ -35,8 +35,8 @@ const maxKeptPlain = 1 << 20
 
 // sealed wraps c, a peer link that proved the key, when send and recv (its
 // session keys) say it is to be sealed; otherwise it returns c.
-func sealed(c gnet.Conn, send, recv []byte) gnet.Conn {
-	if send == nil {
+func sealed(c gnet.Conn, send, recv replica.SessionKey) gnet.Conn {
+	if !send.Sealed() {
 		return c
 	}
 	if _, ok := c.(*tlsConn); ok {

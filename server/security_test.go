@@ -84,7 +84,7 @@ func tryDialAsPeer(t testing.TB, addr, from string, key []byte) (*fakePeer, erro
 		return nil, err
 	}
 	_ = nc.SetDeadline(time.Time{})
-	if send, _ := d.Keys(); send != nil {
+	if send, _ := d.Keys(); send.Sealed() {
 		p.seal = replica.NewSealer(send)
 	}
 	return p, nil
