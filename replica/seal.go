@@ -74,6 +74,18 @@ type SessionKey struct {
 // cluster's link).
 func (k SessionKey) Sealed() bool { return k.key != nil }
 
+// MAC names the MAC k seals with ("gmac", "hmac-sha256"; "none" for an
+// insecure cluster's link), for logs.
+func (k SessionKey) MAC() string {
+	switch {
+	case !k.Sealed():
+		return "none"
+	case k.gmac:
+		return "gmac"
+	}
+	return "hmac-sha256"
+}
+
 // session returns the session key of one direction of the link whose
 // handshake was h, under the cluster key secret; from names the side that
 // sends ("dial" or "accept").

@@ -90,7 +90,11 @@ func (n *Node) adoptPeer(cs *conn, c gnet.Conn) *peerConn {
 	pc.hbBudget, pc.hbAt = heartbeatBurst, pc.opened
 	c.SetContext(pc)
 	n.cl.LinkUp(pc.idx, pc, false)
-	n.log.Debug().Str("peer", hs.Peer).Str("remote", c.RemoteAddr().String()).Msg("peer link authenticated")
+	mac := send.MAC()
+	if pc.c == c && send.Sealed() {
+		mac = "tls"
+	}
+	n.log.Debug().Str("peer", hs.Peer).Str("remote", c.RemoteAddr().String()).Str("seal", mac).Msg("peer link authenticated")
 	return pc
 }
 
