@@ -22,6 +22,14 @@ type streamConn struct {
 }
 
 func (c *streamConn) Peek(n int) ([]byte, error) { return c.in, nil }
+func (c *streamConn) Next(n int) ([]byte, error) {
+	if n <= 0 || n > len(c.in) {
+		n = len(c.in)
+	}
+	b := c.in[:n]
+	c.in = c.in[n:]
+	return b, nil
+}
 func (c *streamConn) Discard(n int) (int, error) {
 	c.in = c.in[n:]
 	return n, nil
@@ -43,16 +51,22 @@ func (c *streamConn) Writev(bs [][]byte) (int, error) {
 
 // A standby applies a read's batch of grant and release records, and
 // acknowledges it, without allocating: on a link of an insecure cluster,
-// and on a sealed link (the active's batches of 32 cycles, and reads that
-// bring many batches at once).
+// and on a sealed link (the active's batches of 32 cycles, reads that
+// bring many batches at once, and reads that each end in the middle of a
+// batch).
 func TestStandbyAppliesRecordsWithoutAllocating(t *testing.T) {
 	for _, tc := range []struct {
 		name                   string
-		sealed                 bool
+		sealed, split          bool
 		cycles, batchesPerRead int
-	}{{"plain", false, 32, 1}, {"sealed", true, 32, 1}, {"sealed/many", true, 32, 64}} {
+	}{
+		{"plain", false, false, 32, 1},
+		{"sealed", true, false, 32, 1},
+		{"sealed/many", true, false, 32, 64},
+		{"sealed/split", true, true, 256, 1},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			applyWithoutAllocating(t, tc.sealed, tc.cycles, tc.batchesPerRead)
+			applyWithoutAllocating(t, tc.sealed, tc.split, tc.cycles, tc.batchesPerRead)
 		})
 	}
 }
@@ -120,10 +134,26 @@ func (s *standbyStream) apply(read []byte) error {
 	return nil
 }
 
-func applyWithoutAllocating(t *testing.T, sealedLink bool, cycles, batchesPerRead int) {
+func applyWithoutAllocating(t *testing.T, sealedLink, split bool, cycles, batchesPerRead int) {
 	s := newStandbyStream(t, sealedLink, cycles, batchesPerRead)
 	const runs = 100
-	reads := s.reads(runs + 2)
+	reads := s.reads(runs + 3) // one more than AllocsPerRun's runs and the first apply
+	if split {
+		// The same bytes, read from the middle of a batch to the middle
+		// of the next: the first half batch is read alone, and applies
+		// nothing.
+		half := len(reads[0]) / 2
+		all := bytes.Join(reads, nil)
+		s.c.in = all[:half]
+		if act := s.n.onPeerTraffic(s.pc); act != gnet.None || s.pc.seq != 0 {
+			t.Fatalf("half a batch: action %v, applied up to %d", act, s.pc.seq)
+		}
+		all = all[half:]
+		for i := range reads[:len(reads)-1] {
+			reads[i], all = all[:len(reads[i])], all[len(reads[i]):]
+		}
+		reads = reads[:len(reads)-1]
+	}
 	next := 0
 	apply := func() {
 		if err := s.apply(reads[next]); err != nil {

@@ -22,7 +22,8 @@ type sealedConn struct {
 	socket
 	seal    *replica.Sealer
 	open    *replica.Opener
-	inbound // frames of checked batches not yet consumed
+	inbound        // frames of checked batches not yet consumed
+	raw     []byte // the start of the batch under way: read, its MAC line not yet
 	vec     [2][]byte
 	closed  bool // OnClose ran: nothing may be written any more
 }
@@ -47,11 +48,24 @@ func sealed(c gnet.Conn, send, recv replica.SessionKey) gnet.Conn {
 
 // openBatches takes the batches whose MAC checks off what gnet read, into
 // plain. An error means the link must be closed.
+//
+// It takes all gnet read, every time, and keeps the batch under way (read
+// in part: its MAC line has not come) in raw itself. Left in gnet, that
+// part would be copied into the connection's own buffer, and on the next
+// read Peek would copy it and the new bytes into a fresh slice, a large
+// allocation for each piece of a large batch: with a 2 ms batch (~60 KB),
+// 6 % of a standby's CPU went to those allocations and the scavenger
+// giving their memory back.
 func (s *sealedConn) openBatches() error {
 	if s.off == len(s.plain) && cap(s.plain) > maxKeptPlain {
 		s.plain, s.off = nil, 0 // a burst's buffer is not kept
 	}
-	raw, _ := s.Conn.Peek(-1)
+	read, _ := s.Conn.Next(-1) // gnet's own buffer stays empty: no copy
+	raw := read
+	if len(s.raw) > 0 {
+		s.raw = append(s.raw, read...)
+		raw = s.raw
+	}
 	used := 0
 	for {
 		n, batch, err := s.open.Open(raw[used:])
@@ -64,8 +78,15 @@ func (s *sealedConn) openBatches() error {
 		s.put(batch)
 		used += n
 	}
-	if used > 0 { // gnet's Discard(0) discards everything
-		_, _ = s.Conn.Discard(used)
+	// Open refuses a batch longer than replica.MaxBatch: raw stays within
+	// that and one read.
+	if len(s.raw) > 0 {
+		s.raw = s.raw[:copy(s.raw, raw[used:])]
+	} else {
+		s.raw = append(s.raw, raw[used:]...)
+	}
+	if len(s.raw) == 0 && cap(s.raw) > maxKeptPlain {
+		s.raw = nil
 	}
 	return nil
 }
