@@ -53,8 +53,8 @@ func sealed(c gnet.Conn, send, recv replica.SessionKey) gnet.Conn {
 // in part: its MAC line has not come) in raw itself. Left in gnet, that
 // part would be copied into the connection's own buffer, and on the next
 // read Peek would copy it and the new bytes into a fresh slice, a large
-// allocation for each piece of a large batch: with a 2 ms batch (~60 KB),
-// 6 % of a standby's CPU went to those allocations and the scavenger
+// allocation for each piece of a large batch: with 2 ms batches (two reads
+// each), 6 % of a standby's CPU went to those allocations and the scavenger
 // giving their memory back.
 func (s *sealedConn) openBatches() error {
 	if s.off == len(s.plain) && cap(s.plain) > maxKeptPlain {
