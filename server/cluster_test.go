@@ -632,7 +632,17 @@ func TestClusterStandbyRestartDoesNotStallTheActive(t *testing.T) {
 // few turns of 256 KiB.)
 func TestClusterSnapshotOfManyKeysWhileTheyChange(t *testing.T) {
 	t.Parallel()
-	tc := newCluster(t, 2, func(c *server.Config) { c.Shards, c.Loops = 4, 2 })
+	// Node 0 takes its 20,000 keys alone. Should that take longer than
+	// the failover timeout, node 1's first heartbeat makes it rejoin, as
+	// an active cut off from every peer must (docs/cluster.md, "Back
+	// after a cut"), and the churn's acquires of that round trip are
+	// answered T. On a busy machine with -race it took longer than the
+	// test's usual 300 ms (8 runs in 12 beside four CPU hogs, before
+	// 2026-12-04's changes as after): 3 s.
+	tc := newCluster(t, 2, func(c *server.Config) {
+		c.Shards, c.Loops = 4, 2
+		c.FailoverTimeout = 3 * time.Second
+	})
 	tc.Start(0)
 	c := tc.dialActive(0)
 	defer c.close()
