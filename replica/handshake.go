@@ -46,7 +46,8 @@ import (
 // the path can strip the mark, which only makes the link v2 (still sealed,
 // only dearer); the label binds the version into both proofs. A dialler
 // holding MaxKeys keys sends no mark (a node of v2 reads no more IDs than
-// that) and speaks v2.
+// that), and a node that cannot seal with GMAC (gmacUsable) neither sends
+// one nor answers one: both speak v2.
 //
 // Key rotation: a node holds its current key and, during a rollout, older
 // ones. D lists the IDs of all it holds, current first; A picks the first of
@@ -212,7 +213,7 @@ func Dial(kr *Keyring, from string, inc uint64, addr string, rnd io.Reader) (*Di
 		// No room for the mark after MaxKeys keys: a node of v2 reads
 		// no more IDs, and one holding none of the keys would answer
 		// that the hello is bad, not that it holds no key in common.
-		if len(kr.keys) < MaxKeys {
+		if gmacUsable && len(kr.keys) < MaxKeys {
 			d.hs.version = 3
 			b = append(b, ',')
 			b = hex.AppendEncode(b, v3Mark[:])
@@ -356,7 +357,7 @@ func Accept(kr *Keyring, self string, inc uint64, hello []byte, isPeer func(stri
 		if a.secret == nil {
 			return nil, nil, ErrNoCommonKey
 		}
-		if marked {
+		if marked && gmacUsable {
 			a.hs.version = 3
 		}
 	}
