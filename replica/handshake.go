@@ -44,7 +44,10 @@ import (
 // speaks the version that checked; a dialler of v2 sends no mark and gets
 // v2. So nodes of v2 and v3 link up during a rolling upgrade. Whoever is on
 // the path can strip the mark, which only makes the link v2 (still sealed,
-// only dearer); the label binds the version into both proofs.
+// only dearer); the label binds the version into both proofs. A dialler
+// holding MaxKeys keys sends no mark (a node of v2 reads no more IDs than
+// that), and a node that cannot seal with GMAC (gmacUsable) neither sends
+// one nor answers one: both speak v2.
 //
 // Key rotation: a node holds its current key and, during a rollout, older
 // ones. D lists the IDs of all it holds, current first; A picks the first of
@@ -192,7 +195,7 @@ type Dialing struct {
 // the hello line to send. from and inc are this node's address and
 // incarnation; rnd is the source of the nonce (crypto/rand when nil).
 func Dial(kr *Keyring, from string, inc uint64, addr string, rnd io.Reader) (*Dialing, []byte, error) {
-	d := &Dialing{kr: kr, want: addr, hs: handshake{version: 3, dialer: from, acceptor: addr, incD: inc}}
+	d := &Dialing{kr: kr, want: addr, hs: handshake{version: 2, dialer: from, acceptor: addr, incD: inc}}
 	if err := readNonce(rnd, &d.hs.nonceD); err != nil {
 		return nil, nil, err
 	}
@@ -201,11 +204,20 @@ func Dial(kr *Keyring, from string, inc uint64, addr string, rnd io.Reader) (*Di
 	if kr == nil {
 		b = append(b, '-')
 	} else {
-		for _, k := range kr.keys {
+		for i, k := range kr.keys {
+			if i > 0 {
+				b = append(b, ',')
+			}
 			b = hex.AppendEncode(b, k.id[:])
-			b = append(b, ',')
 		}
-		b = hex.AppendEncode(b, v3Mark[:])
+		// No room for the mark after MaxKeys keys: a node of v2 reads
+		// no more IDs, and one holding none of the keys would answer
+		// that the hello is bad, not that it holds no key in common.
+		if gmacUsable && len(kr.keys) < MaxKeys {
+			d.hs.version = 3
+			b = append(b, ',')
+			b = hex.AppendEncode(b, v3Mark[:])
+		}
 	}
 	return d, append(b, '\n'), nil
 }
@@ -267,11 +279,12 @@ func (d *Dialing) Challenge(line []byte) (proof []byte, incA uint64, err error) 
 		return nil, 0, ErrNoCommonKey
 	}
 	want := d.hs.mac(secret, "accept")
-	if !hmac.Equal(mac[:], want[:]) {
+	if !hmac.Equal(mac[:], want[:]) && d.hs.version == 3 {
 		d.hs.version = 2 // an acceptor from before v3?
-		if want = d.hs.mac(secret, "accept"); !hmac.Equal(mac[:], want[:]) {
-			return nil, 0, ErrBadProof
-		}
+		want = d.hs.mac(secret, "accept")
+	}
+	if !hmac.Equal(mac[:], want[:]) {
+		return nil, 0, ErrBadProof
 	}
 	d.secret = secret
 	p := d.hs.mac(secret, "dial")
@@ -323,7 +336,7 @@ func Accept(kr *Keyring, self string, inc uint64, hello []byte, isPeer func(stri
 	case kr != nil && string(ids) == "-":
 		return nil, nil, ErrNeedsKey
 	case kr != nil:
-		n := 0
+		n, marked := 0, false
 		for len(ids) > 0 {
 			if n++; n > MaxKeys+1 {
 				return nil, nil, ErrBadHandshake
@@ -335,7 +348,7 @@ func Accept(kr *Keyring, self string, inc uint64, hello []byte, isPeer func(stri
 				return nil, nil, ErrBadHandshake
 			}
 			if id == v3Mark {
-				a.hs.version = 3
+				marked = true
 			} else if s := kr.find(id); s != nil && a.secret == nil {
 				a.secret = s
 				a.keyID = id
@@ -343,6 +356,9 @@ func Accept(kr *Keyring, self string, inc uint64, hello []byte, isPeer func(stri
 		}
 		if a.secret == nil {
 			return nil, nil, ErrNoCommonKey
+		}
+		if marked && gmacUsable {
+			a.hs.version = 3
 		}
 	}
 	if err := readNonce(rnd, &a.hs.nonceA); err != nil {

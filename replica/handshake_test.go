@@ -136,15 +136,82 @@ func TestHandshakeChoosesTheSeal(t *testing.T) {
 	}
 }
 
-// A dialler's hello lists up to MaxKeys keys and the mark; a hello with the
-// mark but no key in common is refused as that.
+// A dialler's hello lists its keys and the mark, unless it holds MaxKeys
+// (then it speaks v2: see TestDiallerWithMaxKeysMeetsANodeOfV2); a hello
+// with the mark but no key in common is refused as that.
 func TestHelloWithTheMark(t *testing.T) {
 	keys := [][]byte{keyA, keyB, []byte("0123456789abcdef-3"), []byte("0123456789abcdef-4")}
-	if err := shake(t, ring(t, keys...), ring(t, keys[3])); err != nil {
-		t.Fatalf("a dialler with %d keys and the mark: %v", len(keys), err)
+	for n, want := range map[int]string{MaxKeys - 1: "gmac", MaxKeys: "hmac-sha256"} {
+		d, _, err := shakeVia(t, ring(t, keys[:n]...), ring(t, keys[n-1]), nil)
+		if send, _ := d.Keys(); err != nil || send.MAC() != want {
+			t.Fatalf("a dialler with %d keys: %v, seal %s, want %s", n, err, send.MAC(), want)
+		}
 	}
 	if err := shake(t, ring(t, keyA), ring(t, keyB)); !errors.Is(err, ErrNoCommonKey) {
 		t.Fatalf("no key in common: %v", err)
+	}
+}
+
+// acceptV2 answers hello as a node of kunci 0.10 (peer protocol v2) does:
+// it walks the key IDs, at most MaxKeys of them, up to the first it holds,
+// and proves under v2's label (v3's Accept without the mark).
+func acceptV2(t *testing.T, kr *Keyring, hello []byte) (*Accepting, []byte, error) {
+	t.Helper()
+	f, ok := fields(line(hello), 5)
+	if !ok {
+		t.Fatalf("hello %q", hello)
+	}
+	held := false
+	for n, ids := 0, f[4]; len(ids) > 0 && !held; {
+		if n++; n > MaxKeys {
+			return nil, nil, ErrBadHandshake
+		}
+		one, rest, _ := bytes.Cut(ids, []byte(","))
+		ids = rest
+		var id [keyIDLen]byte
+		if !decodeHex(one, id[:]) {
+			return nil, nil, ErrBadHandshake
+		}
+		held = kr.find(id) != nil
+	}
+	if !held {
+		return nil, nil, ErrNoCommonKey
+	}
+	mark := []byte("," + hex.EncodeToString(v3Mark[:]))
+	return Accept(kr, nodeA, 9, bytes.ReplaceAll(line(hello), mark, nil), isPeer, nil)
+}
+
+// A dialler holding MaxKeys keys meets a node of 0.10 during an upgrade.
+// Holding none of them, that node must still answer that it holds no key
+// in common (the dialler then sees a key mismatch, which keeps it from
+// promoting itself, and says so), not that the hello is bad: before, the
+// mark was a fifth key ID, past what 0.10 reads. Holding the last of them,
+// it links up, sealed with HMAC-SHA256.
+func TestDiallerWithMaxKeysMeetsANodeOfV2(t *testing.T) {
+	keys := [][]byte{keyA, keyB, []byte("0123456789abcdef-3"), []byte("0123456789abcdef-4")}
+	d, hello, err := Dial(ring(t, keys...), nodeD, 5, nodeA, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = acceptV2(t, ring(t, []byte("another cluster's key, 32 bytes.")), hello)
+	if !errors.Is(err, ErrNoCommonKey) {
+		t.Fatalf("a node of 0.10 holding none of the keys answers %v", err)
+	}
+	_, _, err = d.Challenge([]byte("E N - " + strings.TrimPrefix(err.Error(), "replica: ")))
+	if !KeyMismatch(err) {
+		t.Fatalf("the dialler sees %v, not a key mismatch", err)
+	}
+	d, hello, _ = Dial(ring(t, keys...), nodeD, 5, nodeA, nil)
+	a, challenge, err := acceptV2(t, ring(t, keys[3]), hello)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proof, _, err := d.Challenge(line(challenge))
+	if err == nil {
+		err = a.Proof(line(proof))
+	}
+	if send, _ := d.Keys(); err != nil || send.MAC() != "hmac-sha256" {
+		t.Fatalf("with the last key in common: %v, seal %s", err, send.MAC())
 	}
 }
 

@@ -62,6 +62,18 @@ const macLineLen = 2 + 2*macTag + 1
 // MaxBatch without one: the link must be closed.
 var ErrBadSeal = errors.New("replica: a peer batch failed its integrity check")
 
+// gmacUsable says whether this process can seal with GMAC. In FIPS 140-only
+// mode (GODEBUG=fips140=only) Go's crypto/cipher refuses GCM with the
+// caller's nonce; a node there speaks peer protocol v2, whose HMAC-SHA256
+// that mode allows, instead of failing the links it makes.
+var gmacUsable = func() bool {
+	block, err := aes.NewCipher(make([]byte, 32))
+	if err == nil {
+		_, err = cipher.NewGCM(block)
+	}
+	return err == nil
+}()
+
 // SessionKey is one direction's key of a sealed link, and the MAC its
 // handshake chose (GMAC for peer protocol v3, HMAC-SHA256 for v2). The zero
 // SessionKey is a link's of an insecure cluster: nothing to seal with.
