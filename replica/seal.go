@@ -25,12 +25,13 @@ import (
 // AES-256-GCM (GMAC: the batch is the additional data, nothing is
 // encrypted) under the link's session key for that direction, with the
 // batch's number (8 bytes, big endian, counting from 0 on each link and
-// direction) as the last 8 bytes of the 12-byte nonce; on a link of v2 (a
-// node from before v3 at either end) the first 16 bytes of HMAC-SHA256
-// under that key over the batch's number and the batch's bytes. The M line
-// is never covered. GMAC costs a fifth of HMAC-SHA256 here (AES-NI and
-// carry-less multiply against SHA-NI: 3.8 against 17.4 µs for a 30 KB
-// batch, what a loaded active sends a standby a turn). The number is
+// direction) as the last 8 bytes of the 12-byte nonce; on a link of v2 (an
+// end from before v3, or one that cannot use GMAC: handshake.go) the first
+// 16 bytes of HMAC-SHA256 under that key over the batch's number and the
+// batch's bytes. The M line is never covered. GMAC costs a quarter of
+// HMAC-SHA256 here (AES-NI and carry-less multiply against SHA-NI:
+// BenchmarkSeal seals and opens 256 frames, 8.5 KB, in 2.9 against
+// 11.2 µs). The number is
 // never reused under one key (a link's keys are its own and the number only
 // grows), which GCM needs. A receiver acts on no frame until the MAC
 // after it checks; a bad MAC, or a batch longer than MaxBatch without one,
