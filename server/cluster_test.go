@@ -102,14 +102,22 @@ func (tc *testCluster) crash(i int) {
 	tc.Nodes[i] = nil
 }
 
-// waitSame waits until standby s holds the same grants as active a.
+// waitSame waits until standby s holds the same grants as active a, its
+// leases at most a second longer (see sameHolders).
 func (tc *testCluster) waitSame(a, s int) {
+	tc.T.Helper()
+	tc.waitSameWithin(a, s, func() time.Duration { return time.Second })
+}
+
+// waitSameWithin is waitSame with the standby's leases at most later()
+// longer than the active's.
+func (tc *testCluster) waitSameWithin(a, s int, later func() time.Duration) {
 	tc.T.Helper()
 	var diff string
 	ok := testnode.Until(5*time.Second, func() bool {
 		start := time.Now()
 		active := tc.Nodes[a].Holders()
-		diff = sameHolders(active, tc.Nodes[s].Holders(), time.Since(start))
+		diff = sameHolders(active, tc.Nodes[s].Holders(), time.Since(start), later())
 		return diff == ""
 	})
 	if !ok {
@@ -120,10 +128,12 @@ func (tc *testCluster) waitSame(a, s int) {
 // sameHolders compares two nodes' grants: same keys and tokens, the same
 // kind (a semaphore's limit, or shared) and every grant of a key with
 // several, and a standby's lease (a group's oldest grant's) never shorter
-// than the active's nor much longer. The standby's grants were read up to
-// apart after the active's (copying a large table takes a while on a
-// busy machine): its leases may look that much shorter.
-func sameHolders(active, standby map[string]server.Holding, apart time.Duration) string {
+// than the active's nor more than later longer. The standby's grants were
+// read up to apart after the active's (copying a large table takes a while
+// on a busy machine): its leases may look that much shorter. A standby
+// starts a lease when the change reaches it, so its copy ends later than
+// the active's by the replication delay: later bounds that delay.
+func sameHolders(active, standby map[string]server.Holding, apart, later time.Duration) string {
 	var d []string
 	for k, h := range active {
 		s, ok := standby[k]
@@ -136,7 +146,7 @@ func sameHolders(active, standby map[string]server.Holding, apart time.Duration)
 			d = append(d, fmt.Sprintf("%s mode %+v, active %+v", k, s.Mode, h.Mode))
 		case !slices.Equal(s.Tokens, h.Tokens):
 			d = append(d, fmt.Sprintf("%s grants %v, active %v", k, s.Tokens, h.Tokens))
-		case s.Remaining < h.Remaining-50*time.Millisecond-apart || s.Remaining > h.Remaining+time.Second:
+		case s.Remaining < h.Remaining-50*time.Millisecond-apart || s.Remaining > h.Remaining+later:
 			d = append(d, fmt.Sprintf("%s lease %v, active %v", k, s.Remaining, h.Remaining))
 		}
 	}

@@ -25,15 +25,25 @@ func TestNodeNotInItsPeerListRefusesToStart(t *testing.T) {
 }
 
 // startPeer runs kuncid as cluster member i of addrs, with the command
-// line the README gives and extra flags.
+// line the README gives and extra flags. Should the test fail, its log
+// (at debug level) is in the test's output.
 func startPeer(t *testing.T, addrs []string, i int, dir string, extra ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(kuncid, append([]string{"--listen", addrs[i], "--advertise", addrs[i], "--peers", strings.Join(addrs, ","),
-		"--cluster-key-file", testnode.KeyFile(t), "--data-dir", dir, "--heartbeat", "50ms", "--failover-timeout", "500ms", "--log-format", "json"}, extra...)...)
+		"--cluster-key-file", testnode.KeyFile(t), "--data-dir", dir, "--heartbeat", "50ms", "--failover-timeout", "500ms",
+		"--log-format", "json", "--log-level", "debug"}, extra...)...)
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if t.Failed() {
+			t.Logf("node %d (%s), its log:\n%s", i, addrs[i], log.String())
+		}
+	})
 	return cmd
 }
 
