@@ -216,6 +216,29 @@ func TestClusterRolesRedirectAndReplication(t *testing.T) {
 	}
 }
 
+// An asynchronous active writes a standby's stream at most once a
+// streamGather (300 ms here): the records of acquires made one after the
+// other, each soon after the last one's write, go out together with a
+// later write, which comes with no further request. A record left for a
+// write nothing comes to wake would keep the standby behind until the
+// next request, and a client's release until the one after.
+func TestClusterAsyncStreamWritesWhatItGathered(t *testing.T) {
+	t.Parallel()
+	tc := activeCluster(t, 2, func(c *server.Config) { server.GatherStream(c, 300*time.Millisecond) })
+	c := dial(t, tc.Addrs[0])
+	defer c.close()
+	var tokens []uint64
+	for i := range 5 {
+		tokens = append(tokens, c.hold(fmt.Sprintf("k%d", i)))
+	}
+	tc.waitSame(0, 1)
+	for i, tok := range tokens {
+		c.send(fmt.Sprintf("R k%d %d", i, tok))
+		c.expect(fmt.Sprintf("R k%d OK", i))
+	}
+	tc.waitSame(0, 1)
+}
+
 func TestClusterCrashFailoverKeepsGrants(t *testing.T) {
 	t.Parallel()
 	tc := activeCluster(t, 3, nil)

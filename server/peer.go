@@ -60,7 +60,9 @@ type peerConn struct {
 	lp        *loop
 	sub       *replica.Sub
 	flushTask gnet.Runnable
-	snap      *snapshot // the snapshot being sent, nil once sent
+	snap      *snapshot    // the snapshot being sent, nil once sent
+	flushed   atomic.Int64 // when flushStream last wrote (node clock); read by any loop's wake
+	gather    *time.Timer  // runs flushTask once streamGather has passed since then
 
 	// out: the stream from the peer this node follows.
 	streaming atomic.Bool // asked for it; frames are applied
@@ -296,6 +298,7 @@ func (n *Node) dropPeer(pc *peerConn, why string) gnet.Action {
 func (n *Node) unsubscribe(pc *peerConn) {
 	n.endSnapshot(pc)
 	n.peers.hub.Remove(pc.sub)
+	pc.gather.Stop()
 	pc.lp.streams = slices.DeleteFunc(pc.lp.streams, func(o *peerConn) bool { return o == pc })
 	if pc.sub.Synced() {
 		n.peers.sync.syncedSubs.Add(-1)

@@ -27,6 +27,15 @@ const (
 	// maxPeerBacklog is how much unsent stream a standby's link may hold
 	// before the standby is dropped (it then starts again from a snapshot).
 	maxPeerBacklog = 32 << 20
+	// streamGather is the least time between two writes of a standby's
+	// stream in asynchronous mode: records made sooner after a write wait
+	// for the next, which goes out streamGather after the last. A busy
+	// active thus sends each standby at most one batch a millisecond:
+	// fewer and larger batches, and a standby's wake-ups, reads, opened
+	// seals and acknowledgements are per batch. The records' way to the
+	// standby grows by at most that much. A semi-synchronous active's
+	// answers wait for their records: it writes them at once.
+	streamGather = time.Millisecond
 )
 
 // snapshot is a snapshot being sent on a standby's link, owned by the
@@ -46,11 +55,23 @@ func (n *Node) subscribe(pc *peerConn) {
 		return nil
 	})
 	c := pc.c
-	wake := func() {
+	flush := func() {
 		// A task, not a write from the batch's own flush: the loop runs
 		// it after the connections that were ready this round, so one
 		// write to the standby carries the records of all their batches.
 		_ = c.EventLoop().Execute(context.Background(), pc.flushTask)
+	}
+	pc.gather = time.AfterFunc(time.Hour, flush)
+	pc.gather.Stop()
+	gather := !n.cfg.SemiSync
+	wake := func() {
+		if gather {
+			if wait := pc.flushed.Load() + int64(n.cfg.streamGather) - n.now(); wait > 0 {
+				pc.gather.Reset(time.Duration(wait))
+				return
+			}
+		}
+		flush()
 	}
 	kill := func() {
 		n.peers.standbysDropped[dropBacklog].Add(1)
@@ -168,6 +189,7 @@ func (n *Node) flushStream(pc *peerConn) {
 		return
 	}
 	_, _ = pc.c.Write(b)
+	pc.flushed.Store(n.now())
 	if !pc.closed && pc.c.OutboundBuffered() > maxPeerBacklog {
 		n.peers.standbysDropped[dropBacklog].Add(1)
 		n.log.Warn().Str("standby", n.cfg.Peers[pc.idx]).Msg("standby does not keep up: dropped")
