@@ -33,8 +33,10 @@ for ((i = 0; i < NODES; i++)); do addrs+=("127.0.0.1:$((PORT + i))"); done
 A=${addrs[0]}
 PEERS=$(IFS=,; echo "${addrs[*]}")
 
-# ticks prints the CPU time (user+system, in clock ticks) of a process.
+# ticks prints the CPU time (user+system, in clock ticks) of a process;
+# syscalls its read and write system calls so far (reads, then writes).
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+syscalls() { awk '$1 == "syscr:" { r = $2 } $1 == "syscw:" { w = $2 } END { print r, w }' "/proc/$1/io"; }
 
 run() {
 	local label=$1 kuncid=$2 mode=$3 dirs=() pids=() n=1 i
@@ -64,13 +66,13 @@ run() {
 	esac
 	sleep 2 # node A active, the standbys copied its state
 	"$BENCH" --target "kunci://$A" --server-pid "${pids[0]}" --conns ${CONNS:-8} --depth ${DEPTH:-16} --duration 4s --warmup 1s >"$OUT.run" 2>/dev/null &
-	local bp=$! t0 t1 c0=() c1=()
+	local bp=$! t0 t1 c0=() c1=() io0=() io1=()
 	sleep 1 # the warm-up
 	t0=$(date +%s.%N)
-	for ((i = 1; i < n; i++)); do c0+=("$(ticks "${pids[i]}")"); done
+	for ((i = 1; i < n; i++)); do c0+=("$(ticks "${pids[i]}")") io0+=("$(syscalls "${pids[i]}")"); done
 	wait $bp
 	t1=$(date +%s.%N)
-	for ((i = 1; i < n; i++)); do c1+=("$(ticks "${pids[i]}")"); done
+	for ((i = 1; i < n; i++)); do c1+=("$(ticks "${pids[i]}")") io1+=("$(syscalls "${pids[i]}")"); done
 	# The standbys' CPU as a share of one core over the window, per standby.
 	local sb=0
 	for ((i = 1; i < n; i++)); do
@@ -78,6 +80,14 @@ run() {
 	done
 	grep -E 'cycles  |latency|server CPU' "$OUT.run" | tr -s ' ' | sed "s/^/$label $mode /" | tee -a "$OUT"
 	echo "$label $mode standby $sb" | tee -a "$OUT"
+	# A standby's reads (about one a batch of the stream) and writes (its
+	# acknowledgements, and its heartbeats) per second, over the window.
+	if ((n > 1)); then
+		read -r r0 w0 <<<"${io0[0]}"
+		read -r r1 w1 <<<"${io1[0]}"
+		awk -v r=$((r1 - r0)) -v w=$((w1 - w0)) -v t0="$t0" -v t1="$t1" -v l="$label $mode" \
+			'BEGIN { printf "%s standby-io %.0f reads/s %.0f writes/s\n", l, r / (t1 - t0), w / (t1 - t0) }' | tee -a "$OUT"
+	fi
 	# The standbys first, so that the active does not try to hand over to one.
 	for ((i = ${#pids[@]} - 1; i >= 0; i--)); do
 		kill "${pids[i]}" 2>/dev/null || true
@@ -109,7 +119,7 @@ done
 # of each round's ratios to that round's single node (the machine's load
 # drifts between rounds more than within one).
 echo
-echo "binary mode runs: cycles/s median (min-max), p50 µs median (min-max), active µs/cycle, standby µs/cycle"
+echo "binary mode runs: cycles/s median (min-max), p50 µs median (min-max), active µs/cycle, standby µs/cycle (then, for a cluster, the first standby's reads/s and writes/s)"
 awk '
 function us(v) { if (v ~ /ms$/) return v * 1000; if (v ~ /µs$/) return v + 0; if (v ~ /ns$/) return v / 1000; return v * 1e6 }
 function med(a, n,   i, j, t) {
@@ -122,6 +132,7 @@ $3 == "cycles" { for (i = 4; i <= NF; i++) if ($i == "cycles/s") { v = $(i-1); g
 $3 == "latency" { k = $1 " " $2; p[k, ++np[k]] = us($5) }
 $3 == "server" { k = $1 " " $2; for (i = 4; i <= NF; i++) if ($i == "µs/op") a[k, ++na[k]] = $(i-1) + 0 }
 $3 == "standby" { k = $1 " " $2; s[k, ++ns[k]] = (last[k] > 0 ? $4 * 1e6 / last[k] : 0) }
+$3 == "standby-io" { k = $1 " " $2; rd[k, ++nio[k]] = $4; wr[k, nio[k]] = $6 }
 END {
 	for (o = 1; o <= no; o++) {
 		k = order[o]; n = nc[k]
@@ -129,7 +140,8 @@ END {
 		m = np[k]; delete x; for (i = 1; i <= m; i++) x[i] = p[k, i]; pm = med(x, m); pmin = x[1]; pmax = x[m]
 		am[k] = na[k] ? median(a, k, na[k]) : 0
 		sm[k] = ns[k] ? median(s, k, ns[k]) : 0
-		printf "%s %d: %d (%d-%d), %.1f (%.1f-%.1f), %.2f, %.2f\n", k, n, cm[k], cmin, cmax, pm, pmin, pmax, am[k], sm[k]
+		io = nio[k] ? sprintf(", %.0f, %.0f", median(rd, k, nio[k]), median(wr, k, nio[k])) : ""
+		printf "%s %d: %d (%d-%d), %.1f (%.1f-%.1f), %.2f, %.2f%s\n", k, n, cm[k], cmin, cmax, pm, pmin, pmax, am[k], sm[k], io
 	}
 	print ""
 	print "binary mode: medians over the rounds of the ratio to the single node (relay: to echo) in the same round: cycles/s, active CPU/cycle, standby CPU/cycle vs single CPU/cycle, acquire p50 (then the p50 ratio of each round)"
