@@ -5,6 +5,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/kunci/kunci/wire"
 )
@@ -18,8 +19,15 @@ import (
 // holder's acquire sent + lease, the earliest the server's can be (the
 // lateness is an upper bound by up to the holder's acquire round trip, and
 // a negative one is a broken lease: "early"). A waiter releases its grant at
-// once. The run ends when every key has been handed on, or at --duration
+// once; its own lease is at least waiterLease, so that a starved machine's
+// pause between its grant and its release does not end it first. The run ends when every key has been handed on, or at --duration
 // (then the rest count as unreclaimed).
+
+// waiterLease is the lease an expiry waiter asks for: the lease under test
+// is its holder's, and a waiter's grant must outlive the waiter's release,
+// which beside a busy test suite came more than a 100 ms lease after its
+// grant (a stale release, against Redis).
+func waiterLease(cfg *Config) time.Duration { return max(cfg.Lease, 10*time.Second) }
 
 // expiryState is the expiry workload's shared record, one slot per key.
 type expiryState struct {
@@ -239,7 +247,7 @@ func (c *expConn) answer(a *wire.Answer, now int64) error {
 			e.holder[key].Store(a.Token)
 			e.held.Add(1)
 			e.lastHeld.Store(now)
-			c.forward = wire.AppendAcquire(c.forward, a.Key, c.r.leaseMs, c.r.waitMs)
+			c.forward = wire.AppendAcquire(c.forward, a.Key, waiterLease(c.r.cfg).Milliseconds(), c.r.waitMs)
 			return nil
 		}
 		c.forward = wire.AppendInfoRequest(c.forward)

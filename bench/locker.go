@@ -353,7 +353,7 @@ func (d *lockerDriver) waiter(s int, ch <-chan int, cnt *counters, sh *shard) {
 			continue // the cap: unreclaimed
 		}
 		key := r.cfg.Prefix + strconv.Itoa(i)
-		g, err := d.l.acquire(d.ctx, s, key, r.cfg.Lease, r.cfg.Wait)
+		g, err := d.l.acquire(d.ctx, s, key, waiterLease(r.cfg), r.cfg.Wait)
 		now := r.clk.now()
 		if err != nil {
 			cnt.errs[kindOf(err)].Add(1)

@@ -319,7 +319,11 @@ func (c *redisConn) loop() error {
 					s.first = now
 				}
 				s.sent = now
-				c.cmds = append(c.cmds, c.pipe.EvalSha(ctx, acqSHA, []string{s.keyStr, fence}, s.owner, r.leaseMs))
+				lease := r.leaseMs
+				if s.waiter {
+					lease = waiterLease(r.cfg).Milliseconds()
+				}
+				c.cmds = append(c.cmds, c.pipe.EvalSha(ctx, acqSHA, []string{s.keyStr, fence}, s.owner, lease))
 				c.batch = append(c.batch, int32(i))
 			case slotReleasing:
 				idle = false
