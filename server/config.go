@@ -126,9 +126,6 @@ type Config struct {
 	TokenBlock uint64
 
 	Logger zerolog.Logger
-
-	// streamGather is streamGather, but for tests (export_test.go).
-	streamGather time.Duration
 }
 
 // Defaults.
@@ -216,9 +213,6 @@ func (c *Config) setDefaults() error {
 	}
 	if c.FailoverTimeout == 0 {
 		c.FailoverTimeout = DefaultFailoverTimeout
-	}
-	if c.streamGather == 0 {
-		c.streamGather = streamGather
 	}
 	if c.OutputLimit == 0 {
 		c.OutputLimit = DefaultOutputLimit

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"sync"
-	"time"
 )
 
 // Crash stops n the way a crash would look to its peers and clients: no
@@ -12,10 +11,6 @@ func (n *Node) Crash() {
 	n.cl.Halt()
 	_ = n.Stop(context.Background())
 }
-
-// GatherStream makes c's asynchronous stream writes at least d apart
-// (streamGather).
-func GatherStream(c *Config, d time.Duration) { c.streamGather = d }
 
 // ListingWindow returns the unsent bytes before a listing waits.
 func ListingWindow() int { return listWindow }

@@ -54,19 +54,19 @@ func (n *Node) subscribe(pc *peerConn) {
 		n.flushStream(pc)
 		return nil
 	})
-	c := pc.c
+	c, task := pc.c, pc.flushTask // a timer of a stream before may still run flush
 	flush := func() {
 		// A task, not a write from the batch's own flush: the loop runs
 		// it after the connections that were ready this round, so one
 		// write to the standby carries the records of all their batches.
-		_ = c.EventLoop().Execute(context.Background(), pc.flushTask)
+		_ = c.EventLoop().Execute(context.Background(), task)
 	}
 	pc.gather = time.AfterFunc(time.Hour, flush)
 	pc.gather.Stop()
 	gather := !n.cfg.SemiSync
 	wake := func() {
 		if gather {
-			if wait := pc.flushed.Load() + int64(n.cfg.streamGather) - n.now(); wait > 0 {
+			if wait := pc.flushed.Load() + int64(streamGather) - n.now(); wait > 0 {
 				pc.gather.Reset(time.Duration(wait))
 				return
 			}
