@@ -20,8 +20,9 @@ import (
 // lateness is an upper bound by up to the holder's acquire round trip, and
 // a negative one is a broken lease: "early"). A waiter releases its grant at
 // once; its own lease is at least waiterLease, so that a starved machine's
-// pause between its grant and its release does not end it first. The run ends when every key has been handed on, or at --duration
-// (then the rest count as unreclaimed).
+// pause between its grant and its release does not end it first. The run
+// ends when every key has been handed on, or at --duration (then the rest
+// count as unreclaimed).
 
 // waiterLease is the lease an expiry waiter asks for: the lease under test
 // is its holder's, and a waiter's grant must outlive the waiter's release,

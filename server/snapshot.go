@@ -61,13 +61,14 @@ func (n *Node) subscribe(pc *peerConn) {
 		// write to the standby carries the records of all their batches.
 		_ = c.EventLoop().Execute(context.Background(), task)
 	}
-	pc.gather = time.AfterFunc(time.Hour, flush)
-	pc.gather.Stop()
+	timer := time.AfterFunc(time.Hour, flush)
+	timer.Stop()
+	pc.gather = timer
 	gather := !n.cfg.SemiSync
 	wake := func() {
 		if gather {
 			if wait := pc.flushed.Load() + int64(streamGather) - n.now(); wait > 0 {
-				pc.gather.Reset(time.Duration(wait))
+				timer.Reset(time.Duration(wait))
 				return
 			}
 		}
