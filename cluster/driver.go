@@ -430,10 +430,14 @@ func (d *Driver) setRole(a failover.Action) {
 	d.host.SetRole(a.Role, addr)
 	ev := d.log.Info()
 	switch {
-	case a.Role == failover.Active && was != failover.Active:
+	case a.Role == failover.Active && was == failover.Standby:
 		d.log.Warn().Str("why", a.Why).Msg("promoted to active")
 		return
-	case a.Role == failover.Standby && was == failover.Active, a.Role == failover.Rejoining:
+	case a.Role == failover.Active && was == failover.Rejoining:
+		// Back from a cut, and no other node became active: it goes on
+		// (info: it happens whenever a standby returns to an active
+		// that ran alone).
+	case a.Role == failover.Standby && was == failover.Active, a.Role == failover.Rejoining, a.Role == failover.Active && was == failover.Leaving:
 		ev = d.log.Warn()
 	}
 	ev.Str("role", a.Role.String()).Str("active", addr).Str("why", a.Why).Msg("role changed")

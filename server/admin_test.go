@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kunci/kunci/internal/testhttp"
 	"github.com/kunci/kunci/server"
@@ -136,5 +137,29 @@ func TestAdminInACluster(t *testing.T) {
 	}
 	if v := metric(t, body, "kunci_promotions_total"); v != 0 {
 		t.Fatalf("the standby's kunci_promotions_total %v, want 0", v)
+	}
+}
+
+// An active that ran alone for longer than the failover timeout rejoins
+// when a standby comes (docs/cluster.md, "Back after a cut") and, no other
+// node having become active, goes on as the active: that is no promotion,
+// neither in kunci_promotions_total (an operator's alert on failovers) nor
+// in the log's "promoted to active".
+func TestRejoinAsTheActiveIsNoPromotion(t *testing.T) {
+	t.Parallel()
+	tc, logs := loggedCluster(t, 2, func(c *server.Config) { c.Admin = "127.0.0.1:0" })
+	tc.Start(0)
+	tc.WaitActive(0)
+	time.Sleep(3 * testFailover) // cut off from every peer, as far as node 0 knows
+	tc.Start(1)
+	waitFor(t, "node 0 to rejoin and go on as the active", func() bool {
+		return logs.Count("rejoined: no other node became active") > 0 && tc.Nodes[0].Role() == "active"
+	})
+	_, body := testhttp.Get(t, "http://"+tc.Nodes[0].AdminAddr()+"/metrics")
+	if v := metric(t, body, "kunci_promotions_total"); v != 1 {
+		t.Errorf("kunci_promotions_total %v after a rejoin, want 1 (its first election)", v)
+	}
+	if n := logs.Count("promoted to active"); n != 1 {
+		t.Errorf(`%d "promoted to active" in the log, want 1`, n)
 	}
 }

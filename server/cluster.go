@@ -74,7 +74,9 @@ func (h clusterHost) LastToken() uint64 { return h.n.tokens.Last() }
 
 func (h clusterHost) SetRole(r failover.Role, active string) {
 	n := h.n
-	if r == failover.Active && n.roles.current.Load() != roleActive {
+	if r == failover.Active && n.roles.current.Load() == roleStandby {
+		// From a standby only: an active back from a cut, or from a
+		// handoff that did not happen, goes on as the active.
 		n.roles.promotions.Add(1)
 	}
 	n.setRole(int32(r), active)
