@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -58,12 +59,40 @@ def until(cond: Callable[[], bool], timeout: float = WAIT, every: float = 0.01) 
     return True
 
 
-def free_addrs(n: int) -> list[str]:
-    socks = []
+def _pick_range() -> tuple[int, int]:
+    """The ports free_addrs picks from: below the kernel's ephemeral range."""
+    lo, hi = 10000, 32768
     try:
-        for _ in range(n):
+        first = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return lo, hi
+    if first > 1024:
+        hi = first
+        lo = min(lo, max(1024, hi - 20000))
+    return lo, hi
+
+
+def free_addrs(n: int) -> list[str]:
+    """n loopback addresses nothing listens on, each held until all are picked.
+
+    The ports come from below the ephemeral range, from which every outgoing
+    connection takes its local port: one picked there (as binding port 0
+    does) and let go is anyone's next connect() before the node binds it
+    (the Go tests' testaddr.Free does the same, for the same reason).
+    """
+    lo, hi = _pick_range()
+    socks: list[socket.socket] = []
+    try:
+        while len(socks) < n:
             s = socket.socket()
-            s.bind(("127.0.0.1", 0))
+            for _ in range(64):
+                try:
+                    s.bind(("127.0.0.1", random.randrange(lo, hi) if hi - lo >= 1000 else 0))
+                    break
+                except OSError:
+                    continue
+            else:
+                s.bind(("127.0.0.1", 0))
             socks.append(s)
         return ["127.0.0.1:%d" % s.getsockname()[1] for s in socks]
     finally:

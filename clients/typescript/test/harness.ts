@@ -5,7 +5,7 @@
 // is killed when its test ends.
 
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import * as net from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -104,13 +104,53 @@ export async function startNode(t: TestContext, args: string[] = []): Promise<No
   return node;
 }
 
-/** n loopback addresses nothing listened on a moment ago (each held until all are picked). */
+/** The ports freeAddrs picks from: below the kernel's ephemeral range. */
+function pickRange(): [number, number] {
+  let lo = 10000;
+  let hi = 32768;
+  try {
+    const first = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]);
+    if (Number.isInteger(first) && first > 1024) {
+      hi = first;
+      lo = Math.min(lo, Math.max(1024, hi - 20000));
+    }
+  } catch {
+    // not Linux: the defaults
+  }
+  return [lo, hi];
+}
+
+/** Listens with l on port, reporting whether it could. */
+function tryListen(l: net.Server, port: number): Promise<boolean> {
+  return new Promise((res) => {
+    const failed = (): void => res(false);
+    l.once("error", failed);
+    l.listen(port, "127.0.0.1", () => {
+      l.off("error", failed);
+      res(true);
+    });
+  });
+}
+
+/**
+ * n loopback addresses nothing listened on a moment ago (each held until all
+ * are picked). The ports come from below the ephemeral range, from which
+ * every outgoing connection takes its local port: one picked there (as
+ * listening on port 0 does) and let go is anyone's next connect() before
+ * the node binds it (the Go tests' testaddr.Free does the same).
+ */
 export async function freeAddrs(n: number): Promise<string[]> {
+  const [lo, hi] = pickRange();
   const ls: net.Server[] = [];
   const out: string[] = [];
-  for (let i = 0; i < n; i++) {
-    const l = net.createServer();
-    await new Promise<void>((res) => l.listen(0, "127.0.0.1", res));
+  while (ls.length < n) {
+    let l = net.createServer();
+    let ok = false;
+    for (let i = 0; i < 64 && !ok && hi - lo >= 1000; i++) {
+      ok = await tryListen(l, lo + Math.floor(Math.random() * (hi - lo)));
+      if (!ok) l = net.createServer();
+    }
+    if (!ok && !(await tryListen(l, 0))) throw new Error("no free loopback port");
     ls.push(l);
     out.push(`127.0.0.1:${(l.address() as net.AddressInfo).port}`);
   }
