@@ -54,6 +54,23 @@
 // earlier versions.
 //
 // R, E and X name a grant by its token, whatever its kind.
+//
+// On a link of peer protocol v3 (handshake.go) the active writes the records
+// of plain locks, most of what a loaded stream carries, in a compact form:
+//
+//	g key token remaining [owner]  G
+//	r key token                    R
+//	e key token                    E
+//	x key token remaining          X
+//
+// They carry no sequence number: each is the one after the record before
+// it, which a v3 link (sealed, or under TLS) delivers whole and in order. A
+// standby checks its count where the stream names one (J, O), and a v2 link
+// carries none of them. token and remaining are in base 64, most significant
+// digit first, a digit d the byte '0'+d ('0' to 'o'), with no leading '0'.
+// A record takes a third fewer bytes than in full, and half the time to
+// parse (BenchmarkParseRecords): a standby's CPU goes mostly to parsing and
+// applying them.
 package replica
 
 import (
@@ -126,8 +143,13 @@ var (
 )
 
 // Parse parses the first line of buf into *f. n == 0 with a nil error means
-// the line is not complete yet.
+// the line is not complete yet. A record in the compact form has Seq 0.
 func Parse(buf []byte, f *Frame) (n int, err error) {
+	if len(buf) > 0 && buf[0] >= 'a' {
+		if n := parseCompact(buf, f); n > 0 {
+			return n, nil
+		}
+	}
 	i := bytes.IndexByte(buf, '\n')
 	if i < 0 {
 		*f = Frame{}
@@ -280,6 +302,9 @@ func parseFields(line []byte, f *Frame) bool {
 		if f.Key != nil && (len(f.Key) > 250 || f.Token == 0) {
 			ok = false
 		}
+		if f.Kind != Holder && f.Kind != Member && f.Key != nil && f.Seq == 0 {
+			ok = false // a record numbers itself in full: 0 is the compact form's
+		}
 		if f.Owner != nil && !wire.ValidOwner(f.Owner) {
 			ok = false
 		}
@@ -334,7 +359,7 @@ func parseRecord(line []byte, f *Frame) bool {
 			return false // spaces included: more fields than a grant has
 		}
 	}
-	if v[0] == 0 {
+	if v[0] == 0 || seq == 0 {
 		return false
 	}
 	*f = Frame{} // then field by field: a composite literal is built aside and copied
@@ -516,6 +541,117 @@ func AppendRecord(dst []byte, k Kind, seq uint64, key []byte, token uint64, rema
 		dst = append(dst, owner...)
 	}
 	return append(dst, '\n')
+}
+
+// AppendCompactRecord appends a record of a plain lock (G, R, E or X) in the
+// compact form, for a v3 link: the record after the one before it.
+// remaining (ns) is used by Grant and Extend, owner (nil for none) by Grant.
+func AppendCompactRecord(dst []byte, k Kind, key []byte, token uint64, remaining int64, owner []byte) []byte {
+	dst = append(dst, byte(k)+('a'-'A'), ' ')
+	dst = append(dst, key...)
+	dst = append(dst, ' ')
+	dst = appendBase64(dst, token)
+	if k == Grant || k == Extend {
+		dst = append(dst, ' ')
+		dst = appendBase64(dst, micros(remaining))
+	}
+	if k == Grant && len(owner) > 0 {
+		dst = append(dst, ' ')
+		dst = append(dst, owner...)
+	}
+	return append(dst, '\n')
+}
+
+// appendBase64 appends v in the compact form's base 64.
+func appendBase64(dst []byte, v uint64) []byte {
+	n := 1
+	for x := v >> 6; x != 0; x >>= 6 {
+		n++
+	}
+	for i := n - 1; i >= 0; i-- {
+		dst = append(dst, '0'+byte(v>>(6*i)&63))
+	}
+	return dst
+}
+
+// parseCompact parses a record in the compact form at the front of buf,
+// straight from the buffer (no search for the line's end first), and
+// returns its length, LF included; 0 when buf does not start with a whole
+// one, which the general parser then accepts or refuses.
+func parseCompact(buf []byte, f *Frame) int {
+	if len(buf) < 2 || buf[1] != ' ' {
+		return 0
+	}
+	k := Kind(buf[0] - ('a' - 'A'))
+	nums := 1 // after the key: the token, and for g and x the time left
+	switch k {
+	case Grant, Extend:
+		nums = 2
+	case Release, Expire:
+	default:
+		return 0
+	}
+	j := bytes.IndexByte(buf[2:min(len(buf), 2+251)], ' ')
+	if j <= 0 {
+		return 0
+	}
+	key, i := buf[2:2+j], 2+j
+	if bytes.IndexByte(key, '\n') >= 0 {
+		return 0 // not one line
+	}
+	var v [2]uint64
+	for x := range nums {
+		if i == len(buf) || buf[i] != ' ' {
+			return 0
+		}
+		var ok bool
+		if v[x], i, ok = leadingBase64(buf, i+1); !ok {
+			return 0
+		}
+	}
+	var owner []byte
+	if i < len(buf) && buf[i] == ' ' && k == Grant {
+		e := bytes.IndexByte(buf[i+1:min(len(buf), i+2+wire.MaxOwner)], '\n')
+		if e <= 0 {
+			return 0
+		}
+		if owner = buf[i+1 : i+1+e]; !wire.ValidOwner(owner) {
+			return 0
+		}
+		i += 1 + e
+	}
+	if i == len(buf) || buf[i] != '\n' || v[0] == 0 {
+		return 0
+	}
+	*f = Frame{} // then field by field: a composite literal is built aside and copied
+	f.Kind, f.Key, f.Token, f.Owner = k, key, v[0], owner
+	if nums == 2 {
+		f.Remaining = remaining(v[1])
+	}
+	return i + 1
+}
+
+// leadingBase64 parses the compact form's number at b[i:], up to a byte
+// that is not a digit: its value and where it ends. It refuses a leading
+// '0' and a value past 64 bits.
+func leadingBase64(b []byte, i int) (uint64, int, bool) {
+	start := i
+	var v uint64
+	for ; i < len(b); i++ {
+		d := b[i] - '0'
+		if d > 63 {
+			break
+		}
+		v = v<<6 | uint64(d)
+	}
+	n := i - start
+	switch {
+	case n == 0, n > 1 && b[start] == '0':
+		return 0, i, false
+	case n == 11:
+		return v, i, b[start]-'0' < 16 // 4 + 60 bits
+	}
+	return v, i, n < 11
 }
 
 // AppendHandoff appends O seq inc hb lo hi.

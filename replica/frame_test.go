@@ -1,6 +1,9 @@
 package replica
 
 import (
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kunci/kunci/engine"
@@ -78,6 +81,51 @@ func TestFramesRoundTrip(t *testing.T) {
 	}
 }
 
+// The compact form says what the full form does, but the sequence number.
+func TestCompactRecordsRoundTrip(t *testing.T) {
+	records := []struct {
+		kind      Kind
+		key       string
+		token     uint64
+		remaining int64
+		owner     string
+	}{
+		{Grant, "orders/42", 3_000_000, 30e9, ""},
+		{Grant, "k", 1, 1500, "web-3:4121"}, // 1.5 µs rounds up to 2
+		{Release, "orders/42", 3_000_000, 0, ""},
+		{Expire, "k", 1, 0, ""},
+		{Extend, "k", 1, 0, ""},
+		{Grant, "big", 1<<64 - 1, 1 << 62, ""}, // past maxRemaining µs
+		{Release, "big", 1<<64 - 1, 0, ""},
+		{Extend, "k/2", 63, 64e3, ""},
+	}
+	for i, r := range records {
+		compact := AppendCompactRecord(nil, r.kind, []byte(r.key), r.token, r.remaining, []byte(r.owner))
+		full := AppendRecord(nil, r.kind, uint64(i+1), []byte(r.key), r.token, r.remaining, []byte(r.owner), engine.Mode{})
+		if len(compact) >= len(full) {
+			t.Errorf("%q is no shorter than %q", compact, full)
+		}
+		var c, f Frame
+		if n, err := Parse(compact, &c); n != len(compact) || err != nil {
+			t.Fatalf("Parse(%q): %d %v", compact, n, err)
+		}
+		if n, err := Parse(full, &f); n != len(full) || err != nil {
+			t.Fatalf("Parse(%q): %d %v", full, n, err)
+		}
+		if c.Seq != 0 || f.Seq != uint64(i+1) {
+			t.Fatalf("%q has seq %d, %q %d", compact, c.Seq, full, f.Seq)
+		}
+		c.Seq = f.Seq
+		if show(&c) != show(&f) {
+			t.Fatalf("%q parses to %s, %q to %s", compact, show(&c), full, show(&f))
+		}
+	}
+	// The digits: 64 is "10", 63 "o".
+	if got := string(AppendCompactRecord(nil, Extend, []byte("k"), 64, 63e3, nil)); got != "x k 10 o\n" {
+		t.Fatalf("extend: %q", got)
+	}
+}
+
 func TestParseRefusesBadFrames(t *testing.T) {
 	for _, line := range []string{
 		"Q 1\n", "G 1 k\n", "G x k 1 1\n", "P H a b\n", "P H a x - 1 1 1 1\n", "R 1 k 0\n",
@@ -87,6 +135,10 @@ func TestParseRefusesBadFrames(t *testing.T) {
 		"H k 1 1 o x\n", "H k 1 1 o\x01\n", "G 1 k 1 1 é\n",
 		"K k 1 1\n", "K k 1 1 x\n", "K k 1 1 -1\n", "K k 1 1 4294967296\n", "K k 1 1 2 o x\n",
 		"J 1 k 1 1\n", "J 1 k 1 1 2 o x\n", "J 1 k 1 1 y\n", "J 1 k 0 1 2\n", "K k 0 1 0\n",
+		"G 0 k 1 1\n", "R 0 k 1\n", "X 0 k 1 1\n", "J 0 k 1 1 2\n", // 0 is the compact form's
+		"g k 0 1\n", "g k 01 1\n", "g k 1\n", "g k 1 1 o x\n", "g  1 1\n", "r k 1 1\n", "x k 1 1 o\n",
+		"g k p 1\n", "g k 1 1\r\n", "G k 1 1\n", "j k 1 1 2\n", "h k 1 1\n", "g k 1 g0000000000\n",
+		"g k 1 1 " + string(make([]byte, 65)) + "\n",
 	} {
 		var f Frame
 		if _, err := Parse([]byte(line), &f); err == nil {
@@ -97,6 +149,67 @@ func TestParseRefusesBadFrames(t *testing.T) {
 	long := make([]byte, MaxLine+1)
 	if _, err := Parse(long, &f); err != ErrLineTooLong {
 		t.Fatalf("long line: %v", err)
+	}
+}
+
+// During an upgrade from v2 an active streams to standbys of both versions:
+// each gets the same records, a v2 one in full and a v3 one in the compact
+// form (plain locks' records; a semaphore's grant is in full there too).
+func TestHubWritesEachStreamInItsForm(t *testing.T) {
+	var h Hub
+	v2, v3, v3b := NewSub(1, 2, func() {}, func() {}), NewSub(2, 3, func() {}, func() {}), NewSub(3, 3, func() {}, func() {})
+	sh := engine.NewShard(engine.Config{}, new(engine.Tokens), 0)
+	var out engine.Output
+	out.WantRecords = true
+	sh.Acquire(0, 1, []byte("old"), 10e9, 0, &out)
+	h.Records(0, &out) // record 1, before the subscriptions
+	out.Reset()
+	for _, s := range []*Sub{v2, v3, v3b} {
+		h.Subscribe(s)
+		h.SnapshotDone(s)
+	}
+	sh.AcquireBy(0, 1, []byte("a"), []byte("web-3:4121"), 10e9, 0, &out)
+	sh.AcquireMode(0, 1, []byte("pool"), nil, engine.Mode{Slots: 3}, 10e9, 0, &out)
+	h.Records(0, &out)
+	tokA, tokPool := out.Answers[0].Token, out.Answers[1].Token
+	out.Reset()
+	sh.Extend(1e9, 1, []byte("a"), tokA, 20e9, &out)
+	sh.Release(1e9, 1, []byte("a"), tokA, &out)
+	sh.Release(1e9, 1, []byte("pool"), tokPool, &out)
+	if seq := h.Records(1e9, &out); seq != 6 {
+		t.Fatalf("last record %d, want 6", seq)
+	}
+	full, compact := string(h.Take(v2)), string(h.Take(v3))
+	want := fmt.Sprintf("G 2 a %d 10000000 web-3:4121\nJ 3 pool %d 10000000 3\nX 4 a %d 20000000\nR 5 a %d\nR 6 pool %d\n", tokA, tokPool, tokA, tokA, tokPool)
+	if full != want {
+		t.Fatalf("v2 stream %q, want %q", full, want)
+	}
+	if other := string(h.Take(v3b)); other != compact {
+		t.Fatalf("the v3 streams differ: %q and %q", compact, other)
+	}
+	// Numbered from the snapshot's record on (B 1), the compact stream
+	// says what the full one does.
+	frames := func(b string, seq uint64) (out []string) {
+		for len(b) > 0 {
+			var f Frame
+			n, err := Parse([]byte(b), &f)
+			if n == 0 || err != nil {
+				t.Fatalf("Parse(%q): %d %v", b, n, err)
+			}
+			if f.Seq == 0 {
+				f.Seq = seq + 1
+			}
+			seq = f.Seq
+			out = append(out, show(&f))
+			b = b[n:]
+		}
+		return out
+	}
+	if a, b := frames(full, 1), frames(compact, 1); !slices.Equal(a, b) {
+		t.Fatalf("full %q\n%v\ncompact %q\n%v", full, a, compact, b)
+	}
+	if !strings.HasPrefix(compact, "g a ") || strings.Count(compact, "\n") != 5 || len(compact) >= len(full) {
+		t.Fatalf("v3 stream %q", compact)
 	}
 }
 
@@ -112,7 +225,7 @@ func TestHubSequencesAndSnapshots(t *testing.T) {
 	}
 	out.Reset()
 	woken, killed := 0, 0
-	s := NewSub(1, func() { woken++ }, func() { killed++ })
+	s := NewSub(1, 2, func() { woken++ }, func() { killed++ }) // records in full
 	begin := h.Subscribe(s)
 	if string(begin) != "B 1\n" {
 		t.Fatalf("begin %q", begin)
@@ -141,11 +254,11 @@ func TestHubSequencesAndSnapshots(t *testing.T) {
 		t.Fatalf("remove: killed %d, subs %d", killed, len(h.Subs()))
 	}
 	// A standby more than MaxBacklog behind is killed.
-	s = NewSub(1, func() {}, func() { killed++ })
+	s = NewSub(1, 3, func() {}, func() { killed++ })
 	h.Subscribe(s)
 	h.SnapshotDone(s)
 	out.Reset()
-	for range MaxBacklog/32 + 1 {
+	for range MaxBacklog/16 + 1 { // at least 16 bytes a cycle, compact
 		sh.Acquire(0, 1, []byte("k"), 10e9, 0, &out)
 		sh.Release(0, 1, []byte("k"), out.Answers[0].Token, &out)
 		h.Records(0, &out)

@@ -183,6 +183,14 @@ func (h *handshake) mac(secret []byte, side string) [macLen]byte {
 	return out
 }
 
+// Version returns the peer protocol the link speaks: 3, or 2 (an end from
+// before v3, one that cannot seal with GMAC, or an insecure cluster). Call
+// it once Challenge succeeded.
+func (d *Dialing) Version() int { return d.hs.version }
+
+// Version returns the peer protocol the link speaks (see Dialing.Version).
+func (a *Accepting) Version() int { return a.hs.version }
+
 // Dialing is the dialling side of a handshake in progress.
 type Dialing struct {
 	kr     *Keyring

@@ -30,7 +30,8 @@ type Hub struct {
 // Sub is one standby's stream. Its owner creates it with NewSub, passes it
 // to Subscribe, and writes what Take returns to the standby.
 type Sub struct {
-	Peer int // the standby's index in the peer list
+	Peer    int  // the standby's index in the peer list
+	compact bool // its link is of v3: records in the compact form (frame.go)
 
 	wake    func() // see NewSub
 	kill    func()
@@ -45,13 +46,14 @@ type Sub struct {
 	synced  atomic.Bool   // it acknowledged its snapshot
 }
 
-// NewSub returns a stream for peer. The hub calls wake when the stream has
-// bytes for Take after it had none (for records, from Wake: see Records),
-// and kill when the standby fell more than MaxBacklog behind (the stream is
-// then dead); both are called with the hub's mutex held and must not block
-// or call back into the hub.
-func NewSub(peer int, wake, kill func()) *Sub {
-	return &Sub{Peer: peer, wake: wake, kill: kill}
+// NewSub returns a stream for peer, over a link of peer protocol version
+// (Version for this node's; see Dialing.Version). The hub calls wake when
+// the stream has bytes for Take after it had none (for records, from Wake:
+// see Records), and kill when the standby fell more than MaxBacklog behind
+// (the stream is then dead); both are called with the hub's mutex held and
+// must not block or call back into the hub.
+func NewSub(peer, version int, wake, kill func()) *Sub {
+	return &Sub{Peer: peer, compact: version >= 3, wake: wake, kill: kill}
 }
 
 // Acked returns the last sequence number the standby applied.
@@ -92,24 +94,44 @@ func (h *Hub) Seq() uint64 {
 func (h *Hub) Records(now int64, out *engine.Output) uint64 {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	// Encoded once, straight into the first live stream, and copied from
-	// there into the others.
-	var first *Sub
+	// Encoded once in each form the live streams take (while a cluster is
+	// upgraded from v2, both), straight into the first stream of that form,
+	// and copied from there into the others.
+	var first [2]*Sub // by form: full, compact
 	for _, s := range h.subs {
-		if !s.dead {
-			first = s
-			break
+		if !s.dead && first[b2i(s.compact)] == nil {
+			first[b2i(s.compact)] = s
 		}
 	}
-	if first == nil {
-		h.seq += uint64(len(out.Records))
-		return h.seq
+	seq := h.seq
+	h.seq += uint64(len(out.Records))
+	var mark [2]int
+	for form, s := range first {
+		if s != nil {
+			mark[form] = len(s.pending)
+			s.pending = appendRecords(s.pending, seq, now, out, form == 1)
+		}
 	}
-	mark := len(first.pending)
-	enc := first.pending
+	for _, s := range h.subs {
+		if f := first[b2i(s.compact)]; s != f && !s.dead {
+			s.pending = append(s.pending, f.pending[mark[b2i(s.compact)]:]...)
+			h.bound(s)
+		}
+	}
+	for _, s := range first {
+		if s != nil {
+			h.bound(s)
+		}
+	}
+	return h.seq
+}
+
+// appendRecords appends out's records, numbered from seq+1, in the compact
+// form or in full.
+func appendRecords(dst []byte, seq uint64, now int64, out *engine.Output, compact bool) []byte {
 	for i := range out.Records {
 		r := &out.Records[i]
-		h.seq++
+		seq++
 		var k Kind
 		switch r.Kind {
 		case engine.RecordGrant:
@@ -121,17 +143,20 @@ func (h *Hub) Records(now int64, out *engine.Output) uint64 {
 		case engine.RecordExtend:
 			k = Extend
 		}
-		enc = AppendRecord(enc, k, h.seq, out.RecordKey(r), r.Token, r.Deadline-now, out.RecordOwner(r), r.Mode())
-	}
-	first.pending = enc
-	for _, s := range h.subs {
-		if s != first && !s.dead {
-			s.pending = append(s.pending, enc[mark:]...)
-			h.bound(s)
+		if m := r.Mode(); !compact || k == Grant && m != (engine.Mode{}) {
+			dst = AppendRecord(dst, k, seq, out.RecordKey(r), r.Token, r.Deadline-now, out.RecordOwner(r), m)
+		} else {
+			dst = AppendCompactRecord(dst, k, out.RecordKey(r), r.Token, r.Deadline-now, out.RecordOwner(r))
 		}
 	}
-	h.bound(first)
-	return h.seq
+	return dst
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Wake wakes the owner of every stream with records it has not taken and

@@ -11,7 +11,7 @@ import (
 // are until it acknowledges them.
 func TestSubCaughtUp(t *testing.T) {
 	var h Hub
-	s := NewSub(1, func() {}, func() {})
+	s := NewSub(1, 3, func() {}, func() {})
 	h.Subscribe(s)
 	h.SnapshotDone(s)
 	if !s.CaughtUp() {
@@ -60,7 +60,7 @@ func TestHubWakesOnWakeOnly(t *testing.T) {
 	woken := [3]int{}
 	subs := [3]*Sub{}
 	for i := range subs {
-		subs[i] = NewSub(i+1, func() { woken[i]++ }, func() {})
+		subs[i] = NewSub(i+1, 3, func() { woken[i]++ }, func() {})
 		h.Subscribe(subs[i])
 	}
 	h.SnapshotDone(subs[0])

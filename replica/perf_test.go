@@ -8,40 +8,50 @@ import (
 )
 
 // recordBatch is what a standby reads from a loaded active in one go: the
-// grant and release records of n lock cycles.
-func recordBatch(n int) []byte {
+// grant and release records of n lock cycles, in the compact form (v3) or
+// in full (v2).
+func recordBatch(n int, compact bool) []byte {
 	var b []byte
 	for i := range n {
 		key := fmt.Appendf(nil, "bench-1f3a/%d", i*50+7)
-		b = AppendRecord(b, Grant, uint64(2*i+1_000_001), key, uint64(i+3_000_000), 30e9, nil, engine.Mode{})
-		b = AppendRecord(b, Release, uint64(2*i+1_000_002), key, uint64(i+3_000_000), 0, nil, engine.Mode{})
+		token := uint64(i + 3_000_000)
+		if compact {
+			b = AppendCompactRecord(b, Grant, key, token, 30e9, nil)
+			b = AppendCompactRecord(b, Release, key, token, 0, nil)
+		} else {
+			b = AppendRecord(b, Grant, uint64(2*i+1_000_001), key, token, 30e9, nil, engine.Mode{})
+			b = AppendRecord(b, Release, uint64(2*i+1_000_002), key, token, 0, nil, engine.Mode{})
+		}
 	}
 	return b
 }
 
-// Parsing a standby's batch of records takes no allocation.
+// Parsing a standby's batch of records takes no allocation, in either form.
 func TestParseRecordsAllocatesNothing(t *testing.T) {
-	b := recordBatch(64)
-	var f Frame
-	allocs := testing.AllocsPerRun(100, func() {
-		for off := 0; off < len(b); {
-			n, err := Parse(b[off:], &f)
-			if n == 0 || err != nil {
-				panic(err)
+	for _, compact := range []bool{false, true} {
+		b := recordBatch(64, compact)
+		var f Frame
+		allocs := testing.AllocsPerRun(100, func() {
+			for off := 0; off < len(b); {
+				n, err := Parse(b[off:], &f)
+				if n == 0 || err != nil {
+					panic(err)
+				}
+				off += n
 			}
-			off += n
+		})
+		if allocs != 0 {
+			t.Fatalf("compact %v: %v allocations per batch parsed", compact, allocs)
 		}
-	})
-	if allocs != 0 {
-		t.Fatalf("%v allocations per batch parsed", allocs)
 	}
 }
 
 // Numbering and encoding records for standbys takes no allocation once the
-// streams' buffers have grown (each Take hands one back).
+// streams' buffers have grown (each Take hands one back), in both forms at
+// once (a cluster being upgraded from v2).
 func TestHubRecordsAllocatesNothing(t *testing.T) {
 	var h Hub
-	subs := []*Sub{NewSub(1, func() {}, func() {}), NewSub(2, func() {}, func() {})}
+	subs := []*Sub{NewSub(1, 3, func() {}, func() {}), NewSub(2, 3, func() {}, func() {}), NewSub(3, 2, func() {}, func() {})}
 	for _, s := range subs {
 		h.Subscribe(s)
 		h.SnapshotDone(s)
@@ -78,22 +88,26 @@ func TestHubRecordsAllocatesNothing(t *testing.T) {
 }
 
 func BenchmarkParseRecords(b *testing.B) {
-	batch := recordBatch(64)
-	var f Frame
-	b.SetBytes(int64(len(batch)))
-	b.ReportAllocs()
-	for b.Loop() {
-		for off := 0; off < len(batch); {
-			n, err := Parse(batch[off:], &f)
-			if n == 0 || err != nil {
-				b.Fatal(err)
+	for _, compact := range []bool{false, true} {
+		b.Run(fmt.Sprintf("compact=%v", compact), func(b *testing.B) {
+			batch := recordBatch(64, compact)
+			var f Frame
+			b.SetBytes(int64(len(batch)))
+			b.ReportAllocs()
+			for b.Loop() {
+				for off := 0; off < len(batch); {
+					n, err := Parse(batch[off:], &f)
+					if n == 0 || err != nil {
+						b.Fatal(err)
+					}
+					off += n
+				}
 			}
-			off += n
-		}
+		})
 	}
 }
 
-func BenchmarkOpenRecords(b *testing.B) { benchSealOpen(b, testSendKey, recordBatch(64)) }
+func BenchmarkOpenRecords(b *testing.B) { benchSealOpen(b, testSendKey, recordBatch(64, true)) }
 
 func BenchmarkHubRecords(b *testing.B) {
 	for _, standbys := range []int{1, 2} {
@@ -101,7 +115,7 @@ func BenchmarkHubRecords(b *testing.B) {
 			var h Hub
 			var subs []*Sub
 			for i := range standbys {
-				s := NewSub(i+1, func() {}, func() {})
+				s := NewSub(i+1, 3, func() {}, func() {})
 				h.Subscribe(s)
 				h.SnapshotDone(s)
 				subs = append(subs, s)

@@ -41,6 +41,7 @@ type peerConn struct {
 	n       *Node
 	idx     int    // the peer's index in the peer list
 	peerInc uint64 // the peer's incarnation, as its handshake proved
+	version int    // of the peer protocol, as the handshake chose (replica)
 	out     bool
 	// c is the link: a sealedConn once the handshake is done, unless the
 	// link is TLS or the cluster insecure (peerseal.go).
@@ -88,7 +89,7 @@ func (n *Node) adoptPeer(cs *conn, c gnet.Conn) *peerConn {
 	}
 	cs.closed, cs.hs = true, nil
 	send, recv := hs.Keys()
-	pc := &peerConn{n: n, lp: cs.lp, idx: n.cl.Index(hs.Peer), peerInc: hs.Inc, c: sealed(c, send, recv), opened: n.now()}
+	pc := &peerConn{n: n, lp: cs.lp, idx: n.cl.Index(hs.Peer), peerInc: hs.Inc, version: hs.Version(), c: sealed(c, send, recv), opened: n.now()}
 	pc.hbBudget, pc.hbAt = heartbeatBurst, pc.opened
 	c.SetContext(pc)
 	n.cl.LinkUp(pc.idx, pc, false)
@@ -96,7 +97,7 @@ func (n *Node) adoptPeer(cs *conn, c gnet.Conn) *peerConn {
 	if pc.c == c && send.Sealed() {
 		mac = "tls"
 	}
-	n.log.Debug().Str("peer", hs.Peer).Str("remote", c.RemoteAddr().String()).Str("seal", mac).Msg("peer link authenticated")
+	n.log.Debug().Str("peer", hs.Peer).Str("remote", c.RemoteAddr().String()).Str("seal", mac).Int("version", pc.version).Msg("peer link authenticated")
 	return pc
 }
 
@@ -358,6 +359,12 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 			return false, n.dropPeer(pc, "too many events")
 		}
 		return false, gnet.None
+	}
+	if f.Seq == 0 { // the compact form: the record after the last
+		if pc.version < 3 {
+			return false, n.dropPeer(pc, "a record in v3's compact form on a link of v2")
+		}
+		f.Seq = pc.seq + 1
 	}
 	if pc.inSnap || f.Seq != pc.seq+1 {
 		n.log.Error().Uint64("seq", f.Seq).Uint64("expected", pc.seq+1).Msg("gap in the replication stream: starting again from a snapshot")

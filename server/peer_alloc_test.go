@@ -50,10 +50,10 @@ func (c *streamConn) Writev(bs [][]byte) (int, error) {
 }
 
 // A standby applies a read's batch of grant and release records, and
-// acknowledges it, without allocating: on a link of an insecure cluster,
-// and on a sealed link (the active's batches of 32 cycles, reads that
-// bring many batches at once, and reads that each end in the middle of a
-// batch).
+// acknowledges it, without allocating: on a link of an insecure cluster
+// (peer protocol v2, records in full), and on a sealed link of v3 (records
+// in the compact form: the active's batches of 32 cycles, reads that bring
+// many batches at once, and reads that each end in the middle of a batch).
 func TestStandbyAppliesRecordsWithoutAllocating(t *testing.T) {
 	for _, tc := range []struct {
 		name                   string
@@ -68,6 +68,25 @@ func TestStandbyAppliesRecordsWithoutAllocating(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			applyWithoutAllocating(t, tc.sealed, tc.split, tc.cycles, tc.batchesPerRead)
 		})
+	}
+}
+
+// A record in v3's compact form on a link of v2 breaks the protocol: the
+// standby closes the link and applies nothing (a v2 active never sends one;
+// a v2 link may be unsealed, and the compact form's numbers are implicit).
+func TestStandbyRefusesCompactRecordsOnALinkOfV2(t *testing.T) {
+	for _, version := range []int{2, 3} {
+		s := newStandbyStream(t, false, 1, 1)
+		s.n.cfg.Peers = []string{"127.0.0.1:1", s.n.cfg.Listen} // for the log line
+		s.pc.version = version
+		s.c.in = replica.AppendCompactRecord(nil, replica.Grant, []byte("k"), 1, 30e9, nil)
+		act := s.n.onPeerTraffic(s.pc)
+		if version == 2 && (act != gnet.Close || s.pc.seq != 0) {
+			t.Fatalf("v2: action %v, applied up to %d", act, s.pc.seq)
+		}
+		if version == 3 && (act != gnet.None || s.pc.seq != 1) {
+			t.Fatalf("v3: action %v, applied up to %d", act, s.pc.seq)
+		}
 	}
 }
 
@@ -89,8 +108,9 @@ func newStandbyStream(tb testing.TB, sealedLink bool, cycles, batchesPerRead int
 		tb.Fatal(err)
 	}
 	s := &standbyStream{n: n, c: &streamConn{}, cycles: cycles, per: batchesPerRead}
-	s.pc = &peerConn{n: n, out: true, c: s.c}
+	s.pc = &peerConn{n: n, out: true, c: s.c, version: 2}
 	if sealedLink {
+		s.pc.version = 3
 		standby, active := linkKeys(tb)
 		s.pc.c = sealed(s.c, standby[0], standby[1])
 		s.seal = replica.NewSealer(active[0])
@@ -101,7 +121,8 @@ func newStandbyStream(tb testing.TB, sealedLink bool, cycles, batchesPerRead int
 }
 
 // reads makes the next k reads: each batchesPerRead batches of the
-// records of cycles lock cycles, numbered on from the last.
+// records of cycles lock cycles, numbered on from the last (in the
+// compact form on a link of v3).
 func (s *standbyStream) reads(k int) [][]byte {
 	var reads [][]byte
 	for range k {
@@ -110,8 +131,13 @@ func (s *standbyStream) reads(k int) [][]byte {
 			var b []byte
 			for i := range s.cycles {
 				key := fmt.Appendf(nil, "bench-1f3a/%d", i)
-				b = replica.AppendRecord(b, replica.Grant, s.seq+1, key, s.seq+1, 30e9, nil, engine.Mode{})
-				b = replica.AppendRecord(b, replica.Release, s.seq+2, key, s.seq+1, 0, nil, engine.Mode{})
+				if s.pc.version >= 3 {
+					b = replica.AppendCompactRecord(b, replica.Grant, key, s.seq+1, 30e9, nil)
+					b = replica.AppendCompactRecord(b, replica.Release, key, s.seq+1, 0, nil)
+				} else {
+					b = replica.AppendRecord(b, replica.Grant, s.seq+1, key, s.seq+1, 30e9, nil, engine.Mode{})
+					b = replica.AppendRecord(b, replica.Release, s.seq+2, key, s.seq+1, 0, nil, engine.Mode{})
+				}
 				s.seq += 2
 			}
 			read = append(read, b...)

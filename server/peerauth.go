@@ -135,7 +135,7 @@ func (n *Node) dialLink(i int, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	pc := &peerConn{n: n, idx: i, peerInc: keys.inc, out: true, keys: keys}
+	pc := &peerConn{n: n, idx: i, peerInc: keys.inc, version: keys.version, out: true, keys: keys}
 	ctx := gnet.NewContext(gnet.NewNetConnContext(context.Background(), nc), pc)
 	ch, err := n.run.eng.Register(ctx)
 	if err != nil {
@@ -192,14 +192,16 @@ func (n *Node) dialPeer(i int, timeout time.Duration) (net.Conn, peerKeys, error
 		return nil, peerKeys{}, err
 	}
 	_ = nc.SetDeadline(time.Time{})
-	k := peerKeys{inc: incA}
+	k := peerKeys{inc: incA, version: d.Version()}
 	k.send, k.recv = d.Keys()
 	return nc, k, nil
 }
 
-// peerKeys is what a dialled link's handshake gave: the peer's incarnation
-// and the link's session keys (zero for an insecure cluster).
+// peerKeys is what a dialled link's handshake gave: the peer's incarnation,
+// the peer protocol's version and the link's session keys (zero for an
+// insecure cluster).
 type peerKeys struct {
 	inc        uint64
+	version    int
 	send, recv replica.SessionKey
 }

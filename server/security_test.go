@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -498,11 +497,11 @@ func TestClusterKeyRotationWithoutAnOutage(t *testing.T) {
 
 // Attack: an on-path attacker (a proxy of the test's between the nodes)
 // waits for the active's stream to its standby to carry a grant, and
-// appends a forged grant record with the next sequence number, as the
-// stream's own would read. Before frames were sealed, the standby applied
-// it (a key held by nobody, with a token the active never issued, waiting
-// to be served after a failover); now the link is closed at the next
-// batch, and the forged record is never applied.
+// appends a forged grant record, as the stream's own would read (in the
+// compact form of peer protocol v3: numbered as the next). Before frames
+// were sealed, the standby applied it (a key held by nobody, with a token
+// the active never issued, waiting to be served after a failover); now the
+// link is closed at the next batch, and the forged record is never applied.
 func TestOnPathInjectionIntoAPeerLinkIsRefused(t *testing.T) {
 	t.Parallel()
 	pn, tc := tappedCluster(t, 2, nil)
@@ -513,19 +512,14 @@ func TestOnPathInjectionIntoAPeerLinkIsRefused(t *testing.T) {
 	injected := make(chan struct{})
 	var once sync.Once
 	pn.Tap(tc.Addrs[0], tc.Addrs[1], func(b []byte) []byte {
-		// The stream's records read "G seq key token remaining".
-		i := bytes.Index(b, []byte("G "))
+		// The stream's grants read "g key token remaining".
+		i := bytes.Index(b, []byte("g trigger "))
 		if i < 0 || (i > 0 && b[i-1] != '\n') || b[len(b)-1] != '\n' {
-			return b
-		}
-		f := strings.Fields(string(b[i:]))
-		seq, err := strconv.ParseUint(f[1], 10, 64)
-		if err != nil || f[2] != "trigger" {
 			return b
 		}
 		out := b
 		once.Do(func() {
-			out = fmt.Appendf(bytes.Clone(b), "G %d forged 4242 600000000\n", seq+1)
+			out = replica.AppendCompactRecord(bytes.Clone(b), replica.Grant, []byte("forged"), 4242, 600e9, nil)
 			close(injected)
 		})
 		return out

@@ -78,7 +78,7 @@ func (n *Node) subscribe(pc *peerConn) {
 		n.peers.standbysDropped[dropBacklog].Add(1)
 		_ = c.Close()
 	}
-	pc.sub = replica.NewSub(pc.idx, wake, kill)
+	pc.sub = replica.NewSub(pc.idx, pc.version, wake, kill)
 	pc.lp.streams = append(pc.lp.streams, pc)
 	pc.snap = &snapshot{}
 	pc.snap.task = gnet.RunnableFunc(func(context.Context) error {
@@ -86,7 +86,7 @@ func (n *Node) subscribe(pc *peerConn) {
 		return nil
 	})
 	_, _ = c.Write(n.peers.hub.Subscribe(pc.sub))
-	n.log.Info().Str("standby", n.cfg.Peers[pc.idx]).Msg("streaming to a standby")
+	n.log.Info().Str("standby", n.cfg.Peers[pc.idx]).Int("version", pc.version).Msg("streaming to a standby")
 	n.sendSnapshot(pc)
 }
 

@@ -3,10 +3,14 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,11 +33,22 @@ func TestNodeNotInItsPeerListRefusesToStart(t *testing.T) {
 // (at debug level) is in the test's output.
 func startPeer(t *testing.T, addrs []string, i int, dir string, extra ...string) *exec.Cmd {
 	t.Helper()
+	cmd, _ := startPeerEnv(t, nil, addrs, i, dir, extra...)
+	return cmd
+}
+
+// startPeerEnv is startPeer with env added to the process's environment;
+// it also returns the log (JSON lines).
+func startPeerEnv(t *testing.T, env []string, addrs []string, i int, dir string, extra ...string) (*exec.Cmd, *testnode.Buffer) {
+	t.Helper()
 	cmd := exec.Command(kuncid, append([]string{"--listen", addrs[i], "--advertise", addrs[i], "--peers", strings.Join(addrs, ","),
 		"--cluster-key-file", testnode.KeyFile(t), "--data-dir", dir, "--heartbeat", "50ms", "--failover-timeout", "500ms",
 		"--log-format", "json", "--log-level", "debug"}, extra...)...)
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
+	log := new(testnode.Buffer)
+	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +59,7 @@ func startPeer(t *testing.T, addrs []string, i int, dir string, extra ...string)
 			t.Logf("node %d (%s), its log:\n%s", i, addrs[i], log.String())
 		}
 	})
-	return cmd
+	return cmd, log
 }
 
 // waitInfo waits until the node at addr answers I with want.
@@ -218,4 +233,133 @@ func TestFrozenActiveYieldsWhenItContinues(t *testing.T) {
 			break
 		}
 	}
+}
+
+// A cluster being upgraded from peer protocol v2 (kunci 0.10) to v3 (here
+// node 1 runs in FIPS 140-only mode, where a node speaks v2 on every link):
+// the active streams its records in full to the standby of v2 and in v3's
+// compact form to the one of v3, and both copy its grants of every kind;
+// when it crashes, the standby of v2 takes over with every grant, and
+// streams in full to the one of v3.
+func TestClusterOfMixedPeerVersionsKeepsItsGrants(t *testing.T) {
+	free := testaddr.Free(t, 6)
+	addrs, admins := free[:3], free[3:]
+	cmds := make([]*exec.Cmd, 3)
+	logs := make([]*testnode.Buffer, 3)
+	for i := range addrs {
+		var env []string
+		if i == 1 {
+			env = []string{"GODEBUG=fips140=only"}
+		}
+		cmds[i], logs[i] = startPeerEnv(t, env, addrs, i, t.TempDir(), "--admin", admins[i])
+	}
+	waitInfo(t, addrs[0], "I active "+addrs[0]+" "+addrs[0]+"\n")
+	waitInfo(t, addrs[1], "I standby "+addrs[1]+" "+addrs[0]+"\n")
+	waitInfo(t, addrs[2], "I standby "+addrs[2]+" "+addrs[0]+"\n")
+
+	// Grants with and without owners, a semaphore's, an extend, releases.
+	c := testnode.DialRaw(t, addrs[0])
+	tokens := map[string]string{}
+	acquire := func(c *testnode.Raw, key, fields string) {
+		t.Helper()
+		a := strings.Fields(c.Ask("A " + key + " 60 0" + fields))
+		if len(a) != 3 || a[0] != "A" || a[1] != key {
+			t.Fatalf("acquire %s: %q", key, a)
+		}
+		tokens[key] = a[2]
+	}
+	for i := range 8 {
+		fields := ""
+		if i%2 == 1 {
+			fields = fmt.Sprintf(" owner=web-%d", i)
+		}
+		acquire(c, fmt.Sprintf("k/%d", i), fields)
+	}
+	acquire(c, "pool", " limit=3")
+	for _, ask := range []string{"X k/1 " + tokens["k/1"] + " 120", "R k/0 " + tokens["k/0"], "R k/3 " + tokens["k/3"]} {
+		if got := c.Ask(ask); !strings.HasSuffix(got, " OK") {
+			t.Fatalf("%s: %q", ask, got)
+		}
+	}
+	delete(tokens, "k/0")
+	delete(tokens, "k/3")
+	want := heldOn(t, admins[0])
+	if len(want) != len(tokens) {
+		t.Fatalf("the active holds %v, want the %d keys of %v", want, len(tokens), tokens)
+	}
+	for _, admin := range admins[1:] {
+		testnode.WaitFor(t, "the standby at "+admin+" to hold the active's grants", func() bool {
+			return slices.Equal(heldOn(t, admin), want)
+		})
+	}
+	for standby, version := range map[string]int{addrs[1]: 2, addrs[2]: 3} {
+		line := fmt.Sprintf(`"standby":%q,"version":%d`, standby, version)
+		if !strings.Contains(logs[0].String(), line) {
+			t.Fatalf("the active logged no stream with %s", line)
+		}
+	}
+	noBrokenLinks(t, logs) // a standby that drops its link copies the state afresh: the same grants
+
+	// The active crashes: node 1 (v2) takes over with every grant, and
+	// streams to node 2 (v3) in full.
+	_ = cmds[0].Process.Kill()
+	waitInfo(t, addrs[1], "I active "+addrs[1]+" "+addrs[1]+"\n")
+	waitInfo(t, addrs[2], "I standby "+addrs[2]+" "+addrs[1]+"\n")
+	if got := heldOn(t, admins[1]); !slices.Equal(got, want) {
+		t.Fatalf("after the failover the new active holds %v, want %v", got, want)
+	}
+	c = testnode.DialRaw(t, addrs[1])
+	acquire(c, "after", " owner=web-9")
+	if got := c.Ask("R k/2 " + tokens["k/2"]); got != "R k/2 OK" {
+		t.Fatalf("release of a grant from before the failover: %q", got)
+	}
+	want = heldOn(t, admins[1])
+	testnode.WaitFor(t, "node 2 to hold the new active's grants", func() bool {
+		return slices.Equal(heldOn(t, admins[2]), want)
+	})
+	line := fmt.Sprintf(`"standby":%q,"version":2`, addrs[2])
+	if !strings.Contains(logs[1].String(), line) {
+		t.Fatalf("the new active logged no stream with %s", line)
+	}
+	noBrokenLinks(t, logs)
+}
+
+// noBrokenLinks fails t if a node closed a peer link for breaking the peer
+// protocol.
+func noBrokenLinks(t *testing.T, logs []*testnode.Buffer) {
+	t.Helper()
+	for i, log := range logs {
+		if strings.Contains(log.String(), "broke the peer protocol") {
+			t.Fatalf("node %d closed a peer link that broke the protocol", i)
+		}
+	}
+}
+
+// heldOn returns the grants the node with admin endpoint admin lists, as
+// "key token owner holders limit", sorted.
+func heldOn(t *testing.T, admin string) []string {
+	t.Helper()
+	resp, err := http.Get("http://" + admin + "/locks?limit=0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Locks []struct {
+			Key     string
+			Token   uint64
+			Owner   string
+			Holders int
+			Limit   int
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatalf("%s/locks: %v", admin, err)
+	}
+	var out []string
+	for _, l := range list.Locks {
+		out = append(out, fmt.Sprintf("%s %d %s %d %d", l.Key, l.Token, l.Owner, l.Holders, l.Limit))
+	}
+	slices.Sort(out)
+	return out
 }
