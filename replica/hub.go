@@ -46,8 +46,9 @@ type Sub struct {
 	synced  atomic.Bool   // it acknowledged its snapshot
 }
 
-// NewSub returns a stream for peer, over a link of peer protocol version
-// (Version for this node's; see Dialing.Version). The hub calls wake when
+// NewSub returns a stream for peer, over a link that speaks peer protocol
+// version (Accepting.Version): 3 and later get the compact form of records
+// (frame.go), 2 records in full. The hub calls wake when
 // the stream has bytes for Take after it had none (for records, from Wake:
 // see Records), and kill when the standby fell more than MaxBacklog behind
 // (the stream is then dead); both are called with the hub's mutex held and
