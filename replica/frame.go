@@ -633,11 +633,11 @@ func parseCompact(buf []byte, f *Frame) int {
 
 // leadingBase64 parses the compact form's number at b[i:], up to a byte
 // that is not a digit: its value and where it ends. It refuses a leading
-// '0' and a value past 64 bits.
+// '0' and a value past 64 bits, and looks at no more than 12 digits.
 func leadingBase64(b []byte, i int) (uint64, int, bool) {
 	start := i
 	var v uint64
-	for ; i < len(b); i++ {
+	for end := min(len(b), i+12); i < end; i++ {
 		d := b[i] - '0'
 		if d > 63 {
 			break
@@ -646,7 +646,7 @@ func leadingBase64(b []byte, i int) (uint64, int, bool) {
 	}
 	n := i - start
 	switch {
-	case n == 0, n > 1 && b[start] == '0':
+	case n == 0, n > 1 && b[start] == '0', n == 12:
 		return 0, i, false
 	case n == 11:
 		return v, i, b[start]-'0' < 16 // 4 + 60 bits

@@ -138,7 +138,7 @@ func TestParseRefusesBadFrames(t *testing.T) {
 		"G 0 k 1 1\n", "R 0 k 1\n", "X 0 k 1 1\n", "J 0 k 1 1 2\n", // 0 is the compact form's
 		"g k 0 1\n", "g k 01 1\n", "g k 1\n", "g k 1 1 o x\n", "g  1 1\n", "r k 1 1\n", "x k 1 1 o\n",
 		"g k p 1\n", "g k 1 1\r\n", "G k 1 1\n", "j k 1 1 2\n", "h k 1 1\n", "g k 1 g0000000000\n",
-		"g k 1 1 " + string(make([]byte, 65)) + "\n",
+		"g k 1 1 " + string(make([]byte, 65)) + "\n", "g k 100000000000 1\n", "r k 1" + strings.Repeat("0", 600) + "\n",
 	} {
 		var f Frame
 		if _, err := Parse([]byte(line), &f); err == nil {
