@@ -55,8 +55,9 @@
 //
 // R, E and X name a grant by its token, whatever its kind.
 //
-// On a link of peer protocol v3 (handshake.go) the active writes the records
-// of plain locks, most of what a loaded stream carries, in a compact form:
+// On a link of peer protocol v3 (handshake.go) the active writes every R, E
+// and X, and a plain lock's G, most of what a loaded stream carries, in a
+// compact form:
 //
 //	g key token remaining [owner]  G
 //	r key token                    R
@@ -65,8 +66,9 @@
 //
 // They carry no sequence number: each is the one after the record before
 // it, which a v3 link (sealed, or under TLS) delivers whole and in order. A
-// standby checks its count where the stream names one (J, O), and a v2 link
-// carries none of them. token and remaining are in base 64, most significant
+// standby checks its count where the stream names one (J, O, and every 64th
+// record, which the active writes in full: hub.go), and a v2 link carries
+// none of them. token and remaining are in base 64, most significant
 // digit first, a digit d the byte '0'+d ('0' to 'o'), with no leading '0'.
 // A record takes a third fewer bytes than in full, and half the time to
 // parse (BenchmarkParseRecords): a standby's CPU goes mostly to parsing and
@@ -543,8 +545,8 @@ func AppendRecord(dst []byte, k Kind, seq uint64, key []byte, token uint64, rema
 	return append(dst, '\n')
 }
 
-// AppendCompactRecord appends a record of a plain lock (G, R, E or X) in the
-// compact form, for a v3 link: the record after the one before it.
+// AppendCompactRecord appends a grant of a plain lock, or any release,
+// expiry or extend, in the compact form, for a v3 link: the record after the one before it.
 // remaining (ns) is used by Grant and Extend, owner (nil for none) by Grant.
 func AppendCompactRecord(dst []byte, k Kind, key []byte, token uint64, remaining int64, owner []byte) []byte {
 	dst = append(dst, byte(k)+('a'-'A'), ' ')

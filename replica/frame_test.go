@@ -213,6 +213,44 @@ func TestHubWritesEachStreamInItsForm(t *testing.T) {
 	}
 }
 
+// A compact stream still numbers every 64th record, in full, so that a
+// standby checks its count at least that often.
+func TestCompactStreamNumbersEvery64thRecord(t *testing.T) {
+	var h Hub
+	s := NewSub(1, 3, func() {}, func() {})
+	h.Subscribe(s)
+	h.SnapshotDone(s)
+	sh := engine.NewShard(engine.Config{}, new(engine.Tokens), 0)
+	var out engine.Output
+	out.WantRecords = true
+	for range 65 { // 130 records
+		sh.Acquire(0, 1, []byte("k"), 10e9, 0, &out)
+		sh.Release(0, 1, []byte("k"), out.Answers[0].Token, &out)
+		h.Records(0, &out)
+		out.Reset()
+	}
+	b, seq := h.Take(s), uint64(0)
+	var numbered []uint64
+	for len(b) > 0 {
+		var f Frame
+		n, err := Parse(b, &f)
+		if n == 0 || err != nil {
+			t.Fatalf("Parse(%q): %d %v", b, n, err)
+		}
+		if f.Seq != 0 {
+			if f.Seq != seq+1 {
+				t.Fatalf("record %d numbered %d", seq+1, f.Seq)
+			}
+			numbered = append(numbered, f.Seq)
+		}
+		seq++
+		b = b[n:]
+	}
+	if seq != 130 || !slices.Equal(numbered, []uint64{64, 128}) {
+		t.Fatalf("%d records, numbered in full: %v, want 130 and [64 128]", seq, numbered)
+	}
+}
+
 func TestHubSequencesAndSnapshots(t *testing.T) {
 	var h Hub
 	var out engine.Output

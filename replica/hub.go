@@ -128,7 +128,11 @@ func (h *Hub) Records(now int64, out *engine.Output) uint64 {
 }
 
 // appendRecords appends out's records, numbered from seq+1, in the compact
-// form or in full.
+// form or in full. In the compact form, every fullEvery-th record is still
+// written in full, so that a standby checks its count of the stream at
+// least that often (a miscount would otherwise show only at a J or O, and a
+// semi-synchronous standby acknowledge records it never applied).
+
 func appendRecords(dst []byte, seq uint64, now int64, out *engine.Output, compact bool) []byte {
 	for i := range out.Records {
 		r := &out.Records[i]
@@ -144,7 +148,7 @@ func appendRecords(dst []byte, seq uint64, now int64, out *engine.Output, compac
 		case engine.RecordExtend:
 			k = Extend
 		}
-		if m := r.Mode(); !compact || k == Grant && m != (engine.Mode{}) {
+		if m := r.Mode(); !compact || seq%fullEvery == 0 || k == Grant && m != (engine.Mode{}) {
 			dst = AppendRecord(dst, k, seq, out.RecordKey(r), r.Token, r.Deadline-now, out.RecordOwner(r), m)
 		} else {
 			dst = AppendCompactRecord(dst, k, out.RecordKey(r), r.Token, r.Deadline-now, out.RecordOwner(r))
@@ -152,6 +156,9 @@ func appendRecords(dst []byte, seq uint64, now int64, out *engine.Output, compac
 	}
 	return dst
 }
+
+// fullEvery: see appendRecords.
+const fullEvery = 64
 
 func b2i(b bool) int {
 	if b {

@@ -325,12 +325,16 @@ func TestClusterOfMixedPeerVersionsKeepsItsGrants(t *testing.T) {
 }
 
 // noBrokenLinks fails t if a node closed a peer link for breaking the peer
-// protocol.
+// protocol or for a stream whose count went wrong.
 func noBrokenLinks(t *testing.T, logs []*testnode.Buffer) {
 	t.Helper()
 	for i, log := range logs {
-		if strings.Contains(log.String(), "broke the peer protocol") {
-			t.Fatalf("node %d closed a peer link that broke the protocol", i)
+		// A standby that miscounts the stream drops the link on a gap and
+		// copies the state afresh: the grants agree, the log says so.
+		for _, broke := range []string{"broke the peer protocol", "gap in the replication stream", "handoff before the stream caught up"} {
+			if strings.Contains(log.String(), broke) {
+				t.Fatalf("node %d logged %q", i, broke)
+			}
 		}
 	}
 }
