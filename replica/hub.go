@@ -132,7 +132,6 @@ func (h *Hub) Records(now int64, out *engine.Output) uint64 {
 // written in full, so that a standby checks its count of the stream at
 // least that often (a miscount would otherwise show only at a J or O, and a
 // semi-synchronous standby acknowledge records it never applied).
-
 func appendRecords(dst []byte, seq uint64, now int64, out *engine.Output, compact bool) []byte {
 	for i := range out.Records {
 		r := &out.Records[i]
