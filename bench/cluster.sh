@@ -16,6 +16,10 @@
 # --relay in front of a second one (one extra loopback round trip through
 # gnet and nothing else); relay's ratio is to echo of the same round, the
 # floor of semi's acquire p50 ratio (ECHO names the binary, bin/echo).
+# PIN=1 runs the single node or the active (and the echo server) on CPU 0
+# and everything else (the load, the standbys, the relay) on CPU 1: the
+# active's cost with a core of its own, as where its standbys run on other
+# machines.
 set -euo pipefail
 KUNCIDS=${KUNCIDS:-kuncid=${KUNCID:-bin/kuncid}}
 BENCH=${BENCH:-bin/bench}
@@ -24,6 +28,18 @@ MODES=${MODES:-single async semi}
 NODES=${NODES:-2}
 ROUNDS=${1:-3}
 PORT=${PORT:-7301}
+PIN=${PIN:-}
+# on CPU command… runs command on CPU 0 (the node measured) or 1 (the
+# rest) when PIN is set, in place of the shell: called with &, $! is the
+# command's pid.
+on() {
+	local cpu=$1
+	shift
+	if [ -n "$PIN" ]; then
+		exec taskset -c "$cpu" "$@"
+	fi
+	exec "$@"
+}
 KEY=$(mktemp)
 OUT=$(mktemp)
 trap 'rm -f "$KEY" "$OUT"' EXIT
@@ -43,7 +59,7 @@ run() {
 	case $mode in
 	single)
 		dirs+=("$(mktemp -d)")
-		"$kuncid" --listen "$A" --data-dir "${dirs[0]}" --log-level error & pids+=($!)
+		on 0 "$kuncid" --listen "$A" --data-dir "${dirs[0]}" --log-level error & pids+=($!)
 		;;
 	async | semi)
 		local extra=()
@@ -51,27 +67,29 @@ run() {
 		n=$NODES
 		for ((i = 0; i < n; i++)); do
 			dirs+=("$(mktemp -d)")
-			"$kuncid" --listen "${addrs[i]}" --peers "$PEERS" --cluster-key-file "$KEY" --data-dir "${dirs[i]}" --log-level error "${extra[@]}" & pids+=($!)
+			on $((i > 0)) "$kuncid" --listen "${addrs[i]}" --peers "$PEERS" --cluster-key-file "$KEY" --data-dir "${dirs[i]}" --log-level error "${extra[@]}" & pids+=($!)
 		done
 		;;
 	echo)
-		"$ECHO" --listen "$A" & pids+=($!)
+		on 0 "$ECHO" --listen "$A" & pids+=($!)
 		;;
 	relay)
 		n=2
-		"$ECHO" --listen "${addrs[1]}" & local up=$!
+		on 1 "$ECHO" --listen "${addrs[1]}" & local up=$!
 		sleep 0.5
-		"$ECHO" --listen "$A" --relay "${addrs[1]}" & pids+=($! "$up")
+		on 0 "$ECHO" --listen "$A" --relay "${addrs[1]}" & pids+=($! "$up")
 		;;
 	esac
 	sleep 2 # node A active, the standbys copied its state
-	"$BENCH" --target "kunci://$A" --server-pid "${pids[0]}" --conns ${CONNS:-8} --depth ${DEPTH:-16} --duration 4s --warmup 1s >"$OUT.run" 2>/dev/null &
-	local bp=$! t0 t1 c0=() c1=() io0=() io1=()
+	on 1 "$BENCH" --target "kunci://$A" --server-pid "${pids[0]}" --conns ${CONNS:-8} --depth ${DEPTH:-16} --duration 4s --warmup 1s >"$OUT.run" 2>/dev/null &
+	local bp=$! t0 t1 c0=() c1=() io0=() io1=() a0 a1
 	sleep 1 # the warm-up
 	t0=$(date +%s.%N)
+	a0=$(syscalls "${pids[0]}")
 	for ((i = 1; i < n; i++)); do c0+=("$(ticks "${pids[i]}")") io0+=("$(syscalls "${pids[i]}")"); done
 	wait $bp
 	t1=$(date +%s.%N)
+	a1=$(syscalls "${pids[0]}")
 	for ((i = 1; i < n; i++)); do c1+=("$(ticks "${pids[i]}")") io1+=("$(syscalls "${pids[i]}")"); done
 	# The standbys' CPU as a share of one core over the window, per standby.
 	local sb=0
@@ -80,6 +98,11 @@ run() {
 	done
 	grep -E 'cycles  |latency|server CPU' "$OUT.run" | tr -s ' ' | sed "s/^/$label $mode /" | tee -a "$OUT"
 	echo "$label $mode standby $sb" | tee -a "$OUT"
+	# The node's (the active's) reads and writes per second over the window.
+	read -r r0 w0 <<<"$a0"
+	read -r r1 w1 <<<"$a1"
+	awk -v r=$((r1 - r0)) -v w=$((w1 - w0)) -v t0="$t0" -v t1="$t1" -v l="$label $mode" \
+		'BEGIN { printf "%s node-io %.0f reads/s %.0f writes/s\n", l, r / (t1 - t0), w / (t1 - t0) }' | tee -a "$OUT"
 	# A standby's reads (about one a batch of the stream) and writes (its
 	# acknowledgements, and its heartbeats) per second, over the window.
 	if ((n > 1)); then

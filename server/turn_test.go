@@ -6,6 +6,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/kunci/kunci/replica"
 	"github.com/kunci/kunci/wire"
 )
 
@@ -45,6 +46,9 @@ type turnBench struct {
 	acq   [][]byte // each connection's acquires, of keys of its own
 	rel   []byte
 	ans   wire.Answer
+	subs  []*replica.Sub    // standbys streamed to (streams)
+	seals []*replica.Sealer // their links'
+	sent  []byte            // what a stream's write sent last
 }
 
 func newTurnBench(t testing.TB, conns, depth int) *turnBench {
@@ -77,6 +81,7 @@ func (tb *turnBench) cycle(t testing.TB) {
 		c.send(tb.acq[i])
 		tb.n.onTraffic(c)
 	}
+	tb.flushStreams()
 	for _, c := range tb.conns {
 		tb.rel = tb.rel[:0]
 		for b := c.out; len(b) > 0; {
@@ -96,6 +101,7 @@ func (tb *turnBench) cycle(t testing.TB) {
 			t.Fatalf("answers to releases: %q", c.out)
 		}
 	}
+	tb.flushStreams()
 }
 
 // A loaded turn of the uncontended lock cycle — a read of 16 acquires on
@@ -116,10 +122,45 @@ func TestLockCycleTurnsAllocateNothing(t *testing.T) {
 // time includes the test's client side (parsing the grants, writing the
 // releases), a small share.
 func BenchmarkLockCycleTurn(b *testing.B) {
-	tb := newTurnBench(b, 50, 16)
-	b.ReportAllocs()
-	for b.Loop() {
-		tb.cycle(b)
+	for _, standbys := range []int{0, 2} {
+		b.Run(fmt.Sprintf("standbys=%d", standbys), func(b *testing.B) {
+			tb := newTurnBench(b, 50, 16)
+			if standbys > 0 {
+				tb.streams(b, standbys)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				tb.cycle(b)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*50*16), "ns/cycle")
+		})
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*50*16), "ns/cycle")
+}
+
+// streams makes the node the active of a cluster (its engine makes change
+// records) and subscribes k standbys over sealed links of v3 to its hub,
+// their snapshots sent: each turn's records are then encoded for them.
+func (tb *turnBench) streams(t testing.TB, k int) {
+	tb.lp.out.WantRecords = true
+	_, active := linkKeys(t)
+	for i := range k {
+		sub := replica.NewSub(i+1, 3, func() {}, func() {})
+		tb.n.peers.hub.Subscribe(sub)
+		tb.n.peers.hub.SnapshotDone(sub)
+		tb.subs = append(tb.subs, sub)
+		tb.seals = append(tb.seals, replica.NewSealer(active[0]))
+	}
+}
+
+// flushStreams does what each stream's task does after a turn: takes the
+// records queued for its standby and seals them (the write goes to memory).
+func (tb *turnBench) flushStreams() {
+	for i, sub := range tb.subs {
+		b := tb.n.peers.hub.Take(sub)
+		for len(b) > 0 {
+			batch := replica.Split(b)
+			tb.sent = append(append(tb.sent[:0], batch...), tb.seals[i].Seal(batch)...)
+			b = b[len(batch):]
+		}
+	}
 }
