@@ -107,12 +107,20 @@ func (tb *turnBench) cycle(t testing.TB) {
 // A loaded turn of the uncontended lock cycle — a read of 16 acquires on
 // each of 50 connections, parsed, granted, answered with one write each,
 // their buffers counted; then a read of their releases — allocates
-// nothing.
+// nothing, on a single node and on an active streaming to two standbys.
 func TestLockCycleTurnsAllocateNothing(t *testing.T) {
-	tb := newTurnBench(t, 50, 16)
-	tb.cycle(t)
-	if allocs := testing.AllocsPerRun(50, func() { tb.cycle(t) }); allocs != 0 {
-		t.Fatalf("%v allocations per turn of 50 × 16 lock cycles", allocs)
+	for _, standbys := range []int{0, 2} {
+		tb := newTurnBench(t, 50, 16)
+		if standbys > 0 {
+			tb.streams(t, standbys)
+		}
+		tb.cycle(t)
+		if allocs := testing.AllocsPerRun(50, func() { tb.cycle(t) }); allocs != 0 {
+			t.Fatalf("%v allocations per turn of 50 × 16 lock cycles with %d standbys", allocs, standbys)
+		}
+		if standbys > 0 && len(tb.sent) == 0 {
+			t.Fatal("no records streamed")
+		}
 	}
 }
 
