@@ -650,6 +650,15 @@ func (lp *loop) write() {
 		}
 	}
 	lp.dirty = lp.dirty[:0]
+	if hold && lp.releasable() {
+		// An acknowledgement read on another loop since holding looked
+		// may have found this one holding nothing (hasHeld was stored
+		// after its look: releaseHeld) and left these answers for an
+		// acknowledgement that may never come (an idle cluster). Each
+		// side writes its atomic before it reads the other's, so one of
+		// them sees the other: here, the answers go now.
+		lp.writeHeld()
+	}
 	lp.wakeStreams()
 }
 

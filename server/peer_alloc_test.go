@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/internal/atomicx"
 	"github.com/kunci/kunci/replica"
 )
 
@@ -298,4 +299,50 @@ func linkKeys(tb testing.TB) (standby, active [2]replica.SessionKey) {
 	standby[0], standby[1] = d.Keys()
 	active[0], active[1] = a.Keys()
 	return standby, active
+}
+
+// hookConn is a client connection whose writes run hook first: what
+// another goroutine does at that instant.
+type hookConn struct {
+	streamConn
+	hook func()
+}
+
+func (c *hookConn) Write(b []byte) (int, error) {
+	c.hook()
+	return c.streamConn.Write(b)
+}
+
+// A standby's acknowledgement read on another loop while this one holds a
+// turn's answers — after it looked whether to hold them, before it marked
+// them held — finds this loop holding nothing and asks it for nothing. The
+// answers must go in that turn all the same: in an idle cluster no later
+// acknowledgement comes to release them. Here the other loop's reading
+// happens during the write of an I answer (never held) to the first
+// connection of the turn, before the second's grant is held.
+func TestAnswersHeldAsTheirAcknowledgementArrivesGoInThatTurn(t *testing.T) {
+	n, err := New(Config{Listen: "127.0.0.1:0", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.cfg.SemiSync = true
+	s := &n.peers.sync
+	s.syncedSubs.Store(1)
+	s.lastSeq.Store(2) // the records of the grant below
+	lp := newLoop(n, nil)
+	first := &hookConn{hook: func() {
+		atomicx.Raise(&s.acked, 2)
+		n.releaseHeld(nil) // the acknowledgement's loop looks at every loop
+	}}
+	second := &streamConn{}
+	info := &conn{c: first, lp: lp}
+	grant := &conn{c: second, lp: lp}
+	info.info = []byte("I active 127.0.0.1:7070\n")
+	grant.out = []byte("A k 2\n")
+	lp.markDirty(info)
+	lp.markDirty(grant)
+	lp.write()
+	if string(second.out) != "A k 2\n" || lp.hasHeld.Load() {
+		t.Fatalf("the grant, acknowledged, still held: wrote %q, %d answers held", second.out, len(lp.held))
+	}
 }

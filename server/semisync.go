@@ -120,6 +120,13 @@ func (lp *loop) wakeStreams() {
 	}
 }
 
+// releasable reports whether the first of the answers lp holds may go:
+// every standby it waits for acknowledged its records, or none is left.
+func (lp *loop) releasable() bool {
+	s := &lp.n.peers.sync
+	return len(lp.held) > 0 && (s.syncedSubs.Load() == 0 || s.acked.Load() >= lp.held[0].seq)
+}
+
 // writeHeldAll writes every held answer now.
 func (lp *loop) writeHeldAll() { lp.writeHeldUpTo(true) }
 
