@@ -234,14 +234,8 @@ func (c *streamConn) OutboundBuffered() int { return 0 }
 // loaded turn's answers (here 50 connections' 16 answers each) allocate
 // nothing.
 func TestHeldAnswersAllocateNothing(t *testing.T) {
-	n, err := New(Config{Listen: "127.0.0.1:0", Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.cfg.SemiSync = true
+	n, lp := newSemiSyncLoop(t)
 	s := &n.peers.sync
-	s.syncedSubs.Store(1)
-	lp := newLoop(n, nil)
 	conns := make([]*conn, 50)
 	for i := range conns {
 		conns[i] = &conn{c: &streamConn{}, lp: lp}
@@ -301,6 +295,19 @@ func linkKeys(tb testing.TB) (standby, active [2]replica.SessionKey) {
 	return standby, active
 }
 
+// newSemiSyncLoop returns a semi-synchronous node with one synced standby,
+// as its loops see it (no link: the test plays the acknowledgements), and
+// a loop of it, served by hand.
+func newSemiSyncLoop(t *testing.T) (*Node, *loop) {
+	n, err := New(Config{Listen: "127.0.0.1:0", Logger: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.cfg.SemiSync = true
+	n.peers.sync.syncedSubs.Store(1)
+	return n, newLoop(n, nil)
+}
+
 // hookConn is a client connection whose writes run hook first: what
 // another goroutine does at that instant.
 type hookConn struct {
@@ -321,15 +328,9 @@ func (c *hookConn) Write(b []byte) (int, error) {
 // happens during the write of an I answer (never held) to the first
 // connection of the turn, before the second's grant is held.
 func TestAnswersHeldAsTheirAcknowledgementArrivesGoInThatTurn(t *testing.T) {
-	n, err := New(Config{Listen: "127.0.0.1:0", Logger: zerolog.Nop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.cfg.SemiSync = true
+	n, lp := newSemiSyncLoop(t)
 	s := &n.peers.sync
-	s.syncedSubs.Store(1)
 	s.lastSeq.Store(2) // the records of the grant below
-	lp := newLoop(n, nil)
 	first := &hookConn{hook: func() {
 		atomicx.Raise(&s.acked, 2)
 		n.releaseHeld(nil) // the acknowledgement's loop looks at every loop
