@@ -26,10 +26,14 @@ func TestAcquireReleaseAllocatesNothing(t *testing.T) {
 		// an Advance: grants land in every slot of the lease wheel, and
 		// once each slot has been used, nothing more is allocated.
 		step int64
+		// sess is the acquires' session (0: none), and the releases'.
+		sess Session
 	}{
-		{"keys=1", 1, 0},
-		{"keys=1000", 1000, 0},
-		{"keys=1000/clock-moves", 1000, ms / 4},
+		{"keys=1", 1, 0, 0},
+		{"keys=1000", 1000, 0, 0},
+		{"keys=1000/clock-moves", 1000, ms / 4, 0},
+		{"keys=1000/session", 1000, 0, 1 << 40},
+		{"keys=1000/session/clock-moves", 1000, ms / 4, 1 << 40},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			keys := keyRing(tc.keys)
@@ -41,8 +45,9 @@ func TestAcquireReleaseAllocatesNothing(t *testing.T) {
 				key := keys[i%len(keys)]
 				i++
 				now += tc.step
-				sh.Acquire(now, 1, key, 30*sec, 0, &out)
-				sh.Release(now, 1, key, out.Answers[0].Token, &out)
+				a := Ask{Lease: 30 * sec, Session: tc.sess}
+				sh.AcquireAs(now, 1, key, &a, &out)
+				sh.ReleaseBy(now, 1, tc.sess, key, out.Answers[0].Token, &out)
 				if len(out.Answers) != 2 || out.Answers[0].Kind != Granted || out.Answers[1].Kind != Released {
 					t.Fatalf("not an acquire and release: %+v", out.Answers)
 				}

@@ -16,11 +16,16 @@ type Counters struct {
 	Withdrawn     uint64 // queued acquires dropped because their connection closed
 	// Undelivered counts grants released because their connection closed
 	// before the grant was written to it (ReleaseUndelivered).
-	Undelivered   uint64
-	TooManyKeys   uint64 // acquires refused: ErrTooManyKeys
-	TooManyWaits  uint64 // acquires refused: ErrTooManyWaiters
-	AlreadyQueued uint64 // acquires refused: ErrAlreadyQueued
-	Unavailable   uint64 // acquires refused: ErrStorageUnavailable
+	Undelivered uint64
+	// Adopted counts acquires answered with the grant of their earlier
+	// attempt (Ask.Seen); RepeatReleases releases of a session's grant
+	// released before, answered Released again (ReleaseBy).
+	Adopted        uint64
+	RepeatReleases uint64
+	TooManyKeys    uint64 // acquires refused: ErrTooManyKeys
+	TooManyWaits   uint64 // acquires refused: ErrTooManyWaiters
+	AlreadyQueued  uint64 // acquires refused: ErrAlreadyQueued
+	Unavailable    uint64 // acquires refused: ErrStorageUnavailable
 	// KindRefused counts the acquires refused for the key's kind, by
 	// refusal: KindRefusals[i] is the error of KindRefused[i].
 	KindRefused [len(KindRefusals)]uint64
@@ -46,6 +51,8 @@ func (c *Counters) Add(o *Counters) {
 	c.Cancels += o.Cancels
 	c.Withdrawn += o.Withdrawn
 	c.Undelivered += o.Undelivered
+	c.Adopted += o.Adopted
+	c.RepeatReleases += o.RepeatReleases
 	c.TooManyKeys += o.TooManyKeys
 	c.TooManyWaits += o.TooManyWaits
 	c.AlreadyQueued += o.AlreadyQueued

@@ -18,6 +18,12 @@
 // grant, Scan and Each with every held key, and the grant's Record carries
 // it to standbys.
 //
+// A grant made for an acquire of a session (AcquireAs, Ask.Session) carries
+// it: an acquire of the session sent again after its answer was lost is
+// answered the grant of its first attempt (Ask.Seen), a release sent again
+// is answered as the first was (ReleaseBy), and a listing finds the
+// session's grants (Held.Session). See Session.
+//
 // Tokens come from one Tokens allocator shared by every shard of a node, so
 // each grant carries a token larger than every token issued before it.
 //

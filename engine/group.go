@@ -74,7 +74,8 @@ type holder struct {
 	l          *lock
 	g          *group // l's group, so that ending a grant looks up no map
 	token      uint64
-	granted    int64
+	granted    stamp
+	sess       uint32 // the grant's session (Shard.sess), 0: none
 	owner      string
 	next, prev *holder // in the group, oldest first
 }
@@ -84,7 +85,7 @@ func (h *holder) WheelTimer() *wheel.Timer[*holder] { return &h.lease }
 func (s *Shard) holderHeld(h *holder, g *group) Held {
 	key := unsafeBytes(h.l.key())
 	return Held{Key: key[:len(key):len(key)], Owner: unsafeBytes(h.owner), Token: h.token, Deadline: h.lease.When(),
-		Waiters: s.waiting(h.l), Holders: int(g.n), Mode: g.mode()}
+		Waiters: s.waiting(h.l), Holders: int(g.n), Mode: g.mode(), Session: s.sess.id(h.sess)}
 }
 
 func (g *group) mode() Mode { return Mode{Slots: g.slots, Shared: g.slots == 0} }
@@ -134,17 +135,17 @@ func (s *Shard) admits(l *lock, m Mode) bool {
 func (s *Shard) grants() int { return s.locks.len() - len(s.groups) + s.nholders }
 
 // join gives l, free or holding a group that admits m, a grant of mode m
-// (not the zero Mode) for conn, whose acquire waited since the instant
-// since (0: it did not wait), with token and a lease from now.
-func (s *Shard) join(now, since int64, l *lock, conn ConnID, m Mode, owner []byte, lease int64, token uint64, out *Output) {
+// (not the zero Mode) for conn of session si, whose acquire waited for it
+// for waited (0: it did not wait), with token and a lease from now.
+func (s *Shard) join(now, waited int64, l *lock, conn ConnID, si uint32, m Mode, owner []byte, lease int64, token uint64, out *Output) {
 	g := s.groupOf(l, m)
-	h := s.addHolder(l, g, token, now, owner)
+	h := s.addHolder(l, g, token, now, si, owner)
 	s.counters.Grants++
 	s.counters.GrantsBy[m.Kind()]++
-	s.observeWait(now, since)
+	s.counters.WaitTime.observe(waited)
 	s.holderLeases.Add(h, now+lease)
 	out.answerUntil(conn, Granted, l.key(), token, now+lease)
-	out.recordGrantMode(l.key(), h.owner, token, now+lease, g.mode())
+	out.recordGrantMode(l.key(), h.owner, token, now+lease, g.mode(), s.sess.id(si))
 }
 
 // groupOf returns l's group, made for mode m (not the zero Mode) when l is
@@ -163,10 +164,11 @@ func (s *Shard) groupOf(l *lock, m Mode) *group {
 	return g
 }
 
-// addHolder appends a grant to g, the group of l.
-func (s *Shard) addHolder(l *lock, g *group, token uint64, now int64, owner []byte) *holder {
+// addHolder appends a grant of session si to g, the group of l.
+func (s *Shard) addHolder(l *lock, g *group, token uint64, now int64, si uint32, owner []byte) *holder {
 	h := s.freeHolders.get()
-	h.l, h.g, h.token, h.granted, h.prev = l, g, token, now, g.last
+	h.l, h.g, h.token, h.granted, h.sess, h.prev = l, g, token, stampOf(now), si, g.last
+	s.sess.hold(si)
 	if len(owner) > 0 {
 		h.owner = string(owner)
 	}
@@ -204,11 +206,12 @@ func (s *Shard) holderOf(l *lock, token uint64) *holder {
 	return nil
 }
 
-// dropHolder ends h's grant: it leaves its group and the lease wheel. The
-// last grant of a group leaves l free (mode heldAlone, token 0), to be
-// served or removed by the caller.
-func (s *Shard) dropHolder(h *holder) {
+// dropHolder ends h's grant at now: it leaves its group, the lease wheel
+// and its session's count. The last grant of a group leaves l free (mode
+// heldAlone, token 0), to be served or removed by the caller.
+func (s *Shard) dropHolder(now int64, h *holder) {
 	l, g := h.l, h.g
+	s.sess.unhold(h.sess, now)
 	if h.prev == nil {
 		g.first = h.next
 	} else {
@@ -237,15 +240,15 @@ func (s *Shard) dropHolder(h *holder) {
 
 // dropAll ends every grant l has, leaving it free: a standby installs an
 // exclusive grant, or one of another kind, over them.
-func (s *Shard) dropAll(l *lock) {
+func (s *Shard) dropAll(now int64, l *lock) {
 	if l.mode == heldAlone {
 		s.leases.Cancel(l)
-		l.token = 0
+		s.ungrant(now, l)
 		return
 	}
 	for h := s.groups[l].first; h != nil; {
 		next := h.next
-		s.dropHolder(h)
+		s.dropHolder(now, h)
 		h = next
 	}
 }
@@ -283,10 +286,10 @@ func (s *Shard) endedBefore(h *holder) *holder {
 func (s *Shard) endHolder(h *holder) {
 	l := h.l
 	s.counters.Expiries++
-	s.counters.HoldTime.observe(s.now - h.granted)
+	s.counters.HoldTime.observe(h.granted.since(s.now))
 	s.out.record(RecordExpire, l.key(), h.token, 0)
 	at := h.lease.When()
-	s.dropHolder(h)
+	s.dropHolder(s.now, h)
 	s.serve(s.now, at, hashString(l.key()), l, s.out)
 }
 

@@ -455,7 +455,7 @@ func TestStandbyInstallsGroups(t *testing.T) {
 	s := newStory(t, Config{MaxKeys: 6})
 	install := func(key string, token uint64, until int64, owner string, m Mode) {
 		t.Helper()
-		if err := s.sh.Install(s.now, []byte(key), token, s.start+until, []byte(owner), m); err != nil {
+		if err := s.sh.Install(s.now, []byte(key), token, s.start+until, []byte(owner), m, 0); err != nil {
 			t.Fatalf("Install(%s, %d): %v", key, token, err)
 		}
 	}
@@ -498,20 +498,20 @@ func TestStandbyInstallsGroups(t *testing.T) {
 	install("b", 16, 12*sec, "", semaphore(2))
 	install("c", 17, 12*sec, "", shared)
 	install("c", 18, 12*sec, "", shared)
-	if err := s.sh.Install(s.now, []byte("d"), 19, s.start+12*sec, nil, Mode{}); !errors.Is(err, ErrTooManyKeys) {
+	if err := s.sh.Install(s.now, []byte("d"), 19, s.start+12*sec, nil, Mode{}, 0); !errors.Is(err, ErrTooManyKeys) {
 		t.Fatalf("Install past MaxKeys: %v, want ErrTooManyKeys", err)
 	}
 
 	// Drops, one grant at a time; a token that is not a grant changes
 	// nothing. A standby answers nobody.
-	if s.sh.Drop(s.now, []byte("c"), 17, &s.out) != true || s.sh.Drop(s.now, []byte("c"), 17, &s.out) != false {
+	if s.sh.Drop(s.now, []byte("c"), 17, true, &s.out) != true || s.sh.Drop(s.now, []byte("c"), 17, true, &s.out) != false {
 		t.Fatal("Drop of c's grant 17: want true, then false")
 	}
 	s.grantsOf("c", "18 until 12s holders=1 mode=shared")
-	if s.sh.Drop(s.now, []byte("c"), 16, &s.out) || s.sh.Drop(s.now, []byte("pool"), 10, &s.out) {
+	if s.sh.Drop(s.now, []byte("c"), 16, true, &s.out) || s.sh.Drop(s.now, []byte("pool"), 10, true, &s.out) {
 		t.Fatal("Drop of a token that is not the key's")
 	}
-	if !s.sh.Drop(s.now, []byte("c"), 18, &s.out) {
+	if !s.sh.Drop(s.now, []byte("c"), 18, true, &s.out) {
 		t.Fatal("Drop of c's grant 18")
 	}
 	s.free("c")

@@ -17,7 +17,10 @@ import (
 // carry modes: each key is mostly a mutex, a read-write lock (shared and
 // exclusive acquires) or a semaphore of a small limit, and now and then
 // asked for as another kind or limit; a key is a list of grants, oldest
-// first, and a queue served while it admits its head.
+// first, and a queue served while it admits its head. Connections belong
+// to sessions, or to none: an acquire of a session may name a token it
+// has seen (the grant of its earlier attempt answers it), and a release of
+// a session's grant released before is answered as the first was.
 //
 // Each sequence has its own seed; a failure names it. Replay one with
 //
@@ -55,12 +58,15 @@ func TestModel(t *testing.T) {
 		seen[Extended], seen[ExtendStale], seen[Cancelled], seen[CancelNone], seen[Refused])
 	t.Logf("grants by kind (lock, shared, semaphore) %v, queued by kind %v, refused for the kind %v (%v)",
 		total.GrantsBy, total.QueuedBy, total.KindRefused, KindRefusals)
+	t.Logf("sessions: %d acquires answered their earlier attempt's grant, %d releases sent again answered OK",
+		total.Adopted, total.RepeatReleases)
 }
 
 // ---- the reference implementation ----
 
 type mWaiter struct {
 	conn  ConnID
+	sess  Session
 	mode  Mode
 	lease int64
 	until int64 // wait deadline; 0: no bound
@@ -72,6 +78,14 @@ type mGrant struct {
 	token uint64
 	until int64 // lease deadline
 	owner string
+	sess  Session
+}
+
+// mReleased is a session's grant that was released.
+type mReleased struct {
+	sess  Session
+	key   string
+	token uint64
 }
 
 // mLock is a held key: its grants, oldest first, all of mode (the zero
@@ -95,8 +109,9 @@ type mRecord struct {
 	key      string
 	token    uint64
 	deadline int64
-	owner    string // grants
-	mode     Mode   // grants
+	owner    string  // grants
+	mode     Mode    // grants
+	sess     Session // grants
 }
 
 type model struct {
@@ -114,6 +129,8 @@ type model struct {
 
 	answers []mAnswer
 	records []mRecord
+	// released are the session grants released so far.
+	released map[mReleased]bool
 }
 
 func newModel(cfg Config, now int64, wantRecords bool) *model {
@@ -121,6 +138,7 @@ func newModel(cfg Config, now int64, wantRecords bool) *model {
 		maxKeys: cmp.Or(cfg.MaxKeys, DefaultMaxKeys), maxWaiters: cmp.Or(cfg.MaxWaiters, DefaultMaxWaiters),
 		maxQueued: cmp.Or(cfg.MaxQueued, DefaultMaxQueued), maxHolders: cmp.Or(cfg.MaxHolders, DefaultMaxHolders),
 		tick: cmp.Or(cfg.Tick, DefaultTick), wantRecords: wantRecords, locks: make(map[string]*mLock),
+		released: make(map[mReleased]bool),
 	}
 	m.lastTick = floorDiv(now, m.tick)
 	return m
@@ -186,13 +204,13 @@ func kindRefusal(l *mLock, md Mode) error {
 	return nil
 }
 
-func (m *model) grant(now int64, key string, l *mLock, conn ConnID, md Mode, lease int64, owner string) {
+func (m *model) grant(now int64, key string, l *mLock, conn ConnID, sess Session, md Mode, lease int64, owner string) {
 	m.last++
 	l.mode = md
-	l.grants = append(l.grants, mGrant{m.last, now + lease, owner})
+	l.grants = append(l.grants, mGrant{m.last, now + lease, owner, sess})
 	m.answer(conn, Granted, key, m.last, nil)
 	if m.wantRecords {
-		m.records = append(m.records, mRecord{RecordGrant, key, m.last, now + lease, owner, md})
+		m.records = append(m.records, mRecord{RecordGrant, key, m.last, now + lease, owner, md, sess})
 	}
 }
 
@@ -211,7 +229,7 @@ func (m *model) serve(now, at int64, key string, l *mLock) {
 		case !m.tokenLeft():
 			m.answer(w.conn, Refused, key, 0, ErrStorageUnavailable)
 		default:
-			m.grant(now, key, l, w.conn, w.mode, w.lease, w.owner)
+			m.grant(now, key, l, w.conn, w.sess, w.mode, w.lease, w.owner)
 		}
 	}
 	if len(l.grants) == 0 {
@@ -222,7 +240,7 @@ func (m *model) serve(now, at int64, key string, l *mLock) {
 	}
 }
 
-func (m *model) acquire(now int64, conn ConnID, key, owner string, md Mode, lease, wait int64) {
+func (m *model) acquire(now int64, conn ConnID, sess Session, seen uint64, key, owner string, md Mode, lease, wait int64) {
 	l := m.locks[key]
 	if l == nil {
 		switch {
@@ -233,7 +251,7 @@ func (m *model) acquire(now int64, conn ConnID, key, owner string, md Mode, leas
 		default:
 			l = new(mLock)
 			m.locks[key] = l
-			m.grant(now, key, l, conn, md, lease, owner)
+			m.grant(now, key, l, conn, sess, md, lease, owner)
 		}
 		return
 	}
@@ -241,21 +259,32 @@ func (m *model) acquire(now int64, conn ConnID, key, owner string, md Mode, leas
 		m.answer(conn, Refused, key, 0, err)
 		return
 	}
+	// The grant of an earlier attempt: the session's, of the acquire's
+	// mode, above what it had seen; the oldest such.
+	adopt := -1
+	if sess != 0 && seen != 0 && l.mode == md {
+		adopt = slices.IndexFunc(l.grants, func(g mGrant) bool { return g.sess == sess && g.token > seen })
+	}
 	switch {
 	case slices.ContainsFunc(l.queue, func(w mWaiter) bool { return w.conn == conn }):
 		m.answer(conn, Refused, key, 0, ErrAlreadyQueued)
+	case adopt >= 0:
+		g := &l.grants[adopt]
+		g.until = now + lease
+		m.answer(conn, Granted, key, g.token, nil)
+		m.record(RecordExtend, key, g.token, now+lease)
 	case len(l.queue) == 0 && m.admits(l, md) && m.grants() >= m.maxKeys:
 		m.answer(conn, Refused, key, 0, ErrTooManyKeys)
 	case len(l.queue) == 0 && m.admits(l, md) && !m.tokenLeft():
 		m.answer(conn, Refused, key, 0, ErrStorageUnavailable)
 	case len(l.queue) == 0 && m.admits(l, md):
-		m.grant(now, key, l, conn, md, lease, owner)
+		m.grant(now, key, l, conn, sess, md, lease, owner)
 	case wait < 0: // a try that would not be granted at once
 		m.answer(conn, TimedOut, key, 0, nil)
 	case len(l.queue) >= m.maxWaiters || m.nqueue >= m.maxQueued:
 		m.answer(conn, Refused, key, 0, ErrTooManyWaiters)
 	default:
-		w := mWaiter{conn: conn, mode: md, lease: lease, owner: owner, seq: m.seq}
+		w := mWaiter{conn: conn, sess: sess, mode: md, lease: lease, owner: owner, seq: m.seq}
 		m.seq++
 		if wait > 0 {
 			w.until = now + wait
@@ -274,14 +303,21 @@ func (m *model) find(key string, token uint64) (*mLock, int) {
 	return l, slices.IndexFunc(l.grants, func(g mGrant) bool { return g.token == token })
 }
 
-func (m *model) release(now int64, conn ConnID, key string, token uint64) {
+func (m *model) release(now int64, conn ConnID, sess Session, key string, token uint64) {
 	l, i := m.find(key, token)
 	if i < 0 {
+		if sess != 0 && m.released[mReleased{sess, key, token}] {
+			m.answer(conn, Released, key, 0, nil)
+			return
+		}
 		m.answer(conn, ReleaseStale, key, 0, nil)
 		return
 	}
 	m.answer(conn, Released, key, 0, nil)
 	m.record(RecordRelease, key, token, 0)
+	if g := l.grants[i]; g.sess != 0 {
+		m.released[mReleased{g.sess, key, token}] = true
+	}
 	l.grants = slices.Delete(l.grants, i, i+1)
 	m.serve(now, now, key, l)
 }
@@ -471,6 +507,7 @@ type op struct {
 	token uint64
 	lease int64
 	wait  int64
+	seen  uint64
 	now   int64 // at which it ran
 }
 
@@ -481,7 +518,7 @@ func (o op) String() string {
 	}
 	switch o.kind {
 	case opAcquire:
-		return fmt.Sprintf("now=%d conn%d A %s lease=%d wait=%d owner=%q%s", o.now, o.conn, key, o.lease, o.wait, o.owner, formatMode(o.mode))
+		return fmt.Sprintf("now=%d conn%d A %s lease=%d wait=%d owner=%q%s seen=%d", o.now, o.conn, key, o.lease, o.wait, o.owner, formatMode(o.mode), o.seen)
 	case opRelease:
 		return fmt.Sprintf("now=%d conn%d R %s %d", o.now, o.conn, key, o.token)
 	case opExtend:
@@ -507,7 +544,9 @@ type modelRun struct {
 	out     Output
 	now     int64
 	conns   int
-	keys    []string
+	// sessions[c] is the session of connection c+1, 0 for none.
+	sessions []Session
+	keys     []string
 	// flavours are how the keys are mostly acquired: a mutex (the zero
 	// Mode), a read-write lock (Shared: shared and exclusive acquires), a
 	// semaphore of a small limit. Now and then an acquire asks for another
@@ -540,6 +579,14 @@ func (r *modelRun) fail(format string, args ...any) {
 func runModel(t *testing.T, seed uint64, steps int, verbose bool, seen *[Refused + 1]int, total *Counters) bool {
 	rng := rand.New(rand.NewPCG(seed, 0x6b756e6369))
 	r := &modelRun{t: t, seed: seed, verbose: verbose, rng: rng, conns: 2 + rng.IntN(4), jitter: rng.IntN(3) == 0}
+	nsess := rng.IntN(3)
+	for range r.conns {
+		var sess Session
+		if n := rng.IntN(nsess + 1); n > 0 {
+			sess = Session(n) << (20 * n) // large and small numbers
+		}
+		r.sessions = append(r.sessions, sess)
+	}
 	nkeys := 1 + rng.IntN(4)
 	for i := range nkeys {
 		if rng.IntN(4) == 0 {
@@ -593,8 +640,8 @@ func runModel(t *testing.T, seed uint64, steps int, verbose bool, seen *[Refused
 	r.m.ceiling = ceiling
 	r.out.WantRecords = wantRecords
 	if verbose {
-		t.Logf("seed %d: %d conns, keys %q flavours %+v, config %+v, jitter %v, records %v, ceiling %d",
-			seed, r.conns, r.keys, r.flavours, cfg, r.jitter, wantRecords, r.m.ceiling)
+		t.Logf("seed %d: %d conns, sessions %v, keys %q flavours %+v, config %+v, jitter %v, records %v, ceiling %d",
+			seed, r.conns, r.sessions, r.keys, r.flavours, cfg, r.jitter, wantRecords, r.m.ceiling)
 	}
 	for range steps {
 		r.step()
@@ -694,6 +741,9 @@ func (r *modelRun) step() {
 		}
 		o.owner = modelOwners[r.rng.IntN(len(modelOwners))]
 		o.mode = r.mode(r.flavours[ki])
+		if r.sessions[o.conn-1] != 0 && len(r.issued) > 0 && r.rng.IntN(3) == 0 {
+			o.seen = r.issued[r.rng.IntN(len(r.issued))]
+		}
 	case n < 55:
 		o.kind, o.token = opRelease, r.token(o.key)
 	case n < 63:
@@ -725,9 +775,14 @@ func (r *modelRun) step() {
 	}
 
 	key := []byte(o.key)
+	sess := r.sessions[o.conn-1]
+	before := r.m.last
 	switch o.kind {
 	case opAcquire:
 		switch {
+		case sess != 0:
+			a := Ask{Owner: []byte(o.owner), Mode: o.mode, Lease: o.lease, Wait: o.wait, Session: sess, Seen: o.seen}
+			r.sh.AcquireAs(r.now, o.conn, key, &a, &r.out)
 		case o.mode != (Mode{}):
 			r.sh.AcquireMode(r.now, o.conn, key, []byte(o.owner), o.mode, o.lease, o.wait, &r.out)
 		case o.owner == "" && r.rng.IntN(2) == 0:
@@ -735,10 +790,10 @@ func (r *modelRun) step() {
 		default:
 			r.sh.AcquireBy(r.now, o.conn, key, []byte(o.owner), o.lease, o.wait, &r.out)
 		}
-		r.m.acquire(r.now, o.conn, o.key, o.owner, o.mode, o.lease, o.wait)
+		r.m.acquire(r.now, o.conn, sess, o.seen, o.key, o.owner, o.mode, o.lease, o.wait)
 	case opRelease:
-		r.sh.Release(r.now, o.conn, key, o.token, &r.out)
-		r.m.release(r.now, o.conn, o.key, o.token)
+		r.sh.ReleaseBy(r.now, o.conn, sess, key, o.token, &r.out)
+		r.m.release(r.now, o.conn, sess, o.key, o.token)
 	case opExtend:
 		r.sh.Extend(r.now, o.conn, key, o.token, o.lease, &r.out)
 		r.m.extend(r.now, o.conn, o.key, o.token, o.lease)
@@ -767,7 +822,7 @@ func (r *modelRun) step() {
 		r.tokens.SetCeiling(o.token, o.token)
 		r.m.ceiling = o.token
 	}
-	r.compare()
+	r.compare(before)
 	r.out.Reset()
 }
 
@@ -803,9 +858,9 @@ func sequenced(as []mAnswer) []seqAnswer {
 	return out
 }
 
-func (r *modelRun) compare() {
-	before := r.m.last - uint64(countGrants(r.m.answers))
-
+// compare checks the engine against the model after a step that began
+// with before the last token issued.
+func (r *modelRun) compare(before uint64) {
 	// Tokens: the engine's grants of this step carry the next tokens, in
 	// the order it made them. Which key gets which when several keys are
 	// granted in one step is the engine's choice: the model adopts it. The
@@ -818,6 +873,9 @@ func (r *modelRun) compare() {
 	for i := range r.out.Answers {
 		a := &r.out.Answers[i]
 		got[i] = mAnswer{a.Conn, a.Kind, string(r.out.Key(a)), a.Token, a.Err}
+		if a.Kind == Granted && a.Token <= before {
+			continue // the grant of an earlier attempt, answered again
+		}
 		if a.Kind == Granted {
 			if a.Token != next {
 				r.fail("grant of %q to conn%d carries token %d, want %d (tokens must strictly increase)", got[i].key, a.Conn, a.Token, next)
@@ -837,7 +895,7 @@ func (r *modelRun) compare() {
 	granted := make(map[string]int)
 	for i := range r.m.answers {
 		a := &r.m.answers[i]
-		if a.kind == Granted {
+		if a.kind == Granted && a.token > before {
 			n := granted[a.key]
 			granted[a.key]++
 			if n >= len(engineTokens[a.key]) {
@@ -867,7 +925,7 @@ func (r *modelRun) compare() {
 		var gotRec []mRecord
 		for i := range r.out.Records {
 			rc := &r.out.Records[i]
-			gotRec = append(gotRec, mRecord{rc.Kind, string(r.out.RecordKey(rc)), rc.Token, rc.Deadline, string(r.out.RecordOwner(rc)), rc.Mode()})
+			gotRec = append(gotRec, mRecord{rc.Kind, string(r.out.RecordKey(rc)), rc.Token, rc.Deadline, string(r.out.RecordOwner(rc)), rc.Mode(), r.out.RecordSession(rc)})
 		}
 		for i := range r.m.records {
 			if tok, ok := remap[r.m.records[i].token]; ok && r.m.records[i].kind == RecordGrant {
@@ -892,6 +950,7 @@ func (r *modelRun) compare() {
 	// every grant (Each).
 	var wantHolders [NumKinds]int
 	var wantEach []eachGrant
+	wantSessions := make(map[Session]int)
 	for _, key := range r.keys {
 		tok, until, held := r.sh.Holder([]byte(key))
 		l := r.m.locks[key]
@@ -931,7 +990,8 @@ func (r *modelRun) compare() {
 			}
 			wantHolders[l.mode.Kind()] += len(l.grants)
 			for _, g := range l.grants {
-				wantEach = append(wantEach, eachGrant{key, g.token, g.until, g.owner, wantMode, len(l.grants), len(l.queue)})
+				wantEach = append(wantEach, eachGrant{key, g.token, g.until, g.owner, wantMode, len(l.grants), len(l.queue), g.sess})
+				wantSessions[g.sess]++
 			}
 		}
 		if got := r.sh.Waiters([]byte(key)); !slices.Equal(got, want) {
@@ -949,13 +1009,23 @@ func (r *modelRun) compare() {
 	}
 	var gotEach []eachGrant
 	r.sh.Each(func(h Held) {
-		gotEach = append(gotEach, eachGrant{string(h.Key), h.Token, h.Deadline, string(h.Owner), h.Mode, h.Holders, h.Waiters})
+		gotEach = append(gotEach, eachGrant{string(h.Key), h.Token, h.Deadline, string(h.Owner), h.Mode, h.Holders, h.Waiters, h.Session})
 	})
 	byToken := func(a, b eachGrant) int { return cmp.Compare(a.token, b.token) }
 	slices.SortFunc(gotEach, byToken)
 	slices.SortFunc(wantEach, byToken)
 	if !slices.Equal(gotEach, wantEach) {
 		r.fail("Each:\n engine %+v\n model  %+v", gotEach, wantEach)
+		return
+	}
+	for _, sess := range r.sessions {
+		if sess != 0 && r.sh.SessionGrants(sess) != wantSessions[sess] {
+			r.fail("SessionGrants(%d): engine %d, model %d", sess, r.sh.SessionGrants(sess), wantSessions[sess])
+			return
+		}
+	}
+	if err := r.sh.checkSessions(); err != nil {
+		r.fail("sessions: %v", err)
 	}
 }
 
@@ -968,18 +1038,9 @@ type eachGrant struct {
 	mode    Mode
 	holders int
 	waiters int
+	sess    Session
 }
 
 // modelOwners are the owners acquires name: none, short ones, and one long
 // enough to make a lock's key memory grow.
 var modelOwners = []string{"", "", "o1", "o2", "host-" + strings.Repeat("x", 59)}
-
-func countGrants(as []mAnswer) int {
-	n := 0
-	for _, a := range as {
-		if a.kind == Granted {
-			n++
-		}
-	}
-	return n
-}

@@ -60,12 +60,15 @@ type Record struct {
 	ownerLen uint8 // Grant: the owner follows the key in Output.keys
 	// A Grant's mode (see Record.Mode): fields, not a Mode, so that a
 	// Record stays 32 bytes.
-	shared   bool
-	slots    uint32
-	Token    uint64
-	Deadline int64 // lease end, in the caller's now units; Grant and Extend
-	keyOff   uint32
-	keyLen   uint32
+	shared bool
+	// sessioned is a Grant's of a session, which follows its owner in
+	// Output.keys (see Output.RecordSession).
+	sessioned bool
+	slots     uint32
+	Token     uint64
+	Deadline  int64 // lease end, in the caller's now units; Grant and Extend
+	keyOff    uint32
+	keyLen    uint32
 }
 
 // Output collects the effects of shard calls. The caller drains it after a
@@ -119,6 +122,15 @@ func (o *Output) RecordOwner(r *Record) []byte {
 	}
 	end := r.keyOff + r.keyLen
 	return o.keys[end : end+uint32(r.ownerLen)]
+}
+
+// RecordSession returns the session of a Grant record's grant, 0 for none.
+func (o *Output) RecordSession(r *Record) Session {
+	if !r.sessioned {
+		return 0
+	}
+	end := r.keyOff + r.keyLen + uint32(r.ownerLen)
+	return Session(binary.LittleEndian.Uint64(o.keys[end:]))
 }
 
 // Reset empties the output, keeping its memory.
@@ -176,19 +188,22 @@ func (o *Output) record(kind RecordKind, key string, token uint64, deadline int6
 	o.Records = append(o.Records, Record{Kind: kind, Token: token, Deadline: deadline, keyOff: off, keyLen: n})
 }
 
-// recordGrant is record for an exclusive grant, with its owner after the
-// key.
-func (o *Output) recordGrant(key, owner string, token uint64, deadline int64) {
-	o.recordGrantMode(key, owner, token, deadline, Mode{})
+// recordGrant is record for an exclusive grant of session sess, with its
+// owner after the key.
+func (o *Output) recordGrant(key, owner string, token uint64, deadline int64, sess Session) {
+	o.recordGrantMode(key, owner, token, deadline, Mode{}, sess)
 }
 
 // recordGrantMode is recordGrant for a grant of mode m.
-func (o *Output) recordGrantMode(key, owner string, token uint64, deadline int64, m Mode) {
+func (o *Output) recordGrantMode(key, owner string, token uint64, deadline int64, m Mode, sess Session) {
 	if !o.WantRecords {
 		return
 	}
 	off, n := o.keyRef(key)
 	o.keys = append(o.keys, owner...)
-	o.Records = append(o.Records, Record{Kind: RecordGrant, ownerLen: uint8(len(owner)), shared: m.Shared, slots: m.Slots,
-		Token: token, Deadline: deadline, keyOff: off, keyLen: n})
+	if sess != 0 {
+		o.keys = binary.LittleEndian.AppendUint64(o.keys, uint64(sess))
+	}
+	o.Records = append(o.Records, Record{Kind: RecordGrant, ownerLen: uint8(len(owner)), shared: m.Shared, sessioned: sess != 0,
+		slots: m.Slots, Token: token, Deadline: deadline, keyOff: off, keyLen: n})
 }

@@ -52,7 +52,8 @@ type lock struct {
 	lease    wheel.Timer[*lock] // the grant's lease deadline
 	kp       *byte              // the key, then the owner; see setKey
 	token    uint64             // the current grant
-	granted  int64              // when the current grant was made
+	granted  stamp              // when the current grant was made
+	sess     uint32             // the current grant's session (Shard.sess), 0: none
 	keyLen   uint8
 	keyCap   uint8  // the capacity of kp's memory, in keyUnits
 	ownerLen uint8  // the owner's length, 0 without one
@@ -204,7 +205,8 @@ type waiter struct {
 	l     *lock
 	conn  ConnID
 	lease int64
-	since int64   // when the acquire arrived
+	since stamp   // when the acquire arrived
+	sess  uint32  // its session (Shard.sess), 0: none
 	next  *waiter // in the key's queue, a ring
 	prev  *waiter
 	cnext *waiter // in the connection's list for this shard
@@ -236,11 +238,14 @@ type Held struct {
 	// oldest.
 	Mode    Mode
 	Holders int
+	// Session is the grant's session, 0 for none.
+	Session Session
 }
 
 func (s *Shard) held(l *lock) Held {
 	key, owner := unsafeBytes(l.key()), unsafeBytes(l.owner())
-	return Held{Key: key[:len(key):len(key)], Owner: owner[:len(owner):len(owner)], Token: l.token, Deadline: l.lease.When(), Waiters: s.waiting(l), Holders: 1}
+	return Held{Key: key[:len(key):len(key)], Owner: owner[:len(owner):len(owner)], Token: l.token, Deadline: l.lease.When(), Waiters: s.waiting(l), Holders: 1,
+		Session: s.sess.id(l.sess)}
 }
 
 // each calls fn for each of l's grants, and returns how many it had.
@@ -286,6 +291,11 @@ type Shard struct {
 	freeHolders freeList[holder]
 	freeGroups  freeList[group]
 
+	// Sessions of grants and queued acquires, and the last releases of
+	// session grants (session.go).
+	sess    sessions
+	journal journal
+
 	counters Counters
 
 	// Set during Advance for the wheel callbacks.
@@ -322,6 +332,7 @@ func NewShard(cfg Config, tokens *Tokens, now int64) *Shard {
 	}
 	s.newIndexes()
 	s.locks.init()
+	s.sess.init()
 	s.bind()
 	return s
 }
@@ -360,27 +371,57 @@ func (s *Shard) AcquireBy(now int64, conn ConnID, key, owner []byte, lease, wait
 }
 
 // AcquireMode is AcquireBy for a grant of mode m: exclusive (the zero
-// Mode, as AcquireBy), shared, or of a semaphore. A key is held as one kind
-// at a time: an acquire of another kind than the key's holders', or of a
-// semaphore of another limit, is refused (ErrHeldAsLock,
-// ErrHeldAsSemaphore, ErrLimitDiffers) and changes nothing. An acquire is
-// granted at once only when nobody is queued for the key: FIFO.
+// Mode, as AcquireBy), shared, or of a semaphore.
 func (s *Shard) AcquireMode(now int64, conn ConnID, key, owner []byte, m Mode, lease, wait int64, out *Output) {
-	checkOwner(owner)
+	a := Ask{Owner: owner, Mode: m, Lease: lease, Wait: wait}
+	s.AcquireAs(now, conn, key, &a, out)
+}
+
+// Ask is what an acquire asks for, beside its key.
+type Ask struct {
+	Owner []byte // the grant's owner, at most MaxOwner bytes; empty: none
+	Mode  Mode   // exclusive (the zero Mode), shared, or a semaphore's
+	// Lease and Wait are durations in now units: the grant's lease, and
+	// the most the acquire waits in the key's queue (0: no bound; < 0: a
+	// try, never queued).
+	Lease, Wait int64
+	// Session is the session of the acquire's connection, 0 for none:
+	// the grant made for it carries it.
+	Session Session
+	// Seen, with a Session, is the highest token the session had been
+	// answered when it first sent this acquire: a grant of the key that
+	// the session holds, of Mode, with a token above Seen was made for an
+	// earlier attempt of this acquire, and answers it (see Session).
+	Seen uint64
+}
+
+// AcquireAs asks for key on behalf of conn, on the terms of a: a grant now
+// if the key is free, otherwise a place at the back of its queue (or, for
+// a try, TimedOut at once). A key is held as one kind at a time: an
+// acquire of another kind than the key's holders', or of a semaphore of
+// another limit, is refused (ErrHeldAsLock, ErrHeldAsSemaphore,
+// ErrLimitDiffers) and changes nothing. An acquire is granted at once only
+// when nobody is queued for the key: FIFO. An acquire with a Seen that
+// finds the grant of its earlier attempt is answered that grant. The grant,
+// a refusal, or later a grant or timeout, is answered in out.
+func (s *Shard) AcquireAs(now int64, conn ConnID, key []byte, a *Ask, out *Output) {
+	checkOwner(a.Owner)
+	m := a.Mode
 	h := hashKey(key)
 	l := s.locks.get(h, key)
+	si := s.sess.index(a.Session, now)
 	if l == nil {
 		token, ok := s.newGrant(conn, key, out)
 		if !ok {
 			return
 		}
 		if m == (Mode{}) {
-			l = s.locks.add(h, key, owner)
-			s.grant(now, 0, l, conn, lease, token, out)
+			l = s.locks.add(h, key, a.Owner)
+			s.grant(now, 0, l, conn, si, a.Lease, token, out)
 			return
 		}
 		l = s.locks.add(h, key, nil)
-		s.join(now, 0, l, conn, m, owner, lease, token, out)
+		s.join(now, 0, l, conn, si, m, a.Owner, a.Lease, token, out)
 		return
 	}
 	if l.mode != heldAlone || m != (Mode{}) {
@@ -396,14 +437,17 @@ func (s *Shard) AcquireMode(now int64, conn ConnID, key, owner []byte, m Mode, l
 		out.refuse(conn, unsafeString(key), ErrAlreadyQueued)
 		return
 	}
+	if a.Seen != 0 && si != 0 && s.adopt(now, conn, l, si, a, out) {
+		return
+	}
 	if l.mode != heldAlone && l.q == 0 && s.admits(l, m) {
 		token, ok := s.newGrant(conn, key, out)
 		if ok {
-			s.join(now, 0, l, conn, m, owner, lease, token, out)
+			s.join(now, 0, l, conn, si, m, a.Owner, a.Lease, token, out)
 		}
 		return
 	}
-	if wait < 0 {
+	if a.Wait < 0 {
 		s.counters.TriesBusy++
 		out.answer(conn, TimedOut, l.key(), 0)
 		return
@@ -414,24 +458,57 @@ func (s *Shard) AcquireMode(now int64, conn ConnID, key, owner []byte, m Mode, l
 		return
 	}
 	w := s.newWaiter()
-	w.l, w.conn, w.lease, w.since = l, conn, lease, now
+	w.l, w.conn, w.lease, w.since, w.sess = l, conn, a.Lease, stampOf(now), si
+	s.sess.queue(si)
 	s.enqueue(l, w)
 	if h := s.byConn[conn]; h != nil {
 		w.cnext, h.cprev = h, w
 	}
 	s.byConn[conn] = w
 	s.queued[qk] = w
-	if len(owner) > 0 {
-		s.owners[w] = string(owner)
+	if len(a.Owner) > 0 {
+		s.owners[w] = string(a.Owner)
 	}
 	if m != (Mode{}) {
 		s.modes[w] = m
 	}
 	s.nqueue++
 	s.counters.QueuedBy[m.Kind()]++
-	if wait > 0 {
-		s.waits.Add(w, now+wait)
+	if a.Wait > 0 {
+		s.waits.Add(w, now+a.Wait)
 	}
+}
+
+// adopt answers conn's acquire a, of session si, with a grant of l that
+// the session holds, of a's mode, with a token above a.Seen: its earlier
+// attempt's. The grant's lease starts again from now, for a.Lease. It
+// reports whether there was one.
+func (s *Shard) adopt(now int64, conn ConnID, l *lock, si uint32, a *Ask, out *Output) bool {
+	var token uint64
+	if l.mode == heldAlone {
+		if a.Mode != (Mode{}) || l.sess != si || l.token <= a.Seen {
+			return false
+		}
+		token = l.token
+		s.leases.Reschedule(l, now+a.Lease)
+	} else {
+		g := s.groups[l]
+		if g.mode() != a.Mode {
+			return false
+		}
+		h := g.first
+		for ; h != nil && (h.sess != si || h.token <= a.Seen); h = h.next {
+		}
+		if h == nil {
+			return false
+		}
+		token = h.token
+		s.holderLeases.Reschedule(h, now+a.Lease)
+	}
+	s.counters.Adopted++
+	out.answerUntil(conn, Granted, l.key(), token, now+a.Lease)
+	out.record(RecordExtend, l.key(), token, now+a.Lease)
+	return true
 }
 
 // newGrant takes a token for a grant made at once to conn's acquire of key,
@@ -454,9 +531,21 @@ func (s *Shard) newGrant(conn ConnID, key []byte, out *Output) (uint64, bool) {
 // Release ends the grant token of key, asked by conn. The key passes to its
 // head waiter in the same step, or becomes free.
 func (s *Shard) Release(now int64, conn ConnID, key []byte, token uint64, out *Output) {
+	s.ReleaseBy(now, conn, 0, key, token, out)
+}
+
+// ReleaseBy is Release asked by conn of session sess (0: none). A token
+// that is not the key's grant is answered ReleaseStale, unless it was a
+// grant of sess released lately (the journal): then Released again.
+func (s *Shard) ReleaseBy(now int64, conn ConnID, sess Session, key []byte, token uint64, out *Output) {
 	h := hashKey(key)
 	l, hd, ok := s.grantOf(h, key, token)
 	if !ok {
+		if s.journal.has(token, sess, h) {
+			s.counters.RepeatReleases++
+			out.answer(conn, Released, unsafeString(key), 0)
+			return
+		}
 		s.counters.StaleReleases++
 		out.answer(conn, ReleaseStale, unsafeString(key), 0)
 		return
@@ -464,21 +553,40 @@ func (s *Shard) Release(now int64, conn ConnID, key []byte, token uint64, out *O
 	s.counters.Releases++
 	out.answer(conn, Released, l.key(), 0)
 	out.record(RecordRelease, l.key(), token, 0)
+	s.noteRelease(h, l, hd, token)
 	s.end(now, h, l, hd, out)
+}
+
+// noteRelease remembers, when the grant token of l (hd, of a group) has a
+// session, that it was released.
+func (s *Shard) noteRelease(h uint64, l *lock, hd *holder, token uint64) {
+	si := l.sess
+	if hd != nil {
+		si = hd.sess
+	}
+	if si != 0 {
+		s.journal.add(token, s.sess.id(si), h)
+	}
 }
 
 // end ends a grant of l at now, released: l's own grant when hd is nil,
 // else the group grant hd. The key passes on as serve says.
 func (s *Shard) end(now int64, h uint64, l *lock, hd *holder, out *Output) {
 	if hd == nil {
-		s.counters.HoldTime.observe(now - l.granted)
+		s.counters.HoldTime.observe(l.granted.since(now))
 		s.leases.Cancel(l)
-		l.token = 0
+		s.ungrant(now, l)
 	} else {
-		s.counters.HoldTime.observe(now - hd.granted)
-		s.dropHolder(hd)
+		s.counters.HoldTime.observe(hd.granted.since(now))
+		s.dropHolder(now, hd)
 	}
 	s.serve(now, now, h, l, out)
+}
+
+// ungrant clears l's own grant, its lease stopped by the caller.
+func (s *Shard) ungrant(now int64, l *lock) {
+	s.sess.unhold(l.sess, now)
+	l.token, l.sess = 0, 0
 }
 
 // ReleaseUndelivered ends the grant token of key, which the caller could
@@ -584,7 +692,7 @@ func (s *Shard) Disconnect(now int64, conn ConnID, out *Output) {
 func (s *Shard) withdraw(now, at int64, w *waiter, out *Output) {
 	l := w.l
 	head := s.first(l) == w
-	s.dequeue(w)
+	s.dequeue(now, w)
 	s.freeWaiter(w)
 	if head && l.mode == heldShared && out != nil {
 		s.serve(now, at, hashString(l.key()), l, out)
@@ -601,6 +709,7 @@ func (s *Shard) Advance(now int64, out *Output) {
 	s.holderLeases.Advance(now, s.fireHolder)
 	s.waits.Advance(now, s.fireWait)
 	s.out = nil
+	s.sess.expire(now, sessionLinger*s.cfg.Tick)
 	if s.locks.shrink() && s.nqueue == 0 && len(s.groups) == 0 {
 		// The indexes are Go maps, which never shrink: start afresh.
 		s.newIndexes()
@@ -609,9 +718,9 @@ func (s *Shard) Advance(now int64, out *Output) {
 
 func (s *Shard) expire(l *lock) {
 	s.counters.Expiries++
-	s.counters.HoldTime.observe(s.now - l.granted)
+	s.counters.HoldTime.observe(l.granted.since(s.now))
 	s.out.record(RecordExpire, l.key(), l.token, 0)
-	l.token = 0
+	s.ungrant(s.now, l)
 	s.serve(s.now, l.lease.When(), hashString(l.key()), l, s.out)
 }
 
@@ -622,26 +731,20 @@ func (s *Shard) timeout(w *waiter) {
 	s.withdraw(s.now, w.wait.When(), w, s.out)
 }
 
-// grant gives l to conn, whose acquire waited for it since the instant
-// since (0: it did not wait), with token, new from s.tokens, and a lease
+// grant gives l to conn of session si, whose acquire waited for it for
+// waited (0: it did not wait), with token, new from s.tokens, and a lease
 // from now.
-func (s *Shard) grant(now, since int64, l *lock, conn ConnID, lease int64, token uint64, out *Output) {
+func (s *Shard) grant(now, waited int64, l *lock, conn ConnID, si uint32, lease int64, token uint64, out *Output) {
 	s.counters.Grants++
 	s.counters.GrantsBy[KindLock]++
-	s.observeWait(now, since)
-	l.granted = now
+	s.counters.WaitTime.observe(waited)
+	l.granted = stampOf(now)
 	l.token = token
+	l.sess = si
+	s.sess.hold(si)
 	s.leases.Add(l, now+lease)
 	out.answerUntil(conn, Granted, l.key(), l.token, now+lease)
-	out.recordGrant(l.key(), l.owner(), l.token, now+lease)
-}
-
-func (s *Shard) observeWait(now, since int64) {
-	if since == 0 {
-		s.counters.WaitTime.observe(0)
-	} else {
-		s.counters.WaitTime.observe(now - since)
-	}
+	out.recordGrant(l.key(), l.owner(), l.token, now+lease, s.sess.id(si))
 }
 
 // serve passes l, a grant of which ended at the instant at, to the waiters
@@ -662,12 +765,12 @@ func (s *Shard) serve(now, at int64, h uint64, l *lock, out *Output) {
 			break
 		}
 		late := w.wait.Scheduled() && w.wait.When() <= at
-		conn, lease, since := w.conn, w.lease, w.since
+		conn, lease, waited, si := w.conn, w.lease, w.since.since(now), w.sess
 		var owner string
 		if len(s.owners) > 0 {
 			owner = s.owners[w]
 		}
-		s.dequeue(w)
+		s.dequeue(now, w)
 		s.freeWaiter(w)
 		if late {
 			s.counters.Timeouts++
@@ -682,10 +785,10 @@ func (s *Shard) serve(now, at int64, h uint64, l *lock, out *Output) {
 		}
 		if m == (Mode{}) {
 			l.setOwner(unsafeBytes(owner))
-			s.grant(now, since, l, conn, lease, token, out)
+			s.grant(now, waited, l, conn, si, lease, token, out)
 			return
 		}
-		s.join(now, since, l, conn, m, unsafeBytes(owner), lease, token, out)
+		s.join(now, waited, l, conn, si, m, unsafeBytes(owner), lease, token, out)
 	}
 	if l.mode == heldAlone && l.token == 0 {
 		l.ownerLen = 0
@@ -694,9 +797,10 @@ func (s *Shard) serve(now, at int64, h uint64, l *lock, out *Output) {
 }
 
 // dequeue takes w out of its key's queue, its connection's list, the queued
-// index and the wait wheel.
-func (s *Shard) dequeue(w *waiter) {
+// index, the wait wheel and its session's count, at now.
+func (s *Shard) dequeue(now int64, w *waiter) {
 	l := w.l
+	s.sess.unqueue(w.sess, now)
 	s.unqueue(l, w)
 	if w.cprev == nil {
 		if w.cnext == nil {
@@ -759,15 +863,16 @@ func checkOwner(owner []byte) {
 	}
 }
 
-// Install makes token a grant of key, of mode m, with its lease ending at
-// deadline: a standby applies its active's grants and extends this way.
-// When token is one of the key's grants already (an extend), only its
-// lease changes, whatever m says, and it keeps its owner. Otherwise the new
-// grant takes owner (empty: none); an exclusive grant (the zero Mode)
-// replaces every grant the key had, and a shared or semaphore grant joins
-// the key's group of that kind, replacing grants of another. The key's
-// queue, if any, is kept. It makes no answers and no records.
-func (s *Shard) Install(now int64, key []byte, token uint64, deadline int64, owner []byte, m Mode) error {
+// Install makes token a grant of key, of mode m and session sess (0:
+// none), with its lease ending at deadline: a standby applies its active's
+// grants and extends this way. When token is one of the key's grants
+// already (an extend), only its lease changes, whatever m and sess say,
+// and it keeps its owner and session. Otherwise the new grant takes owner
+// (empty: none); an exclusive grant (the zero Mode) replaces every grant
+// the key had, and a shared or semaphore grant joins the key's group of
+// that kind, replacing grants of another. The key's queue, if any, is
+// kept. It makes no answers and no records.
+func (s *Shard) Install(now int64, key []byte, token uint64, deadline int64, owner []byte, m Mode, sess Session) error {
 	checkOwner(owner)
 	deadline = max(deadline, now)
 	h := hashKey(key)
@@ -785,35 +890,41 @@ func (s *Shard) Install(now int64, key []byte, token uint64, deadline int64, own
 		}
 		l = s.locks.add(h, key, nil)
 	case m == (Mode{}) || l.mode == heldAlone || s.heldMode(l) != m:
-		s.dropAll(l)
+		s.dropAll(now, l)
 	}
 	s.tokens.Raise(token)
+	si := s.sess.index(sess, now)
 	if m == (Mode{}) {
 		l.setOwner(owner)
-		l.granted, l.token = now, token
+		l.granted, l.token, l.sess = stampOf(now), token, si
+		s.sess.hold(si)
 		s.leases.Add(l, deadline)
 		return nil
 	}
 	g := s.groupOf(l, m)
-	s.holderLeases.Add(s.addHolder(l, g, token, now, owner), deadline)
+	s.holderLeases.Add(s.addHolder(l, g, token, now, si, owner), deadline)
 	return nil
 }
 
 // Drop ends the grant token of key, if it is still one of its grants: a
-// standby applies its active's releases and expiries this way. The key
-// passes to its head waiters, answered in out, as a release would; a
-// standby has none. It reports whether the grant was there.
-func (s *Shard) Drop(now int64, key []byte, token uint64, out *Output) bool {
+// standby applies its active's releases (released set) and expiries this
+// way; a release of a session's grant is remembered as ReleaseBy's are.
+// The key passes to its head waiters, answered in out, as a release would;
+// a standby has none. It reports whether the grant was there.
+func (s *Shard) Drop(now int64, key []byte, token uint64, released bool, out *Output) bool {
 	h := hashKey(key)
 	l, hd, ok := s.grantOf(h, key, token)
 	if !ok {
 		return false
 	}
+	if released {
+		s.noteRelease(h, l, hd, token)
+	}
 	if hd == nil {
 		s.leases.Cancel(l)
-		l.token = 0
+		s.ungrant(now, l)
 	} else {
-		s.dropHolder(hd)
+		s.dropHolder(now, hd)
 	}
 	s.serve(now, now, h, l, out)
 	return true

@@ -10,26 +10,26 @@ func TestStandbyInstallDropReset(t *testing.T) {
 	sh := NewShard(Config{}, &tokens, 0)
 	var out Output
 	now := int64(0)
-	if err := sh.Install(now, []byte("a"), 7, now+2*sec, nil, Mode{}); err != nil {
+	if err := sh.Install(now, []byte("a"), 7, now+2*sec, nil, Mode{}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := sh.Install(now, []byte("b"), 9, now+10*sec, nil, Mode{}); err != nil {
+	if err := sh.Install(now, []byte("b"), 9, now+10*sec, nil, Mode{}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if tokens.Last() != 9 {
 		t.Fatalf("tokens after installing 9: last %d", tokens.Last())
 	}
 	// An extend is an install of the same token with a later deadline.
-	if err := sh.Install(now, []byte("a"), 7, now+5*sec, nil, Mode{}); err != nil {
+	if err := sh.Install(now, []byte("a"), 7, now+5*sec, nil, Mode{}, 0); err != nil {
 		t.Fatal(err)
 	}
 	if tok, dl, ok := sh.Holder([]byte("a")); !ok || tok != 7 || dl != 5*sec {
 		t.Fatalf("a: %d %d %v", tok, dl, ok)
 	}
-	if sh.Drop(now, []byte("b"), 8, &out) {
+	if sh.Drop(now, []byte("b"), 8, true, &out) {
 		t.Fatal("dropped b with a token it does not hold")
 	}
-	if !sh.Drop(now, []byte("b"), 9, &out) {
+	if !sh.Drop(now, []byte("b"), 9, true, &out) {
 		t.Fatal("b not dropped")
 	}
 	if _, _, ok := sh.Holder([]byte("b")); ok {
@@ -44,7 +44,7 @@ func TestStandbyInstallDropReset(t *testing.T) {
 	}
 
 	// After a Reset, the shard is empty and its wheel still works.
-	if err := sh.Install(now, []byte("c"), 11, 6*sec, nil, Mode{}); err != nil {
+	if err := sh.Install(now, []byte("c"), 11, 6*sec, nil, Mode{}, 0); err != nil {
 		t.Fatal(err)
 	}
 	sh.Reset(5 * sec)

@@ -114,15 +114,15 @@ func TestQueuedOwnerLeavesWithItsAcquire(t *testing.T) {
 // the grant it extends.
 func TestInstallCarriesTheOwner(t *testing.T) {
 	s := newStory(t, Config{})
-	if err := s.sh.Install(s.now, []byte("k"), 5, s.now+10*sec, []byte("web-3"), Mode{}); err != nil {
+	if err := s.sh.Install(s.now, []byte("k"), 5, s.now+10*sec, []byte("web-3"), Mode{}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.sh.Install(s.now, []byte("k"), 5, s.now+20*sec, nil, Mode{}); err != nil { // an extend
+	if err := s.sh.Install(s.now, []byte("k"), 5, s.now+20*sec, nil, Mode{}, 0); err != nil { // an extend
 		t.Fatal(err)
 	}
 	s.inspect(9, "k")
 	s.expect("conn9: Q k 5 until=20s waiters=0 owner=web-3")
-	if err := s.sh.Install(s.now, []byte("k"), 6, s.now+30*sec, nil, Mode{}); err != nil { // a new grant
+	if err := s.sh.Install(s.now, []byte("k"), 6, s.now+30*sec, nil, Mode{}, 0); err != nil { // a new grant
 		t.Fatal(err)
 	}
 	s.inspect(9, "k")

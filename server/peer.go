@@ -376,7 +376,7 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 		pc.install(f.Key, f.Token, f.Remaining, f.Owner, f.Mode)
 	case replica.Release, replica.Expire:
 		b := pc.lockShard(f.Key)
-		b.sh.Drop(pc.now, f.Key, f.Token, &pc.rout)
+		b.sh.Drop(pc.now, f.Key, f.Token, f.Kind == replica.Release, &pc.rout)
 		pc.rout.Reset()
 	}
 	return true, gnet.None
@@ -386,7 +386,7 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 // grant takes owner (nil: none), an extend keeps the grant's.
 func (pc *peerConn) install(key []byte, token uint64, remaining int64, owner []byte, m engine.Mode) {
 	b := pc.lockShard(key)
-	if err := b.sh.Install(pc.now, key, token, pc.now+remaining, owner, m); err != nil {
+	if err := b.sh.Install(pc.now, key, token, pc.now+remaining, owner, m, 0); err != nil {
 		pc.n.log.Error().Err(err).Msg("cannot hold a replicated grant")
 	}
 }
