@@ -240,7 +240,7 @@ func (m *model) serve(now, at int64, key string, l *mLock) {
 	}
 }
 
-func (m *model) acquire(now int64, conn ConnID, sess Session, seen uint64, key, owner string, md Mode, lease, wait int64) {
+func (m *model) acquire(now int64, conn ConnID, sess Session, again bool, seen uint64, key, owner string, md Mode, lease, wait int64) {
 	l := m.locks[key]
 	if l == nil {
 		switch {
@@ -262,7 +262,7 @@ func (m *model) acquire(now int64, conn ConnID, sess Session, seen uint64, key, 
 	// The grant of an earlier attempt: the session's, of the acquire's
 	// mode, above what it had seen; the oldest such.
 	adopt := -1
-	if sess != 0 && seen != 0 && l.mode == md {
+	if sess != 0 && again && l.mode == md {
 		adopt = slices.IndexFunc(l.grants, func(g mGrant) bool { return g.sess == sess && g.token > seen })
 	}
 	switch {
@@ -507,6 +507,7 @@ type op struct {
 	token uint64
 	lease int64
 	wait  int64
+	again bool
 	seen  uint64
 	now   int64 // at which it ran
 }
@@ -518,7 +519,7 @@ func (o op) String() string {
 	}
 	switch o.kind {
 	case opAcquire:
-		return fmt.Sprintf("now=%d conn%d A %s lease=%d wait=%d owner=%q%s seen=%d", o.now, o.conn, key, o.lease, o.wait, o.owner, formatMode(o.mode), o.seen)
+		return fmt.Sprintf("now=%d conn%d A %s lease=%d wait=%d owner=%q%s again=%v seen=%d", o.now, o.conn, key, o.lease, o.wait, o.owner, formatMode(o.mode), o.again, o.seen)
 	case opRelease:
 		return fmt.Sprintf("now=%d conn%d R %s %d", o.now, o.conn, key, o.token)
 	case opExtend:
@@ -741,8 +742,11 @@ func (r *modelRun) step() {
 		}
 		o.owner = modelOwners[r.rng.IntN(len(modelOwners))]
 		o.mode = r.mode(r.flavours[ki])
-		if r.sessions[o.conn-1] != 0 && len(r.issued) > 0 && r.rng.IntN(3) == 0 {
-			o.seen = r.issued[r.rng.IntN(len(r.issued))]
+		if r.sessions[o.conn-1] != 0 && r.rng.IntN(3) == 0 {
+			o.again = true
+			if len(r.issued) > 0 && r.rng.IntN(4) > 0 {
+				o.seen = r.issued[r.rng.IntN(len(r.issued))]
+			}
 		}
 	case n < 55:
 		o.kind, o.token = opRelease, r.token(o.key)
@@ -781,7 +785,7 @@ func (r *modelRun) step() {
 	case opAcquire:
 		switch {
 		case sess != 0:
-			a := Ask{Owner: []byte(o.owner), Mode: o.mode, Lease: o.lease, Wait: o.wait, Session: sess, Seen: o.seen}
+			a := Ask{Owner: []byte(o.owner), Mode: o.mode, Lease: o.lease, Wait: o.wait, Session: sess, Again: o.again, Seen: o.seen}
 			r.sh.AcquireAs(r.now, o.conn, key, &a, &r.out)
 		case o.mode != (Mode{}):
 			r.sh.AcquireMode(r.now, o.conn, key, []byte(o.owner), o.mode, o.lease, o.wait, &r.out)
@@ -790,7 +794,7 @@ func (r *modelRun) step() {
 		default:
 			r.sh.AcquireBy(r.now, o.conn, key, []byte(o.owner), o.lease, o.wait, &r.out)
 		}
-		r.m.acquire(r.now, o.conn, sess, o.seen, o.key, o.owner, o.mode, o.lease, o.wait)
+		r.m.acquire(r.now, o.conn, sess, o.again, o.seen, o.key, o.owner, o.mode, o.lease, o.wait)
 	case opRelease:
 		r.sh.ReleaseBy(r.now, o.conn, sess, key, o.token, &r.out)
 		r.m.release(r.now, o.conn, sess, o.key, o.token)

@@ -10,8 +10,9 @@ package engine
 //   - A grant made for a session's acquire keeps the session, and its
 //     Record and Held carry it: a standby installs the grant with it, and
 //     a listing (Held.Session) finds a session's grants.
-//   - An acquire of the session that names a token it has seen
-//     (Ask.Seen) is answered a grant of its key that the session holds,
+//   - An acquire of the session sent again, naming the highest token the
+//     session had seen (Ask.Again, Ask.Seen), is answered a grant of its
+//     key that the session holds,
 //     of its mode, with a token above that one: the grant of an earlier
 //     attempt of the same acquire, whose answer was lost. Its lease starts
 //     again from now for the acquire's lease (an Extend record).

@@ -55,10 +55,11 @@ func (s *Shard) checkSessions() error {
 // attempt's grant, a release sent again is answered as the first was, and
 // a session's grants carry it to standbys and listings.
 
-// ask is an acquire of session sess that has seen tokens up to seen.
-func (s *story) ask(conn ConnID, key string, sess Session, seen uint64, m Mode, lease, wait int64) {
+// ask is an acquire of session sess; sent again (seen ≥ 0), having seen
+// tokens up to seen; first sent (seen < 0).
+func (s *story) ask(conn ConnID, key string, sess Session, seen int64, m Mode, lease, wait int64) {
 	s.t.Helper()
-	a := Ask{Mode: m, Lease: lease, Wait: wait, Session: sess, Seen: seen}
+	a := Ask{Mode: m, Lease: lease, Wait: wait, Session: sess, Again: seen >= 0, Seen: uint64(max(seen, 0))}
 	s.sh.AcquireAs(s.now, conn, []byte(key), &a, &s.out)
 }
 
@@ -92,8 +93,9 @@ func TestAcquireSentAgainIsAnsweredTheGrantOfItsFirstAttempt(t *testing.T) {
 	s.ask(3, "k", sess, 2, Mode{}, 10*sec, 5*sec)
 	s.expect()
 	s.queue("k", 3)
-	// Without a seen token nothing is adopted; nor by another session.
-	s.ask(4, "k", sess, 0, Mode{}, 10*sec, -1)
+	// An acquire sent the first time adopts nothing; nor one of another
+	// session.
+	s.ask(4, "k", sess, -1, Mode{}, 10*sec, -1)
 	s.ask(5, "k", sess+1, 1, Mode{}, 10*sec, -1)
 	s.expect("conn4: T k", "conn5: T k")
 	// An acquire already queued on the connection is refused first.
@@ -121,7 +123,7 @@ func TestAcquireSentAgainIsAnsweredTheGrantOfItsFirstAttempt(t *testing.T) {
 func TestReleaseSentAgainIsAnsweredAsTheFirstWas(t *testing.T) {
 	s := newStory(t, Config{})
 	const sess = Session(1 << 40)
-	s.ask(1, "k", sess, 0, Mode{}, 10*sec, 0)
+	s.ask(1, "k", sess, -1, Mode{}, 10*sec, 0)
 	s.expect("conn1: A k 1")
 	s.releaseBy(1, sess, "k", 1)
 	// Its answer was lost: sent again, on another connection, it is
@@ -135,7 +137,7 @@ func TestReleaseSentAgainIsAnsweredAsTheFirstWas(t *testing.T) {
 	s.expect("conn2: R k STALE", "conn2: R other STALE", "conn2: R k STALE")
 	// A grant whose lease ran out was not released: stale, its holder
 	// lost it.
-	s.ask(1, "k", sess, 0, Mode{}, 10*sec, 0)
+	s.ask(1, "k", sess, -1, Mode{}, 10*sec, 0)
 	s.expect("conn1: A k 2")
 	s.tick(11 * sec)
 	s.releaseBy(1, sess, "k", 2)
@@ -177,7 +179,7 @@ func TestAReleaseTheStandbyAppliedIsAnsweredAfterAFailover(t *testing.T) {
 func TestSessionEntriesGoOnceNothingNamesThem(t *testing.T) {
 	s := newStory(t, Config{})
 	for i := range 100 {
-		s.ask(ConnID(i+1), "k", Session(1000+i), 0, Mode{}, sec, 0)
+		s.ask(ConnID(i+1), "k", Session(1000+i), -1, Mode{}, sec, 0)
 	}
 	s.out.Reset()
 	if n := len(s.sh.sess.byID); n != 100 {

@@ -388,11 +388,13 @@ type Ask struct {
 	// Session is the session of the acquire's connection, 0 for none:
 	// the grant made for it carries it.
 	Session Session
-	// Seen, with a Session, is the highest token the session had been
-	// answered when it first sent this acquire: a grant of the key that
-	// the session holds, of Mode, with a token above Seen was made for an
-	// earlier attempt of this acquire, and answers it (see Session).
-	Seen uint64
+	// Again, with a Session, marks an acquire sent again, and Seen is the
+	// highest token the session had been answered when it first sent it
+	// (0: none): a grant of the key that the session holds, of Mode, with a
+	// token above Seen was made for an earlier attempt of this acquire,
+	// and answers it (see Session).
+	Again bool
+	Seen  uint64
 }
 
 // AcquireAs asks for key on behalf of conn, on the terms of a: a grant now
@@ -437,7 +439,7 @@ func (s *Shard) AcquireAs(now int64, conn ConnID, key []byte, a *Ask, out *Outpu
 		out.refuse(conn, unsafeString(key), ErrAlreadyQueued)
 		return
 	}
-	if a.Seen != 0 && si != 0 && s.adopt(now, conn, l, si, a, out) {
+	if a.Again && si != 0 && s.adopt(now, conn, l, si, a, out) {
 		return
 	}
 	if l.mode != heldAlone && l.q == 0 && s.admits(l, m) {
