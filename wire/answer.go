@@ -7,7 +7,7 @@ import "bytes"
 // and Owner alias the buffer given to ParseAnswer and are valid only until
 // the caller reuses that buffer.
 type Answer struct {
-	Kind  byte   // 'A', 'T', 'R', 'X', 'C', 'Q', 'H', 'L', 'I', 'U', 'E' or 'M'
+	Kind  byte   // 'A', 'T', 'R', 'X', 'C', 'Q', 'H', 'L', 'S', 'I', 'U', 'E' or 'M'
 	Key   []byte // A T R X C Q H, and E's key echo (nil for "-")
 	Token uint64 // A; Q and H: the holder's grant (Q: 0 for "FREE")
 	OK    bool   // R X: OK rather than STALE; C: OK rather than NONE; U: always (U OK)
@@ -25,7 +25,8 @@ type Answer struct {
 	Owner   []byte
 	Group   Group
 	// L, the end of a listing: how many H lines it had, and whether the
-	// limit cut it short with more held keys left unlisted.
+	// limit cut it short with more held keys left unlisted; S, the end of
+	// a session's listing: how many H lines it had.
 	Count uint64
 	More  bool
 }
@@ -117,6 +118,14 @@ func ParseAnswer(buf []byte, a *Answer) (n int, err error) {
 		case " more":
 			a.More = true
 		default:
+			return n, ErrBadAnswer
+		}
+		a.Kind, a.Count = kind, count
+		return n, nil
+
+	case 'S':
+		count, ok, end := scanCount(rest)
+		if !ok || end != len(rest) {
 			return n, ErrBadAnswer
 		}
 		a.Kind, a.Count = kind, count
@@ -407,6 +416,14 @@ func AppendListEnd(dst []byte, count uint64, more bool) []byte {
 	if more {
 		dst = append(dst, " more"...)
 	}
+	return append(dst, '\n')
+}
+
+// AppendSessionEnd appends "S count", the last line of a session's
+// listing.
+func AppendSessionEnd(dst []byte, count uint64) []byte {
+	dst = append(dst, 'S', ' ')
+	dst = appendUint(dst, count)
 	return append(dst, '\n')
 }
 

@@ -259,6 +259,8 @@ func appendAnswer(dst []byte, a *Answer) []byte {
 		return AppendListed(dst, a.Key, a.Token, a.Left, a.Waiters, a.Owner, a.Group)
 	case 'L':
 		return AppendListEnd(dst, a.Count, a.More)
+	case 'S':
+		return AppendSessionEnd(dst, a.Count)
 	}
 	panic(fmt.Sprintf("appendAnswer: kind %q", a.Kind))
 }

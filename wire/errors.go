@@ -16,7 +16,7 @@ var (
 	// ErrEmpty: the line holds nothing before its line ending.
 	ErrEmpty = errors.New("wire: empty request")
 	// ErrUnknownOp: the op field is not exactly one of A, R, X, C, Q, L,
-	// I, U.
+	// I, U, S.
 	ErrUnknownOp = errors.New("wire: unknown op")
 	// ErrBadKey: the key field is empty, longer than MaxKey bytes, or holds
 	// a byte outside 0x21–0x7E and 0x80–0xFF.
@@ -56,6 +56,11 @@ var (
 	ErrBadMode = errors.New("wire: bad mode")
 	// ErrBadPrefix: L's prefix breaks the rules of a key.
 	ErrBadPrefix = errors.New("wire: bad prefix")
+	// ErrBadSession: S's session is not a decimal from 1 to 2^64−1.
+	ErrBadSession = errors.New("wire: bad session")
+	// ErrBadSeen: an acquire's seen=TOKEN has a TOKEN that is not a
+	// decimal from 0 to 2^64−1.
+	ErrBadSeen = errors.New("wire: bad seen")
 )
 
 // ErrBadAnswer is returned by ParseAnswer for a line that is not a

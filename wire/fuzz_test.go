@@ -11,6 +11,9 @@ import (
 // refusals of every kind, and framing edge cases.
 var requestSeeds = []string{
 	"A orders/42 30 5\n",
+	"S 8841\n",
+	"A orders/42 30 5 seen=1041\n",
+	"A doc 30 - mode=shared seen=7 owner=w\n",
 	"A orders/42 30 0.5\n",
 	"R orders/42 1001\n",
 	"A orders/42 30 0 lots\n",
@@ -178,6 +181,9 @@ var answerSeeds = []string{
 	"Q k 7 1 0 limit=0\n",
 	"L 2\n",
 	"L 1000 more\n",
+	"S 0\n",
+	"S 12\n",
+	"E S 12 session already named\n",
 	"E Q orders/42 key forbidden\n",
 	"E L x bad limit\n",
 }

@@ -26,6 +26,7 @@ const (
 	ownerField = "owner="
 	limitField = "limit="
 	modeField  = "mode="
+	seenField  = "seen="
 )
 
 // DefaultMaxHolders is Limits.MaxHolders's default: the highest semaphore
@@ -48,6 +49,7 @@ const (
 	OpAuth    Op = 'U' // U name secret
 	OpInspect Op = 'Q' // Q key
 	OpList    Op = 'L' // L limit [prefix]
+	OpSession Op = 'S' // S session
 )
 
 // String returns the op as its one-byte wire form, such as "A".
@@ -69,6 +71,8 @@ func (op Op) String() string {
 		return "Q"
 	case OpList:
 		return "L"
+	case OpSession:
+		return "S"
 	}
 	return "?"
 }
@@ -95,6 +99,15 @@ type Request struct {
 	// of them is set.
 	Slots  uint32
 	Shared bool
+	// Again is set by an acquire's "seen=TOKEN", which marks an acquire
+	// sent again, and Seen is its TOKEN: the highest token its session had
+	// been answered when it first sent the acquire (a grant of its session
+	// above it answers the acquire; 0 when it had been answered none).
+	Again bool
+	Seen  uint64
+
+	// Session is S's session, ≥ 1.
+	Session uint64
 
 	// Limit and Prefix are a listing's (L): at most Limit held keys (0:
 	// no limit) whose keys start with Prefix (nil: every key).
@@ -326,6 +339,8 @@ func parseLine(buf []byte, lim *Limits, req *Request) (n int, err error) {
 	case OpAcquire, OpExtend, OpRelease, OpCancel, OpInspect:
 	case OpList:
 		return n, parseList(req, hasKey, more, keyf, rest)
+	case OpSession:
+		return n, parseSession(req, hasKey, more, keyf)
 	case OpAuth:
 		return n, parseAuth(req, hasKey, keyOK, more, keyf, rest)
 	case OpInfo:
@@ -413,12 +428,12 @@ func parseLine(buf []byte, lim *Limits, req *Request) (n int, err error) {
 }
 
 // acquireOptions are the optional fields of an acquire after its wait, as
-// cut from the line: f[optOwner], f[optLimit], f[optMode], each nil when
-// absent, else its value after "name="; order lists them in line order, so
-// that their faults are reported left to right.
+// cut from the line: f[optOwner], f[optLimit], f[optMode], f[optSeen],
+// each nil when absent, else its value after "name="; order lists them in
+// line order, so that their faults are reported left to right.
 type acquireOptions struct {
-	f     [3][]byte
-	order [3]uint8
+	f     [4][]byte
+	order [4]uint8
 	n     int
 }
 
@@ -426,13 +441,14 @@ const (
 	optOwner = iota
 	optLimit
 	optMode
+	optSeen
 )
 
-var optNames = [...]string{optOwner: ownerField, optLimit: limitField, optMode: modeField}
+var optNames = [...]string{optOwner: ownerField, optLimit: limitField, optMode: modeField, optSeen: seenField}
 
 // cut splits rest, the fields after an acquire's wait, into o. It reports
-// false for one field too many: more than three, a field that is none of
-// owner=, limit=, mode=, or one of them twice.
+// false for one field too many: more than four, a field that is none of
+// owner=, limit=, mode=, seen=, or one of them twice.
 func (o *acquireOptions) cut(rest []byte) bool {
 	for more := true; more; {
 		var f []byte
@@ -482,6 +498,12 @@ func (o *acquireOptions) check(req *Request, lim *Limits) error {
 			default:
 				return ErrBadMode
 			}
+		case optSeen:
+			t, ok, end := scanCount(v)
+			if !ok || end != len(v) {
+				return ErrBadSeen
+			}
+			req.Again, req.Seen = true, t
 		}
 	}
 	if o.f[optLimit] != nil && o.f[optMode] != nil {
@@ -514,6 +536,25 @@ func parseList(req *Request, hasKey, more bool, limf, rest []byte) error {
 		return ErrBadPrefix
 	}
 	req.Limit, req.Prefix = limit, prefix
+	return nil
+}
+
+// parseSession finishes an S line, "S session", whose session field (the
+// key field's place) has been cut: hasKey, more and sessf are what cutKey
+// gave for it. A session is a decimal from 1 to 2^64−1.
+func parseSession(req *Request, hasKey, more bool, sessf []byte) error {
+	req.Op = OpSession
+	switch {
+	case !hasKey:
+		return ErrMissingField
+	case more:
+		return ErrTooManyFields
+	}
+	sess, ok := parseToken(sessf)
+	if !ok {
+		return ErrBadSession
+	}
+	req.Session = sess
 	return nil
 }
 
@@ -692,15 +733,43 @@ func AppendAcquireOwner[T Text](dst []byte, key, owner T, leaseMs, waitMs int64)
 // AppendAcquireOwner's line. slots and shared must not both be set.
 func AppendAcquireMode[T Text](dst []byte, key, owner T, leaseMs, waitMs int64, slots uint32, shared bool) []byte {
 	dst = AppendAcquireOwner(dst, key, owner, leaseMs, waitMs)
+	if slots == 0 && !shared {
+		return dst
+	}
+	return appendAcquireEnd(dst[:len(dst)-1], slots, shared, false, 0)
+}
+
+// AppendAcquireSeen appends AppendAcquireMode's line with " seen=SEEN"
+// last: an acquire of a session sent again, whose session had been
+// answered tokens up to seen (0: none) when it first sent it (see
+// PROTOCOL.md, Sessions).
+func AppendAcquireSeen[T Text](dst []byte, key, owner T, leaseMs, waitMs int64, slots uint32, shared bool, seen uint64) []byte {
+	dst = AppendAcquireOwner(dst, key, owner, leaseMs, waitMs)
+	return appendAcquireEnd(dst[:len(dst)-1], slots, shared, true, seen)
+}
+
+// appendAcquireEnd ends an acquire's line after its owner: its kind, its
+// seen= when again is set, and the line's LF.
+func appendAcquireEnd(dst []byte, slots uint32, shared, again bool, seen uint64) []byte {
 	switch {
 	case slots > 0:
-		dst = append(dst[:len(dst)-1], " "+limitField...)
+		dst = append(dst, " "+limitField...)
 		dst = appendUint(dst, uint64(slots))
-		dst = append(dst, '\n')
 	case shared:
-		dst = append(dst[:len(dst)-1], " "+modeField+"shared\n"...)
+		dst = append(dst, " "+modeField+"shared"...)
 	}
-	return dst
+	if again {
+		dst = append(dst, " "+seenField...)
+		dst = appendUint(dst, seen)
+	}
+	return append(dst, '\n')
+}
+
+// AppendSession appends the request line "S session".
+func AppendSession(dst []byte, session uint64) []byte {
+	dst = append(dst, 'S', ' ')
+	dst = appendUint(dst, session)
+	return append(dst, '\n')
 }
 
 // appendOwnerEnd ends a line that may name an owner: " owner=OWNER" when

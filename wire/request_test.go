@@ -23,6 +23,9 @@ type reqWant struct {
 	shared bool   // A
 	limit  uint64 // L
 	prefix string // L
+	again  bool   // A: seen= given
+	seen   uint64 // A
+	sess   uint64 // S
 	e      string // for a refusal: the E line AppendRefusal writes
 }
 
@@ -73,6 +76,14 @@ func TestParseRequestValid(t *testing.T) {
 		{"A k 30 0 mode=shared\n", reqWant{op: OpAcquire, key: "k", lease: 30000, shared: true}},
 		{"A k 30 0 mode=shared owner=r\n", reqWant{op: OpAcquire, key: "k", lease: 30000, shared: true, owner: "r"}},
 		{"A k 30 0 mode=exclusive\n", reqWant{op: OpAcquire, key: "k", lease: 30000}},
+		// Sessions.
+		{"S 1\n", reqWant{op: OpSession, sess: 1}},
+		{"S 18446744073709551615\r\n", reqWant{op: OpSession, sess: 1<<64 - 1}},
+		{"S 0042\n", reqWant{op: OpSession, sess: 42}},
+		{"A k 30 5 seen=1041\n", reqWant{op: OpAcquire, key: "k", lease: 30000, wait: 5000, again: true, seen: 1041}},
+		{"A k 30 5 seen=0\n", reqWant{op: OpAcquire, key: "k", lease: 30000, wait: 5000, again: true}},
+		{"A k 30 - seen=7 owner=w mode=shared\n", reqWant{op: OpAcquire, key: "k", lease: 30000, wait: NoWait, again: true, seen: 7, owner: "w", shared: true}},
+		{"A k 30 0 limit=2 seen=18446744073709551615\n", reqWant{op: OpAcquire, key: "k", lease: 30000, slots: 2, again: true, seen: 1<<64 - 1}},
 		// Inspect.
 		{"Q orders/42\n", reqWant{op: OpInspect, key: "orders/42"}},
 		{"Q k\r\n", reqWant{op: OpInspect, key: "k"}},
@@ -248,6 +259,22 @@ func TestParseRequestRefusals(t *testing.T) {
 		{"A k 30 0 owner=a\x7f\n", "E A k bad owner"},
 		{"A k 0 0 owner=\n", "E A k bad lease"},
 		{"A k 30 x owner=\n", "E A k bad wait"},
+		// Sessions, and seen.
+		{"S\n", "E S - missing field"},
+		{"S \n", "E S - bad session"},
+		{"S 0\n", "E S 0 bad session"},
+		{"S x\n", "E S x bad session"},
+		{"S -1\n", "E S -1 bad session"},
+		{"S 18446744073709551616\n", "E S 18446744073709551616 bad session"},
+		{"S 1 2\n", "E S 1 too many fields"},
+		{"SS 1\n", "E SS 1 unknown op"},
+		{"A k 30 0 seen=\n", "E A k bad seen"},
+		{"A k 30 0 seen=-1\n", "E A k bad seen"},
+		{"A k 30 0 seen=1x\n", "E A k bad seen"},
+		{"A k 30 0 seen=18446744073709551616\n", "E A k bad seen"},
+		{"A k 30 0 seen=1 seen=1\n", "E A k too many fields"},
+		{"A k 30 0 seen=x owner=\n", "E A k bad seen"},
+		{"A k 30 0 owner=a limit=2 seen=3 x\n", "E A k too many fields"},
 		// Inspect.
 		{"Q\n", "E Q - missing field"},
 		{"Q \n", "E Q - bad key"},
@@ -324,16 +351,17 @@ func checkRequest(t *testing.T, in string, lim *Limits, want reqWant) {
 	if req.Op != want.op || string(req.Key) != want.key || req.Lease != want.lease ||
 		req.Wait != want.wait || req.Token != want.token ||
 		string(req.Name) != want.name || string(req.Secret) != want.secret ||
-		string(req.Owner) != want.owner || req.Slots != want.slots || req.Shared != want.shared || req.Limit != want.limit || string(req.Prefix) != want.prefix {
-		t.Errorf("%q: got %v %q lease %d wait %d token %d owner %q limit %d prefix %q, want %+v", in,
-			req.Op, req.Key, req.Lease, req.Wait, req.Token, req.Owner, req.Limit, req.Prefix, want)
+		string(req.Owner) != want.owner || req.Slots != want.slots || req.Shared != want.shared || req.Limit != want.limit || string(req.Prefix) != want.prefix ||
+		req.Again != want.again || req.Seen != want.seen || req.Session != want.sess {
+		t.Errorf("%q: got %v %q lease %d wait %d token %d owner %q limit %d prefix %q seen %d session %d, want %+v", in,
+			req.Op, req.Key, req.Lease, req.Wait, req.Token, req.Owner, req.Limit, req.Prefix, req.Seen, req.Session, want)
 	}
 	if (want.owner == "") != (req.Owner == nil) || (want.prefix == "") != (req.Prefix == nil) {
 		t.Errorf("%q: owner %q prefix %q: nil stands for none", in, req.Owner, req.Prefix)
 	}
-	if want.op == OpList {
+	if want.op == OpList || want.op == OpSession {
 		if req.Key != nil {
-			t.Errorf("%q: L has key %q", in, req.Key)
+			t.Errorf("%q: %v has key %q", in, want.op, req.Key)
 		}
 	} else if want.op == OpInfo || want.op == OpAuth {
 		if req.Key != nil || req.EchoKey != nil {
@@ -542,7 +570,8 @@ func equalRequest(a, b *Request) bool {
 	eq := func(x, y []byte) bool { return bytes.Equal(x, y) && (x == nil) == (y == nil) }
 	return a.Op == b.Op && bytes.Equal(a.Key, b.Key) && a.Lease == b.Lease && a.Wait == b.Wait && a.Token == b.Token &&
 		bytes.Equal(a.Name, b.Name) && bytes.Equal(a.Secret, b.Secret) &&
-		eq(a.Owner, b.Owner) && a.Limit == b.Limit && eq(a.Prefix, b.Prefix)
+		eq(a.Owner, b.Owner) && a.Limit == b.Limit && eq(a.Prefix, b.Prefix) &&
+		a.Slots == b.Slots && a.Shared == b.Shared && a.Again == b.Again && a.Seen == b.Seen && a.Session == b.Session
 }
 
 const pipeline = "A orders/42 30 5\r\n" +
@@ -598,6 +627,13 @@ func TestRequestRoundTrip(t *testing.T) {
 		{Op: OpList},
 		{Op: OpList, Limit: 1<<64 - 1, Prefix: long},
 		{Op: OpList, Limit: 100, Prefix: []byte("orders/")},
+		{Op: OpSession, Session: 1},
+		{Op: OpSession, Session: 1<<64 - 1},
+		{Op: OpAcquire, Key: []byte("k"), Lease: 30000, Wait: 5000, Again: true, Seen: 1041},
+		{Op: OpAcquire, Key: []byte("k"), Lease: 30000, Wait: 5000, Again: true},
+		{Op: OpAcquire, Key: long, Lease: 1, Wait: NoWait, Owner: bytes.Repeat([]byte{'~'}, MaxOwner), Slots: 1024, Again: true, Seen: 1<<64 - 1},
+		{Op: OpAcquire, Key: []byte("doc"), Lease: 30000, Wait: 0, Shared: true, Again: true, Seen: 9},
+		{Op: OpAcquire, Key: []byte("doc"), Lease: 30000, Wait: 0, Slots: 3},
 	} {
 		line := appendRequest(nil, &want)
 		var got Request
@@ -615,7 +651,12 @@ func TestRequestRoundTrip(t *testing.T) {
 func appendRequest(dst []byte, req *Request) []byte {
 	switch req.Op {
 	case OpAcquire:
-		return AppendAcquireOwner(dst, req.Key, req.Owner, req.Lease, req.Wait)
+		if req.Again {
+			return AppendAcquireSeen(dst, req.Key, req.Owner, req.Lease, req.Wait, req.Slots, req.Shared, req.Seen)
+		}
+		return AppendAcquireMode(dst, req.Key, req.Owner, req.Lease, req.Wait, req.Slots, req.Shared)
+	case OpSession:
+		return AppendSession(dst, req.Session)
 	case OpInspect:
 		return AppendInspect(dst, req.Key)
 	case OpList:
@@ -655,6 +696,10 @@ func TestRequestEncoders(t *testing.T) {
 		{string(AppendInspect(nil, k)), "Q orders/42\n"},
 		{string(AppendList(nil, 0, nil)), "L 0\n"},
 		{string(AppendList(nil, 100, []byte("orders/"))), "L 100 orders/\n"},
+		{string(AppendSession(nil, 8841)), "S 8841\n"},
+		{string(AppendAcquireSeen(nil, k, nil, 30000, 5000, 0, false, 1041)), "A orders/42 30 5 seen=1041\n"},
+		{string(AppendAcquireSeen(nil, k, []byte("w"), 30000, NoWait, 0, true, 7)), "A orders/42 30 - owner=w mode=shared seen=7\n"},
+		{string(AppendAcquireSeen(nil, k, nil, 30000, 0, 2, false, 0)), "A orders/42 30 0 limit=2 seen=0\n"},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
@@ -664,7 +709,7 @@ func TestRequestEncoders(t *testing.T) {
 
 func TestOpString(t *testing.T) {
 	for op, s := range map[Op]string{OpAcquire: "A", OpRelease: "R", OpExtend: "X", OpCancel: "C", OpInfo: "I", OpAuth: "U",
-		OpInspect: "Q", OpList: "L", 'z': "?"} {
+		OpInspect: "Q", OpList: "L", OpSession: "S", 'z': "?"} {
 		if op.String() != s {
 			t.Errorf("Op(%q).String() = %q", byte(op), op.String())
 		}
