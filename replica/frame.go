@@ -41,6 +41,20 @@
 //	                            and issue tokens (lo, hi]; my heartbeats from
 //	                            (inc, hb) on say I am leaving
 //
+// A grant made for an acquire of a client session (the wire's "S session")
+// carries the session, a decimal from 1 to 2^64−1, in a frame of its own
+// kind, the same fields as its twin's with the session before the owner:
+//
+//	Y key token remaining session [owner]             H of a session
+//	V key token remaining limit session [owner]       K of a session
+//	F seq key token remaining session [owner]         G of a session
+//	W seq key token remaining limit session [owner]   J of a session
+//
+// A standby from before sessions refuses them (a bad frame), and copies the
+// state afresh until it is upgraded: upgrade standbys before the active. A
+// cluster whose clients name no session keeps the frames of earlier
+// versions.
+//
 // remaining is a lease's time left in microseconds, rounded up: deadlines
 // cross the wire as durations, never as instants, because clocks differ
 // between machines. A lease on a standby therefore ends a little after the
@@ -56,20 +70,22 @@
 // R, E and X name a grant by its token, whatever its kind.
 //
 // On a link of peer protocol v3 (handshake.go) the active writes every R, E
-// and X, and a plain lock's G, most of what a loaded stream carries, in a
-// compact form:
+// and X, and a plain lock's G and F, most of what a loaded stream carries,
+// in a compact form:
 //
-//	g key token remaining [owner]  G
-//	r key token                    R
-//	e key token                    E
-//	x key token remaining          X
+//	g key token remaining [owner]          G
+//	f key token remaining session [owner]  F
+//	r key token                            R
+//	e key token                            E
+//	x key token remaining                  X
 //
 // They carry no sequence number: each is the one after the record before
 // it, which a v3 link (sealed, or under TLS) delivers whole and in order. A
 // standby checks its count where the stream names one (J, O, and every 64th
 // record, which the active writes in full: hub.go), and a v2 link carries
 // none of them. token and remaining are in base 64, most significant
-// digit first, a digit d the byte '0'+d ('0' to 'o'), with no leading '0'.
+// digit first, a digit d the byte '0'+d ('0' to 'o'), with no leading '0';
+// so is f's session.
 // A record takes a third fewer bytes than in full, and half the time to
 // parse (BenchmarkParseRecords): a standby's CPU goes mostly to parsing and
 // applying them.
@@ -106,7 +122,29 @@ const (
 	Expire  Kind = 'E'
 	Extend  Kind = 'X'
 	Handoff Kind = 'O'
+
+	// The kinds of a session's grants, on the wire only: Parse gives
+	// their twins (Holder, Member, Grant, Join) with Frame.Session set.
+	holderOfSession Kind = 'Y'
+	memberOfSession Kind = 'V'
+	grantOfSession  Kind = 'F'
+	joinOfSession   Kind = 'W'
 )
+
+// ofSession maps a grant's kind to its twin's for a grant of a session.
+func ofSession(k Kind) Kind {
+	switch k {
+	case Holder:
+		return holderOfSession
+	case Member:
+		return memberOfSession
+	case Grant:
+		return grantOfSession
+	case Join:
+		return joinOfSession
+	}
+	return k
+}
 
 // Roles as heartbeats carry them.
 var roleBytes = [...]byte{failover.Standby: 's', failover.Active: 'a', failover.Leaving: 'l', failover.Rejoining: 'r'}
@@ -124,6 +162,8 @@ type Frame struct {
 	// Mode is a K or J grant's: a semaphore's limit, or shared. The zero
 	// Mode for every other frame.
 	Mode engine.Mode
+	// Session is an H, K, G or J grant's session, 0 for none.
+	Session uint64
 	// A heartbeat: From names its sender; Beat is what it says, but for
 	// Beat.Active, which is left empty: Active aliases the line (nil for
 	// "-").
@@ -251,6 +291,33 @@ func parseFields(line []byte, f *Frame) bool {
 			ok = false
 		}
 	} else {
+		// A session's grant: its twin's fields, the session (args[at])
+		// before the owner.
+		at := 0
+		switch f.Kind {
+		case holderOfSession:
+			f.Kind, at = Holder, 3
+		case memberOfSession:
+			f.Kind, at = Member, 4
+		case grantOfSession:
+			f.Kind, at = Grant, 4
+		case joinOfSession:
+			f.Kind, at = Join, 5
+		}
+		if at > 0 {
+			// Cut the session out, so that the twin's rules apply to
+			// the rest: it stands where the owner would, or before it.
+			if len(args) <= at || len(args) > at+2 {
+				return false
+			}
+			if f.Session = num(args[at]); f.Session == 0 {
+				return false
+			}
+			if len(args) == at+2 {
+				args[at] = args[at+1]
+			}
+			args = args[:len(args)-1]
+		}
 		switch f.Kind {
 		case Begin:
 			if want(1) {
@@ -489,14 +556,17 @@ func AppendBegin(dst []byte, seq uint64) []byte {
 }
 
 // AppendHolder appends a snapshot's grant of a held key: H, or K for a
-// grant of mode m other than the zero Mode; remaining is in ns, owner nil
-// for none.
-func AppendHolder(dst []byte, key []byte, token uint64, remaining int64, owner []byte, m engine.Mode) []byte {
-	if m == (engine.Mode{}) {
-		dst = append(dst, "H "...)
-	} else {
-		dst = append(dst, "K "...)
+// grant of mode m other than the zero Mode (Y and V for a grant of session
+// sess, 0 for none); remaining is in ns, owner nil for none.
+func AppendHolder(dst []byte, key []byte, token uint64, remaining int64, owner []byte, m engine.Mode, sess uint64) []byte {
+	k := Holder
+	if m != (engine.Mode{}) {
+		k = Member
 	}
+	if sess != 0 {
+		k = ofSession(k)
+	}
+	dst = append(dst, byte(k), ' ')
 	dst = append(dst, key...)
 	dst = append(dst, ' ')
 	dst = strconv.AppendUint(dst, token, 10)
@@ -505,6 +575,10 @@ func AppendHolder(dst []byte, key []byte, token uint64, remaining int64, owner [
 	if m != (engine.Mode{}) {
 		dst = append(dst, ' ')
 		dst = strconv.AppendUint(dst, uint64(m.Slots), 10)
+	}
+	if sess != 0 {
+		dst = append(dst, ' ')
+		dst = strconv.AppendUint(dst, sess, 10)
 	}
 	if len(owner) > 0 {
 		dst = append(dst, ' ')
@@ -517,14 +591,20 @@ func AppendHolder(dst []byte, key []byte, token uint64, remaining int64, owner [
 func AppendEnd(dst []byte) []byte { return append(dst, "Z\n"...) }
 
 // AppendRecord appends a record frame; remaining (ns) is used by Grant and
-// Extend, owner (nil for none) and m by Grant: a grant of a mode other than
-// the zero Mode is written J.
-func AppendRecord(dst []byte, k Kind, seq uint64, key []byte, token uint64, remaining int64, owner []byte, m engine.Mode) []byte {
+// Extend, owner (nil for none), m and sess (0 for none) by Grant: a grant of
+// a mode other than the zero Mode is written J, a grant of a session F or
+// W.
+func AppendRecord(dst []byte, k Kind, seq uint64, key []byte, token uint64, remaining int64, owner []byte, m engine.Mode, sess uint64) []byte {
 	join := k == Grant && m != (engine.Mode{})
 	if join {
 		k = Join
 	}
-	dst = append(dst, byte(k), ' ')
+	sess = sessionOf(k, sess)
+	if sess != 0 {
+		dst = append(dst, byte(ofSession(k)), ' ')
+	} else {
+		dst = append(dst, byte(k), ' ')
+	}
 	dst = strconv.AppendUint(dst, seq, 10)
 	dst = append(dst, ' ')
 	dst = append(dst, key...)
@@ -538,6 +618,10 @@ func AppendRecord(dst []byte, k Kind, seq uint64, key []byte, token uint64, rema
 		dst = append(dst, ' ')
 		dst = strconv.AppendUint(dst, uint64(m.Slots), 10)
 	}
+	if sess != 0 {
+		dst = append(dst, ' ')
+		dst = strconv.AppendUint(dst, sess, 10)
+	}
 	if (k == Grant || join) && len(owner) > 0 {
 		dst = append(dst, ' ')
 		dst = append(dst, owner...)
@@ -545,17 +629,35 @@ func AppendRecord(dst []byte, k Kind, seq uint64, key []byte, token uint64, rema
 	return append(dst, '\n')
 }
 
+// sessionOf is sess for a grant's record, 0 for any other.
+func sessionOf(k Kind, sess uint64) uint64 {
+	if k != Grant && k != Join {
+		return 0
+	}
+	return sess
+}
+
 // AppendCompactRecord appends a grant of a plain lock, or any release,
 // expiry or extend, in the compact form, for a v3 link: the record after the one before it.
-// remaining (ns) is used by Grant and Extend, owner (nil for none) by Grant.
-func AppendCompactRecord(dst []byte, k Kind, key []byte, token uint64, remaining int64, owner []byte) []byte {
-	dst = append(dst, byte(k)+('a'-'A'), ' ')
+// remaining (ns) is used by Grant and Extend, owner (nil for none) and
+// sess (0 for none: g, else f) by Grant.
+func AppendCompactRecord(dst []byte, k Kind, key []byte, token uint64, remaining int64, owner []byte, sess uint64) []byte {
+	sess = sessionOf(k, sess)
+	if sess != 0 {
+		dst = append(dst, byte(grantOfSession)+('a'-'A'), ' ')
+	} else {
+		dst = append(dst, byte(k)+('a'-'A'), ' ')
+	}
 	dst = append(dst, key...)
 	dst = append(dst, ' ')
 	dst = appendBase64(dst, token)
 	if k == Grant || k == Extend {
 		dst = append(dst, ' ')
 		dst = appendBase64(dst, micros(remaining))
+	}
+	if sess != 0 {
+		dst = append(dst, ' ')
+		dst = appendBase64(dst, sess)
 	}
 	if k == Grant && len(owner) > 0 {
 		dst = append(dst, ' ')
@@ -589,10 +691,12 @@ func parseCompact(buf []byte, f *Frame) int {
 		return 0
 	}
 	k := Kind(buf[0] - ('a' - 'A'))
-	nums := 1 // after the key: the token, and for g and x the time left
+	nums := 1 // after the key: the token, for g, f and x the time left, for f the session
 	switch k {
 	case Grant, Extend:
 		nums = 2
+	case grantOfSession:
+		k, nums = Grant, 3
 	case Release, Expire:
 	default:
 		return 0
@@ -605,7 +709,7 @@ func parseCompact(buf []byte, f *Frame) int {
 	if bytes.IndexByte(key, '\n') >= 0 {
 		return 0 // not one line
 	}
-	var v [2]uint64
+	var v [3]uint64
 	for x := range nums {
 		if i == len(buf) || buf[i] != ' ' {
 			return 0
@@ -614,6 +718,9 @@ func parseCompact(buf []byte, f *Frame) int {
 		if v[x], i, ok = leadingBase64(buf, i+1); !ok {
 			return 0
 		}
+	}
+	if nums == 3 && v[2] == 0 {
+		return 0
 	}
 	var owner []byte
 	if i < len(buf) && buf[i] == ' ' && k == Grant {
@@ -630,8 +737,8 @@ func parseCompact(buf []byte, f *Frame) int {
 		return 0
 	}
 	*f = Frame{} // then field by field: a composite literal is built aside and copied
-	f.Kind, f.Key, f.Token, f.Owner = k, key, v[0], owner
-	if nums == 2 {
+	f.Kind, f.Key, f.Token, f.Owner, f.Session = k, key, v[0], owner, v[2]
+	if nums >= 2 {
 		f.Remaining = remaining(v[1])
 	}
 	return i + 1

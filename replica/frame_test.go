@@ -17,17 +17,17 @@ func TestFramesRoundTrip(t *testing.T) {
 	b = AppendPeer(b, Sync)
 	b = AppendAck(b, 42)
 	b = AppendBegin(b, 5)
-	b = AppendHolder(b, []byte("k/1"), 3, 1500, nil, engine.Mode{}) // 1.5 µs rounds up to 2
+	b = AppendHolder(b, []byte("k/1"), 3, 1500, nil, engine.Mode{}, 0) // 1.5 µs rounds up to 2
 	b = AppendEnd(b)
-	b = AppendRecord(b, Grant, 6, []byte("k/2"), 4, 30e9, nil, engine.Mode{})
-	b = AppendRecord(b, Release, 7, []byte("k/2"), 4, 0, []byte("ignored"), engine.Mode{Slots: 3})
+	b = AppendRecord(b, Grant, 6, []byte("k/2"), 4, 30e9, nil, engine.Mode{}, 0)
+	b = AppendRecord(b, Release, 7, []byte("k/2"), 4, 0, []byte("ignored"), engine.Mode{Slots: 3}, 0)
 	b = AppendHandoff(b, 8, 7, 9, failover.Range{Lo: 1 << 20, Hi: 2 << 20})
-	b = AppendHolder(b, []byte("k/3"), 10, 1e9, []byte("web-3:4121"), engine.Mode{})
-	b = AppendRecord(b, Grant, 9, []byte("k/4"), 11, 1e9, []byte("batch-7"), engine.Mode{})
-	b = AppendHolder(b, []byte("k/5"), 12, 1e9, nil, engine.Mode{Slots: 3})
-	b = AppendRecord(b, Grant, 10, []byte("k/6"), 13, 2e9, []byte("r"), engine.Mode{Shared: true})
-	b = AppendHolder(b, []byte("k/7"), 14, 1e9, []byte("w"), engine.Mode{Shared: true})
-	b = AppendRecord(b, Grant, 11, []byte("k/8"), 15, 1e9, nil, engine.Mode{Slots: 1 << 16})
+	b = AppendHolder(b, []byte("k/3"), 10, 1e9, []byte("web-3:4121"), engine.Mode{}, 0)
+	b = AppendRecord(b, Grant, 9, []byte("k/4"), 11, 1e9, []byte("batch-7"), engine.Mode{}, 0)
+	b = AppendHolder(b, []byte("k/5"), 12, 1e9, nil, engine.Mode{Slots: 3}, 0)
+	b = AppendRecord(b, Grant, 10, []byte("k/6"), 13, 2e9, []byte("r"), engine.Mode{Shared: true}, 0)
+	b = AppendHolder(b, []byte("k/7"), 14, 1e9, []byte("w"), engine.Mode{Shared: true}, 0)
+	b = AppendRecord(b, Grant, 11, []byte("k/8"), 15, 1e9, nil, engine.Mode{Slots: 1 << 16}, 0)
 	var got []Frame
 	for len(b) > 0 {
 		var f Frame
@@ -89,19 +89,23 @@ func TestCompactRecordsRoundTrip(t *testing.T) {
 		token     uint64
 		remaining int64
 		owner     string
+		sess      uint64
 	}{
-		{Grant, "orders/42", 3_000_000, 30e9, ""},
-		{Grant, "k", 1, 1500, "web-3:4121"}, // 1.5 µs rounds up to 2
-		{Release, "orders/42", 3_000_000, 0, ""},
-		{Expire, "k", 1, 0, ""},
-		{Extend, "k", 1, 0, ""},
-		{Grant, "big", 1<<64 - 1, 1 << 62, ""}, // past maxRemaining µs
-		{Release, "big", 1<<64 - 1, 0, ""},
-		{Extend, "k/2", 63, 64e3, ""},
+		{Grant, "orders/42", 3_000_000, 30e9, "", 0},
+		{Grant, "k", 1, 1500, "web-3:4121", 0}, // 1.5 µs rounds up to 2
+		{Release, "orders/42", 3_000_000, 0, "", 0},
+		{Expire, "k", 1, 0, "", 0},
+		{Extend, "k", 1, 0, "", 0},
+		{Grant, "big", 1<<64 - 1, 1 << 62, "", 0}, // past maxRemaining µs
+		{Release, "big", 1<<64 - 1, 0, "", 0},
+		{Extend, "k/2", 63, 64e3, "", 0},
+		{Grant, "orders/42", 3_000_000, 30e9, "", 8841},
+		{Grant, "k", 1, 1500, "web-3:4121", 1<<64 - 1},
+		{Release, "k", 1, 0, "", 8841}, // a session goes with grants only
 	}
 	for i, r := range records {
-		compact := AppendCompactRecord(nil, r.kind, []byte(r.key), r.token, r.remaining, []byte(r.owner))
-		full := AppendRecord(nil, r.kind, uint64(i+1), []byte(r.key), r.token, r.remaining, []byte(r.owner), engine.Mode{})
+		compact := AppendCompactRecord(nil, r.kind, []byte(r.key), r.token, r.remaining, []byte(r.owner), r.sess)
+		full := AppendRecord(nil, r.kind, uint64(i+1), []byte(r.key), r.token, r.remaining, []byte(r.owner), engine.Mode{}, r.sess)
 		if len(compact) >= len(full) {
 			t.Errorf("%q is no shorter than %q", compact, full)
 		}
@@ -119,10 +123,50 @@ func TestCompactRecordsRoundTrip(t *testing.T) {
 		if show(&c) != show(&f) {
 			t.Fatalf("%q parses to %s, %q to %s", compact, show(&c), full, show(&f))
 		}
+		if want := sessionOf(r.kind, r.sess); c.Session != want || c.Kind != r.kind {
+			t.Fatalf("%q: kind %c session %d, want %c %d", compact, c.Kind, c.Session, r.kind, want)
+		}
 	}
 	// The digits: 64 is "10", 63 "o".
-	if got := string(AppendCompactRecord(nil, Extend, []byte("k"), 64, 63e3, nil)); got != "x k 10 o\n" {
+	if got := string(AppendCompactRecord(nil, Extend, []byte("k"), 64, 63e3, nil, 0)); got != "x k 10 o\n" {
 		t.Fatalf("extend: %q", got)
+	}
+}
+
+// A grant of a session travels as its own kind of frame, so that a cluster
+// whose clients name no session keeps the frames of earlier versions; it
+// parses to its twin with the session.
+func TestGrantsOfASessionRoundTrip(t *testing.T) {
+	const sess = 8841
+	for _, tc := range []struct {
+		enc  []byte
+		want string // the frame as written
+		kind Kind
+		mode engine.Mode
+	}{
+		{AppendHolder(nil, []byte("k"), 3, 1e9, nil, engine.Mode{}, sess), "Y k 3 1000000 8841\n", Holder, engine.Mode{}},
+		{AppendHolder(nil, []byte("k"), 3, 1e9, []byte("o"), engine.Mode{Slots: 2}, sess), "V k 3 1000000 2 8841 o\n", Member, engine.Mode{Slots: 2}},
+		{AppendRecord(nil, Grant, 9, []byte("k"), 4, 1e9, []byte("o"), engine.Mode{}, sess), "F 9 k 4 1000000 8841 o\n", Grant, engine.Mode{}},
+		{AppendRecord(nil, Grant, 9, []byte("k"), 4, 1e9, nil, engine.Mode{Shared: true}, sess), "W 9 k 4 1000000 0 8841\n", Join, engine.Mode{Shared: true}},
+		{AppendCompactRecord(nil, Grant, []byte("k"), 4, 1e9, nil, sess), "f k 4 3d90 2:9\n", Grant, engine.Mode{}},
+	} {
+		if string(tc.enc) != tc.want {
+			t.Errorf("encoded %q, want %q", tc.enc, tc.want)
+		}
+		var f Frame
+		if n, err := Parse(tc.enc, &f); n != len(tc.enc) || err != nil {
+			t.Fatalf("Parse(%q): %d %v", tc.enc, n, err)
+		}
+		if f.Kind != tc.kind || f.Session != sess || f.Mode != tc.mode || string(f.Key) != "k" {
+			t.Errorf("%q parses to %s: kind %c session %d mode %+v", tc.enc, show(&f), f.Kind, f.Session, f.Mode)
+		}
+	}
+	// Refused: no session, a session of 0, one field too many.
+	for _, line := range []string{"Y k 3 1\n", "Y k 3 1 0\n", "F 9 k 4 1 8841 o x\n", "f k 4 1 0\n", "W 9 k 4 1 0\n"} {
+		var f Frame
+		if n, err := Parse([]byte(line), &f); err == nil {
+			t.Errorf("%q accepted (%d) as %s", line, n, show(&f))
+		}
 	}
 }
 

@@ -40,6 +40,13 @@ var frameSeeds = []string{
 	"g orders/42 _3o 1mDQ0 web-3:4121\n", "g k 1 1 o\nr k 1\nJ 3 k 2 5 0\ng k 3 1\n",
 	"g k 01 1\n", "g k 1 1\r\n", "r k\n1 1\n", "g k 1\n", "r k 1 1\n", "x k 5 0 o\n",
 	"g k f0000000000 1\n", "g k @0000000000 1\n", "m k 1\n", "G 0 k 1 1\n", "R 0 k 1\n",
+	// Grants of a session.
+	"Y orders/42 3145729 29999706 8841\n", "Y orders/42 3145729 29999706 8841 web-3:4121\n",
+	"V pool/db 3145729 29999706 3 8841 web-3:4121\n", "V doc/7 1 1 0 18446744073709551615\n",
+	"F 18 orders/42 3145730 30000000 8841\n", "F 18 orders/42 3145730 30000000 8841 web-3:4121\n",
+	"W 18 doc/7 3145730 30000000 0 8841 reader-1\n", "W 18 pool/db 3145730 30000000 3 8841\n",
+	"f orders/42 _3o 1mDQ0 2I9\n", "f orders/42 _3o 1mDQ0 2I9 web-3:4121\n", "f k 1 1 0\n", "f k 1 1\n",
+	"F 18 k 1 1 0\n", "Y k 1 1\n", "F 18 k 1 1 1 o x\n", "B 1\nY k 1 1 7\nZ\nf k 2 5 7\nr k 2\n",
 }
 
 func FuzzParse(f *testing.F) {
@@ -145,7 +152,7 @@ func parseAll(data, cuts []byte) []string {
 func show(f *Frame) string {
 	g := *f
 	return strings.NewReplacer("\n", `\n`).Replace(
-		string(appendFrame(nil, &g)) + "|" + string(g.Key) + "|" + string(g.Owner) + "|" + string(g.From) + "|" + string(g.Active) + "|" + fmt.Sprint(g.Beat))
+		string(appendFrame(nil, &g)) + "|" + string(g.Key) + "|" + string(g.Owner) + "|" + string(g.From) + "|" + string(g.Active) + "|" + fmt.Sprint(g.Beat) + "|" + fmt.Sprint(g.Session))
 }
 
 func checkFrame(t *testing.T, f *Frame) {
@@ -161,6 +168,9 @@ func checkFrame(t *testing.T, f *Frame) {
 	}
 	if f.Owner != nil && (f.Kind != Holder && f.Kind != Grant && f.Kind != Member && f.Kind != Join || len(f.Owner) == 0 || len(f.Owner) > 64 || bytes.ContainsAny(f.Owner, " \n")) {
 		t.Fatalf("an owner %q on %c", f.Owner, f.Kind)
+	}
+	if f.Session != 0 && f.Kind != Holder && f.Kind != Grant && f.Kind != Member && f.Kind != Join {
+		t.Fatalf("a session %d on %c", f.Session, f.Kind)
 	}
 }
 
@@ -181,7 +191,7 @@ func appendFrame(dst []byte, f *Frame) []byte {
 	case Begin:
 		return AppendBegin(dst, f.Seq)
 	case Holder, Member:
-		return AppendHolder(dst, f.Key, f.Token, f.Remaining, f.Owner, f.Mode)
+		return AppendHolder(dst, f.Key, f.Token, f.Remaining, f.Owner, f.Mode, f.Session)
 	case End:
 		return AppendEnd(dst)
 	case Handoff:
@@ -189,12 +199,12 @@ func appendFrame(dst []byte, f *Frame) []byte {
 	}
 	kind := f.Kind
 	if f.Seq == 0 {
-		return AppendCompactRecord(dst, kind, f.Key, f.Token, f.Remaining, f.Owner)
+		return AppendCompactRecord(dst, kind, f.Key, f.Token, f.Remaining, f.Owner, f.Session)
 	}
 	if kind == Join {
 		kind = Grant // AppendRecord writes a grant with a mode as J
 	}
-	return AppendRecord(dst, kind, f.Seq, f.Key, f.Token, f.Remaining, f.Owner, f.Mode)
+	return AppendRecord(dst, kind, f.Seq, f.Key, f.Token, f.Remaining, f.Owner, f.Mode, f.Session)
 }
 
 // FuzzHandshake feeds arbitrary lines to both sides of the handshake: no

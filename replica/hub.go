@@ -147,10 +147,11 @@ func appendRecords(dst []byte, seq uint64, now int64, out *engine.Output, compac
 		case engine.RecordExtend:
 			k = Extend
 		}
+		sess := uint64(out.RecordSession(r))
 		if m := r.Mode(); !compact || seq%fullEvery == 0 || k == Grant && m != (engine.Mode{}) {
-			dst = AppendRecord(dst, k, seq, out.RecordKey(r), r.Token, r.Deadline-now, out.RecordOwner(r), m)
+			dst = AppendRecord(dst, k, seq, out.RecordKey(r), r.Token, r.Deadline-now, out.RecordOwner(r), m, sess)
 		} else {
-			dst = AppendCompactRecord(dst, k, out.RecordKey(r), r.Token, r.Deadline-now, out.RecordOwner(r))
+			dst = AppendCompactRecord(dst, k, out.RecordKey(r), r.Token, r.Deadline-now, out.RecordOwner(r), sess)
 		}
 	}
 	return dst

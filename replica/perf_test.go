@@ -16,11 +16,11 @@ func recordBatch(n int, compact bool) []byte {
 		key := fmt.Appendf(nil, "bench-1f3a/%d", i*50+7)
 		token := uint64(i + 3_000_000)
 		if compact {
-			b = AppendCompactRecord(b, Grant, key, token, 30e9, nil)
-			b = AppendCompactRecord(b, Release, key, token, 0, nil)
+			b = AppendCompactRecord(b, Grant, key, token, 30e9, nil, 0)
+			b = AppendCompactRecord(b, Release, key, token, 0, nil, 0)
 		} else {
-			b = AppendRecord(b, Grant, uint64(2*i+1_000_001), key, token, 30e9, nil, engine.Mode{})
-			b = AppendRecord(b, Release, uint64(2*i+1_000_002), key, token, 0, nil, engine.Mode{})
+			b = AppendRecord(b, Grant, uint64(2*i+1_000_001), key, token, 30e9, nil, engine.Mode{}, 0)
+			b = AppendRecord(b, Release, uint64(2*i+1_000_002), key, token, 0, nil, engine.Mode{}, 0)
 		}
 	}
 	return b

@@ -80,7 +80,7 @@ func TestStandbyRefusesCompactRecordsOnALinkOfV2(t *testing.T) {
 		s := newStandbyStream(t, false, 1, 1)
 		s.n.cfg.Peers = []string{"127.0.0.1:1", s.n.cfg.Listen} // for the log line
 		s.pc.version = version
-		s.c.in = replica.AppendCompactRecord(nil, replica.Grant, []byte("k"), 1, 30e9, nil)
+		s.c.in = replica.AppendCompactRecord(nil, replica.Grant, []byte("k"), 1, 30e9, nil, 0)
 		act := s.n.onPeerTraffic(s.pc)
 		if version == 2 && (act != gnet.Close || s.pc.seq != 0) {
 			t.Fatalf("v2: action %v, applied up to %d", act, s.pc.seq)
@@ -133,11 +133,11 @@ func (s *standbyStream) reads(k int) [][]byte {
 			for i := range s.cycles {
 				key := fmt.Appendf(nil, "bench-1f3a/%d", i)
 				if s.pc.version >= 3 {
-					b = replica.AppendCompactRecord(b, replica.Grant, key, s.seq+1, 30e9, nil)
-					b = replica.AppendCompactRecord(b, replica.Release, key, s.seq+1, 0, nil)
+					b = replica.AppendCompactRecord(b, replica.Grant, key, s.seq+1, 30e9, nil, 0)
+					b = replica.AppendCompactRecord(b, replica.Release, key, s.seq+1, 0, nil, 0)
 				} else {
-					b = replica.AppendRecord(b, replica.Grant, s.seq+1, key, s.seq+1, 30e9, nil, engine.Mode{})
-					b = replica.AppendRecord(b, replica.Release, s.seq+2, key, s.seq+1, 0, nil, engine.Mode{})
+					b = replica.AppendRecord(b, replica.Grant, s.seq+1, key, s.seq+1, 30e9, nil, engine.Mode{}, 0)
+					b = replica.AppendRecord(b, replica.Release, s.seq+2, key, s.seq+1, 0, nil, engine.Mode{}, 0)
 				}
 				s.seq += 2
 			}

@@ -519,7 +519,7 @@ func TestOnPathInjectionIntoAPeerLinkIsRefused(t *testing.T) {
 		}
 		out := b
 		once.Do(func() {
-			out = replica.AppendCompactRecord(bytes.Clone(b), replica.Grant, []byte("forged"), 4242, 600e9, nil)
+			out = replica.AppendCompactRecord(bytes.Clone(b), replica.Grant, []byte("forged"), 4242, 600e9, nil, 0)
 			close(injected)
 		})
 		return out

@@ -121,7 +121,7 @@ func (n *Node) sendSnapshot(pc *peerConn) {
 		now := n.now()
 		buf := sn.buf[:0]
 		done := b.sh.Scan(&sn.cur, snapshotChunk, func(h engine.Held) {
-			buf = replica.AppendHolder(buf, h.Key, h.Token, h.Deadline-now, h.Owner, h.Mode)
+			buf = replica.AppendHolder(buf, h.Key, h.Token, h.Deadline-now, h.Owner, h.Mode, uint64(h.Session))
 		})
 		b.mu.Unlock()
 		if done {
