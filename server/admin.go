@@ -67,7 +67,8 @@ var (
 	descGrantsBy    = desc("grants_by_kind_total", "Grants by kind: lock (exclusive), shared (read grants of a read-write lock), semaphore.", "kind")
 	descQueuedBy    = desc("queued_by_kind_total", "Acquires that queued for their grant, by kind (lock, shared, semaphore).", "kind")
 	descHolders     = desc("holders", "Grants held now, by kind (lock, shared, semaphore).", "kind")
-	descReleases    = desc("releases_total", "Release requests, by result (ok, stale).", "result")
+	descReleases    = desc("releases_total", "Release requests, by result: ok, stale, repeat (a session's release of a grant it released before, sent again after its answer was lost: answered OK).", "result")
+	descAdopted     = desc("session_adopted_total", "Acquires of a session sent again (seen=) that were answered the grant of their first attempt, whose answer was lost.")
 	descExtends     = desc("extends_total", "Extend requests, by result (ok, stale).", "result")
 	descExpiries    = desc("expiries_total", "Leases that ran out before a release: a sign of dead or paused holders.")
 	descTimeouts    = desc("wait_timeouts_total", "Queued acquires whose wait ran out (answered T).")
@@ -128,6 +129,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	counter(descReleases, e.Releases, "ok")
 	counter(descReleases, e.StaleReleases, "stale")
+	counter(descReleases, e.RepeatReleases, "repeat")
+	counter(descAdopted, e.Adopted)
 	counter(descExtends, e.Extends, "ok")
 	counter(descExtends, e.StaleExtends, "stale")
 	counter(descExpiries, e.Expiries)

@@ -56,9 +56,12 @@ type conn struct {
 	// hello and was challenged; its next line must be the proof.
 	hs   *replica.Accepting
 	held int // answers held for a standby's acknowledgement (semi-sync), bytes
-	// list is the listing (L) being written, nil when none: until it
-	// ends, the connection's requests are not read (list.go).
+	// list is the listing (L, or S's) being written, nil when none: until
+	// it ends, the connection's requests are not read (list.go).
 	list *listing
+	// session is the session the connection named (S), 0 for none: the
+	// grants made for its acquires carry it (engine.Session).
+	session engine.Session
 
 	// What a hostile client is held to (see auth.go, idle.go).
 	src       netip.Addr           // its source (sources.go)

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -116,6 +117,9 @@ func (w *shardWalk) closeCursor(n *Node) {
 type listWalk struct {
 	prefix string
 	limit  uint64 // 0: no limit
+	// session, when set, lists that session's grants only (S), and passes
+	// over the shards where it holds none without walking them.
+	session engine.Session
 	// allow, when set, says whether the listing shows key (a client's
 	// credential); it runs under the shard's mutex.
 	allow func(key []byte) bool
@@ -133,9 +137,15 @@ func (w *listWalk) done(n *Node) bool { return w.more || w.shard == len(n.shards
 // the key's grant and its lease left in ms.
 func (w *listWalk) step(n *Node, dst []byte, emit func(dst []byte, h *engine.Held, leftMs int64) []byte) []byte {
 	b := w.lock(n)
+	if w.session != 0 && b.sh.SessionGrants(w.session) == 0 {
+		b.sh.Close(&w.cur)
+		b.mu.Unlock()
+		w.next()
+		return dst
+	}
 	now := n.now()
 	finished := b.sh.Scan(&w.cur, listChunk, func(h engine.Held) {
-		if w.more || !hasPrefix(h.Key, w.prefix) || w.allow != nil && !w.allow(h.Key) {
+		if w.more || w.session != 0 && h.Session != w.session || !hasPrefix(h.Key, w.prefix) || w.allow != nil && !w.allow(h.Key) {
 			return
 		}
 		if w.limit != 0 && w.count == w.limit {
@@ -166,15 +176,43 @@ func (w *listWalk) close(n *Node) {
 // connection's loop.
 type listing struct {
 	listWalk
-	started bool
-	waiting int64 // since when it waits for its client to read (node clock), 0: not
-	task    gnet.Runnable
+	// ofSession: the listing answers S, and ends with "S count".
+	ofSession bool
+	started   bool
+	waiting   int64 // since when it waits for its client to read (node clock), 0: not
+	task      gnet.Runnable
 }
 
 // startList begins the listing req asked for on cs; serve stops reading
 // cs's lines, and steps it once the lines before it are answered.
 func (lp *loop) startList(cs *conn, req *wire.Request) {
-	ls := &listing{listWalk: listWalk{prefix: string(req.Prefix), limit: req.Limit}}
+	lp.beginList(cs, &listing{listWalk: listWalk{prefix: string(req.Prefix), limit: req.Limit}})
+}
+
+// Refusals of S, and of an acquire's seen=, counted by reason.
+var (
+	errNoSession    = errors.New("server: no session")
+	errSessionNamed = errors.New("server: session already named")
+)
+
+// startSession names cs's session, as S asked (a connection names one
+// session: naming it again lists it again, naming another is refused), and
+// begins the listing of its grants, as startList begins L's.
+func (lp *loop) startSession(cs *conn, req *wire.Request) {
+	sess := engine.Session(req.Session)
+	if cs.session != 0 && cs.session != sess {
+		lp.refused.count(errSessionNamed)
+		cs.out = wire.AppendError(cs.out, req.EchoOp, req.EchoKey, wire.Reason(errSessionNamed))
+		lp.markDirty(cs)
+		return
+	}
+	// cs.session is set as the listing starts (stepList): after the
+	// requests sent before the S are executed.
+	lp.beginList(cs, &listing{listWalk: listWalk{session: sess}, ofSession: true})
+}
+
+// beginList makes ls cs's listing.
+func (lp *loop) beginList(cs *conn, ls *listing) {
 	if cs.cred != nil {
 		ls.allow = func(key []byte) bool { return cs.cred == nil || cs.cred.Allows(key) }
 	}
@@ -195,6 +233,9 @@ func (lp *loop) stepList(cs *conn) {
 	if ls == nil || cs.closed || ls.waiting != 0 {
 		return
 	}
+	if !ls.started && ls.ofSession {
+		cs.session = ls.session
+	}
 	ls.started = true
 	for sent := 0; ; {
 		if !n.roles.deciding() {
@@ -212,7 +253,11 @@ func (lp *loop) stepList(cs *conn) {
 			return
 		}
 		if ls.done(n) {
-			cs.out = wire.AppendListEnd(cs.out, ls.count, ls.more)
+			if ls.ofSession {
+				cs.out = wire.AppendSessionEnd(cs.out, ls.count)
+			} else {
+				cs.out = wire.AppendListEnd(cs.out, ls.count, ls.more)
+			}
 			ls.close(n)
 			cs.list = nil
 			lp.markDirty(cs)

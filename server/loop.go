@@ -119,6 +119,8 @@ type request struct {
 	lease  int64 // ns
 	wait   int64 // ns
 	token  uint64
+	again  bool // A: sent again, with the token its session had seen (engine.Ask)
+	seen   uint64
 	err    error
 	echoOp []byte
 	// stale marks an acquire that waited in a frozen node's input past
@@ -309,6 +311,11 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 		lp.closing = true
 	case req.Op == wire.OpList:
 		lp.startList(cs, req)
+	case req.Op == wire.OpSession:
+		lp.startSession(cs, req)
+	case req.Op == wire.OpAcquire && req.Again && cs.session == 0:
+		lp.refused.count(errNoSession)
+		lp.batch = append(lp.batch, request{op: req.Op, key: req.Key, err: errNoSession, echoOp: req.EchoOp})
 	case cs.cred != nil && !cs.cred.Allows(req.Key):
 		lp.refused.count(errKeyForbidden)
 		lp.batch = append(lp.batch, request{op: req.Op, key: req.Key, err: errKeyForbidden, echoOp: req.EchoOp})
@@ -317,7 +324,7 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 		// composite literal would be built on the stack and copied.
 		lp.batch = append(lp.batch, request{})
 		r := &lp.batch[len(lp.batch)-1]
-		r.op, r.key, r.owner, r.token = req.Op, req.Key, req.Owner, req.Token
+		r.op, r.key, r.owner, r.token, r.again, r.seen = req.Op, req.Key, req.Owner, req.Token, req.Again, req.Seen
 		r.mode = engine.Mode{Slots: req.Slots, Shared: req.Shared}
 		r.lease, r.wait = req.Lease*ms, req.Wait*ms // NoWait stays negative: a try
 		if req.Op == wire.OpAcquire {
@@ -448,9 +455,10 @@ func (lp *loop) apply(sh *engine.Shard, cs *conn, r *request, now int64) {
 		cs.out = wire.AppendTimeout(cs.out, r.key)
 		lp.markDirty(cs)
 	case r.op == wire.OpAcquire:
-		sh.AcquireMode(now, cs.id, r.key, r.owner, r.mode, r.lease, r.wait, out)
+		a := engine.Ask{Owner: r.owner, Mode: r.mode, Lease: r.lease, Wait: r.wait, Session: cs.session, Again: r.again, Seen: r.seen}
+		sh.AcquireAs(now, cs.id, r.key, &a, out)
 	case r.op == wire.OpRelease:
-		sh.Release(now, cs.id, r.key, r.token, out)
+		sh.ReleaseBy(now, cs.id, cs.session, r.key, r.token, out)
 	case r.op == wire.OpExtend:
 		sh.Extend(now, cs.id, r.key, r.token, r.lease, out)
 	case r.op == wire.OpCancel:

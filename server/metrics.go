@@ -15,7 +15,8 @@ var refusalReasons = [...]error{
 	wire.ErrMissingField, wire.ErrTooManyFields, wire.ErrBadLease,
 	wire.ErrLeaseTooLong, wire.ErrBadWait, wire.ErrWaitTooLong, wire.ErrBadToken,
 	wire.ErrBadName, wire.ErrBadSecret, wire.ErrBadOwner, wire.ErrBadLimit, wire.ErrBadPrefix,
-	wire.ErrLimitTooHigh, wire.ErrBadMode,
+	wire.ErrLimitTooHigh, wire.ErrBadMode, wire.ErrBadSession, wire.ErrBadSeen,
+	errNoSession, errSessionNamed,
 	errTooManyConns, errPeerUnauthorized, errTooManyFromSource, errIdle, errAuthTimeout,
 	errAuthRequired, errBadCredentials, errAuthThrottled, errKeyForbidden, errRevoked, errAuthenticated,
 }

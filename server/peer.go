@@ -335,7 +335,7 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 		if !pc.inSnap {
 			return false, gnet.Close
 		}
-		pc.install(f.Key, f.Token, f.Remaining, f.Owner, f.Mode)
+		pc.install(f)
 		return false, gnet.None
 	case replica.End:
 		if !pc.inSnap {
@@ -373,7 +373,7 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 	pc.seq = f.Seq
 	switch f.Kind {
 	case replica.Grant, replica.Join, replica.Extend:
-		pc.install(f.Key, f.Token, f.Remaining, f.Owner, f.Mode)
+		pc.install(f)
 	case replica.Release, replica.Expire:
 		b := pc.lockShard(f.Key)
 		b.sh.Drop(pc.now, f.Key, f.Token, f.Kind == replica.Release, &pc.rout)
@@ -382,11 +382,12 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 	return true, gnet.None
 }
 
-// install makes token a grant of key, of mode m, on this standby; a new
-// grant takes owner (nil: none), an extend keeps the grant's.
-func (pc *peerConn) install(key []byte, token uint64, remaining int64, owner []byte, m engine.Mode) {
-	b := pc.lockShard(key)
-	if err := b.sh.Install(pc.now, key, token, pc.now+remaining, owner, m, 0); err != nil {
+// install makes f's token a grant of its key, of its mode and session, on
+// this standby; a new grant takes its owner (nil: none), an extend keeps
+// the grant's owner and session.
+func (pc *peerConn) install(f *replica.Frame) {
+	b := pc.lockShard(f.Key)
+	if err := b.sh.Install(pc.now, f.Key, f.Token, pc.now+f.Remaining, f.Owner, f.Mode, engine.Session(f.Session)); err != nil {
 		pc.n.log.Error().Err(err).Msg("cannot hold a replicated grant")
 	}
 }
