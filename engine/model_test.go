@@ -112,6 +112,8 @@ type mRecord struct {
 	owner    string  // grants
 	mode     Mode    // grants
 	sess     Session // grants
+	// bySession: a release by the grant's own session.
+	bySession bool
 }
 
 type model struct {
@@ -210,7 +212,7 @@ func (m *model) grant(now int64, key string, l *mLock, conn ConnID, sess Session
 	l.grants = append(l.grants, mGrant{m.last, now + lease, owner, sess})
 	m.answer(conn, Granted, key, m.last, nil)
 	if m.wantRecords {
-		m.records = append(m.records, mRecord{RecordGrant, key, m.last, now + lease, owner, md, sess})
+		m.records = append(m.records, mRecord{RecordGrant, key, m.last, now + lease, owner, md, sess, false})
 	}
 }
 
@@ -314,9 +316,13 @@ func (m *model) release(now int64, conn ConnID, sess Session, key string, token 
 		return
 	}
 	m.answer(conn, Released, key, 0, nil)
-	m.record(RecordRelease, key, token, 0)
-	if g := l.grants[i]; g.sess != 0 {
+	by := false
+	if g := l.grants[i]; g.sess != 0 && g.sess == sess {
 		m.released[mReleased{g.sess, key, token}] = true
+		by = true
+	}
+	if m.wantRecords {
+		m.records = append(m.records, mRecord{kind: RecordRelease, key: key, token: token, bySession: by})
 	}
 	l.grants = slices.Delete(l.grants, i, i+1)
 	m.serve(now, now, key, l)
@@ -929,7 +935,7 @@ func (r *modelRun) compare(before uint64) {
 		var gotRec []mRecord
 		for i := range r.out.Records {
 			rc := &r.out.Records[i]
-			gotRec = append(gotRec, mRecord{rc.Kind, string(r.out.RecordKey(rc)), rc.Token, rc.Deadline, string(r.out.RecordOwner(rc)), rc.Mode(), r.out.RecordSession(rc)})
+			gotRec = append(gotRec, mRecord{rc.Kind, string(r.out.RecordKey(rc)), rc.Token, rc.Deadline, string(r.out.RecordOwner(rc)), rc.Mode(), r.out.RecordSession(rc), rc.BySession()})
 		}
 		for i := range r.m.records {
 			if tok, ok := remap[r.m.records[i].token]; ok && r.m.records[i].kind == RecordGrant {

@@ -62,7 +62,8 @@ type Record struct {
 	// Record stays 32 bytes.
 	shared bool
 	// sessioned is a Grant's of a session, which follows its owner in
-	// Output.keys (see Output.RecordSession).
+	// Output.keys (see Output.RecordSession); on a Release, that the
+	// grant's own session released it (see Record.BySession).
 	sessioned bool
 	slots     uint32
 	Token     uint64
@@ -112,6 +113,11 @@ func (o *Output) Group(a *Answer) (m Mode, holders int) {
 	return Mode{Slots: slots, Shared: slots == 0}, holders
 }
 
+// BySession reports whether a Release record's grant was released by its
+// own session (a connection that named the session the grant belongs to):
+// a standby remembers those releases as the active does (Shard.Drop).
+func (r *Record) BySession() bool { return r.Kind == RecordRelease && r.sessioned }
+
 // Mode returns a Grant record's mode: the zero Mode for an exclusive grant.
 func (r *Record) Mode() Mode { return Mode{Slots: r.slots, Shared: r.shared} }
 
@@ -126,7 +132,7 @@ func (o *Output) RecordOwner(r *Record) []byte {
 
 // RecordSession returns the session of a Grant record's grant, 0 for none.
 func (o *Output) RecordSession(r *Record) Session {
-	if !r.sessioned {
+	if r.Kind != RecordGrant || !r.sessioned {
 		return 0
 	}
 	end := r.keyOff + r.keyLen + uint32(r.ownerLen)
@@ -186,6 +192,16 @@ func (o *Output) record(kind RecordKind, key string, token uint64, deadline int6
 	}
 	off, n := o.keyRef(key)
 	o.Records = append(o.Records, Record{Kind: kind, Token: token, Deadline: deadline, keyOff: off, keyLen: n})
+}
+
+// recordRelease is record for a release, by the grant's own session
+// (bySession) or not.
+func (o *Output) recordRelease(key string, token uint64, bySession bool) {
+	if !o.WantRecords {
+		return
+	}
+	off, n := o.keyRef(key)
+	o.Records = append(o.Records, Record{Kind: RecordRelease, sessioned: bySession, Token: token, keyOff: off, keyLen: n})
 }
 
 // recordGrant is record for an exclusive grant of session sess, with its

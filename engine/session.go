@@ -16,11 +16,13 @@ package engine
 //     of its mode, with a token above that one: the grant of an earlier
 //     attempt of the same acquire, whose answer was lost. Its lease starts
 //     again from now for the acquire's lease (an Extend record).
-//   - A release of the session (ReleaseBy) of a grant of the session that
-//     was released lately is answered Released again, not ReleaseStale: a
-//     release sent again after its answer was lost succeeds. The shard
-//     remembers the last releases of session grants (journal), those
-//     applied from its active's stream (Drop) included.
+//   - A release of the session (ReleaseBy) of a grant that the session
+//     itself released lately is answered Released again, not
+//     ReleaseStale: a release sent again after its answer was lost
+//     succeeds. The shard remembers the last such releases (journal), those
+//     applied from its active's stream (Drop) included. A grant of the
+//     session released by another (with its token) is not its own to
+//     release again: that release is stale.
 type Session uint64
 
 // stamp is an instant in now units divided by 2^stampShift, in 32 bits: a

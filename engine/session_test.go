@@ -135,15 +135,22 @@ func TestReleaseSentAgainIsAnsweredAsTheFirstWas(t *testing.T) {
 	s.releaseBy(2, sess, "other", 1)
 	s.release(2, "k", 1)
 	s.expect("conn2: R k STALE", "conn2: R other STALE", "conn2: R k STALE")
+	// A grant of the session released by another, with its token (a
+	// handover), is not the session's to release again: stale.
+	s.ask(1, "h", sess, -1, Mode{}, 10*sec, 0)
+	s.expect("conn1: A h 2")
+	s.releaseBy(3, sess+1, "h", 2)
+	s.releaseBy(1, sess, "h", 2)
+	s.expect("conn3: R h OK", "conn1: R h STALE")
 	// A grant whose lease ran out was not released: stale, its holder
 	// lost it.
 	s.ask(1, "k", sess, -1, Mode{}, 10*sec, 0)
-	s.expect("conn1: A k 2")
+	s.expect("conn1: A k 3")
 	s.tick(11 * sec)
-	s.releaseBy(1, sess, "k", 2)
+	s.releaseBy(1, sess, "k", 3)
 	s.expect("conn1: R k STALE")
-	if c := s.sh.Counters(); c.RepeatReleases != 1 || c.StaleReleases != 4 {
-		t.Fatalf("RepeatReleases %d, StaleReleases %d; want 1, 4", c.RepeatReleases, c.StaleReleases)
+	if c := s.sh.Counters(); c.RepeatReleases != 1 || c.StaleReleases != 5 {
+		t.Fatalf("RepeatReleases %d, StaleReleases %d; want 1, 5", c.RepeatReleases, c.StaleReleases)
 	}
 }
 

@@ -538,7 +538,8 @@ func (s *Shard) Release(now int64, conn ConnID, key []byte, token uint64, out *O
 
 // ReleaseBy is Release asked by conn of session sess (0: none). A token
 // that is not the key's grant is answered ReleaseStale, unless it was a
-// grant of sess released lately (the journal): then Released again.
+// grant of sess that sess released lately (the journal): then Released
+// again.
 func (s *Shard) ReleaseBy(now int64, conn ConnID, sess Session, key []byte, token uint64, out *Output) {
 	h := hashKey(key)
 	l, hd, ok := s.grantOf(h, key, token)
@@ -554,21 +555,21 @@ func (s *Shard) ReleaseBy(now int64, conn ConnID, sess Session, key []byte, toke
 	}
 	s.counters.Releases++
 	out.answer(conn, Released, l.key(), 0)
-	out.record(RecordRelease, l.key(), token, 0)
-	s.noteRelease(h, l, hd, token)
+	own := sess != 0 && s.grantSession(l, hd) == sess
+	out.recordRelease(l.key(), token, own)
+	if own {
+		s.journal.add(token, sess, h)
+	}
 	s.end(now, h, l, hd, out)
 }
 
-// noteRelease remembers, when the grant token of l (hd, of a group) has a
-// session, that it was released.
-func (s *Shard) noteRelease(h uint64, l *lock, hd *holder, token uint64) {
-	si := l.sess
+// grantSession returns the session of l's grant (hd's, of a group), 0 for
+// none.
+func (s *Shard) grantSession(l *lock, hd *holder) Session {
 	if hd != nil {
-		si = hd.sess
+		return s.sess.id(hd.sess)
 	}
-	if si != 0 {
-		s.journal.add(token, s.sess.id(si), h)
-	}
+	return s.sess.id(l.sess)
 }
 
 // end ends a grant of l at now, released: l's own grant when hd is nil,
@@ -603,7 +604,7 @@ func (s *Shard) ReleaseUndelivered(now int64, key []byte, token uint64, out *Out
 		return false
 	}
 	s.counters.Undelivered++
-	out.record(RecordRelease, l.key(), token, 0)
+	out.recordRelease(l.key(), token, false)
 	s.end(now, h, l, hd, out)
 	return true
 }
@@ -909,18 +910,19 @@ func (s *Shard) Install(now int64, key []byte, token uint64, deadline int64, own
 }
 
 // Drop ends the grant token of key, if it is still one of its grants: a
-// standby applies its active's releases (released set) and expiries this
-// way; a release of a session's grant is remembered as ReleaseBy's are.
-// The key passes to its head waiters, answered in out, as a release would;
-// a standby has none. It reports whether the grant was there.
-func (s *Shard) Drop(now int64, key []byte, token uint64, released bool, out *Output) bool {
+// standby applies its active's releases and expiries this way. A release
+// by the grant's own session (bySession: Record.BySession) is remembered
+// as ReleaseBy remembers it. The key passes to its head waiters, answered
+// in out, as a release would; a standby has none. It reports whether the
+// grant was there.
+func (s *Shard) Drop(now int64, key []byte, token uint64, bySession bool, out *Output) bool {
 	h := hashKey(key)
 	l, hd, ok := s.grantOf(h, key, token)
 	if !ok {
 		return false
 	}
-	if released {
-		s.noteRelease(h, l, hd, token)
+	if sess := s.grantSession(l, hd); bySession && sess != 0 {
+		s.journal.add(token, sess, h)
 	}
 	if hd == nil {
 		s.leases.Cancel(l)

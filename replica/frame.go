@@ -50,6 +50,12 @@
 //	F seq key token remaining session [owner]         G of a session
 //	W seq key token remaining limit session [owner]   J of a session
 //
+// and a release of a session's grant by that session itself (a client
+// that may send it again after its answer was lost: the new active must
+// know it, see engine.Session) is a Q, R's twin:
+//
+//	Q seq key token                                   R by the grant's session
+//
 // A standby from before sessions refuses them (a bad frame), and copies the
 // state afresh until it is upgraded: upgrade standbys before the active. A
 // cluster whose clients name no session keeps the frames of earlier
@@ -76,6 +82,7 @@
 //	g key token remaining [owner]          G
 //	f key token remaining session [owner]  F
 //	r key token                            R
+//	q key token                            Q
 //	e key token                            E
 //	x key token remaining                  X
 //
@@ -123,6 +130,11 @@ const (
 	Extend  Kind = 'X'
 	Handoff Kind = 'O'
 
+	// ReleaseBySession is a Release by the grant's own session, as an
+	// encoder takes it; Parse gives it as a Release with
+	// Frame.BySession set.
+	ReleaseBySession Kind = 'Q'
+
 	// The kinds of a session's grants, on the wire only: Parse gives
 	// their twins (Holder, Member, Grant, Join) with Frame.Session set.
 	holderOfSession Kind = 'Y'
@@ -164,6 +176,8 @@ type Frame struct {
 	Mode engine.Mode
 	// Session is an H, K, G or J grant's session, 0 for none.
 	Session uint64
+	// BySession: an R released by the grant's own session (a Q frame).
+	BySession bool
 	// A heartbeat: From names its sender; Beat is what it says, but for
 	// Beat.Active, which is left empty: Active aliases the line (nil for
 	// "-").
@@ -355,9 +369,12 @@ func parseFields(line []byte, f *Frame) bool {
 				f.Seq, f.Key, f.Token, f.Remaining = num(args[0]), args[1], num(args[2]), remaining(num(args[3]))
 				f.Mode, ok = parseMode(args[4])
 			}
-		case Release, Expire:
+		case Release, Expire, ReleaseBySession:
 			if want(3) {
 				f.Seq, f.Key, f.Token = num(args[0]), args[1], num(args[2])
+			}
+			if f.Kind == ReleaseBySession {
+				f.Kind, f.BySession = Release, true
 			}
 		case Handoff:
 			if want(5) {
@@ -697,7 +714,7 @@ func parseCompact(buf []byte, f *Frame) int {
 		nums = 2
 	case grantOfSession:
 		k, nums = Grant, 3
-	case Release, Expire:
+	case Release, Expire, ReleaseBySession:
 	default:
 		return 0
 	}
@@ -738,6 +755,9 @@ func parseCompact(buf []byte, f *Frame) int {
 	}
 	*f = Frame{} // then field by field: a composite literal is built aside and copied
 	f.Kind, f.Key, f.Token, f.Owner, f.Session = k, key, v[0], owner, v[2]
+	if k == ReleaseBySession {
+		f.Kind, f.BySession = Release, true
+	}
 	if nums >= 2 {
 		f.Remaining = remaining(v[1])
 	}

@@ -161,6 +161,14 @@ func TestGrantsOfASessionRoundTrip(t *testing.T) {
 			t.Errorf("%q parses to %s: kind %c session %d mode %+v", tc.enc, show(&f), f.Kind, f.Session, f.Mode)
 		}
 	}
+	// A release by the grant's own session.
+	for _, enc := range [][]byte{AppendRecord(nil, ReleaseBySession, 9, []byte("k"), 4, 0, nil, engine.Mode{}, 0),
+		AppendCompactRecord(nil, ReleaseBySession, []byte("k"), 4, 0, nil, 0)} {
+		var f Frame
+		if n, err := Parse(enc, &f); n != len(enc) || err != nil || f.Kind != Release || !f.BySession || f.Token != 4 {
+			t.Errorf("%q parses to %s (%d %v)", enc, show(&f), n, err)
+		}
+	}
 	// Refused: no session, a session of 0, one field too many.
 	for _, line := range []string{"Y k 3 1\n", "Y k 3 1 0\n", "F 9 k 4 1 8841 o x\n", "f k 4 1 0\n", "W 9 k 4 1 0\n"} {
 		var f Frame

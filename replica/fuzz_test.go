@@ -152,7 +152,7 @@ func parseAll(data, cuts []byte) []string {
 func show(f *Frame) string {
 	g := *f
 	return strings.NewReplacer("\n", `\n`).Replace(
-		string(appendFrame(nil, &g)) + "|" + string(g.Key) + "|" + string(g.Owner) + "|" + string(g.From) + "|" + string(g.Active) + "|" + fmt.Sprint(g.Beat) + "|" + fmt.Sprint(g.Session))
+		string(appendFrame(nil, &g)) + "|" + string(g.Key) + "|" + string(g.Owner) + "|" + string(g.From) + "|" + string(g.Active) + "|" + fmt.Sprint(g.Beat) + "|" + fmt.Sprint(g.Session, g.BySession))
 }
 
 func checkFrame(t *testing.T, f *Frame) {
@@ -198,6 +198,9 @@ func appendFrame(dst []byte, f *Frame) []byte {
 		return AppendHandoff(dst, f.Seq, f.Inc, f.HB, f.Range)
 	}
 	kind := f.Kind
+	if f.BySession {
+		kind = ReleaseBySession
+	}
 	if f.Seq == 0 {
 		return AppendCompactRecord(dst, kind, f.Key, f.Token, f.Remaining, f.Owner, f.Session)
 	}

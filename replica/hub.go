@@ -142,6 +142,9 @@ func appendRecords(dst []byte, seq uint64, now int64, out *engine.Output, compac
 			k = Grant
 		case engine.RecordRelease:
 			k = Release
+			if r.BySession() {
+				k = ReleaseBySession
+			}
 		case engine.RecordExpire:
 			k = Expire
 		case engine.RecordExtend:

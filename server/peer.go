@@ -376,7 +376,7 @@ func (n *Node) streamFrame(pc *peerConn, f *replica.Frame) (bool, gnet.Action) {
 		pc.install(f)
 	case replica.Release, replica.Expire:
 		b := pc.lockShard(f.Key)
-		b.sh.Drop(pc.now, f.Key, f.Token, f.Kind == replica.Release, &pc.rout)
+		b.sh.Drop(pc.now, f.Key, f.Token, f.BySession, &pc.rout)
 		pc.rout.Reset()
 	}
 	return true, gnet.None
