@@ -23,6 +23,10 @@ type result struct {
 	at    time.Duration // when the answer was read, since the client's epoch
 	err   error         // E: the *RefusedError; broken: why
 	hold  Holder        // Q
+	count uint64        // S, L: how many H lines the listing had
+	more  bool          // L: the limit cut it short
+	list  []Listed      // S, L: the grants listed
+	node  Node          // I
 }
 
 // callState is where a call is in its life. It is read and written with
@@ -82,6 +86,9 @@ type call struct {
 	// send and read by await, both in the caller's goroutine, which
 	// ctxEnded may not wait for to clear watch.
 	watched bool
+	// list holds an S or L call's H lines as they come, under conn.mu
+	// until the call is answered.
+	list []Listed
 }
 
 var callPool = sync.Pool{New: func() any {
@@ -100,7 +107,7 @@ func getCall(op byte, key string) *call {
 // may still hold it.
 func putCall(c *call) {
 	c.r, c.late, c.key, c.ctxDone, c.watch, c.watched = result{}, result{}, "", nil, nil, false
-	c.gen, c.next, c.line, c.transit = 0, nil, c.line[:0], false
+	c.gen, c.next, c.line, c.transit, c.list = 0, nil, c.line[:0], false, nil
 	callPool.Put(c)
 }
 

@@ -121,6 +121,12 @@ type Client struct {
 	// learned of nodes down and of the active (see outage.go).
 	ups    *beacon
 	outage outage
+	// session is the client's session (session.go); keys what it knows
+	// of the keys it holds and acquires; seen the highest token it has
+	// been answered.
+	session uint64
+	keys    keys
+	seen    atomic.Uint64
 }
 
 // New returns a client for cfg.Addrs. It makes a first attempt to connect
@@ -131,7 +137,7 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	c := &Client{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), epoch: time.Now(), ups: newBeacon()}
+	c := &Client{cfg: cfg, log: cfg.Logger, done: make(chan struct{}), epoch: time.Now(), ups: newBeacon(), session: newSession()}
 	c.outage = outage{down: make(map[string]time.Time), forget: min(cfg.ReconnectInterval, time.Second)}
 	c.dialer = net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 15 * time.Second}
 	addrs := cfg.Addrs
@@ -317,7 +323,9 @@ func (c *Client) Adopt(key string, token uint64, lease time.Duration) (*Lock, er
 	if token == 0 || lease <= 0 {
 		return nil, fmt.Errorf("clientlib: token must be >= 1 and lease > 0 (token %d, lease %v)", token, lease)
 	}
-	return &Lock{c: c, key: key, token: token, lease: lease, ends: time.Now().Add(lease)}, nil
+	l := &Lock{c: c, key: key, token: token, lease: lease, ends: time.Now().Add(lease)}
+	c.keys.hold(l)
+	return l, nil
 }
 
 // Key returns the locked key.
@@ -376,11 +384,11 @@ func (c *Client) TryAcquire(ctx context.Context, key string, lease time.Duration
 // AcquireMode): granted only when it would be granted at once — a shared
 // grant while the key is free or held shared with nobody queued, a
 // semaphore grant while the key has fewer holders than its limit and
-// nobody queued — and ErrBusy otherwise. A connection carries one acquire
-// of a key at a time: the try goes on a connection with none of key
-// outstanding, and is answered ErrBusy unasked only while every
-// connection has one (as many acquires of key as the client has
-// connections, in flight or queued).
+// nobody queued — and ErrBusy otherwise. A client has one acquire of a key
+// in progress at a time, so that an acquire sent again after a lost answer
+// is answered its own grant and never another's (docs/PROTOCOL.md,
+// Sessions): while another acquire of key by this client is outstanding,
+// the try is answered ErrBusy unasked, whatever the mode.
 func (c *Client) TryAcquireMode(ctx context.Context, key string, mode Mode, lease time.Duration) (*Lock, error) {
 	if err := checkKey(key); err != nil {
 		return nil, err
@@ -395,7 +403,8 @@ func (c *Client) TryAcquireMode(ctx context.Context, key string, mode Mode, leas
 }
 
 // acquire is AcquireMode, or TryAcquireMode when try is set (wait is then
-// 0).
+// 0). One acquire of a key is in progress at a time (keys.enter): the
+// others wait their turn.
 func (c *Client) acquire(ctx context.Context, key string, mode Mode, lease, wait time.Duration, try bool) (*Lock, error) {
 	// A failover elects a new active meanwhile: try again while the wait
 	// lasts, or with no bound until ctx ends. A try has no window.
@@ -407,32 +416,56 @@ func (c *Client) acquire(ctx context.Context, key string, mode Mode, lease, wait
 	case !try:
 		p.unbounded = true
 	}
+	t, err := c.keys.enter(ctx, key, try, p.deadline, &c.seen)
+	if err != nil {
+		return nil, err
+	}
 	leaseMs := ceilMs(lease)
 	r, err := c.route(ctx, p, func(cn *conn) (result, error) {
 		if try && mode != Exclusive {
 			cn = c.freeFor(cn, key)
 		}
-		r, err := cn.acquire(ctx, key, mode, leaseMs, p.deadline, try)
+		again, seen := t.again()
+		r, err := cn.acquire(ctx, key, mode, leaseMs, p.deadline, try, again, seen)
 		if err == nil && r.kind == kindBroken && r.err == errWaitOver {
 			return r, errTryAgainLater
+		}
+		if err != nil || r.kind == kindBroken || r.kind == kindRedirect {
+			t.unknown = true // it may have reached the node
 		}
 		return r, err
 	})
 	if err != nil {
+		t.leave(nil, false)
 		return nil, err
 	}
 	switch r.kind {
 	case 'A':
 		// The grant was made at most one network delay before its answer
 		// was read.
-		return &Lock{c: c, key: key, token: r.token, lease: lease, ends: c.epoch.Add(r.at + lease)}, nil
+		l := &Lock{c: c, key: key, token: r.token, lease: lease, ends: c.epoch.Add(r.at + lease)}
+		raise(&c.seen, r.token)
+		t.leave(l, true)
+		return l, nil
 	case 'T':
+		t.leave(nil, true)
 		if try {
 			return nil, ErrBusy
 		}
 		return nil, ErrTimeout
 	}
+	t.leave(nil, true)
 	return nil, r.err // 'E'
+}
+
+// raise makes v at least x.
+func raise(v *atomic.Uint64, x uint64) {
+	for {
+		old := v.Load()
+		if old >= x || v.CompareAndSwap(old, x) {
+			return
+		}
+	}
 }
 
 // acquire sends one acquire of mode on cn, first waiting its turn behind an
@@ -440,14 +473,15 @@ func (c *Client) acquire(ctx context.Context, key string, mode Mode, lease, wait
 // wait left until deadline (zero: no bound), or as a try ("-"): a try has
 // no turn to wait for, and is answered T at once while an acquire of key is
 // outstanding on cn (the key is held, by this client or the one it waits
-// for).
-func (cn *conn) acquire(ctx context.Context, key string, mode Mode, leaseMs int64, deadline time.Time, try bool) (result, error) {
+// for). An acquire sent again (again) carries seen=seen when cn's node
+// knows sessions.
+func (cn *conn) acquire(ctx context.Context, key string, mode Mode, leaseMs int64, deadline time.Time, try, again bool, seen uint64) (result, error) {
 	slot := slotOf(key)
 	if !cn.busy[slot].CompareAndSwap(0, 1+busyTransit) {
 		// Taken: by one acquire at most on its way, so the counter never
 		// carries more than one transit unit (many would overflow it).
 		cn.busy[slot].Add(1)
-		return cn.acquireTurn(ctx, key, slot, mode, leaseMs, deadline, try)
+		return cn.acquireTurn(ctx, key, slot, mode, leaseMs, deadline, try, again, seen)
 	}
 	// No acquire of key, nor of any key of its slot, is outstanding here:
 	// there is no turn to wait for.
@@ -458,12 +492,25 @@ func (cn *conn) acquire(ctx context.Context, key string, mode Mode, leaseMs int6
 	}
 	c := getCall('A', key)
 	c.slot, c.transit = slot, true
+	return cn.sendAwait(ctx, c, cn.acquireLine(key, mode, leaseMs, waitMs, again, seen),
+		func() (result, error) { return cn.cancel(ctx, c) })
+}
+
+// acquireLine returns the encoder of an acquire's line: with seen= when it
+// is sent again and the connection's node knows sessions. It is called
+// with the line's connection, whose sessions it reads when it writes.
+func (cn *conn) acquireLine(key string, mode Mode, leaseMs, waitMs int64, again bool, seen uint64) func([]byte) []byte {
 	owner := cn.cl.cfg.Owner
 	slots, shared := mode.fields()
-	return cn.sendAwait(ctx, c, func(b []byte) []byte {
-		return wire.AppendAcquireMode(b, key, owner, leaseMs, waitMs, slots, shared)
-	},
-		func() (result, error) { return cn.cancel(ctx, c) })
+	if !again {
+		return func(b []byte) []byte { return wire.AppendAcquireMode(b, key, owner, leaseMs, waitMs, slots, shared) }
+	}
+	return func(b []byte) []byte {
+		if !cn.sessions.Load() {
+			return wire.AppendAcquireMode(b, key, owner, leaseMs, waitMs, slots, shared)
+		}
+		return wire.AppendAcquireSeen(b, key, owner, leaseMs, waitMs, slots, shared, seen)
+	}
 }
 
 // waitLeft is the wait field of an acquire sent now: the wait left until
@@ -486,7 +533,7 @@ func waitLeft(deadline time.Time, try bool) (waitMs int64, ok bool) {
 // acquireTurn is acquire when the slot of key in cn.busy, taken, was
 // taken before: it looks under cn.mu whether an acquire of key is
 // outstanding on cn, and then waits its turn (a try: T at once).
-func (cn *conn) acquireTurn(ctx context.Context, key string, slot int32, mode Mode, leaseMs int64, deadline time.Time, try bool) (result, error) {
+func (cn *conn) acquireTurn(ctx context.Context, key string, slot int32, mode Mode, leaseMs int64, deadline time.Time, try, again bool, seen uint64) (result, error) {
 	cn.settle(slot)
 	cn.mu.Lock()
 	if cn.link.nc == nil {
@@ -542,11 +589,7 @@ func (cn *conn) acquireTurn(ctx context.Context, key string, slot int32, mode Mo
 	}
 	c := getCall('A', key)
 	c.slot = slot
-	owner := cn.cl.cfg.Owner
-	slots, shared := mode.fields()
-	return cn.sendAwaitLocked(ctx, c, gen, func(b []byte) []byte {
-		return wire.AppendAcquireMode(b, key, owner, leaseMs, waitMs, slots, shared)
-	},
+	return cn.sendAwaitLocked(ctx, c, gen, cn.acquireLine(key, mode, leaseMs, waitMs, again, seen),
 		func() (result, error) { return cn.cancel(ctx, c) })
 }
 

@@ -33,6 +33,9 @@ type conn struct {
 	firstErr error
 
 	usable atomic.Bool
+	// sessions: the node of the connection now knows sessions (it took the
+	// client's "S"; set before the connection is usable).
+	sessions atomic.Bool
 	// writing: a write is under way. Set and cleared under mu, read
 	// without it by Client.next.
 	writing atomic.Bool
@@ -131,7 +134,17 @@ func (cn *conn) run(first chan<- struct{}) {
 	// bounces counts the redirects followed in a row by connections that
 	// served nothing: nodes that name each other.
 	bounces := 0
-	for attempt := 0; ; attempt++ {
+	// firstDone: New has heard how the first attempt went: a connection
+	// usable (after the redirects it followed), or why not.
+	firstDone := false
+	tellFirst := func(err error) {
+		if !firstDone {
+			firstDone = true
+			cn.firstErr = err
+			close(first)
+		}
+	}
+	for {
 		if cn.cl.closing() {
 			return
 		}
@@ -157,10 +170,7 @@ func (cn *conn) run(first chan<- struct{}) {
 			named = named || active
 		}
 		if err != nil {
-			if attempt == 0 {
-				cn.firstErr = err
-				close(first)
-			}
+			tellFirst(err)
 			var ae *AuthError
 			if errors.As(err, &ae) {
 				cn.cl.authFailed(ae)
@@ -188,9 +198,7 @@ func (cn *conn) run(first chan<- struct{}) {
 		}
 		sought := seek // the node said it is the active
 		ok := cn.attach(nc, addr, named)
-		if attempt == 0 {
-			close(first) // New returns with this connection usable
-		}
+		tellFirst(nil) // New returns with this connection usable
 		if !ok {
 			return // closed meanwhile
 		}
@@ -267,9 +275,14 @@ func (cn *conn) attach(nc net.Conn, addr string, named bool) bool {
 	cn.link.nc, cn.link.addr = nc, addr
 	cn.link.gen++
 	cn.w.wbuf = cn.w.wbuf[:0]
+	// The session goes first: the node lists what it holds for it, and
+	// reconcile releases what the client no longer holds (session.go).
+	sc := cn.nameSession()
 	cn.sub.Store(nil)
 	cn.usable.Store(true)
+	cn.flush()
 	cn.mu.Unlock()
+	go cn.reconcile(sc)
 	if named {
 		cn.cl.learnActive(addr)
 	}
@@ -417,6 +430,17 @@ func (cn *conn) dispatch(a *wire.Answer) bool {
 	}
 	var c *call
 	switch op {
+	case 'H':
+		// A line of the listing the oldest S or L outstanding waits for.
+		if c = cn.listing(); c == nil {
+			cn.cl.log.Debug("kunci: listed grant with no listing", "key", string(a.Key))
+			return false
+		}
+		cn.pend.outstanding++ // its end line is still to come
+		c.list = append(c.list, Listed{Key: string(a.Key), Holder: holder(a)})
+		return true
+	case 'S', 'L':
+		c = cn.takeOldest(op)
 	case 'A':
 		if c = cn.pend.acq[string(a.Key)]; c != nil {
 			delete(cn.pend.acq, c.key)
@@ -433,9 +457,14 @@ func (cn *conn) dispatch(a *wire.Answer) bool {
 		cn.cl.log.Debug("kunci: answer with no request", "kind", string(a.Kind), "key", string(a.Key))
 		return false
 	}
-	r := result{kind: a.Kind, ok: a.OK, token: a.Token, at: cn.pend.readAt}
-	if a.Kind == 'Q' {
+	r := result{kind: a.Kind, ok: a.OK, token: a.Token, at: cn.pend.readAt, count: a.Count, more: a.More}
+	switch a.Kind {
+	case 'Q':
 		r.hold = holder(a)
+	case 'S', 'L':
+		r.list, c.list = c.list, nil
+	case 'I':
+		r.node = Node{Addr: string(a.Self), Role: string(a.Role), Active: string(a.Active)}
 	}
 	if a.Kind == 'E' {
 		r.err = &RefusedError{Op: string(a.Op), Key: c.key, Reason: string(a.Text)}
@@ -447,12 +476,30 @@ func (cn *conn) dispatch(a *wire.Answer) bool {
 	return true
 }
 
+// listing returns the oldest S or L call outstanding, which H lines
+// answer, or nil. cn.mu is held.
+func (cn *conn) listing() *call {
+	for _, c := range cn.pend.sent[cn.pend.sentHead:] {
+		if c != nil && (c.op == 'S' || c.op == 'L') {
+			return c
+		}
+	}
+	return nil
+}
+
+// takeOldest is takeSent for an S or L call: an answer to either names no
+// key (its echo of a refusal names S's session, L's limit).
+func (cn *conn) takeOldest(op byte) *call { return cn.take1(op, nil, true) }
+
 // takeSent removes and returns the oldest call in sent with op and key, or
 // nil. cn.mu is held.
-func (cn *conn) takeSent(op byte, key []byte) *call {
+func (cn *conn) takeSent(op byte, key []byte) *call { return cn.take1(op, key, false) }
+
+// take1 is takeSent, matching any key when anyKey is set.
+func (cn *conn) take1(op byte, key []byte, anyKey bool) *call {
 	for i := cn.pend.sentHead; i < len(cn.pend.sent); i++ {
 		c := cn.pend.sent[i]
-		if c == nil || c.op != op || c.key != string(key) {
+		if c == nil || c.op != op || !anyKey && c.key != string(key) {
 			continue
 		}
 		cn.pend.sent[i] = nil

@@ -42,13 +42,18 @@ func (l *Lock) leaseOver() {
 	l.endLocked()
 }
 
-// end records that the lock ended (released, or known lost).
+// end records that the lock ended (released, or known lost): the client
+// holds it no more (keys.drop).
 func (l *Lock) end() {
 	l.mu.Lock()
 	l.endLocked()
 	l.mu.Unlock()
+	l.c.keys.drop(l)
 }
 
+// endLocked is end for a caller holding l.mu, which leaves l among the
+// grants the client holds: a lease that ran out in the client may still
+// run on the node, and only a release or a stale answer ends it there.
 func (l *Lock) endLocked() {
 	if l.ended {
 		return

@@ -1,19 +1,16 @@
 package clientlib
 
-// GatedAcquirers returns how many acquirers of key wait inside c, over all
-// its connections, for their turn to send (an acquire of key being
-// outstanding on their connection). For tests that must know the order in
-// which acquirers queued.
+// GatedAcquirers returns how many acquirers of key wait inside c for their
+// turn to send (another acquire of key being in progress: keys.enter). For
+// tests that must know the order in which acquirers queued.
 func GatedAcquirers(c *Client, key string) int {
-	n := 0
-	for _, cn := range c.conns {
-		cn.mu.Lock()
-		if g := cn.pend.gates[key]; g != nil {
-			n += len(g.waiters)
-		}
-		cn.mu.Unlock()
+	sh := c.keys.shard(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if ks := sh.m[key]; ks != nil {
+		return len(ks.turns)
 	}
-	return n
+	return 0
 }
 
 // ContextWatches returns how many contexts c's connections watch (see

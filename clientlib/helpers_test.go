@@ -596,6 +596,12 @@ func (f *fakeNode) serve(nc net.Conn) {
 			return
 		}
 		line = strings.TrimRight(line, "\r\n")
+		if strings.HasPrefix(line, "S ") {
+			// The client's session, first on every connection: a node
+			// that holds nothing for it. Not a request that counts.
+			_, _ = nc.Write([]byte("S 0\n"))
+			continue
+		}
 		f.mu.Lock()
 		target := f.target
 		after := f.after

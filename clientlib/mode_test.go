@@ -1,6 +1,7 @@
 package clientlib_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -8,10 +9,12 @@ import (
 	"github.com/kunci/kunci/clientlib"
 )
 
-// TestTryBesideAnAcquireOfTheKey: a try of a semaphore or of a shared grant
-// made while an acquire of the same key is outstanding on one connection
-// goes on the other and is granted beside it (it was answered ErrBusy
-// unasked whenever it met the busy connection).
+// TestTryBesideAnAcquireOfTheKey: a client has one acquire of a key in
+// progress at a time (so that an acquire sent again with seen= is answered
+// its own earlier grant, never another acquire's: session.go). A try of a
+// semaphore or of a shared grant made while an acquire of the same key is
+// outstanding is answered ErrBusy unasked; once that acquire is answered,
+// tries are granted beside it.
 func TestTryBesideAnAcquireOfTheKey(t *testing.T) {
 	t.Parallel()
 	n, p, c := proxied(t, nil)
@@ -34,22 +37,30 @@ func TestTryBesideAnAcquireOfTheKey(t *testing.T) {
 		first := goAcquireMode(ctxT(t), c, tc.key, tc.mode, 30*time.Second, 10*time.Second)
 		waitFor(t, "the acquire held at the proxy", func() bool { return under(&p.mu, func() int { return held }) != 0 })
 		under(&p.mu, func() bool { p.onLine = nil; return true })
-		var tried []*clientlib.Lock
-		for i := range 4 { // round-robin would meet the busy connection
-			l, err := c.TryAcquireMode(ctxT(t), tc.key, tc.mode, 30*time.Second)
-			if err != nil {
-				t.Fatalf("%s: try %d beside an outstanding acquire: %v", tc.key, i, err)
+		before := len(p.seen(requests("A " + tc.key + " ")))
+		for i := range 4 { // whichever connection they would take
+			if _, err := c.TryAcquireMode(ctxT(t), tc.key, tc.mode, 30*time.Second); !errors.Is(err, clientlib.ErrBusy) {
+				t.Fatalf("%s: try %d beside an outstanding acquire: %v, want ErrBusy", tc.key, i, err)
 			}
-			tried = append(tried, l)
+		}
+		if sent := len(p.seen(requests("A "+tc.key+" "))) - before; sent != 0 {
+			t.Fatalf("%s: %d tries sent beside the outstanding acquire, want none", tc.key, sent)
 		}
 		p.pause(held, false)
-		for _, l := range tried {
-			release(t, l)
-		}
 		r := await(t, first)
 		if r.err != nil {
 			t.Fatalf("%s: the held acquire: %v", tc.key, r.err)
 		}
-		release(t, r.lock)
+		var tried []*clientlib.Lock
+		for i := range 4 {
+			l, err := c.TryAcquireMode(ctxT(t), tc.key, tc.mode, 30*time.Second)
+			if err != nil {
+				t.Fatalf("%s: try %d beside the grant: %v", tc.key, i, err)
+			}
+			tried = append(tried, l)
+		}
+		for _, l := range append(tried, r.lock) {
+			release(t, l)
+		}
 	}
 }

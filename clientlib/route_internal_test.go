@@ -63,12 +63,14 @@ func TestRouteWindows(t *testing.T) {
 		want:   func(_ result, err error) bool { return errors.Is(err, ErrNoConnection) },
 		took:   5 * time.Second,
 	}, {
-		name:      "release: a connection comes up within the window, and answers",
-		policy:    func(c *Client, _ time.Time) retryPolicy { return c.retrying(nil) },
-		conns:     2,
-		setup:     func(c *Client) { c.upAfter(2*time.Second, 1) },
-		answer:    func(*conn) result { return granted },
-		want:      func(r result, err error) bool { return err == nil && r == granted },
+		name:   "release: a connection comes up within the window, and answers",
+		policy: func(c *Client, _ time.Time) retryPolicy { return c.retrying(nil) },
+		conns:  2,
+		setup:  func(c *Client) { c.upAfter(2*time.Second, 1) },
+		answer: func(*conn) result { return granted },
+		want: func(r result, err error) bool {
+			return err == nil && r.kind == granted.kind && r.token == granted.token
+		},
 		took:      2 * time.Second,
 		wantSends: 1,
 	}, {
