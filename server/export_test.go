@@ -3,6 +3,9 @@ package server
 import (
 	"context"
 	"sync"
+	"time"
+
+	"github.com/panjf2000/gnet/v2"
 )
 
 // Crash stops n the way a crash would look to its peers and clients: no
@@ -69,3 +72,35 @@ func (n *Node) SetSendBuffers(bytes int) {
 		}
 	})
 }
+
+// StoodStill has n find, as its ticker does when it runs again after a
+// stall, that it stood still from d ago until now.
+func (n *Node) StoodStill(d time.Duration) {
+	now := n.now()
+	n.noteStall(now-int64(d), now)
+}
+
+// HoldLoops keeps every loop of n busy until release is called, and
+// returns once they all are: what clients send meanwhile waits in their
+// sockets, unread, as it does while the process stands still.
+func (n *Node) HoldLoops() (release func()) {
+	var held sync.WaitGroup
+	resume := make(chan struct{})
+	for _, lp := range *n.loops.all.Load() {
+		held.Add(1)
+		err := lp.el.Execute(context.Background(), gnet.RunnableFunc(func(context.Context) error {
+			held.Done()
+			<-resume
+			return nil
+		}))
+		if err != nil {
+			held.Done()
+		}
+	}
+	held.Wait()
+	return func() { close(resume) }
+}
+
+// StaleTimeouts counts the acquires answered T for having waited unread in
+// the node's input (after a stall or a freeze) past their wait.
+func (n *Node) StaleTimeouts() uint64 { return n.roles.staleTimeouts.Load() }
