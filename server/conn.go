@@ -46,12 +46,13 @@ type conn struct {
 	// backlogSince: an acquire among them counts its wait from then, and
 	// is answered T, never granted, if it waited past its wait or past
 	// backlogStale, or if gone says its client has left (Node.thaw,
-	// Node.markStall).
+	// loop.markStall). stallLook: its next turn looks whether its client
+	// has left (conn.lookAfterStall).
 	backlog      int
 	backlogSince int64
 	backlogStale int64
 	gone         bool
-	stall        *stall // the last stall its turn looked at
+	stallLook    bool
 	// hs is the peer handshake in progress: the connection sent a peer's
 	// hello and was challenged; its next line must be the proof.
 	hs   *replica.Accepting

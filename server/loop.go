@@ -54,6 +54,10 @@ type loop struct {
 	// lastTurn is when the loop last read its connections (a cluster
 	// node's; node clock): what it finds later arrived after it.
 	lastTurn atomic.Int64
+	// stall is the last stall the loop looked at its connections for, and
+	// stallLooked when it did (node clock; stall.go).
+	stall       *stall
+	stallLooked int64
 	// closing is set when serve wrote an answer after which the connection
 	// ends (a redirect, a refused peer frame, a refusal before
 	// authentication): lines behind it are not executed.
@@ -704,6 +708,7 @@ func (lp *loop) takeOutput(cs *conn) {
 func (lp *loop) runTick(context.Context) error {
 	lp.tickQueued.Store(false)
 	n := lp.n
+	lp.markStall(n.now())
 	loops := *n.loops.all.Load()
 	pos, m := 0, len(loops)
 	for i, l := range loops {

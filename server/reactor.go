@@ -154,8 +154,12 @@ func (n *Node) openClient(c gnet.Conn, h *handoff) ([]byte, gnet.Action) {
 		n.authenticateAs(cs, identity)
 	}
 	cs.active = true
+	lp.markStall(now) // before cs joins the connections it looks at
 	cs.lp.addConn(cs)
 	c.SetContext(cs)
+	if h == nil {
+		lp.markAccepted(cs, now)
+	}
 	if cs.probation {
 		cs.lp.watchProbation(cs)
 	}
@@ -266,7 +270,10 @@ func (n *Node) onTraffic(c gnet.Conn) gnet.Action {
 	}
 	now := n.now()
 	n.checkStall(now)
-	n.markStall(cs, now)
+	lp.markStall(now)
+	if cs.stallLook {
+		cs.lookAfterStall()
+	}
 	if !cs.client {
 		// The first line tells a peer's hello from a client's request.
 		act, peer := n.peerHandshake(cs, c)

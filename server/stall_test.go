@@ -8,10 +8,48 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// After a stall, what each connection had sent while the node stood still
+// is judged as having waited since the stall began; what a client sends
+// once the node runs again waits its whole wait. Here the node stands
+// still for 0.8 s and then gets, on a held key of each kind, an acquire
+// with a wait of 1 s from a connection that was open through the stall
+// and from one opened after it: each is answered T no sooner than 1 s
+// after it was sent (issue 35: T came 0.2 s after it).
+func TestAcquireSentAfterAStallWaitsItsWholeWait(t *testing.T) {
+	for _, kind := range []struct{ name, hold, ask string }{
+		{"lock", "", ""},
+		{"semaphore", " limit=1", " limit=1"},
+		{"read-write", " mode=shared", " mode=exclusive"},
+	} {
+		t.Run(kind.name, func(t *testing.T) {
+			n := startNode(t, nil)
+			holder := dial(t, n.Addr())
+			holder.send("A k 30 0" + kind.hold)
+			holder.expectGrant("k")
+			through := dial(t, n.Addr())
+			through.roundTrip()
+
+			n.StoodStill(800 * time.Millisecond)
+			holder.roundTrip() // the node answers again
+			after := dial(t, n.Addr())
+			sent := time.Now()
+			through.send("A k 30 1" + kind.ask)
+			after.send("A k 30 1" + kind.ask)
+			for _, c := range []*client{through, after} {
+				c.expect("T k")
+				if waited := time.Since(sent); waited < time.Second {
+					t.Errorf("%s: T after %v, want no sooner than the wait of 1 s", c.name, waited)
+				}
+			}
+		})
+	}
+}
+
 // What clients sent while the node stood still is still judged as having
 // waited since the stall began: an acquire whose wait ran out meanwhile is
-// answered T, and one whose client has left is not granted, though both
-// keys are free.
+// answered T, and one whose client has left is not granted, though every
+// key is free; on connections that were open before, and on connections
+// made while the node stood still.
 func TestAcquiresSentWhileTheNodeStoodStill(t *testing.T) {
 	n := startNode(t, nil)
 	waiting := dial(t, n.Addr())
@@ -20,20 +58,27 @@ func TestAcquiresSentWhileTheNodeStoodStill(t *testing.T) {
 	leaving.roundTrip()
 
 	release := n.HoldLoops()
+	waitingNew := dial(t, n.Addr())
+	leavingNew := dial(t, n.Addr())
 	waiting.send("A late 30 0.5")
+	waitingNew.send("A late-new 30 0.5")
 	leaving.send("A ghost 30 0")
-	if err := leaving.conn.(*net.TCPConn).CloseWrite(); err != nil {
-		t.Fatal(err)
+	leavingNew.send("A ghost-new 30 0")
+	for _, c := range []*client{leaving, leavingNew} {
+		if err := c.conn.(*net.TCPConn).CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	waitReceived(t, waiting.conn, leaving.conn)
+	waitReceived(t, waiting.conn, waitingNew.conn, leaving.conn, leavingNew.conn)
 	n.StoodStill(800 * time.Millisecond)
 	release()
 
 	waiting.expect("T late")
-	waitFor(t, "both acquires answered T", func() bool { return n.StaleTimeouts() == 2 })
+	waitingNew.expect("T late-new")
+	waitFor(t, "every acquire answered T", func() bool { return n.StaleTimeouts() == 4 })
 	probe := dial(t, n.Addr())
-	probe.send("Q ghost")
-	probe.expect("Q ghost FREE")
+	probe.send("Q ghost", "Q ghost-new")
+	probe.expect("Q ghost FREE", "Q ghost-new FREE")
 }
 
 // waitReceived waits until the node's kernel has acknowledged every byte

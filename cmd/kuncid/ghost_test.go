@@ -19,9 +19,11 @@ import (
 // nothing to a client that gave up meanwhile: an acquire whose wait ran out
 // while it sat unread is answered T, and one whose client closed its
 // connection before the node read it is not granted at all, bounded wait
-// or not. Releases sent before such a close still count. The same holds
-// for a cluster's active frozen for less than the failover timeout (one
-// frozen longer is replaced: its standby takes over).
+// or not. Releases sent before such a close still count. An acquire sent
+// once the node runs again waits its whole wait, on a connection that was
+// open through the stop as on a new one. The same holds for a cluster's
+// active frozen for less than the failover timeout (one frozen longer is
+// replaced: its standby takes over).
 func TestNoGhostGrantsFromAStoppedNode(t *testing.T) {
 	t.Run("single", func(t *testing.T) {
 		ghostScenario(t, start(t, ""), 1500*time.Millisecond)
@@ -36,7 +38,8 @@ func TestNoGhostGrantsFromAStoppedNode(t *testing.T) {
 }
 
 // ghostScenario stops p for freeze while clients send acquires with a wait
-// of half of it and three of them leave, then resumes it.
+// of half of it and three of them leave, then resumes it; then two clients
+// ask for a held key with a wait of freeze.
 func ghostScenario(t *testing.T, p *process, freeze time.Duration) {
 	wait := strconv.FormatFloat((freeze / 2).Seconds(), 'f', -1, 64)
 	dial := func() (net.Conn, *bufio.Reader) {
@@ -67,6 +70,10 @@ func ghostScenario(t *testing.T, p *process, freeze time.Duration) {
 	} else {
 		heldToken = strings.TrimPrefix(got, "A held ")
 	}
+	if got := ask(holder, hr, "A busy 30 0"); !strings.HasPrefix(got, "A busy ") {
+		t.Fatalf("acquire: %q", got)
+	}
+	through, tr := dial()
 	bounded, _ := dial()
 	unbounded, _ := dial()
 	leaving, _ := dial()
@@ -111,6 +118,25 @@ func ghostScenario(t *testing.T, p *process, freeze time.Duration) {
 	for _, key := range []string{"ghost", "ghost-unbounded", "ghost-after-release", "late", "held"} {
 		if got := ask(probe, pr, "Q "+key); got != "Q "+key+" FREE" {
 			t.Errorf("after the node resumed: %q, want the key free", got)
+		}
+	}
+
+	// The node runs again: acquires sent now wait their whole wait (issue
+	// 35: for 0.05 to 0.3 s after the stall they were judged as if they
+	// had waited through it).
+	fresh, fr := dial()
+	readers := map[net.Conn]*bufio.Reader{through: tr, fresh: fr}
+	sent := time.Now()
+	for _, c := range []net.Conn{through, fresh} {
+		if _, err := c.Write([]byte("A busy 30 " + strconv.FormatFloat(freeze.Seconds(), 'f', -1, 64) + "\n")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for c, r := range readers {
+		_ = c.SetDeadline(time.Now().Add(freeze + 5*time.Second))
+		line, err := r.ReadString('\n')
+		if waited := time.Since(sent); err != nil || line != "T busy\n" || waited < freeze {
+			t.Errorf("an acquire sent after the node resumed: %q %v after %v, want T no sooner than its wait of %v", line, err, waited, freeze)
 		}
 	}
 	if t.Failed() {
