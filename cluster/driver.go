@@ -52,8 +52,8 @@ type Host interface {
 	// nothing on a node that is not frozen (a loop may have frozen it on
 	// its own: see Driver.Alive). It waits for every loop.
 	Thaw(stale time.Duration)
-	// RedirectAll tells every client to go to the active at addr and
-	// closes its connection. It waits for every loop.
+	// RedirectAll tells every client to go to the active at addr ("" for
+	// none) and closes its connection. It waits for every loop.
 	RedirectAll(addr string)
 	// Reset forgets every grant and waiter. It waits for every shard.
 	Reset()
@@ -397,7 +397,11 @@ func (d *Driver) do(actions []failover.Action) {
 		case failover.Thaw:
 			d.frozen = false
 		case failover.RedirectAll:
-			h.RedirectAll(d.addrs[a.Peer])
+			addr := "" // no active: "M -"
+			if a.Peer >= 0 {
+				addr = d.addrs[a.Peer]
+			}
+			h.RedirectAll(addr)
 		case failover.Reset:
 			h.Reset()
 		case failover.Persist:

@@ -56,8 +56,9 @@ const (
 	Freeze
 	// Thaw: decide again.
 	Thaw
-	// RedirectAll: write "M <Peer's address>" on every client connection
-	// and close it (held answers go first).
+	// RedirectAll: write "M <Peer's address>" ("M -" for Peer -1: no
+	// active) on every client connection and close it (held answers go
+	// first).
 	RedirectAll
 	// Reset: forget every grant and waiter (a standby about to copy an
 	// active's state).
@@ -196,8 +197,9 @@ type Leave struct{}
 // no cluster key in common with this node (or one of them has none): a
 // misconfiguration, not a partition. That peer may be serving as an active
 // of its own, so this node promotes itself on no peer's silence while it
-// sees one such peer (within mismatchHold): two actives at once would
-// grant a key twice. A link with the peer coming up clears it.
+// sees one such peer (within mismatchHold), and one that promoted itself
+// before it learned of the peer steps back (stepBack): two actives at once
+// would grant a key twice. A link with the peer coming up clears it.
 type KeyMismatch struct{ Peer int }
 
 // LinkUp: a link with peer Peer came up (dialled or accepted): it hears
@@ -260,7 +262,7 @@ type Node struct {
 	state   State
 	prev    State // Rejoining: the state it came from
 	active  int   // the active as this node knows it; -1 none
-	copyOf  int   // a standby: the active whose state it holds a whole copy of; -1 none
+	copyOf  int   // a standby: the active whose state it holds a whole copy of (itself after stepBack); -1 none
 	lostAt  int64 // a standby: when the stream from copyOf broke; 0 none
 	cutOff  bool  // active with every peer silent for a timeout
 	stopped bool  // Leave came
@@ -552,6 +554,7 @@ func (n *Node) step(e Event) {
 	case KeyMismatch:
 		if e.Peer != n.cfg.Self && e.Peer >= 0 && e.Peer < len(n.cfg.Peers) {
 			n.mismatchAt[e.Peer] = n.now
+			n.advance()
 		}
 	case Leave:
 		n.stopped = true
@@ -666,6 +669,10 @@ func (n *Node) blockRange(floor uint64, self int) Range {
 
 // advance decides whatever the node waits on, in its state.
 func (n *Node) advance() {
+	if p := n.KeyMismatch(); p >= 0 && (n.state == StatePromoting || n.state == StateActive) {
+		n.stepBack(p)
+		return
+	}
 	switch n.state {
 	case StateLeaving, StateDemoting, StateRejoining:
 		// Answers held for the standbys wait no longer than a failover
@@ -795,6 +802,30 @@ func (n *Node) promote() {
 	n.setRole(Active, n.cfg.Self, "no active peer is alive")
 	n.ensure(n.next.Hi)
 	n.advance()
+}
+
+// stepBack ends this node's promotion or its term as the active: peer p
+// holds another cluster key, and may serve as an active of its own (it may
+// have promoted itself before it learned of this node, as this one did).
+// It decides nothing more: a promoting node issued nothing; an active ends
+// its standbys' streams, sends its clients away (to no active) and keeps
+// its state, which it holds whole, as an heir: once the mismatch is gone it
+// may promote itself again, above every token it issued.
+func (n *Node) stepBack(p int) {
+	was := n.state
+	n.state = StateStandby
+	n.issuing, n.next = Range{}, Range{}
+	n.handing, n.succ = 0, -1
+	n.setRole(Standby, -1, "peer "+n.cfg.Peers[p]+" holds another cluster key: it may serve as an active of its own")
+	if was == StateActive {
+		n.copyOf, n.lostAt = n.cfg.Self, 0
+		n.dropStandbys()
+		n.emit(Action{Kind: RedirectAll, Peer: -1})
+	}
+	n.thaw()
+	if n.stopped {
+		n.stop()
+	}
 }
 
 // issue moves the tokens to n.next. The peers hear at once: a node that

@@ -270,3 +270,77 @@ func TestKeyMismatchKeepsAStandbyFromPromoting(t *testing.T) {
 		t.Fatalf("never promoted itself once the peer was silent and keyed alike")
 	}
 }
+
+// A node that promoted itself before it learned that a peer holds another
+// cluster key (its first handshake with that peer came late: a busy
+// machine) stops serving as active when it learns of it, whenever that is:
+// the peer may have promoted itself too. Promoting or already active, it
+// steps back to a standby at once and issues nothing more; an active sends
+// its clients away and ends its standbys' streams, and keeps its state. It
+// does not promote itself again while the mismatch holds; once it is gone,
+// it takes the role back above every token it issued.
+func TestKeyMismatchLearnedAfterPromotingStopsTheActive(t *testing.T) {
+	cfg := Config{Peers: []string{"a", "b"}, Self: 0, Heartbeat: 100 * ms, Timeout: 1000 * ms, Block: 1000, Inc: 7}
+	for _, when := range []State{StatePromoting, StateActive} {
+		t.Run(when.String(), func(t *testing.T) {
+			u := newUnitNode(t, cfg)
+			// Peer 1 is never heard: the node promotes itself after a
+			// failover timeout. Its disk is slow: it stays promoting
+			// until the ceiling is durable.
+			for k := int64(1); u.n.State() != StatePromoting; k++ {
+				if k > 30 {
+					t.Fatalf("not promoting: %v", u.n.State())
+				}
+				u.now += cfg.Heartbeat
+				u.n.Tick(u.now)
+				u.got = append(u.got, u.n.Ready()...)
+			}
+			var issued Range
+			if when == StateActive {
+				for _, a := range u.got {
+					if a.Kind == Persist {
+						u.n.Step(u.now, CeilingDurable{a.Ceiling}) // it issues
+					}
+				}
+				u.do()
+				if issued = u.n.Issuing(); u.n.State() != StateActive || issued.IsZero() {
+					t.Fatalf("state %v issuing %v, want active", u.n.State(), issued)
+				}
+			}
+
+			u.got = nil
+			u.n.Step(u.now, KeyMismatch{Peer: 1})
+			u.do()
+			if u.n.State() != StateStandby || u.n.Role() != Standby || !u.n.Issuing().IsZero() {
+				t.Fatalf("state %v role %v issuing %v after it learned of the mismatch, want a standby issuing nothing (actions %v)",
+					u.n.State(), u.n.Role(), u.n.Issuing(), u.got)
+			}
+			if when == StateActive {
+				redirected := false
+				for _, a := range u.got {
+					redirected = redirected || a.Kind == RedirectAll && a.Peer == -1
+				}
+				if !redirected || !u.dropped(-1) || !u.n.Synced() {
+					t.Fatalf("the active stepped back with %v (synced %v), want its clients sent away, its streams ended, its state kept", u.got, u.n.Synced())
+				}
+			}
+
+			for end := u.now + 5*cfg.Timeout; u.now < end; {
+				if (u.now/cfg.Heartbeat)%10 == 0 {
+					u.n.Step(u.now, KeyMismatch{Peer: 1}) // dialled again every timeout
+				}
+				u.tick(u.now+cfg.Heartbeat, 0, nil)
+				if u.n.Role() == Active {
+					t.Fatalf("promoted itself again while its peer holds another key")
+				}
+			}
+			u.n.Step(u.now, LinkUp{Peer: 1}) // the key was fixed
+			for end := u.now + 3*cfg.Timeout; u.now < end && u.n.State() != StateActive; {
+				u.tick(u.now+cfg.Heartbeat, 0, nil)
+			}
+			if u.n.State() != StateActive || u.n.Issuing().Lo < issued.Hi {
+				t.Fatalf("state %v issuing %v once the mismatch was gone, want active above %v", u.n.State(), u.n.Issuing(), issued)
+			}
+		})
+	}
+}

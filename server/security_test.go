@@ -578,6 +578,38 @@ func tappedCluster(t *testing.T, size int, conf func(*server.Config)) (*peerNet,
 	return pn, tc
 }
 
+// Nodes with different cluster keys that both promoted themselves before
+// they could link (their first handshakes came late, as on a busy machine:
+// here the network between them is cut until both serve) stop serving as
+// active when they learn of the mismatch.
+func TestNodesWithDifferentKeysStepBackWhenTheyLearnOfIt(t *testing.T) {
+	t.Parallel()
+	keys := [][]byte{testClusterKey, []byte("another cluster key, 32 bytes ln")}
+	pn := newPeerNet(t)
+	tc := newCluster(t, 2, nil)
+	tc.setConf(func(c *server.Config) {
+		c.ClusterKey = keys[slices.Index(tc.Addrs, c.Listen)]
+		c.PeerDialer = pn.Dialer(c.Listen)
+	})
+	pn.Partition(tc.Addrs[0], tc.Addrs[1], true)
+	tc.StartAll()
+	waitFor(t, "both nodes active, cut off from each other", func() bool {
+		return tc.Nodes[0].Role() == "active" && tc.Nodes[1].Role() == "active"
+	})
+	pn.Partition(tc.Addrs[0], tc.Addrs[1], false)
+	waitFor(t, "both nodes to see the other's key", func() bool {
+		return tc.Nodes[0].KeyMismatch() == tc.Addrs[1] && tc.Nodes[1].KeyMismatch() == tc.Addrs[0]
+	})
+	for i, n := range tc.Nodes {
+		if n.Role() == "active" {
+			t.Errorf("node %d serves as active after it learned that its peer holds another key", i)
+		}
+	}
+	c := dial(t, tc.Addrs[0])
+	c.send("A k 30 0")
+	c.expect("M -")
+}
+
 // Nodes given different cluster keys cannot link; before, each took the
 // other's silence for a crash and both served as active, granting keys
 // twice. A node that finds a peer answering with another key promotes
