@@ -17,6 +17,9 @@ import (
 // demotion carry every grant of a key with several holders, and the kind
 // and FIFO rules hold on the next active as they did on the last.
 
+// patientFailover is patient's failover timeout.
+const patientFailover = 2 * time.Second
+
 // patient gives the nodes of these tests a failover timeout long enough
 // that a starved node (a machine running several test suites at once) is
 // not taken for a dead one: a role change the test did not make would
@@ -24,7 +27,7 @@ import (
 // Then conf, if not nil.
 func patient(conf func(*server.Config)) func(*server.Config) {
 	return func(c *server.Config) {
-		c.FailoverTimeout = 2 * time.Second
+		c.FailoverTimeout = patientFailover
 		if conf != nil {
 			conf(c)
 		}

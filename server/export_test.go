@@ -104,3 +104,8 @@ func (n *Node) HoldLoops() (release func()) {
 // StaleTimeouts counts the acquires answered T for having waited unread in
 // the node's input (after a stall or a freeze) past their wait.
 func (n *Node) StaleTimeouts() uint64 { return n.roles.staleTimeouts.Load() }
+
+// ClusterClock returns the node clock at its cluster driver's last tick:
+// how far the role protocol (semi-sync's checks of the standbys among it)
+// has run.
+func (n *Node) ClusterClock() time.Duration { return time.Duration(n.cl.Alive()) }

@@ -32,11 +32,17 @@ func TestClusterLinksUpInFIPSOnlyMode(t *testing.T) {
 		}
 		return
 	}
+	// A patient failover timeout: with a short one, heartbeats starved on
+	// a busy machine made the roles change over and over, and node 0 was
+	// not seen settled in time.
 	var logs testnode.Buffer
-	tc := newCluster(t, 2, func(c *server.Config) {
+	tc := newCluster(t, 2, patient(func(c *server.Config) {
 		c.Logger = zerolog.New(&logs).Level(zerolog.DebugLevel)
-	})
+	}))
 	tc.StartAll()
+	// Node 0 promotes itself a failover timeout after it started; the
+	// others follow it after that.
+	waitFor(t, "node 0 to promote itself", func() bool { return tc.Nodes[0].Role() == "active" })
 	c := tc.dialActive(0)
 	c.granted("A k 60 0")
 	tc.waitSame(0, 1)
