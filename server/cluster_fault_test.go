@@ -26,16 +26,19 @@ type holdChecker struct {
 	seen   map[uint64]string
 	errs   []string
 	grants int
+	more   chan struct{} // closed, and replaced, at each grant
 }
 
 func newHoldChecker() *holdChecker {
-	return &holdChecker{holder: map[string]uint64{}, last: map[string]uint64{}, seen: map[uint64]string{}}
+	return &holdChecker{holder: map[string]uint64{}, last: map[string]uint64{}, seen: map[uint64]string{}, more: make(chan struct{})}
 }
 
 func (h *holdChecker) granted(key string, token uint64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.grants++
+	close(h.more)
+	h.more = make(chan struct{})
 	if other, ok := h.holder[key]; ok {
 		h.errs = append(h.errs, fmt.Sprintf("%s granted %d while %d held it", key, token, other))
 	}
@@ -48,6 +51,24 @@ func (h *holdChecker) granted(key string, token uint64) {
 	h.seen[token] = key
 	h.holder[key] = token
 	h.last[key] = max(h.last[key], token)
+}
+
+// waitGrants waits until the clients were granted k more locks, or ctx
+// ends.
+func (h *holdChecker) waitGrants(ctx context.Context, k int) {
+	h.mu.Lock()
+	want := h.grants + k
+	for h.grants < want {
+		more := h.more
+		h.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-more:
+		}
+		h.mu.Lock()
+	}
+	h.mu.Unlock()
 }
 
 // releasing is called before the client sends the release: from then on it
@@ -64,7 +85,11 @@ func (h *holdChecker) releasing(key string, token uint64) {
 // three-node semi-synchronous cluster while a seeded schedule crashes,
 // restarts and gracefully stops nodes. Every grant a client saw must be
 // exclusive, with a token above its key's earlier ones and never repeated.
-// KUNCI_FAULT_SEED replays a schedule; KUNCI_FAULT_DURATION sets its length.
+// The schedule counts in grants, not in time: a fault comes after a random
+// number of grants, and the nodes it took down come back after a random
+// number more (so after a failover when it took the active), however fast
+// the machine runs the clients. KUNCI_FAULT_SEED replays a schedule's
+// choices; KUNCI_FAULT_DURATION sets its length.
 func TestClusterFaultsKeepLocksSafe(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -111,16 +136,27 @@ func TestClusterFaultsKeepLocksSafe(t *testing.T) {
 			defer wg.Done()
 			for ctx.Err() == nil {
 				key := keys[wrng.IntN(len(keys))]
+				// An acquire that fails has waited first: its wait in the
+				// queue, or for an active to answer.
 				l, err := c.Acquire(ctx, key, 10*time.Second, 3*time.Second)
 				if err != nil {
 					errMu.Lock()
 					errCounts[errKind(err)]++
 					errMu.Unlock()
-					time.Sleep(10 * time.Millisecond)
 					continue
 				}
 				check.granted(key, l.Token())
-				time.Sleep(time.Duration(wrng.IntN(3000)) * time.Microsecond)
+				if wrng.IntN(2) == 0 {
+					// Held for a round trip to the active: the lease is
+					// extended, as a worker does.
+					xctx, xcancel := context.WithTimeout(context.Background(), 6*time.Second)
+					if err := l.Extend(xctx, 10*time.Second); err != nil {
+						errMu.Lock()
+						errCounts["extend: "+errKind(err)]++
+						errMu.Unlock()
+					}
+					xcancel()
+				}
 				check.releasing(key, l.Token())
 				rctx, rcancel := context.WithTimeout(context.Background(), 6*time.Second)
 				if err := l.Release(rctx); err != nil {
@@ -133,10 +169,10 @@ func TestClusterFaultsKeepLocksSafe(t *testing.T) {
 		}()
 	}
 
-	// The schedule: one fault at a time, at random moments.
+	// The schedule: one fault at a time, after a random number of grants.
 	faults := map[string]int{}
 	for ctx.Err() == nil {
-		time.Sleep(time.Duration(300+rng.IntN(900)) * time.Millisecond)
+		check.waitGrants(ctx, 100+rng.IntN(400))
 		if ctx.Err() != nil {
 			break
 		}
@@ -161,7 +197,7 @@ func TestClusterFaultsKeepLocksSafe(t *testing.T) {
 			faults["crash standby"]++
 			tc.crash(i)
 		}
-		time.Sleep(time.Duration(200+rng.IntN(600)) * time.Millisecond)
+		check.waitGrants(ctx, 30+rng.IntN(150)) // served without the node(s) taken down
 		for i := range tc.Nodes {
 			if tc.Nodes[i] == nil {
 				tc.Start(i)
