@@ -80,8 +80,16 @@ func (n *Node) StoodStill(d time.Duration) {
 	n.noteStall(now-int64(d), now)
 }
 
-// HoldLoops keeps every loop of n busy until release is called, and
-// returns once they all are: what clients send meanwhile waits in their
+// CaughtUp returns once every loop of n has run what was queued on it
+// before (such as the look at its connections that a stall queues).
+func (n *Node) CaughtUp() { n.onEachLoop(func(*loop) {}) }
+
+// LoopsServing returns how many of its loops have served a connection.
+func (n *Node) LoopsServing() int { return len(*n.loops.all.Load()) }
+
+// HoldLoops keeps every loop of n that has served a connection
+// (LoopsServing) busy until release is called, and returns once they all
+// are: what clients send meanwhile waits in their
 // sockets, unread, as it does while the process stands still.
 func (n *Node) HoldLoops() (release func()) {
 	var held sync.WaitGroup

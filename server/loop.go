@@ -55,7 +55,8 @@ type loop struct {
 	// node's; node clock): what it finds later arrived after it.
 	lastTurn atomic.Int64
 	// stall is the last stall the loop looked at its connections for, and
-	// stallLooked when it did (node clock; stall.go).
+	// stallLooked when it did (node clock; -1: it first ran long after the
+	// stall, and took nothing as backlog; stall.go).
 	stall       *stall
 	stallLooked int64
 	// closing is set when serve wrote an answer after which the connection

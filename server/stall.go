@@ -84,7 +84,8 @@ func (lp *loop) markStall(now int64) {
 	}
 	lp.stall, lp.stallLooked = s, now
 	if now-s.to > int64(stallWindow) {
-		return // long after the stall: what they hold is new
+		lp.stallLooked = -1 // long after the stall: what they hold is new
+		return
 	}
 	for _, cs := range lp.conns {
 		cs.markBacklog(s, inputQueued(cs.c))
@@ -127,7 +128,7 @@ func (cs *conn) lookAfterStall() {
 // requests, while the node stood still. If the last bytes its socket
 // received came before the look, what it holds is backlog like the rest.
 func (lp *loop) markAccepted(cs *conn, now int64) {
-	if lp.stall == nil || now-lp.stallLooked > int64(stallWindow) {
+	if lp.stall == nil || lp.stallLooked < 0 || now-lp.stallLooked > int64(stallWindow) {
 		return
 	}
 	queued := inputQueued(cs.c)

@@ -1,11 +1,15 @@
 package server_test
 
 import (
+	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/kunci/kunci/server"
 )
 
 // After a stall, what each connection had sent while the node stood still
@@ -20,9 +24,14 @@ func TestAcquireSentAfterAStallWaitsItsWholeWait(t *testing.T) {
 		{"lock", "", ""},
 		{"semaphore", " limit=1", " limit=1"},
 		{"read-write", " mode=shared", " mode=exclusive"},
+		{"lock/loops=2", "", ""},
 	} {
 		t.Run(kind.name, func(t *testing.T) {
-			n := startNode(t, nil)
+			n := startNode(t, func(c *server.Config) {
+				if strings.HasSuffix(kind.name, "loops=2") {
+					c.Loops = 2
+				}
+			})
 			holder := dial(t, n.Addr())
 			holder.send("A k 30 0" + kind.hold)
 			holder.expectGrant("k")
@@ -30,7 +39,8 @@ func TestAcquireSentAfterAStallWaitsItsWholeWait(t *testing.T) {
 			through.roundTrip()
 
 			n.StoodStill(800 * time.Millisecond)
-			holder.roundTrip() // the node answers again
+			n.CaughtUp() // the node runs again
+			holder.roundTrip()
 			after := dial(t, n.Addr())
 			sent := time.Now()
 			through.send("A k 30 1" + kind.ask)
@@ -51,11 +61,25 @@ func TestAcquireSentAfterAStallWaitsItsWholeWait(t *testing.T) {
 // key is free; on connections that were open before, and on connections
 // made while the node stood still.
 func TestAcquiresSentWhileTheNodeStoodStill(t *testing.T) {
-	n := startNode(t, nil)
+	for _, loops := range []int{1, 2} {
+		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) {
+			acquiresSentWhileTheNodeStoodStill(t, loops)
+		})
+	}
+}
+
+func acquiresSentWhileTheNodeStoodStill(t *testing.T, loops int) {
+	n := startNode(t, func(c *server.Config) { c.Loops = loops })
 	waiting := dial(t, n.Addr())
 	leaving := dial(t, n.Addr())
 	waiting.roundTrip()
 	leaving.roundTrip()
+	for i := 0; n.LoopsServing() < loops; i++ { // every loop is held below
+		if i == 100 {
+			t.Fatalf("%d connections served by %d of %d loops", i, n.LoopsServing(), loops)
+		}
+		dial(t, n.Addr()).roundTrip()
+	}
 
 	release := n.HoldLoops()
 	waitingNew := dial(t, n.Addr())
