@@ -127,6 +127,8 @@ func (cs *conn) lookAfterStall() {
 // of its look after a stall: it may have been made, and have sent its
 // requests, while the node stood still. If the last bytes its socket
 // received came before the look, what it holds is backlog like the rest.
+// (A TLS connection's requests follow its handshake, which the node ends
+// once it runs again: they are new.)
 func (lp *loop) markAccepted(cs *conn, now int64) {
 	if lp.stall == nil || lp.stallLooked < 0 || now-lp.stallLooked > int64(stallWindow) {
 		return

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"strings"
@@ -123,5 +124,34 @@ func waitReceived(t *testing.T, conns ...net.Conn) {
 			})
 			return unacked == 0
 		})
+	}
+}
+
+// On TLS alike: what a connection sent while the node stood still waits
+// in its socket as records, and is judged from the stall's start once
+// decrypted; what it sends once the node runs again waits its whole wait.
+func TestTLSAcquiresAroundAStall(t *testing.T) {
+	p := newPKI(t)
+	n := startNode(t, p.serve(false))
+	holder := dial(t, n.Addr())
+	holder.hold("busy")
+	waiting := dialTLS(t, n.TLSAddr(), p.client(""))
+	after := dialTLS(t, n.TLSAddr(), p.client(""))
+	waiting.roundTrip()
+	after.roundTrip()
+
+	release := n.HoldLoops()
+	waiting.send("A late 30 0.5")
+	waitReceived(t, waiting.conn.(*tls.Conn).NetConn())
+	n.StoodStill(800 * time.Millisecond)
+	release()
+	waiting.expect("T late")
+
+	n.CaughtUp()
+	sent := time.Now()
+	after.send("A busy 30 1")
+	after.expect("T busy")
+	if waited := time.Since(sent); waited < time.Second {
+		t.Errorf("T after %v, want no sooner than the wait of 1 s", waited)
 	}
 }
