@@ -1,6 +1,7 @@
 // npm pack gives a tarball that installs: packed, installed into an empty
-// project (offline: it has no dependencies), imported by name, and its type
-// declarations found.
+// project (offline: it has no dependencies), and used from there as an ES
+// module (import) and from CommonJS (require), both getting the same
+// classes; its type declarations type-check a consumer of each kind.
 
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -8,6 +9,8 @@ import { existsSync, readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { PKG, tempDir } from "./harness.js";
+
+const NAMES = ["Client", "Lock", "TimeoutError", "RefusedError", "AuthError", "UnavailableError", "StaleError", "KunciError", "loadCredentials"];
 
 test("npm pack installs and imports", { timeout: 120_000 }, (t) => {
   const out = tempDir(t);
@@ -23,12 +26,49 @@ test("npm pack installs and imports", { timeout: 120_000 }, (t) => {
   const dir = join(app, "node_modules", "kunci");
   assert.ok(existsSync(join(dir, "dist", "index.d.ts")), "type declarations");
   assert.deepEqual(readdirSync(dir).sort(), ["README.md", "dist", "package.json"]);
-  const got = execFileSync(
-    process.execPath,
-    ["--input-type=module", "-e", 'import * as k from "kunci"; console.log(Object.keys(k).sort().join(" "))'],
-    { cwd: app, encoding: "utf8" },
+  const node = (file: string, src: string) => {
+    writeFileSync(join(app, file), src);
+    try {
+      return execFileSync(process.execPath, [file], { cwd: app, encoding: "utf8", stdio: "pipe" });
+    } catch (e) {
+      const err = e as { stderr?: string; message: string };
+      return assert.fail(`${file}:\n${src}\nfailed: ${err.stderr || err.message}`);
+    }
+  };
+
+  // An ES module.
+  const esm = node("esm.mjs", 'import * as k from "kunci"; console.log(Object.keys(k).sort().join(" "))').trim();
+  for (const name of NAMES) assert.ok(esm.split(" ").includes(name), `${name} exported to import: ${esm}`);
+
+  // A CommonJS file: require("kunci") gives the same exports, and the very
+  // same classes as import does (one copy of the code: an error thrown to
+  // a CommonJS caller is instanceof the class an ES module imported).
+  const cjs = node(
+    "cjs.cjs",
+    `const k = require("kunci");
+     const c = new k.Client({ addrs: ["127.0.0.1:1"] });
+     c.close().then(async () => {
+       const m = await import("kunci");
+       if (m.Client !== k.Client || m.TimeoutError !== k.TimeoutError) throw new Error("import and require give different classes");
+       console.log(Object.keys(k).sort().join(" "));
+     });`,
+  ).trim();
+  assert.equal(cjs, esm, "require and import export the same names");
+
+  // The declarations, for a TypeScript consumer of either kind (strict).
+  writeFileSync(join(app, "esm.mts"), 'import { Client, TimeoutError } from "kunci";\nconst c: Client = new Client({ addrs: ["127.0.0.1:1"] });\nconst e: TimeoutError | undefined = undefined;\nvoid c.close(), e;\n');
+  writeFileSync(join(app, "cjs.cts"), 'import kunci = require("kunci");\nconst c: kunci.Client = new kunci.Client({ addrs: ["127.0.0.1:1"] });\nconst e: kunci.TimeoutError | undefined = undefined;\nvoid c.close(), e;\n');
+  writeFileSync(
+    join(app, "tsconfig.json"),
+    JSON.stringify({
+      compilerOptions: { module: "nodenext", moduleResolution: "nodenext", target: "es2022", strict: true, noEmit: true, types: ["node"], typeRoots: [join(PKG, "node_modules", "@types")] },
+      files: ["esm.mts", "cjs.cts"],
+    }),
   );
-  for (const name of ["Client", "Lock", "TimeoutError", "RefusedError", "AuthError", "UnavailableError", "StaleError", "KunciError", "loadCredentials"]) {
-    assert.ok(got.split(" ").includes(name), `${name} exported: ${got}`);
+  try {
+    execFileSync(process.execPath, [join(PKG, "node_modules", "typescript", "bin", "tsc"), "-p", app], { cwd: app, encoding: "utf8", stdio: "pipe" });
+  } catch (e) {
+    const err = e as { stdout?: string; stderr?: string; message: string };
+    assert.fail(`a consumer does not type-check against the package's declarations:\n${err.stdout ?? ""}${err.stderr ?? ""}`);
   }
 });
