@@ -57,10 +57,16 @@ func shellBlocks(t *testing.T, file string) [][]string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return shellBlocksIn(string(b))
+}
+
+// shellBlocksIn returns the ```sh blocks of Markdown text md, as
+// shellBlocks does.
+func shellBlocksIn(md string) [][]string {
 	var blocks [][]string
 	var cur []string
 	in, cont := false, ""
-	sc := bufio.NewScanner(strings.NewReader(string(b)))
+	sc := bufio.NewScanner(strings.NewReader(md))
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
