@@ -470,7 +470,7 @@ func TestClusterRecipeRuns(t *testing.T) {
 	// Stop the nodes as the README says, also when a line failed.
 	script = slices.Insert(script, 1, `trap 'set +e; kill %2 %3; wait %2 %3; kill %1; wait' EXIT`)
 	cmd := exec.Command("bash", "-c", strings.Join(script, "\n"))
-	cmd.Dir = t.TempDir()
+	cmd.Dir = t.TempDir() // the user's working directory: the checkout's root
 	cmd.Env = append(os.Environ(), "NO_COLOR=1")
 	var stdout, stderr testnode.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -498,5 +498,47 @@ func TestClusterRecipeRuns(t *testing.T) {
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	if len(lines) != 4 || strings.Count(stdout.String(), " active ") != 1 || strings.Count(stdout.String(), " standby ") != 2 {
 		t.Fatalf("kunci status shows no settled cluster:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	}
+	checkIgnored(t, cmd.Dir)
+}
+
+// checkIgnored: every file a recipe wrote in dir, run there as in the
+// checkout's root, is one the repository's .gitignore ignores, so that
+// git add cannot pick up a node's data or the cluster key (a secret).
+func checkIgnored(t *testing.T, dir string) {
+	t.Helper()
+	if out, err := exec.Command("git", "-C", repoRoot, "rev-parse", "--is-inside-work-tree").Output(); err != nil || strings.TrimSpace(string(out)) != "true" {
+		t.Log("not in a git checkout: .gitignore not checked")
+		return
+	}
+	var written []string
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		if !d.IsDir() {
+			written = append(written, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(written) == 0 {
+		t.Fatal("the recipe wrote no file: where do its key and data go?")
+	}
+	cmd := exec.Command("git", "-C", repoRoot, "check-ignore", "--no-index", "--stdin")
+	cmd.Stdin = strings.NewReader(strings.Join(written, "\n") + "\n")
+	out, _ := cmd.Output() // exit status 1: none is ignored
+	ignored := strings.Fields(string(out))
+	var not []string
+	for _, f := range written {
+		if !slices.Contains(ignored, f) {
+			not = append(not, f)
+		}
+	}
+	if len(not) > 0 {
+		t.Errorf("the cluster recipe writes files that .gitignore does not cover, in the checkout it is run from: %v", not)
 	}
 }
