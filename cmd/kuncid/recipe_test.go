@@ -542,3 +542,61 @@ func checkIgnored(t *testing.T, dir string) {
 		t.Errorf("the cluster recipe writes files that .gitignore does not cover, in the checkout it is run from: %v", not)
 	}
 }
+
+// TestREADMESaysWhatMakeTestRuns: the README's Quick start and its
+// Development table say what `make test` runs: every test-* target the
+// Makefile's test runs (the table names each, `make test-go` …, and the
+// Quick start each language's tests), go vet, npm ci when a target runs
+// it (it downloads packages), and that they run side by side when make
+// runs them so.
+func TestREADMESaysWhatMakeTestRuns(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk := string(b)
+	recipe := func(target string) string {
+		m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(target) + `:.*\n((?:\t.*\n)*)`).FindStringSubmatch(mk)
+		if m == nil {
+			t.Fatalf("the Makefile has no %s target", target)
+		}
+		return m[0]
+	}
+	test := recipe("test")
+	targets := regexp.MustCompile(`\btest-[a-z]+\b`).FindAllString(test, -1)
+	if len(targets) < 3 {
+		t.Fatalf("make test runs %v: update this test", targets)
+	}
+	b, err = os.ReadFile(filepath.Join(repoRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(b)
+	row := regexp.MustCompile("(?m)^\\| `make test` \\|.*$").FindString(readme)
+	quick := regexp.MustCompile(`(?m)^make test +#.*$`).FindString(readme)
+	if row == "" || quick == "" {
+		t.Fatalf("README has no `make test` row in Development (%q) or line in Quick start (%q)", row, quick)
+	}
+	language := map[string]string{"test-go": "Go", "test-python": "Python", "test-typescript": "TypeScript"}
+	for _, target := range targets {
+		if !strings.Contains(row, "`make "+target+"`") {
+			t.Errorf("make test runs %s, which README's Development table does not name: %s", target, row)
+		}
+		lang, ok := language[target]
+		if !ok {
+			t.Fatalf("make test runs %s: which tests are those? Update this test", target)
+		}
+		if !strings.Contains(quick, lang) {
+			t.Errorf("make test runs %s, the %s tests, which README's Quick start does not say: %s", target, lang, quick)
+		}
+		if strings.Contains(recipe(target), "npm ci") && !strings.Contains(row, "npm ci") {
+			t.Errorf("make %s runs npm ci, which README's Development table does not say: %s", target, row)
+		}
+	}
+	if strings.Contains(test, "vet") && !strings.Contains(row, "go vet") {
+		t.Errorf("make test runs go vet, which README's Development table does not say: %s", row)
+	}
+	if regexp.MustCompile(`\$\(MAKE\).* -j`).MatchString(test) && !strings.Contains(row, "side by side") {
+		t.Errorf("make test runs its targets side by side (-j), which README's Development table does not say: %s", row)
+	}
+}
