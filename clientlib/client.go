@@ -186,6 +186,8 @@ func (c *Client) Close() error {
 
 func (c *Client) closing() bool { return c.closed.Load() }
 
+// dial connects to addr (TLS when configured), within DialTimeout; its
+// error names the address and why (see dialError).
 func (c *Client) dial(addr string) (net.Conn, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -196,12 +198,19 @@ func (c *Client) dial(addr string) (net.Conn, error) {
 		case <-ctx.Done():
 		}
 	}()
+	var nc net.Conn
+	var err error
 	if c.cfg.TLS != nil {
 		// DialTimeout bounds the handshake too.
 		d := tls.Dialer{NetDialer: &c.dialer, Config: c.cfg.TLS}
-		return d.DialContext(ctx, "tcp", addr)
+		nc, err = d.DialContext(ctx, "tcp", addr)
+	} else {
+		nc, err = c.dialer.DialContext(ctx, "tcp", addr)
 	}
-	return c.dialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, dialError(addr, err, c.cfg.DialTimeout)
+	}
+	return nc, nil
 }
 
 // sleep waits d, or returns false when the client closes first.

@@ -31,6 +31,10 @@ type conn struct {
 	// firstErr is why the first attempt to connect failed; set by run
 	// before it closes New's first channel.
 	firstErr error
+	// down is why the connection last failed to come up (a dial, the
+	// credentials, a seek) or last ended; nil while it is up. Set by run,
+	// read by Client.notUp.
+	down atomic.Pointer[error]
 
 	usable atomic.Bool
 	// sessions: the node of the connection now knows sessions (it took the
@@ -170,6 +174,7 @@ func (cn *conn) run(first chan<- struct{}) {
 			named = named || active
 		}
 		if err != nil {
+			cn.down.Store(&err)
 			tellFirst(err)
 			var ae *AuthError
 			if errors.As(err, &ae) {
@@ -203,7 +208,7 @@ func (cn *conn) run(first chan<- struct{}) {
 			return // closed meanwhile
 		}
 		since := time.Now()
-		redirect, served, err := cn.read(nc)
+		redirect, served, err := cn.read(nc, addr)
 		switch {
 		case redirect == "" && err == errNoActive:
 			seek = true // ask this node again
@@ -212,6 +217,10 @@ func (cn *conn) run(first chan<- struct{}) {
 			redirect, seek = "", true
 		default:
 			seek = false
+		}
+		if redirect == "" {
+			err = lostError(addr, err, cn.cl.cfg.ProbeTimeout)
+			cn.down.Store(&err)
 		}
 		cn.detach(nc, redirect, err)
 		if served {
@@ -274,6 +283,7 @@ func (cn *conn) attach(nc net.Conn, addr string, named bool) bool {
 	}
 	cn.link.nc, cn.link.addr = nc, addr
 	cn.link.gen++
+	cn.down.Store(nil)
 	cn.w.wbuf = cn.w.wbuf[:0]
 	// The session goes first: the node lists what it holds for it, and
 	// reconcile releases what the client no longer holds (session.go).
@@ -330,11 +340,11 @@ func (cn *conn) detach(nc net.Conn, redirect string, cause error) {
 
 var errHalfOpen = errors.New("clientlib: node stopped answering")
 
-// read reads answers until the connection fails or the node redirects it
-// (to redirect; "M -" is errNoActive). served: it carried an answer to a
-// request. An idle connection is probed with I; no answer in time breaks
-// it.
-func (cn *conn) read(nc net.Conn) (redirect string, served bool, err error) {
+// read reads answers from nc, a connection to addr, until it fails or the
+// node redirects it (to redirect; "M -" is errNoActive). served: it carried
+// an answer to a request. An idle connection is probed with I; no answer
+// in time breaks it. A line that is not an answer is a notKunciError.
+func (cn *conn) read(nc net.Conn, addr string) (redirect string, served bool, err error) {
 	cfg := &cn.cl.cfg
 	buf := make([]byte, 32<<10)
 	end := 0
@@ -385,7 +395,7 @@ func (cn *conn) read(nc net.Conn) (redirect string, served bool, err error) {
 				cn.pend.ready = nil
 				cn.mu.Unlock()
 				cn.cl.tellAll(rs)
-				return "", served, perr
+				return "", served, notKunci(addr, buf[start:end], perr)
 			}
 			start += m
 			if a.Kind == 'M' {

@@ -123,9 +123,10 @@ func (c *Client) authenticate(nc net.Conn, addr string) error {
 	// The node sends nothing but this answer before the next request.
 	var buf [wire.MaxLine]byte
 	var a wire.Answer
-	switch err := readAnswer(nc, buf[:], &a); {
-	case errors.Is(err, wire.ErrBadAnswer), errors.Is(err, wire.ErrLineTooLong):
-		return fmt.Errorf("clientlib: %s: unreadable answer to the credentials: %w", addr, err)
+	var nk *notKunciError
+	switch err := readAnswer(nc, addr, buf[:], &a); {
+	case errors.As(err, &nk):
+		return err // it names the address and the line
 	case err != nil:
 		return fmt.Errorf("clientlib: %s: no answer to the credentials: %w", addr, err)
 	case a.Kind == 'U', a.Kind == 'E' && string(a.Text) == alreadyAuthenticated:
@@ -156,16 +157,18 @@ func (c *Client) authOK() {
 // carry it: ErrNoConnection, wrapping its cause, or when it has none the
 // last authentication failure.
 func (c *Client) noConnection(cause error) error {
-	if cause == nil || cause == errNotUp {
+	if cause == nil || errors.Is(cause, errNotUp) {
 		if ae := c.authErr.Load(); ae != nil {
 			return fmt.Errorf("%w: %w", ErrNoConnection, ae)
 		}
-		return ErrNoConnection
+		if cause == nil || cause == errNotUp {
+			return ErrNoConnection // nothing known of why
+		}
 	}
 	if ae := c.authErr.Load(); ae != nil && errors.Is(cause, errNoAnswer) {
 		return fmt.Errorf("%w: %w: %w", ErrNoConnection, cause, ae)
 	}
-	return fmt.Errorf("%w: %v", ErrNoConnection, cause)
+	return fmt.Errorf("%w: %s", ErrNoConnection, unprefixed(cause))
 }
 
 // allAuthFailed returns the authentication failure of the connections'

@@ -178,7 +178,11 @@ func (cn *conn) seek(nc net.Conn, addr string) (active bool, to string, err erro
 		if _, err := nc.Write(wire.AppendInfoRequest(buf[:0])); err != nil {
 			return false, "", err
 		}
-		if err := readAnswer(nc, buf[:], &a); err != nil {
+		if err := readAnswer(nc, addr, buf[:], &a); err != nil {
+			var nk *notKunciError
+			if errors.As(err, &nk) {
+				return false, "", err
+			}
 			return false, "", fmt.Errorf("clientlib: %s: no answer to I: %w", addr, err)
 		}
 		switch {
@@ -207,9 +211,10 @@ func (cn *conn) seek(nc net.Conn, addr string) (active bool, to string, err erro
 	}
 }
 
-// readAnswer reads from nc, on which nothing else is outstanding, the one
-// answer line the node sends next, into a (aliasing buf).
-func readAnswer(nc net.Conn, buf []byte, a *wire.Answer) error {
+// readAnswer reads from nc, a connection to addr on which nothing else is
+// outstanding, the one answer line the node sends next, into a (aliasing
+// buf). A line that is not an answer is a notKunciError.
+func readAnswer(nc net.Conn, addr string, buf []byte, a *wire.Answer) error {
 	end := 0
 	for {
 		n, err := nc.Read(buf[end:])
@@ -217,7 +222,7 @@ func readAnswer(nc net.Conn, buf []byte, a *wire.Answer) error {
 		m, perr := wire.ParseAnswer(buf[:end], a)
 		switch {
 		case perr != nil:
-			return perr
+			return notKunci(addr, buf[:end], perr)
 		case m > 0 && m == end:
 			return nil
 		case m > 0:

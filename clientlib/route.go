@@ -3,6 +3,8 @@ package clientlib
 import (
 	"context"
 	"errors"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -73,6 +75,9 @@ func (c *Client) route(ctx context.Context, p retryPolicy, send func(cn *conn) (
 		}
 	}
 	fail := func() (result, error) {
+		if lastErr == errNotUp {
+			lastErr = c.notUp()
+		}
 		if p.over != nil {
 			return result{}, p.over(lastErr)
 		}
@@ -134,6 +139,24 @@ func (c *Client) route(ctx context.Context, p retryPolicy, send func(cn *conn) (
 			return result{}, err
 		}
 	}
+}
+
+// notUp is errNotUp for a request that found no connection up, saying
+// why the connections are down when they know: each one's last failure
+// (see conn.down), each failure once.
+func (c *Client) notUp() error {
+	var why []string
+	for _, cn := range c.conns {
+		if p := cn.down.Load(); p != nil {
+			if s := unprefixed(*p); !slices.Contains(why, s) {
+				why = append(why, s)
+			}
+		}
+	}
+	if len(why) == 0 {
+		return errNotUp
+	}
+	return &notUpError{why: strings.Join(why, "; ")}
 }
 
 // awaitUp waits for up to fire, or until ends (nil error: both end the
