@@ -36,6 +36,7 @@ var scenarios = []struct {
 	{"semaphore_limit", semaphoreLimit},
 	{"shared_readers", sharedReaders},
 	{"kind_mismatch", kindMismatch},
+	{"inspect_holder", inspectHolder},
 }
 
 func TestScenarios(t *testing.T) {
@@ -180,4 +181,34 @@ func authScenario(t *testing.T) {
 func tlsScenario(t *testing.T) {
 	t.Run("server", serverTLS)
 	t.Run("mutual", mutualTLS)
+}
+
+// inspectHolder: Inspect of a held key says who holds it, and of a free key
+// returns the zero Holder, whose Held is false (Python's None, TypeScript's
+// null).
+func inspectHolder(t *testing.T) {
+	n := startNode(t, "", nil)
+	a := newClient(t, func(cfg *clientlib.Config) { cfg.Owner = "billing" }, n.Addr())
+	look := newClient(t, nil, n.Addr())
+	free := func(key string) {
+		t.Helper()
+		if h := inspect(t, look, key); h.Held() || h != (clientlib.Holder{}) {
+			t.Fatalf("inspect of %s, which nobody holds: %+v, Held() %v; want the zero Holder", key, h, h.Held())
+		}
+	}
+	free("free")
+	held := acquire(t, a, "k")
+	waiting := goAcquire(ctxT(t), newClient(t, nil, n.Addr()), "k", long, 10*time.Second)
+	waitQueued(t, n, 1)
+	h := inspect(t, look, "k")
+	if !h.Held() || h.Token != held.Token() || h.Owner != "billing" || h.Holders != 1 || h.Waiters != 1 || h.Left <= 0 || h.Left > long {
+		t.Fatalf("inspect of k, held by token %d (owner billing, lease %v) with one waiter: %+v", held.Token(), long, h)
+	}
+	release(t, held)
+	r := await(t, waiting)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	release(t, r.lock)
+	free("k")
 }

@@ -175,8 +175,8 @@ class AsyncClient:
         acquire's."""
         return _AsyncLockBlock(self, key, lease, wait, limit, shared)
 
-    async def inspect(self, key: str) -> Holder:
-        """Who holds key: its Holder (token 0 when free)."""
+    async def inspect(self, key: str) -> Holder | None:
+        """Who holds key: its Holder, or None when nobody holds it."""
         core = await self._c()
         return await core.inspect(key)
 

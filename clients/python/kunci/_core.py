@@ -1065,7 +1065,8 @@ class _Core:
         ls.lease = lms / 1000
         ls.ends = sent + ls.lease
 
-    async def inspect(self, key: str) -> wire.Holder:
+    async def inspect(self, key: str) -> wire.Holder | None:
+        """Who holds key, None when nobody does (the node answered FREE)."""
         kb = wire.check_key(key)
         line = wire.inspect_line(kb)
 
@@ -1076,7 +1077,7 @@ class _Core:
         if a.kind == "E":
             raise self.refusal(a, key)
         assert a.holder is not None
-        return a.holder
+        return a.holder if a.holder.held else None
 
     async def locks(self, prefix: str | None, limit: int) -> tuple[list[wire.Holder], bool]:
         pb = wire.check_key(prefix, "prefix") if prefix else None

@@ -321,8 +321,8 @@ class Client:
         acquire's."""
         return _LockBlock(self, key, lease, wait, limit, shared)
 
-    def inspect(self, key: str) -> Holder:
-        """Who holds key: its Holder (token 0 when free)."""
+    def inspect(self, key: str) -> Holder | None:
+        """Who holds key: its Holder, or None when nobody holds it."""
         return self._run(self._core.inspect(key))
 
     def locks(self, prefix: str | None = None, limit: int = 0) -> Locks:

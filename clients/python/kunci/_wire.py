@@ -196,14 +196,16 @@ class BadAnswer(Exception):
 @dataclass(frozen=True)
 class Holder:
     """Who holds a key, as the node answered Q (or an H line of a listing).
+    Client.inspect returns one for a held key, None for a free one.
 
-    token is 0 when nobody holds the key. left is the lease left, in
-    seconds, when the node answered; waiters the acquires queued behind the
-    grant; owner the owner the grant's acquire named ("" for none).
-    holders is how many grants the key has (0 when free, 1 for a plain
-    lock, and 1 when not given for a held key); limit a semaphore's limit (None for a lock); shared is True for
-    a key held in shared mode. Several holders: inspect shows the oldest
-    grant, a listing each one.
+    token is the grant's fencing token (0 only in the wire's own parse of
+    a Q answer FREE). left is the lease left, in seconds, when the node
+    answered; waiters the acquires queued behind the grant; owner the owner
+    the grant's acquire named ("" for none). holders is how many grants the
+    key has (1 for a plain lock, and 1 when not given for a held key);
+    limit a semaphore's limit (None for a lock); shared is True for a key
+    held in shared mode. Several holders: inspect shows the oldest grant, a
+    listing each one.
     """
 
     key: str

@@ -308,5 +308,5 @@ class Kinds(NodeCase):
         self.assertGreater(s3.token, max(s1.token, s2.token, r1.token, r2.token))
         for lock in (s2, s3, r1, r2):
             lock.release()  # each its own grant, by token: never Stale
-        self.assertFalse(c.inspect("pool").held)
-        self.assertFalse(c.inspect("doc").held)
+        self.assertIsNone(c.inspect("pool"))
+        self.assertIsNone(c.inspect("doc"))

@@ -340,7 +340,7 @@ class Scenarios(NodeCase):
             lb.release()
         for lock in (lc, ld):
             lock.release()
-        self.assertFalse(a.inspect("pool").held)
+        self.assertIsNone(a.inspect("pool"))
 
     def test_shared_readers(self) -> None:
         n = self.node()
@@ -408,6 +408,22 @@ class Scenarios(NodeCase):
         h = a.inspect("k")
         self.assertEqual((h.token, h.holders, h.limit, h.waiters), (sem.token, 1, 2, 0))
         sem.release()
+
+    def test_inspect_holder(self) -> None:
+        n = self.node()
+        a, look = self.client([n.addr], owner="billing"), self.client([n.addr])
+        self.assertIsNone(look.inspect("free"))
+        held = a.acquire("k", lease=30, wait=5)
+        waiter = Asker(self.client([n.addr]), "k")
+        self.assertTrue(until(lambda: (h := look.inspect("k")) is not None and h.waiters == 1), "B never seen waiting")
+        h = look.inspect("k")
+        assert h is not None
+        self.assertEqual((h.key, h.token, h.owner, h.holders, h.waiters), ("k", held.token, "billing", 1, 1))
+        self.assertTrue(h.held)
+        self.assertTrue(0 < h.left <= 30, h.left)
+        held.release()
+        waiter.wait(self).release()
+        self.assertIsNone(look.inspect("k"))
 
 
 class Asker:

@@ -505,3 +505,23 @@ test("readme_examples", T, async (t) => {
   const { runReadmeExamples } = await import("./readme.js");
   await runReadmeExamples(t);
 });
+
+test("inspect_holder", T, async (t) => {
+  const n = await startNode(t);
+  const a = client(t, { addrs: [n.addr], owner: "billing" });
+  const [b, look] = [0, 1].map(() => client(t, { addrs: [n.addr] }));
+  assert.equal(await look!.inspect("free"), null);
+  const la = await a.acquire("k", { leaseMs: 30_000 });
+  const pb = b!.acquire("k", { leaseMs: 30_000, waitMs: WAIT_MS * 2 });
+  await waitFor("B seen waiting", async () => (await look!.inspect("k"))?.waiters === 1);
+  const h = await look!.inspect("k");
+  assert.ok(h !== null);
+  assert.deepEqual(
+    { key: h.key, token: h.token, owner: h.owner, holders: h.holders, waiters: h.waiters },
+    { key: "k", token: la.token, owner: "billing", holders: 1, waiters: 1 },
+  );
+  assert.ok(h.leftMs > 0 && h.leftMs <= 30_000, `${h.leftMs} ms left`);
+  await la.release();
+  await (await pb).release();
+  assert.equal(await look!.inspect("k"), null);
+});
