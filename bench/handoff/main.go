@@ -1,17 +1,21 @@
-// Command handoff measures what clients see when the role of a two-node
-// cluster's active moves: it starts two kuncid processes on loopback, runs
-// acquire+release cycles through clientlib from many goroutines, and
-// mid-run either sends SIGTERM to the active (a graceful stop), or with
-// --crash SIGKILL (a crash failover), or with --handback starts the
-// higher-priority node, which copies the state and takes the role back. It
-// reports the longest time without a completed cycle around the event, the
-// longest single cycle (the longest any caller waited), the acquires and
-// releases that failed, the releases answered STALE (across a crash: a
-// grant lost, or a release whose first attempt reached the node that died),
-// whether a lease kept alive across the event survived, and the cycles/s;
-// with --runs > 1 also the pauses' minimum, median and maximum.
+// Command handoff measures what clients see when the role of a cluster's
+// active moves: it starts --nodes kuncid processes on loopback (two by
+// default), runs acquire+release cycles through clientlib from many
+// goroutines, each reusing a key of its own (as real callers do; --fresh
+// takes a new key for every cycle instead), and mid-run either sends
+// SIGTERM to the active (a graceful stop), or with --crash SIGKILL (a
+// crash failover), or with --handback starts the higher-priority node,
+// which copies the state and takes the role back. It reports the longest
+// time without a completed cycle around the event, the longest single
+// cycle (the longest any caller waited), the acquires that failed, the
+// releases that failed (ErrStale included: across a crash, a grant the
+// new active never had), whether a lease kept alive across the event
+// survived, and the cycles/s; with --runs > 1 also the pauses' minimum,
+// median and maximum. A crash's pause is held to the failover timeout,
+// one heartbeat and 200 ms: a key that stays held by a grant its holder
+// released, or never received, makes its caller wait a lease instead.
 //
-//	make build && go run ./bench/handoff --kuncid bin/kuncid [--semi-sync] [--handback | --crash]
+//	make build && go run ./bench/handoff --kuncid bin/kuncid [--semi-sync] [--handback | --crash] [--nodes 3] [--runs 10]
 package main
 
 import (
@@ -40,17 +44,28 @@ import (
 func main() {
 	kuncid := flag.String("kuncid", "bin/kuncid", "the kuncid binary")
 	semi := flag.Bool("semi-sync", false, "run the nodes with --semi-sync")
-	goroutines := flag.Int("goroutines", 64, "client goroutines")
+	goroutines := flag.Int("goroutines", 16, "client goroutines, each cycling a key of its own")
 	runs := flag.Int("runs", 3, "handoffs to measure, each on a fresh cluster")
 	handback := flag.Bool("handback", false, "start with node 1 alone, then start node 0, which takes the role back")
 	crash := flag.Bool("crash", false, "kill the active with SIGKILL (a crash failover) instead of SIGTERM")
+	flag.IntVar(&cfg.nodes, "nodes", 2, "cluster nodes")
+	flag.BoolVar(&cfg.fresh, "fresh", false, "a new key for every cycle, rather than each goroutine reusing its own")
+	flag.DurationVar(&cfg.lease, "lease", 3*time.Second, "the cycles' lease")
+	flag.DurationVar(&cfg.wait, "wait", 5*time.Second, "the cycles' wait")
+	flag.DurationVar(&cfg.failover, "failover-timeout", time.Second, "the nodes' --failover-timeout")
+	flag.DurationVar(&cfg.heartbeat, "heartbeat", 100*time.Millisecond, "the nodes' --heartbeat")
 	flag.Parse()
 	if *handback && *crash {
 		fmt.Fprintln(os.Stderr, "handoff: --handback and --crash exclude each other")
 		os.Exit(2)
 	}
+	if *handback && cfg.nodes != 2 {
+		fmt.Fprintln(os.Stderr, "handoff: --handback takes --nodes 2")
+		os.Exit(2)
+	}
 	var pauses, cycles []time.Duration
-	failed := 0
+	var failed, releases, lost, over int
+	budget := cfg.failover + cfg.heartbeat + 200*time.Millisecond
 	for i := 0; i < *runs; i++ {
 		r, err := run(*kuncid, *semi, *handback, *crash, *goroutines)
 		if err != nil {
@@ -60,11 +75,29 @@ func main() {
 		pauses = append(pauses, r.pause)
 		cycles = append(cycles, r.longest)
 		failed += r.errors
+		releases += r.releases
+		if r.keptLost {
+			lost++
+		}
+		if *crash && r.pause > budget {
+			over++
+		}
 	}
 	if *runs > 1 {
-		fmt.Printf("%d runs: longest pause min %v median %v max %v; longest cycle min %v median %v max %v; %d failed requests\n",
-			*runs, spread(pauses)[0], spread(pauses)[1], spread(pauses)[2], spread(cycles)[0], spread(cycles)[1], spread(cycles)[2], failed)
+		fmt.Printf("%d runs: longest pause min %v median %v max %v; longest cycle min %v median %v max %v; %d failed acquires, %d failed releases, %d kept-alive leases lost\n",
+			*runs, spread(pauses)[0], spread(pauses)[1], spread(pauses)[2], spread(cycles)[0], spread(cycles)[1], spread(cycles)[2], failed, releases, lost)
 	}
+	if *crash {
+		fmt.Printf("pauses over the failover timeout + a heartbeat + 200 ms (%v): %d of %d\n", budget, over, *runs)
+	}
+}
+
+// cfg is the cluster and load the flags ask for.
+var cfg struct {
+	nodes               int
+	fresh               bool
+	lease, wait         time.Duration
+	failover, heartbeat time.Duration
 }
 
 // spread returns the minimum, median and maximum of ds, rounded.
@@ -80,14 +113,16 @@ var logLevel = cmp.Or(os.Getenv("HANDOFF_LOG"), "error")
 
 // outcome is what one run measured.
 type outcome struct {
-	pause   time.Duration // the longest time without a completed cycle after the event
-	longest time.Duration // the longest cycle that ended after the event
-	errors  int           // acquires and releases that failed
+	pause    time.Duration // the longest time without a completed cycle after the event
+	longest  time.Duration // the longest cycle that ended after the event
+	errors   int           // acquires that failed
+	releases int           // releases that failed (ErrStale included)
+	keptLost bool          // the lease kept alive across the event was lost
 }
 
 func run(kuncid string, semi, handback, crash bool, goroutines int) (outcome, error) {
 	var addrs []string
-	for i := 0; i < 2; i++ {
+	for i := 0; i < cfg.nodes; i++ {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return outcome{}, err
@@ -122,7 +157,8 @@ func run(kuncid string, semi, handback, crash bool, goroutines int) (outcome, er
 		if err != nil {
 			return err
 		}
-		args := []string{"--listen", addrs[i], "--peers", strings.Join(addrs, ","), "--cluster-key-file", keyFile, "--data-dir", dir, "--log-level", logLevel}
+		args := []string{"--listen", addrs[i], "--peers", strings.Join(addrs, ","), "--cluster-key-file", keyFile, "--data-dir", dir, "--log-level", logLevel,
+			"--failover-timeout", cfg.failover.String(), "--heartbeat", cfg.heartbeat.String()}
 		if semi {
 			args = append(args, "--semi-sync")
 		}
@@ -149,11 +185,17 @@ func run(kuncid string, semi, handback, crash bool, goroutines int) (outcome, er
 		return outcome{}, err
 	}
 	defer c.Close()
-	// Wait for the cluster: node 0 active, the standby holding a copy.
-	time.Sleep(1500 * time.Millisecond)
+	// Wait for the cluster: node 0 (node 1 before a handback) active, and
+	// every other node following it, then a moment for their copies.
+	active := addrs[first]
+	waitActive(active, time.Now())
+	for i := first + 1; i < len(addrs); i++ {
+		waitFollows(addrs[i], active)
+	}
+	time.Sleep(300 * time.Millisecond)
 
 	// A lease kept alive across the event: it must survive it.
-	kept, err := c.Acquire(context.Background(), "handoff/kept", 3*time.Second, 5*time.Second)
+	kept, err := c.Acquire(context.Background(), "handoff/kept", cfg.lease, cfg.wait)
 	if err != nil {
 		return outcome{}, fmt.Errorf("the kept-alive lock: %w", err)
 	}
@@ -171,34 +213,37 @@ func run(kuncid string, semi, handback, crash bool, goroutines int) (outcome, er
 	var mu sync.Mutex
 	var done []cycle
 	var errs []string
-	var stale atomic.Int64
+	var stale, releaseFailed atomic.Int64
 	var wg sync.WaitGroup
 	for g := 0; g < goroutines; g++ {
 		wg.Go(func() {
 			local := make([]cycle, 0, 1<<15)
 			var failed []string
+			key := "handoff/" + strconv.Itoa(g)
 			for i := 0; ctx.Err() == nil; i++ {
 				began := time.Now()
-				// A new key each time: a release lost in a crash failover
-				// (replication is asynchronous) leaves its key held.
-				l, err := c.Acquire(ctx, "handoff/"+strconv.Itoa(g)+"/"+strconv.Itoa(i), 30*time.Second, 5*time.Second)
+				if cfg.fresh {
+					key = "handoff/" + strconv.Itoa(g) + "/" + strconv.Itoa(i)
+				}
+				l, err := c.Acquire(ctx, key, cfg.lease, cfg.wait)
 				if err != nil {
 					if ctx.Err() == nil {
 						failed = append(failed, fmt.Sprintf("acquire after %v: %v", time.Since(began).Round(time.Millisecond), err))
 					}
 					continue
 				}
-				switch err := l.Release(ctx); {
+				// The release's own context: one that ends with the run
+				// would report the last releases failed.
+				switch err := l.Release(context.Background()); {
 				case errors.Is(err, clientlib.ErrStale):
-					// Across a crash: the grant was lost (replication is
-					// asynchronous), or the release's first attempt reached
-					// the node that died. Not the client's doing.
+					// Not the holder's any more: across a crash, a grant
+					// the new active never had (asynchronous replication).
 					stale.Add(1)
+					releaseFailed.Add(1)
 					continue
 				case err != nil:
-					if ctx.Err() == nil {
-						failed = append(failed, fmt.Sprintf("release: %v", err))
-					}
+					releaseFailed.Add(1)
+					failed = append(failed, fmt.Sprintf("release: %v", err))
 					continue
 				}
 				local = append(local, cycle{began, time.Now()})
@@ -260,7 +305,9 @@ func run(kuncid string, semi, handback, crash bool, goroutines int) (outcome, er
 	if n := len(done); n == 0 || done[n-1].ended.Before(sig) {
 		o.pause = end.Sub(sig) // no cycle completed after the event
 	}
-	o.errors = len(errs)
+	o.errors = len(errs) - int(releaseFailed.Load()-stale.Load())
+	o.releases = int(releaseFailed.Load())
+	o.keptLost = keptState != "held"
 	what := "handoff "
 	switch {
 	case handback:
@@ -268,8 +315,8 @@ func run(kuncid string, semi, handback, crash bool, goroutines int) (outcome, er
 	case crash:
 		what = "crash   "
 	}
-	fmt.Printf("%s semi-sync %-5v  %8.0f cycles/s  longest pause %-10v  longest cycle %-10v  failed %d  releases STALE %d  kept-alive lease %s",
-		what, semi, float64(len(done))/window.Seconds(), o.pause.Round(10*time.Microsecond), o.longest.Round(10*time.Microsecond), o.errors, stale.Load(), keptState)
+	fmt.Printf("%s semi-sync %-5v  %8.0f cycles/s  longest pause %-10v  longest cycle %-10v  acquires failed %d  releases failed %d (STALE %d)  kept-alive lease %s",
+		what, semi, float64(len(done))/window.Seconds(), o.pause.Round(10*time.Microsecond), o.longest.Round(10*time.Microsecond), o.errors, o.releases, stale.Load(), keptState)
 	switch {
 	case crash:
 		fmt.Printf("  standby active %v after SIGKILL", takeover.Round(time.Millisecond))
@@ -292,17 +339,35 @@ func run(kuncid string, semi, handback, crash bool, goroutines int) (outcome, er
 // returns how long after since it first said so (10 s at most).
 func waitActive(addr string, since time.Time) time.Duration {
 	for time.Since(since) < 10*time.Second {
-		if nc, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			_ = nc.SetDeadline(time.Now().Add(time.Second))
-			_, _ = nc.Write([]byte("I\n"))
-			buf := make([]byte, 512)
-			n, _ := nc.Read(buf)
-			nc.Close()
-			if strings.HasPrefix(string(buf[:n]), "I active ") {
-				return time.Since(since)
-			}
+		if strings.HasPrefix(info(addr), "I active ") {
+			return time.Since(since)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
 	return time.Since(since)
+}
+
+// waitFollows waits (10 s at most) until the node at addr is a standby that
+// names active as the active.
+func waitFollows(addr, active string) {
+	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		if f := strings.Fields(info(addr)); len(f) >= 4 && f[1] == "standby" && f[3] == active {
+			return
+		}
+	}
+}
+
+// info asks the node at addr "I" and returns its answer, "" when it gives
+// none.
+func info(addr string) string {
+	nc, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return ""
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(time.Second))
+	_, _ = nc.Write([]byte("I\n"))
+	buf := make([]byte, 512)
+	n, _ := nc.Read(buf)
+	return string(buf[:n])
 }
