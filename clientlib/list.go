@@ -15,7 +15,7 @@ type Listed struct {
 	Holder
 }
 
-// List lists the grants of held keys that start with prefix ("": every
+// Locks lists the grants of held keys that start with prefix ("": every
 // key), at most limit of them (0: no limit), as the active node sees them
 // ("L limit prefix"); more reports that the limit left some unlisted. The
 // listing is in no particular order and is not a snapshot of one instant:
@@ -24,7 +24,7 @@ type Listed struct {
 // only keys under them. When no connection can carry it, it tries again
 // as Release does (route.go); a listing cut short by a failover is
 // started again.
-func (c *Client) List(ctx context.Context, prefix string, limit uint64) (grants []Listed, more bool, err error) {
+func (c *Client) Locks(ctx context.Context, prefix string, limit uint64) (grants []Listed, more bool, err error) {
 	if prefix != "" {
 		if err := checkKey(prefix); err != nil {
 			return nil, false, fmt.Errorf("clientlib: bad prefix: %w", err)

@@ -18,19 +18,23 @@ import (
 
 	"github.com/kunci/kunci/clientlib"
 	"github.com/kunci/kunci/internal/testaddr"
+	"github.com/kunci/kunci/internal/testnode"
 )
 
 // Issue 23, points 2 to 4: what a client sees while the active crashes,
 // hands over, or cannot be reached.
 
 // cycler runs acquire/release cycles from many goroutines, each on keys of
-// its own, and records the longest cycle, the longest time without a
-// completed one after mark, and what failed.
+// its own (a new one each cycle, or with reuse the same one over and over,
+// as real callers do), and records the longest cycle, the longest time
+// without a completed one after mark, and what failed.
 type cycler struct {
-	c    *clientlib.Client
-	wait time.Duration
-	stop chan struct{}
-	wg   sync.WaitGroup
+	c     *clientlib.Client
+	wait  time.Duration
+	lease time.Duration
+	reuse bool
+	stop  chan struct{}
+	wg    sync.WaitGroup
 
 	mu      sync.Mutex
 	mark    time.Time // when the event began (zero: not yet)
@@ -41,6 +45,8 @@ type cycler struct {
 	gap     time.Duration // the longest time without a completed cycle after mark
 	failed  []string
 	stale   int // releases answered STALE: a grant lost in the failover
+	// after counts each goroutine's cycles completed since mark.
+	after map[int]int
 	// The highest token granted before mark, and the lowest granted to an
 	// acquire that began after it (one under way at mark may be granted
 	// by either node).
@@ -48,7 +54,13 @@ type cycler struct {
 }
 
 func startCycler(c *clientlib.Client, goroutines int, wait time.Duration) *cycler {
-	cy := &cycler{c: c, wait: wait, stop: make(chan struct{}), last: time.Now()}
+	return startCyclerOf(c, goroutines, long, wait, false)
+}
+
+// startCyclerOf is startCycler with the cycles' lease, and reuse: each
+// goroutine cycles one key of its own.
+func startCyclerOf(c *clientlib.Client, goroutines int, lease, wait time.Duration, reuse bool) *cycler {
+	cy := &cycler{c: c, wait: wait, lease: lease, reuse: reuse, stop: make(chan struct{}), last: time.Now(), after: make(map[int]int)}
 	for g := range goroutines {
 		cy.wg.Add(1)
 		go cy.loop(g)
@@ -66,13 +78,13 @@ func (cy *cycler) loop(g int) {
 		default:
 		}
 		began := time.Now()
-		// A key of its own each time: a release lost in a crash
-		// failover (replication is asynchronous) leaves its key held,
-		// and an acquire of it would wait for the lease, not for the
-		// client.
-		l, err := cy.c.Acquire(ctx, "cycle/"+strconv.Itoa(g)+"/"+strconv.Itoa(i), long, cy.wait)
+		key := "cycle/" + strconv.Itoa(g)
+		if !cy.reuse {
+			key += "/" + strconv.Itoa(i)
+		}
+		l, err := cy.c.Acquire(ctx, key, cy.lease, cy.wait)
 		if err != nil {
-			cy.note(began, "acquire after "+time.Since(began).Round(time.Millisecond).String()+": "+err.Error())
+			cy.note(g, began, "acquire after "+time.Since(began).Round(time.Millisecond).String()+": "+err.Error())
 			continue
 		}
 		cy.granted(began, l.Token())
@@ -83,15 +95,16 @@ func (cy *cycler) loop(g int) {
 			cy.stale++
 			cy.mu.Unlock()
 		case err != nil:
-			cy.note(began, "release: "+err.Error())
+			cy.note(g, began, "release: "+err.Error())
 			continue
 		}
-		cy.note(began, "")
+		cy.note(g, began, "")
 	}
 }
 
-// note records a cycle that began at began: completed, or failed saying so.
-func (cy *cycler) note(began time.Time, failed string) {
+// note records a cycle of goroutine g that began at began: completed, or
+// failed saying so.
+func (cy *cycler) note(g int, began time.Time, failed string) {
 	now := time.Now()
 	cy.mu.Lock()
 	defer cy.mu.Unlock()
@@ -107,6 +120,7 @@ func (cy *cycler) note(began time.Time, failed string) {
 		}
 		cy.gap = max(cy.gap, now.Sub(from))
 		cy.cycles++
+		cy.after[g]++
 	}
 	cy.last = now
 	cy.total++
@@ -137,6 +151,14 @@ func (cy *cycler) completed() (since, total int) {
 	cy.mu.Lock()
 	defer cy.mu.Unlock()
 	return cy.cycles, cy.total
+}
+
+// everyoneAfter reports whether each of n goroutines completed a cycle
+// since begin.
+func (cy *cycler) everyoneAfter(n int) bool {
+	cy.mu.Lock()
+	defer cy.mu.Unlock()
+	return len(cy.after) == n
 }
 
 // end stops the cycles, waiting for those under way.
@@ -280,21 +302,102 @@ func TestAcquireWithoutBoundKeepsTrying(t *testing.T) {
 // failover timeout. ReconnectInterval is 10 s, for the dead node's address:
 // the client used to wait for it (and fail acquires, and lose the lease).
 func crashFailover(t *testing.T) {
+	addrs, procs, admin := crashCluster(t, false)
+	c := newClient(t, func(cfg *clientlib.Config) { cfg.ReconnectInterval = 10 * time.Second }, addrs...)
+	kept, lost := keptAcross(t, c, admin)
+	cy := startCycler(c, 16, 2*time.Second)
+	waitFor(t, "cycles on the active", func() bool { _, n := cy.completed(); return n >= 200 })
+
+	cy.begin()
+	if err := procs[0].Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "cycles on the new active", func() bool { n, _ := cy.completed(); return n >= 200 })
+	cy.end(t)
+	t.Logf("kill -9 of the active: the longest pause %v, the longest cycle %v (failover timeout %v); %d releases STALE",
+		cy.gap, cy.longest, crashFailoverTimeout, cy.stale)
+	if len(cy.failed) > 0 {
+		t.Fatalf("%d requests failed across the crash, the first: %s", len(cy.failed), cy.failed[0])
+	}
+	keptSurvived(t, kept, lost)
+	if cy.firstAfter <= cy.lastBefore {
+		t.Fatalf("token %d granted after the crash, %d before it", cy.firstAfter, cy.lastBefore)
+	}
+	if cy.gap > 5*time.Second {
+		t.Fatalf("the client paused %v after the crash, want about the failover timeout of %v", cy.gap, crashFailoverTimeout)
+	}
+}
+
+// crashReuse: callers that reuse their keys across a crash failover, with
+// asynchronous and with semi-synchronous replication. A release the old
+// active answered and never copied, or a grant its client never heard of,
+// used to keep the key held on the new active for the grant's lease (30 s
+// here): the client's session now finds and releases the one, and takes
+// the other back. Every caller cycles again within a few seconds; no
+// acquire fails; a release fails only as ErrStale, and only for a grant
+// the new active never had (asynchronous replication: the old active's
+// last grants die with it); the kept-alive lock lives on.
+func crashReuse(t *testing.T) {
+	for _, semi := range []bool{false, true} {
+		mode := map[bool]string{false: "async", true: "semi-sync"}[semi]
+		t.Run(mode, func(t *testing.T) {
+			addrs, procs, admin := crashCluster(t, semi)
+			c := newClient(t, func(cfg *clientlib.Config) { cfg.ReconnectInterval = 10 * time.Second }, addrs...)
+			kept, lost := keptAcross(t, c, admin)
+			const callers, lease = 8, 30 * time.Second
+			cy := startCyclerOf(c, callers, lease, 10*time.Second, true)
+			waitFor(t, "cycles on the active", func() bool { _, n := cy.completed(); return n >= 200 })
+
+			cy.begin()
+			killed := time.Now()
+			if err := procs[0].Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			// Generous for a busy machine, and far below the lease a
+			// stuck key would take.
+			if !testnode.Until(lease/3, func() bool { return cy.everyoneAfter(callers) }) {
+				cy.mu.Lock()
+				t.Fatalf("%v after the crash, only %d of %d callers cycled again (%v): a key stays held", time.Since(killed), len(cy.after), callers, cy.after)
+			}
+			waitFor(t, "cycles on the new active", func() bool { n, _ := cy.completed(); return n >= 100 })
+			cy.end(t)
+			t.Logf("%s: kill -9 of the active: every caller cycled again; the longest pause %v, the longest cycle %v (failover timeout %v); %d releases STALE",
+				mode, cy.gap, cy.longest, crashFailoverTimeout, cy.stale)
+			if len(cy.failed) > 0 {
+				t.Fatalf("%d requests failed across the crash, the first: %s", len(cy.failed), cy.failed[0])
+			}
+			if semi && cy.stale > 0 {
+				t.Fatalf("%d releases STALE with semi-synchronous replication: a grant answered and then lost", cy.stale)
+			}
+			keptSurvived(t, kept, lost)
+		})
+	}
+}
+
+// crashFailoverTimeout is the failover timeout of crashCluster's nodes.
+const crashFailoverTimeout = 500 * time.Millisecond
+
+// crashCluster starts a three-node cluster of kuncid processes (semi-sync
+// when asked), node 1 with an admin endpoint (admin), and waits until node
+// 0 is active and the others follow it.
+func crashCluster(t *testing.T, semi bool) (addrs []string, procs []*exec.Cmd, admin string) {
 	bin := buildKuncid(t)
-	addrs := testaddr.Free(t, 3)
-	admin := testaddr.Free(t, 1)[0]
-	const failover = 500 * time.Millisecond
+	addrs = testaddr.Free(t, 3)
+	admin = testaddr.Free(t, 1)[0]
 	key := filepath.Join(t.TempDir(), "cluster.key")
 	if err := os.WriteFile(key, []byte("a test cluster key, 32 bytes lng\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	procs := make([]*exec.Cmd, 3)
+	procs = make([]*exec.Cmd, 3)
 	for i := range procs {
 		args := []string{"--listen", addrs[i], "--advertise", addrs[i], "--peers", strings.Join(addrs, ","),
 			"--cluster-key-file", key, "--data-dir", t.TempDir(), "--heartbeat", "50ms",
-			"--failover-timeout", failover.String(), "--log-level", "error"}
+			"--failover-timeout", crashFailoverTimeout.String(), "--log-level", "error"}
 		if i == 1 {
 			args = append(args, "--admin", admin)
+		}
+		if semi {
+			args = append(args, "--semi-sync")
 		}
 		procs[i] = exec.Command(bin, args...)
 		procs[i].Stderr = testWriter{t}
@@ -308,8 +411,12 @@ func crashFailover(t *testing.T) {
 		return info(addrs[0]) == "I active "+addrs[0]+" "+addrs[0] &&
 			info(addrs[1]) == "I standby "+addrs[1]+" "+addrs[0] && info(addrs[2]) == "I standby "+addrs[2]+" "+addrs[0]
 	})
+	return addrs, procs, admin
+}
 
-	c := newClient(t, func(cfg *clientlib.Config) { cfg.ReconnectInterval = 10 * time.Second }, addrs...)
+// keptAcross acquires a lock to keep alive across the crash, and waits
+// until the standby at admin holds a copy of it.
+func keptAcross(t *testing.T, c *clientlib.Client, admin string) (*clientlib.Lock, <-chan error) {
 	kept, err := c.Acquire(ctxT(t), "crash/kept", 3*time.Second, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -318,20 +425,13 @@ func crashFailover(t *testing.T) {
 	waitFor(t, "the standby to hold a copy of the kept-alive lock", func() bool {
 		return strings.Contains(get(admin, "/locks?prefix=crash/"), `"crash/kept"`)
 	})
-	cy := startCycler(c, 16, 2*time.Second)
-	waitFor(t, "cycles on the active", func() bool { _, n := cy.completed(); return n >= 200 })
+	return kept, lost
+}
 
-	cy.begin()
-	if err := procs[0].Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "cycles on the new active", func() bool { n, _ := cy.completed(); return n >= 200 })
-	cy.end(t)
-	t.Logf("kill -9 of the active: the longest pause %v, the longest cycle %v (failover timeout %v); %d releases STALE",
-		cy.gap, cy.longest, failover, cy.stale)
-	if len(cy.failed) > 0 {
-		t.Fatalf("%d requests failed across the crash, the first: %s", len(cy.failed), cy.failed[0])
-	}
+// keptSurvived checks that the lock kept alive across the crash was not
+// lost, and releases it on the new active.
+func keptSurvived(t *testing.T, kept *clientlib.Lock, lost <-chan error) {
+	t.Helper()
 	select {
 	case err := <-lost:
 		t.Fatalf("the kept-alive lock across the crash: %v", err)
@@ -339,12 +439,6 @@ func crashFailover(t *testing.T) {
 	}
 	if err := kept.Release(ctxT(t)); err != nil {
 		t.Fatalf("release of the kept-alive lock on the new active: %v", err)
-	}
-	if cy.firstAfter <= cy.lastBefore {
-		t.Fatalf("token %d granted after the crash, %d before it", cy.firstAfter, cy.lastBefore)
-	}
-	if cy.gap > 5*time.Second {
-		t.Fatalf("the client paused %v after the crash, want about the failover timeout of %v", cy.gap, failover)
 	}
 }
 

@@ -28,6 +28,7 @@ var scenarios = []struct {
 	{"give_up_withdraws", giveUpWithdraws},
 	{"redirect_from_standby", redirectFromStandby},
 	{"crash_failover", crashFailover},
+	{"crash_reuse", crashReuse},
 	{"graceful_handoff", gracefulHandoff},
 	{"auth", authScenario},
 	{"tls", tlsScenario},
