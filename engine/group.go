@@ -145,7 +145,10 @@ func (s *Shard) join(now, waited int64, l *lock, conn ConnID, si uint32, m Mode,
 	s.counters.WaitTime.observe(waited)
 	s.holderLeases.Add(h, now+lease)
 	out.answerUntil(conn, Granted, l.key(), token, now+lease)
-	out.recordGrantMode(l.key(), h.owner, token, now+lease, g.mode(), s.sess.id(si))
+	out.recordGrantMode(l.key(), h.owner, token, now+lease, g.mode())
+	if si != 0 {
+		out.recordSession(s.sess.id(si))
+	}
 }
 
 // groupOf returns l's group, made for mode m (not the zero Mode) when l is

@@ -204,22 +204,29 @@ func (o *Output) recordRelease(key string, token uint64, bySession bool) {
 	o.Records = append(o.Records, Record{Kind: RecordRelease, sessioned: bySession, Token: token, keyOff: off, keyLen: n})
 }
 
-// recordGrant is record for an exclusive grant of session sess, with its
-// owner after the key.
-func (o *Output) recordGrant(key, owner string, token uint64, deadline int64, sess Session) {
-	o.recordGrantMode(key, owner, token, deadline, Mode{}, sess)
+// recordGrant is record for an exclusive grant, with its owner after the
+// key; recordSession then names its session, if it has one.
+func (o *Output) recordGrant(key, owner string, token uint64, deadline int64) {
+	o.recordGrantMode(key, owner, token, deadline, Mode{})
 }
 
 // recordGrantMode is recordGrant for a grant of mode m.
-func (o *Output) recordGrantMode(key, owner string, token uint64, deadline int64, m Mode, sess Session) {
+func (o *Output) recordGrantMode(key, owner string, token uint64, deadline int64, m Mode) {
 	if !o.WantRecords {
 		return
 	}
 	off, n := o.keyRef(key)
 	o.keys = append(o.keys, owner...)
-	if sess != 0 {
-		o.keys = binary.LittleEndian.AppendUint64(o.keys, uint64(sess))
+	o.Records = append(o.Records, Record{Kind: RecordGrant, ownerLen: uint8(len(owner)), shared: m.Shared, slots: m.Slots,
+		Token: token, Deadline: deadline, keyOff: off, keyLen: n})
+}
+
+// recordSession names sess as the session of the grant recordGrant or
+// recordGrantMode just recorded: it follows the grant's owner.
+func (o *Output) recordSession(sess Session) {
+	if !o.WantRecords {
+		return
 	}
-	o.Records = append(o.Records, Record{Kind: RecordGrant, ownerLen: uint8(len(owner)), shared: m.Shared, sessioned: sess != 0,
-		slots: m.Slots, Token: token, Deadline: deadline, keyOff: off, keyLen: n})
+	o.keys = binary.LittleEndian.AppendUint64(o.keys, uint64(sess))
+	o.Records[len(o.Records)-1].sessioned = true
 }

@@ -78,11 +78,16 @@ func (t *sessions) init() {
 
 // index returns id's index, making an entry for it; 0 for no session.
 func (t *sessions) index(id Session, now int64) uint32 {
+	if id == t.last {
+		return t.lastI // 0 for 0 too: last is 0 only while lastI is
+	}
+	return t.find(id, now)
+}
+
+// find is index for a session other than the last one looked up.
+func (t *sessions) find(id Session, now int64) uint32 {
 	if id == 0 {
 		return 0
-	}
-	if id == t.last {
-		return t.lastI
 	}
 	i, ok := t.byID[id]
 	if !ok {

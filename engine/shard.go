@@ -744,10 +744,13 @@ func (s *Shard) grant(now, waited int64, l *lock, conn ConnID, si uint32, lease 
 	l.granted = stampOf(now)
 	l.token = token
 	l.sess = si
-	s.sess.hold(si)
 	s.leases.Add(l, now+lease)
 	out.answerUntil(conn, Granted, l.key(), l.token, now+lease)
-	out.recordGrant(l.key(), l.owner(), l.token, now+lease, s.sess.id(si))
+	out.recordGrant(l.key(), l.owner(), l.token, now+lease)
+	if si != 0 {
+		s.sess.hold(si)
+		out.recordSession(s.sess.id(si))
+	}
 }
 
 // serve passes l, a grant of which ended at the instant at, to the waiters

@@ -659,12 +659,10 @@ func sessionOf(k Kind, sess uint64) uint64 {
 // remaining (ns) is used by Grant and Extend, owner (nil for none) and
 // sess (0 for none: g, else f) by Grant.
 func AppendCompactRecord(dst []byte, k Kind, key []byte, token uint64, remaining int64, owner []byte, sess uint64) []byte {
-	sess = sessionOf(k, sess)
-	if sess != 0 {
-		dst = append(dst, byte(grantOfSession)+('a'-'A'), ' ')
-	} else {
-		dst = append(dst, byte(k)+('a'-'A'), ' ')
+	if sess != 0 && k == Grant {
+		return appendCompactGrantOfSession(dst, key, token, remaining, owner, sess)
 	}
+	dst = append(dst, byte(k)+('a'-'A'), ' ')
 	dst = append(dst, key...)
 	dst = append(dst, ' ')
 	dst = appendBase64(dst, token)
@@ -672,11 +670,25 @@ func AppendCompactRecord(dst []byte, k Kind, key []byte, token uint64, remaining
 		dst = append(dst, ' ')
 		dst = appendBase64(dst, micros(remaining))
 	}
-	if sess != 0 {
-		dst = append(dst, ' ')
-		dst = appendBase64(dst, sess)
-	}
 	if k == Grant && len(owner) > 0 {
+		dst = append(dst, ' ')
+		dst = append(dst, owner...)
+	}
+	return append(dst, '\n')
+}
+
+// appendCompactGrantOfSession is AppendCompactRecord for a grant of session
+// sess: f.
+func appendCompactGrantOfSession(dst, key []byte, token uint64, remaining int64, owner []byte, sess uint64) []byte {
+	dst = append(dst, byte(grantOfSession)+('a'-'A'), ' ')
+	dst = append(dst, key...)
+	dst = append(dst, ' ')
+	dst = appendBase64(dst, token)
+	dst = append(dst, ' ')
+	dst = appendBase64(dst, micros(remaining))
+	dst = append(dst, ' ')
+	dst = appendBase64(dst, sess)
+	if len(owner) > 0 {
 		dst = append(dst, ' ')
 		dst = append(dst, owner...)
 	}

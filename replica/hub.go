@@ -150,7 +150,10 @@ func appendRecords(dst []byte, seq uint64, now int64, out *engine.Output, compac
 		case engine.RecordExtend:
 			k = Extend
 		}
-		sess := uint64(out.RecordSession(r))
+		var sess uint64
+		if k == Grant {
+			sess = uint64(out.RecordSession(r))
+		}
 		if m := r.Mode(); !compact || seq%fullEvery == 0 || k == Grant && m != (engine.Mode{}) {
 			dst = AppendRecord(dst, k, seq, out.RecordKey(r), r.Token, r.Deadline-now, out.RecordOwner(r), m, sess)
 		} else {

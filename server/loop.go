@@ -116,16 +116,14 @@ type loop struct {
 // request is a parsed request waiting for its shard. key and owner alias
 // the read buffer or the connection's carry until the batch is done.
 type request struct {
-	op     wire.Op
-	shard  int32
-	key    []byte
-	owner  []byte // A: the grant's owner, nil for none
-	mode   engine.Mode
-	lease  int64 // ns
-	wait   int64 // ns
+	op    wire.Op
+	shard int32
+	key   []byte
+	// ask is an acquire's terms (its owner, nil for none, aliases as key
+	// does), and an extend's lease: durations in ns. Its Session is set
+	// as it is applied.
+	ask    engine.Ask
 	token  uint64
-	again  bool // A: sent again, with the token its session had seen (engine.Ask)
-	seen   uint64
 	err    error
 	echoOp []byte
 	// stale marks an acquire that waited in a frozen node's input past
@@ -318,9 +316,6 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 		lp.startList(cs, req)
 	case req.Op == wire.OpSession:
 		lp.startSession(cs, req)
-	case req.Op == wire.OpAcquire && req.Again && cs.session == 0:
-		lp.refused.count(errNoSession)
-		lp.batch = append(lp.batch, request{op: req.Op, key: req.Key, err: errNoSession, echoOp: req.EchoOp})
 	case cs.cred != nil && !cs.cred.Allows(req.Key):
 		lp.refused.count(errKeyForbidden)
 		lp.batch = append(lp.batch, request{op: req.Op, key: req.Key, err: errKeyForbidden, echoOp: req.EchoOp})
@@ -329,15 +324,24 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 		// composite literal would be built on the stack and copied.
 		lp.batch = append(lp.batch, request{})
 		r := &lp.batch[len(lp.batch)-1]
-		r.op, r.key, r.owner, r.token, r.again, r.seen = req.Op, req.Key, req.Owner, req.Token, req.Again, req.Seen
-		r.mode = engine.Mode{Slots: req.Slots, Shared: req.Shared}
-		r.lease, r.wait = req.Lease*ms, req.Wait*ms // NoWait stays negative: a try
+		r.op, r.key, r.token = req.Op, req.Key, req.Token
+		a := &r.ask
+		a.Lease, a.Wait = req.Lease*ms, req.Wait*ms // NoWait stays negative: a try
 		if req.Op == wire.OpAcquire {
+			a.Owner, a.Mode = req.Owner, engine.Mode{Slots: req.Slots, Shared: req.Shared}
+			if req.Again {
+				if cs.session == 0 {
+					lp.refused.count(errNoSession)
+					r.err, r.echoOp = errNoSession, req.EchoOp
+					return m, nil
+				}
+				a.Again, a.Seen = true, req.Seen
+			}
 			cs.acquired = true
 			cs.queued++
-			if r.wait == 0 {
+			if a.Wait == 0 {
 				// No bound of its own: the node's maximum bounds it.
-				r.wait = int64(lp.n.cfg.MaxWait)
+				a.Wait = int64(lp.n.cfg.MaxWait)
 			}
 			if backlog {
 				// It waited unread since the node froze or stood
@@ -346,10 +350,10 @@ func (lp *loop) parse(cs *conn, b []byte) (int, error) {
 				// client has left, is not decided at all.
 				waited := lp.n.now() - cs.backlogSince
 				switch {
-				case cs.gone || waited > cs.backlogStale || r.wait > 0 && waited >= r.wait:
+				case cs.gone || waited > cs.backlogStale || a.Wait > 0 && waited >= a.Wait:
 					r.stale = true
-				case r.wait > 0:
-					r.wait -= waited
+				case a.Wait > 0:
+					a.Wait -= waited
 				}
 			}
 		}
@@ -460,12 +464,12 @@ func (lp *loop) apply(sh *engine.Shard, cs *conn, r *request, now int64) {
 		cs.out = wire.AppendTimeout(cs.out, r.key)
 		lp.markDirty(cs)
 	case r.op == wire.OpAcquire:
-		a := engine.Ask{Owner: r.owner, Mode: r.mode, Lease: r.lease, Wait: r.wait, Session: cs.session, Again: r.again, Seen: r.seen}
-		sh.AcquireAs(now, cs.id, r.key, &a, out)
+		r.ask.Session = cs.session
+		sh.AcquireAs(now, cs.id, r.key, &r.ask, out)
 	case r.op == wire.OpRelease:
 		sh.ReleaseBy(now, cs.id, cs.session, r.key, r.token, out)
 	case r.op == wire.OpExtend:
-		sh.Extend(now, cs.id, r.key, r.token, r.lease, out)
+		sh.Extend(now, cs.id, r.key, r.token, r.ask.Lease, out)
 	case r.op == wire.OpCancel:
 		sh.Cancel(now, cs.id, r.key, out)
 	case r.op == wire.OpInspect:

@@ -109,17 +109,36 @@ func (tb *turnBench) cycle(t testing.TB) {
 // their buffers counted; then a read of their releases — allocates
 // nothing, on a single node and on an active streaming to two standbys.
 func TestLockCycleTurnsAllocateNothing(t *testing.T) {
-	for _, standbys := range []int{0, 2} {
+	for _, tc := range turnCases {
 		tb := newTurnBench(t, 50, 16)
-		if standbys > 0 {
-			tb.streams(t, standbys)
-		}
+		tb.setUp(t, tc.standbys, tc.session)
 		tb.cycle(t)
 		if allocs := testing.AllocsPerRun(50, func() { tb.cycle(t) }); allocs != 0 {
-			t.Fatalf("%v allocations per turn of 50 × 16 lock cycles with %d standbys", allocs, standbys)
+			t.Fatalf("%v allocations per turn of 50 × 16 lock cycles with %d standbys (session %v)", allocs, tc.standbys, tc.session)
 		}
-		if standbys > 0 && len(tb.sent) == 0 {
+		if tc.standbys > 0 && len(tb.sent) == 0 {
 			t.Fatal("no records streamed")
+		}
+	}
+}
+
+// turnCases are the turns measured: a single node's and an active's with
+// two standbys, their clients naming no session, or one (every connection
+// naming the same, as one client's connections do).
+var turnCases = []struct {
+	standbys int
+	session  bool
+}{{0, false}, {2, false}, {0, true}, {2, true}}
+
+// setUp streams to standbys standbys, and names a session on every
+// connection when session is set.
+func (tb *turnBench) setUp(t testing.TB, standbys int, session bool) {
+	if standbys > 0 {
+		tb.streams(t, standbys)
+	}
+	if session {
+		for _, c := range tb.conns {
+			c.ctx.(*conn).session = 4242
 		}
 	}
 }
@@ -129,13 +148,17 @@ func TestLockCycleTurnsAllocateNothing(t *testing.T) {
 // handed to onTraffic as gnet hands them, answers written to memory. The
 // time includes the test's client side (parsing the grants, writing the
 // releases), a small share.
-func BenchmarkLockCycleTurn(b *testing.B) {
+func BenchmarkLockCycleTurn(b *testing.B) { benchLockCycleTurn(b, false) }
+
+// BenchmarkLockCycleTurnSession is BenchmarkLockCycleTurn with a session
+// named on every connection (one client's): its grants carry it.
+func BenchmarkLockCycleTurnSession(b *testing.B) { benchLockCycleTurn(b, true) }
+
+func benchLockCycleTurn(b *testing.B, session bool) {
 	for _, standbys := range []int{0, 2} {
 		b.Run(fmt.Sprintf("standbys=%d", standbys), func(b *testing.B) {
 			tb := newTurnBench(b, 50, 16)
-			if standbys > 0 {
-				tb.streams(b, standbys)
-			}
+			tb.setUp(b, standbys, session)
 			b.ReportAllocs()
 			for b.Loop() {
 				tb.cycle(b)

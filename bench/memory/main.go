@@ -8,6 +8,10 @@
 // for a redis-server process with "SET kNNNNNNNNN 1 NX PX LEASE" (the usual
 // Redis lock), for the same keys, in the same run.
 //
+// With --session every connection names a session first ("S N", one
+// session for them all, as one client's connections do), so that every
+// grant and waiter carries one: what a client session costs a held key.
+//
 // With --heap-profile FILE the node serves its profiles on a loopback admin
 // address, and its heap profile is written to FILE once the keys are held
 // and the RSS read (go tool pprof -top -sample_index=inuse_space FILE;
@@ -42,6 +46,7 @@ func main() {
 	conns := flag.Int("conns", 4, "connections that send the requests")
 	lease := flag.Int("lease", 3600, "lease of every grant, in seconds")
 	profile := flag.String("heap-profile", "", "write the node's heap profile to this file once the keys are held (empty: none)")
+	flag.BoolVar(&session, "session", false, "name a session on every connection first, so that the grants and waiters carry it")
 	flag.Parse()
 	if *keys < 1 || *waiters < 0 || *waiters > *keys || *conns < 1 {
 		fmt.Fprintln(os.Stderr, "memory: want --keys ≥ 1, 0 ≤ --waiters ≤ --keys, --conns ≥ 1")
@@ -57,6 +62,27 @@ func main() {
 			os.Exit(1)
 		}
 	}
+}
+
+// session: the kunci connections name a session first (--session).
+var session bool
+
+// nameSession names session id on each of cs and reads its (empty)
+// listing.
+func nameSession(cs []net.Conn, id int) error {
+	for _, c := range cs {
+		if _, err := fmt.Fprintf(c, "S %d\n", id); err != nil {
+			return err
+		}
+		line, err := bufio.NewReaderSize(c, 64).ReadString('\n')
+		if err != nil {
+			return err
+		}
+		if line != "S 0\n" {
+			return fmt.Errorf("S answered %q", line)
+		}
+	}
+	return nil
 }
 
 func measureKunci(bin string, keys, waiters, conns, lease int, profile string) error {
@@ -84,13 +110,18 @@ func measureKunci(bin string, keys, waiters, conns, lease int, profile string) e
 		return err
 	}
 	defer p.stop()
+	if session {
+		if err := nameSession(p.conns, 4242); err != nil {
+			return err
+		}
+	}
 	line := func(i int) string { return fmt.Sprintf("A k%09d %d 0\n", i, lease) }
 	held, err := p.load(keys, line, "A ")
 	if err != nil {
 		return err
 	}
-	fmt.Printf("kunci   %d keys held: node RSS %.1f MiB (%.1f MiB before): %.0f bytes per held key\n",
-		keys, mib(held), mib(p.base), float64(held-p.base)/float64(keys))
+	fmt.Printf("kunci%s %d keys held: node RSS %.1f MiB (%.1f MiB before): %.0f bytes per held key\n",
+		map[bool]string{false: "  ", true: "+s"}[session], keys, mib(held), mib(p.base), float64(held-p.base)/float64(keys))
 	if profile != "" {
 		if err := heapProfile(admin, profile); err != nil {
 			return err
@@ -107,6 +138,11 @@ func measureKunci(bin string, keys, waiters, conns, lease int, profile string) e
 		return err
 	}
 	defer closeAll(queue)
+	if session {
+		if err := nameSession(queue, 4343); err != nil { // another client's
+			return err
+		}
+	}
 	if err := send(queue, waiters, line); err != nil {
 		return err
 	}
@@ -114,8 +150,8 @@ func measureKunci(bin string, keys, waiters, conns, lease int, profile string) e
 	if err != nil {
 		return err
 	}
-	fmt.Printf("kunci   %d waiters queued: node RSS %.1f MiB: %.0f bytes per waiter\n",
-		waiters, mib(queued), float64(queued-held)/float64(waiters))
+	fmt.Printf("kunci%s %d waiters queued: node RSS %.1f MiB: %.0f bytes per waiter\n",
+		map[bool]string{false: "  ", true: "+s"}[session], waiters, mib(queued), float64(queued-held)/float64(waiters))
 	return nil
 }
 
