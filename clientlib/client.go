@@ -435,6 +435,14 @@ func (c *Client) acquire(ctx context.Context, key string, mode Mode, lease, wait
 			cn = c.freeFor(cn, key)
 		}
 		again, seen := t.again()
+		if again {
+			switch err := cn.awaitNamed(ctx, p.deadline); {
+			case err == errWaitOver:
+				return result{kind: kindBroken, err: err}, errTryAgainLater
+			case err != nil:
+				return result{}, err
+			}
+		}
 		r, err := cn.acquire(ctx, key, mode, leaseMs, p.deadline, try, again, seen)
 		if err == nil && r.kind == kindBroken && r.err == errWaitOver {
 			return r, errTryAgainLater

@@ -38,8 +38,12 @@ type conn struct {
 
 	usable atomic.Bool
 	// sessions: the node of the connection now knows sessions (it took the
-	// client's "S"; set before the connection is usable).
+	// client's "S"; set before the connection is usable). named is closed
+	// once the node answered that S (or the connection went down first):
+	// an acquire sent again waits for it, so that its line carries seen=
+	// only to a node that knows sessions (session.go).
 	sessions atomic.Bool
+	named    atomic.Pointer[chan struct{}]
 	// writing: a write is under way. Set and cleared under mu, read
 	// without it by Client.next.
 	writing atomic.Bool
@@ -287,12 +291,12 @@ func (cn *conn) attach(nc net.Conn, addr string, named bool) bool {
 	cn.w.wbuf = cn.w.wbuf[:0]
 	// The session goes first: the node lists what it holds for it, and
 	// reconcile releases what the client no longer holds (session.go).
-	sc := cn.nameSession()
+	sc, answered := cn.nameSession()
 	cn.sub.Store(nil)
 	cn.usable.Store(true)
 	cn.flush()
 	cn.mu.Unlock()
-	go cn.reconcile(sc)
+	go cn.reconcile(sc, answered)
 	if named {
 		cn.cl.learnActive(addr)
 	}

@@ -360,31 +360,68 @@ func (k *keys) resolve(listed map[string]bool) {
 // nameSession puts the client's session first on a connection just
 // attached ("S session"), as a call that reconcile waits for. cn.mu is
 // held.
-func (cn *conn) nameSession() *call {
+func (cn *conn) nameSession() (*call, chan struct{}) {
 	c := getCall('S', "")
 	cn.register(c)
 	cn.w.wbuf = wire.AppendSession(cn.w.wbuf, cn.cl.session)
-	cn.sessions.Store(true) // until the node says it knows none
-	return c
+	cn.sessions.Store(false) // until the node answers it
+	named := make(chan struct{})
+	cn.named.Store(&named)
+	return c, named
+}
+
+// awaitNamed waits until the node of cn answered the client's session (or
+// the connection went down), for an acquire sent again: it carries seen=
+// only to a node that knows sessions. It returns ctx's error when ctx ends
+// first, and errWaitOver when deadline (zero: none) passes.
+func (cn *conn) awaitNamed(ctx context.Context, deadline time.Time) error {
+	named := cn.named.Load()
+	if named == nil {
+		return nil
+	}
+	select {
+	case <-*named:
+		return nil
+	default:
+	}
+	var timeout <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-*named:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timeout:
+		return errWaitOver
+	case <-cn.cl.done:
+		return ErrClosed
+	}
 }
 
 // reconcile waits for the answer of sc, the session named on a connection
-// just attached, and releases the grants the node lists for the session
+// just attached (then closes named), and releases the grants the node lists for the session
 // that the client does not keep (keys.keeps): their releases were lost (an
 // active crashed after it answered them), or their acquires were given up
 // before their answers came. A node from before sessions answers
 // "unknown op": then nothing is sent with seen= on the connection. It runs
 // on a goroutine of its own, one per connection made, while the connection
 // serves.
-func (cn *conn) reconcile(sc *call) {
+func (cn *conn) reconcile(sc *call, named chan struct{}) {
 	cl := cn.cl
 	cl.receive(sc)
 	r, listed, gen := sc.r, sc.r.list, sc.gen
 	putCall(sc)
+	if r.kind == 'S' {
+		cn.sessions.Store(true)
+	}
+	close(named)
 	switch {
 	case r.kind == 'E' && refusedFor(r.err, "unknown op"):
-		cn.sessions.Store(false)
-		return
+		return // a node from before sessions
 	case r.kind == 'E' && refusedFor(r.err, "auth required"):
 		// The node asks for credentials the client was not given: the
 		// requests that find no connection say so.

@@ -11,9 +11,11 @@
 // releases that failed (ErrStale included: across a crash, a grant the
 // new active never had), whether a lease kept alive across the event
 // survived, and the cycles/s; with --runs > 1 also the pauses' minimum,
-// median and maximum. A crash's pause is held to the failover timeout,
-// one heartbeat and 200 ms: a key that stays held by a grant its holder
-// released, or never received, makes its caller wait a lease instead.
+// median and maximum. A crash's longest cycle is held to the failover
+// timeout, one heartbeat and 200 ms: a key that stays held by a grant its
+// holder released, or never received, makes its caller wait a lease
+// instead (while the others go on, so the longest pause, with no cycle
+// completed at all, does not show it).
 //
 //	make build && go run ./bench/handoff --kuncid bin/kuncid [--semi-sync] [--handback | --crash] [--nodes 3] [--runs 10]
 package main
@@ -79,7 +81,7 @@ func main() {
 		if r.keptLost {
 			lost++
 		}
-		if *crash && r.pause > budget {
+		if *crash && max(r.pause, r.longest) > budget {
 			over++
 		}
 	}
@@ -88,7 +90,7 @@ func main() {
 			*runs, spread(pauses)[0], spread(pauses)[1], spread(pauses)[2], spread(cycles)[0], spread(cycles)[1], spread(cycles)[2], failed, releases, lost)
 	}
 	if *crash {
-		fmt.Printf("pauses over the failover timeout + a heartbeat + 200 ms (%v): %d of %d\n", budget, over, *runs)
+		fmt.Printf("runs whose longest pause or longest cycle (a caller's longest wait) passed the failover timeout + a heartbeat + 200 ms (%v): %d of %d\n", budget, over, *runs)
 	}
 }
 
