@@ -21,6 +21,9 @@ type Cursor struct {
 	behind, ahead []*lock
 	gen           uint64 // the shard's Reset count at Open
 	open          bool
+	// slab: the cursor walks the slab of locks rather than the table
+	// (ScanSession), pos a lock's index there; no move concerns it.
+	slab bool
 }
 
 // Open starts c at the first slot.
@@ -39,6 +42,13 @@ func (s *Shard) Open(c *Cursor) {
 // strings, nor call into the shard. A cursor whose shard was Reset since
 // Open is done at once.
 func (s *Shard) Scan(c *Cursor, max int, fn func(h Held)) (done bool) {
+	return s.scan(c, max, func(l *lock) int { return s.each(l, fn) })
+}
+
+// scan walks keys from where c stands, calling visit for each, until the
+// counts visit returns reach max, and reports whether c is done (then
+// closed).
+func (s *Shard) scan(c *Cursor, max int, visit func(l *lock) int) (done bool) {
 	if !c.open {
 		panic("engine: Scan of a cursor that is not open")
 	}
@@ -49,7 +59,7 @@ func (s *Shard) Scan(c *Cursor, max int, fn func(h Held)) (done bool) {
 	for max > 0 && len(c.behind) > 0 {
 		l := c.behind[len(c.behind)-1]
 		c.behind = c.behind[:len(c.behind)-1]
-		max -= s.each(l, fn)
+		max -= visit(l)
 	}
 	t := &s.locks
 	for ; max > 0 && c.pos < len(t.slots); c.pos++ {
@@ -61,12 +71,68 @@ func (s *Shard) Scan(c *Cursor, max int, fn func(h Held)) (done bool) {
 			c.ahead = slices.Delete(c.ahead, i, i+1)
 			continue
 		}
-		max -= s.each(l, fn)
+		max -= visit(l)
 	}
 	if c.pos < len(t.slots) || len(c.behind) > 0 {
 		return false
 	}
 	s.Close(c)
+	return true
+}
+
+// ScanSession is Scan for the grants of session sess only. It walks the
+// shard's locks in the order they lie in memory, not the table's (a walk
+// of the table reads each lock at a random place: a cache miss a key),
+// from where c stands until it has looked at max locks, calls fn for each
+// grant of sess among them, building nothing for the others, and reports
+// whether c is done. A lock never moves while its key is held, so every
+// key held from Open until the walk reaches its lock is visited; a key
+// taken meanwhile may or may not be, and one freed and taken again may be
+// visited twice. A shard where sess holds nothing is done at once.
+func (s *Shard) ScanSession(c *Cursor, max int, sess Session, fn func(h Held)) (done bool) {
+	if !c.open {
+		panic("engine: ScanSession of a cursor that is not open")
+	}
+	si := s.sess.lookup(sess)
+	if c.gen != s.gen || si == 0 || s.sess.ents[si].grants == 0 {
+		s.Close(c)
+		return true
+	}
+	if !c.slab {
+		// Out of the table's list: its moves are nothing to a slab walk.
+		s.Close(c)
+		c.open, c.slab, c.pos = true, true, 0
+	}
+	sl := &s.locks.locks
+	end := len(sl.chunks) << chunkBits
+	for ; max > 0 && c.pos < end; c.pos++ {
+		ch := sl.chunks[c.pos>>chunkBits]
+		if ch == nil {
+			c.pos |= 1<<chunkBits - 1 // a chunk given back: the next one
+			continue
+		}
+		if c.pos&(1<<chunkBits-1) == chunkLen {
+			continue // index 127 of a chunk: none
+		}
+		max--
+		l := &ch[c.pos&(1<<chunkBits-1)]
+		if l.mode == heldAlone {
+			if l.sess == si && l.token != 0 {
+				fn(s.held(l))
+			}
+			continue
+		}
+		g := s.groups[l]
+		for h := g.first; h != nil; h = h.next {
+			if h.sess == si {
+				fn(s.holderHeld(h, g))
+			}
+		}
+	}
+	if c.pos < end {
+		return false
+	}
+	c.open = false
 	return true
 }
 
@@ -78,7 +144,7 @@ func (s *Shard) Close(c *Cursor) {
 	if !c.open {
 		return
 	}
-	c.open, c.behind, c.ahead = false, nil, nil
+	c.open, c.behind, c.ahead, c.slab = false, nil, nil, false
 	if c.gen != s.gen {
 		return
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"strconv"
 	"testing"
 )
 
@@ -210,5 +211,40 @@ func TestSessionEntriesGoOnceNothingNamesThem(t *testing.T) {
 	s.tick(sessionLinger*tick + sec)
 	if n, e := len(s.sh.sess.byID), len(s.sh.sess.ents); n != 0 || e != 1 {
 		t.Fatalf("%d sessions, %d entries left, want none", n, e-1)
+	}
+}
+
+// ScanSession finds a session's grants among every held key, those of
+// groups included, and nothing else; a shard where the session holds
+// nothing is done at once.
+func TestScanSessionVisitsOnlyTheSessionsGrants(t *testing.T) {
+	s := newStory(t, Config{})
+	const mine, theirs = Session(7), Session(8)
+	for i := range 300 {
+		sess := []Session{0, mine, theirs}[i%3]
+		s.ask(1, "k"+strconv.Itoa(i), sess, -1, Mode{}, 10*sec, 0)
+	}
+	s.ask(2, "doc", mine, -1, Mode{Shared: true}, 10*sec, 0)
+	s.ask(3, "doc", theirs, -1, Mode{Shared: true}, 10*sec, 0)
+	s.ask(4, "doc", mine, -1, Mode{Shared: true}, 10*sec, 0)
+	s.out.Reset()
+	var c Cursor
+	s.sh.Open(&c)
+	var got []string
+	steps := 0
+	for done := false; !done; steps++ {
+		done = s.sh.ScanSession(&c, 16, mine, func(h Held) {
+			if h.Session != mine {
+				t.Fatalf("visited %s %d of session %d", h.Key, h.Token, h.Session)
+			}
+			got = append(got, string(h.Key))
+		})
+	}
+	if len(got) != 102 || steps < 300/16 {
+		t.Fatalf("visited %d grants of the session in %d steps, want 102 (100 keys and 2 shared grants), in 16 keys a step", len(got), steps)
+	}
+	s.sh.Open(&c)
+	if !s.sh.ScanSession(&c, 16, 9, func(Held) { t.Fatal("a grant of a session that holds none") }) || s.sh.Cursors() != 0 {
+		t.Fatal("a walk for a session that holds nothing here is not done at once, its cursor closed")
 	}
 }
