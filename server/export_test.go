@@ -33,21 +33,52 @@ func (n *Node) Unsent() int {
 	return most
 }
 
-// Listings returns how many listings run, and the keys they listed so far.
-func (n *Node) Listings() (running int, listed uint64) {
+// Listings returns how many listings run, how many of those wait for
+// their client to read (their connection's unsent output passed the
+// window), and the keys they listed so far.
+func (n *Node) Listings() (running, waiting int, listed uint64) {
 	var mu sync.Mutex
 	n.onEachLoop(func(lp *loop) {
 		for _, cs := range lp.conns {
 			if cs.list != nil {
 				mu.Lock()
 				running++
+				if cs.list.waiting > 0 {
+					waiting++
+				}
 				listed += cs.list.count
 				mu.Unlock()
 			}
 		}
 	})
-	return running, listed
+	return running, waiting, listed
 }
+
+// Paused returns how many client connections the node does not read
+// until their output drains (their client does not read its answers).
+func (n *Node) Paused() int {
+	var mu sync.Mutex
+	paused := 0
+	n.onEachLoop(func(lp *loop) {
+		for _, cs := range lp.conns {
+			if cs.paused {
+				mu.Lock()
+				paused++
+				mu.Unlock()
+			}
+		}
+	})
+	return paused
+}
+
+// TickerAsleep reports whether the ticker sleeps until kicked, the next
+// idle scan or its next beat: the rounds asked for before have been
+// counted in Metrics().TickRounds.
+func (n *Node) TickerAsleep() bool { return n.tick.idle.Load() }
+
+// Promotions returns how many times the node was promoted to active
+// (kunci_promotions_total).
+func (n *Node) Promotions() uint64 { return n.roles.promotions.Load() }
 
 // Cursors returns the cursors open on the node's shards.
 func (n *Node) Cursors() int {

@@ -259,16 +259,15 @@ func TestListingManyKeysBoundedByTheReader(t *testing.T) {
 	waitConns(t, n, conns+1)
 	n.SetSendBuffers(4096)
 	slow.send("L 0 "+long, "C after")
+	waitFor(t, "the listing to start (or it ran to its end: not held back by its reader)", func() bool { r, _, _ := n.Listings(); return r == 1 })
 	var listed uint64
-	waitFor(t, "the unread listing to stop", func() bool {
-		_, l1 := n.Listings()
-		time.Sleep(50 * time.Millisecond) // stopped: no progress over 50 ms
-		running, l2 := n.Listings()
+	waitFor(t, "the unread listing to wait for its reader", func() bool {
+		running, waiting, l := n.Listings()
 		if running == 0 {
 			t.Fatal("an unread listing ran to its end: it is not held back by its reader")
 		}
-		listed = l2
-		return l1 == l2 && l2 > 0
+		listed = l
+		return waiting == 1
 	})
 	unsent := n.Unsent()
 	t.Logf("an unread listing stopped after %d of %d keys, %d bytes unsent in the node (window %d)", listed, count, unsent, server.ListingWindow())
@@ -302,7 +301,7 @@ func TestListingStalledClientClosed(t *testing.T) {
 	waitConns(t, n, 1)
 	n.SetSendBuffers(4096)
 	gone.send("L 0")
-	waitFor(t, "the listing to start", func() bool { r, _ := n.Listings(); return r == 1 })
+	waitFor(t, "the listing to start", func() bool { r, _, _ := n.Listings(); return r == 1 })
 	waitConns(t, n, 0)
 	if k := n.Cursors(); k != 0 {
 		t.Fatalf("%d cursors left open after the listing's connection closed", k)
