@@ -79,7 +79,9 @@ func TestIdleSparesHoldersAndWaiters(t *testing.T) {
 			talker := dial(t, n.Addr())
 			for time.Since(granted) < lease-idle/2 {
 				talker.roundTrip()
-				time.Sleep(idle / 4) // talking now and then is the scenario
+				// Talking now and then is the scenario: silent for a
+				// quarter of the timeout, and not closed for it.
+				talker.expectNothing(idle / 4)
 			}
 			// Silent for several idle timeouts, none of them was closed.
 			for _, c := range []*client{holder, waiter, ext} {
@@ -129,11 +131,16 @@ func TestIdleScanKeepsTheNodeAsleep(t *testing.T) {
 	for range 3 {
 		dial(t, n.Addr()).roundTrip()
 	}
-	time.Sleep(50 * time.Millisecond) // let the rounds the opens asked for pass
+	// Once the ticker sleeps, the rounds the opens asked for are counted;
+	// the next comes with the next idle scan, and the one after a second
+	// after that, not sooner (less a little: the first scan may start as
+	// the ticker is seen asleep).
+	waitFor(t, "the ticker to sleep", n.TickerAsleep)
+	asleep := time.Now()
 	before = n.Metrics().TickRounds
-	time.Sleep(1500 * time.Millisecond) // the window whose rounds are counted
-	if r := n.Metrics().TickRounds - before; r > 3 {
-		t.Fatalf("%d tick rounds in 1.5s with idle connections, want one a second", r)
+	waitFor(t, "two idle scans", func() bool { return n.Metrics().TickRounds-before >= 2 })
+	if d := time.Since(asleep); d < 900*time.Millisecond {
+		t.Fatalf("two tick rounds %v after the ticker slept, with only idle connections: want one a second", d)
 	}
 }
 
