@@ -321,15 +321,20 @@ func TestFloodWithoutReading(t *testing.T) {
 	if isTimeout(werr) {
 		t.Fatalf("flood write still blocked after 30 s: the node neither reads nor closes the connection")
 	}
-	// Keep watching for a while after the flood is in.
-	for range 10 {
-		time.Sleep(20 * time.Millisecond)
+	// Keep watching after the flood is in, until the node has stopped
+	// taking it: it paused the flooding connection or closed it.
+	state := ""
+	waitFor(t, "the node to pause or close the flooding connection", func() bool {
 		sample()
-	}
-	state := "paused"
-	if n.Conns() == 1 {
-		state = "closed"
-	}
+		switch {
+		case n.Conns() == 1:
+			state = "closed"
+		case n.Paused() == 1:
+			state = "paused"
+		}
+		return state != ""
+	})
+	sample()
 	t.Logf("flood written in %v (write error: %v); flooding connection %s; %d round trips, slowest %v; heap in use %d MiB at start, peak %d MiB",
 		time.Since(start).Round(time.Millisecond), werr, state, trips, slowest, base>>20, peak>>20)
 	if peak > base+64<<20 {
@@ -352,14 +357,14 @@ func TestSlowReaderGetsAllAnswers(t *testing.T) {
 		c.OutputLimit = 64 << 10
 		c.InputLimit = 16 << 20
 	})
-	slowReaderGetsAllAnswers(t, dialSmallBuffer(t, n.Addr(), 4096))
+	slowReaderGetsAllAnswers(t, n, dialSmallBuffer(t, n.Addr(), 4096))
 }
 
-// slowReaderGetsAllAnswers sends c 12 MB of requests whose answers are 12
-// MB too, more than the kernel's socket buffers hold (4 MB by default), so
-// that most of it waits in the node; reads nothing for half a second; and
-// then reads every answer, once each.
-func slowReaderGetsAllAnswers(t *testing.T, c *client) {
+// slowReaderGetsAllAnswers sends c, a connection to n, 12 MB of requests
+// whose answers are 12 MB too, more than the kernel's socket buffers hold
+// (4 MB by default), so that most of it waits in the node; reads nothing
+// until n has paused c for it; and then reads every answer, once each.
+func slowReaderGetsAllAnswers(t *testing.T, n *server.Node, c *client) {
 	t.Helper()
 	const count = 48_000
 	pad := strings.Repeat("s", 236)
@@ -373,7 +378,8 @@ func slowReaderGetsAllAnswers(t *testing.T, c *client) {
 		_, err := c.conn.Write(req)
 		errc <- err
 	}()
-	time.Sleep(500 * time.Millisecond) // not reading is the scenario
+	// Not reading is the scenario, until the node stops reading c.
+	waitFor(t, "the node to pause the connection that does not read", func() bool { return n.Paused() == 1 })
 
 	seen := make(map[string]bool, count)
 	for i := range count {

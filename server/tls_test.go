@@ -407,7 +407,6 @@ func TestTLSNodeCloseOfAClientThatDoesNotReadLeavesNothingBehind(t *testing.T) {
 			break
 		}
 		sent += len(chunk)
-		time.Sleep(2 * time.Millisecond)
 	}
 	t.Logf("sent %d KiB of requests", sent>>10)
 	noLeak(t, ignore)
@@ -481,7 +480,7 @@ func TestTLSSlowReaderGetsAllAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tc.Close()
-	slowReaderGetsAllAnswers(t, &client{t: t, name: tc.LocalAddr().String(), conn: tc, r: newReader(tc)})
+	slowReaderGetsAllAnswers(t, n, &client{t: t, name: tc.LocalAddr().String(), conn: tc, r: newReader(tc)})
 }
 
 // A request that reaches the node with the end of the client's handshake
@@ -865,7 +864,12 @@ func TestPeerTLSRefusesAStranger(t *testing.T) {
 	})
 	tc.StartAll()
 	waitFor(t, "node 0 active", func() bool { return tc.Nodes[0].Role() == "active" })
-	time.Sleep(5 * testFailover) // what must not happen, given time to
+	// What must not happen, given chances to: the stranger's links to the
+	// active are refused again and again, and the active's to the
+	// stranger are too.
+	waitFor(t, "the links both ways to be refused, the stranger's ten times", func() bool {
+		return tc.Nodes[0].Metrics().TLSDropped["error"] >= 10 && tc.Nodes[1].Metrics().TLSDropped["error"] >= 2
+	})
 	if got := tc.Nodes[0].Replication(); len(got) != 0 {
 		t.Fatalf("the active streams to %v", got)
 	}
