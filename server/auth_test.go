@@ -386,20 +386,30 @@ func TestAuthTimeout(t *testing.T) {
 	opened := time.Now()
 	silent, trickle := dial(t, n.Addr()), dial(t, n.Addr())
 	ok := login(t, n, "app", appSecret)
-	for _, b := range []byte("U app " + appSecret) {
-		if time.Since(opened) > limit {
-			break
-		}
-		trickle.sendRaw([]byte{b})
-		time.Sleep(limit / 20) // trickling is the scenario
+	// Trickling is the scenario: a byte, then a twentieth of the timeout
+	// listening for the node's answer, and so on until it comes.
+	var line string
+	err := os.ErrDeadlineExceeded
+	for b := []byte("U app " + appSecret); len(b) > 0 && isTimeout(err); b = b[1:] {
+		trickle.sendRaw(b[:1])
+		line, err = trickle.readLine(limit / 20)
 	}
-	for _, c := range []*client{silent, trickle} {
-		c.expect("E - - auth timeout")
+	if isTimeout(err) { // every byte sent; the answer is still to come
+		line, err = trickle.readLine(answerTimeout)
+	}
+	timedOut := func(c *client, line string, err error) {
+		t.Helper()
+		if err != nil || line != "E - - auth timeout" {
+			t.Fatalf("%s: got %q %v, want E - - auth timeout", c.name, line, err)
+		}
 		if waited := time.Since(opened); waited < limit {
-			t.Fatalf("closed %v after it opened, before the %v auth timeout", waited, limit)
+			t.Fatalf("%s closed %v after it opened, before the %v auth timeout", c.name, waited, limit)
 		}
 		c.expectClosed()
 	}
+	timedOut(trickle, line, err)
+	line, err = silent.readLine(answerTimeout)
+	timedOut(silent, line, err)
 	ok.expectNothing(limit)
 	ok.roundTrip()
 }
