@@ -154,3 +154,16 @@ func (pn *peerNet) Tap(from, to string, fn func([]byte) []byte) {
 		pn.tap[[2]string{from, to}] = fn
 	}
 }
+
+// Count counts the pieces read on links from from to to, from now on (it
+// takes that direction's tap), and returns a function that reads the
+// count: the nodes' own beat, for a test that must let heartbeats pass.
+func (pn *peerNet) Count(from, to string) func() int {
+	n := 0 // under pn.mu, as the tap runs
+	pn.Tap(from, to, func(b []byte) []byte { n++; return b })
+	return func() int {
+		pn.mu.Lock()
+		defer pn.mu.Unlock()
+		return n
+	}
+}
