@@ -13,7 +13,8 @@ import (
 
 // contend runs goroutines acquirers spread over clients and keys, each
 // acquiring its key rounds times, and checks every grant: nobody else holds the key
-// inside the critical section, and each key's tokens increase from grant to
+// inside the critical section, where the node, asked, names the grant as
+// the key's only holder; and each key's tokens increase from grant to
 // grant.
 func contend(t *testing.T, clients []*clientlib.Client, goroutines, keys, rounds int) {
 	type keyState struct {
@@ -34,11 +35,12 @@ func contend(t *testing.T, clients []*clientlib.Client, goroutines, keys, rounds
 	}
 	for g := range goroutines {
 		wg.Go(func() {
+			c := clients[g%len(clients)]
 			k := g % keys
 			key := "contended/" + strconv.Itoa(k)
 			st := &state[k]
 			for range rounds {
-				l, err := clients[g%len(clients)].Acquire(ctx, key, time.Minute, 0)
+				l, err := c.Acquire(ctx, key, time.Minute, 0)
 				if err != nil {
 					fail("goroutine %d: acquire %s: %v", g, key, err)
 					return
@@ -50,7 +52,11 @@ func contend(t *testing.T, clients []*clientlib.Client, goroutines, keys, rounds
 					fail("goroutine %d: %s granted with token %d after token %d", g, key, l.Token(), last)
 				}
 				st.grants.Add(1)
-				time.Sleep(10 * time.Microsecond) // a critical section
+				// The critical section: a round trip to the node, which
+				// names this grant as the only holder.
+				if h, err := c.Inspect(ctx, key); err != nil || h.Token != l.Token() || h.Holders != 1 {
+					fail("goroutine %d: %s granted with token %d, and the node says it is held by %+v (%v)", g, key, l.Token(), h, err)
+				}
 				st.holder.Store(0)
 				if err := l.Release(ctx); err != nil {
 					fail("goroutine %d: release %s: %v", g, key, err)

@@ -327,9 +327,10 @@ func TestModeString(t *testing.T) {
 
 // contendModes runs, on each of clients clients of one node, a goroutine for
 // each mode in modes that holds key in that mode rounds times (DoMode),
-// calling work while it holds it. Every DoMode must succeed; then key must
+// calling work while it holds it; ask, the work's round trip, returns what
+// the node says of key (Inspect). Every DoMode must succeed; then key must
 // be free.
-func contendModes(t *testing.T, key string, clients, rounds int, modes []clientlib.Mode, work func(mode clientlib.Mode, l *clientlib.Lock) error) {
+func contendModes(t *testing.T, key string, clients, rounds int, modes []clientlib.Mode, work func(mode clientlib.Mode, l *clientlib.Lock, ask func() (clientlib.Holder, error)) error) {
 	t.Helper()
 	n := startNode(t, "", nil)
 	ctx := ctxT(t)
@@ -339,8 +340,8 @@ func contendModes(t *testing.T, key string, clients, rounds int, modes []clientl
 		for _, mode := range modes {
 			wg.Go(func() {
 				for range rounds {
-					err := c.DoMode(ctx, key, mode, long, 0, func(_ context.Context, l *clientlib.Lock) error {
-						return work(mode, l)
+					err := c.DoMode(ctx, key, mode, long, 0, func(ctx context.Context, l *clientlib.Lock) error {
+						return work(mode, l, func() (clientlib.Holder, error) { return c.Inspect(ctx, key) })
 					})
 					if err != nil {
 						t.Error(err)
@@ -365,7 +366,7 @@ func TestSemaphoreBoundsHolders(t *testing.T) {
 	var running, most atomic.Int32
 	var mu sync.Mutex
 	tokens := map[uint64]bool{}
-	contendModes(t, "pool", clients, rounds, slices.Repeat([]clientlib.Mode{clientlib.Semaphore(limit)}, workers), func(_ clientlib.Mode, l *clientlib.Lock) error {
+	contendModes(t, "pool", clients, rounds, slices.Repeat([]clientlib.Mode{clientlib.Semaphore(limit)}, workers), func(_ clientlib.Mode, l *clientlib.Lock, ask func() (clientlib.Holder, error)) error {
 		now := running.Add(1)
 		defer running.Add(-1)
 		for m := most.Load(); now > m && !most.CompareAndSwap(m, now); m = most.Load() {
@@ -377,7 +378,14 @@ func TestSemaphoreBoundsHolders(t *testing.T) {
 		if dup {
 			return fmt.Errorf("token %d granted twice", l.Token())
 		}
-		time.Sleep(2 * time.Millisecond) // the work
+		// The work: the node, asked, counts at most limit holders.
+		h, err := ask()
+		if err != nil {
+			return err
+		}
+		if h.Mode() != clientlib.Semaphore(limit) || h.Holders < 1 || h.Holders > limit {
+			return fmt.Errorf("grant %d held, the node says %+v: want 1 to %d holders of a semaphore of limit %d", l.Token(), h, limit, limit)
+		}
 		return nil
 	})
 	if m := most.Load(); m > limit {
@@ -397,7 +405,7 @@ func TestReadWriteExcludes(t *testing.T) {
 	var readersIn, writersIn atomic.Int32
 	// Each client: three readers and a writer.
 	modes := []clientlib.Mode{clientlib.Shared, clientlib.Shared, clientlib.Shared, clientlib.Exclusive}
-	contendModes(t, "doc", clients, rounds, modes, func(mode clientlib.Mode, _ *clientlib.Lock) error {
+	contendModes(t, "doc", clients, rounds, modes, func(mode clientlib.Mode, l *clientlib.Lock, ask func() (clientlib.Holder, error)) error {
 		if mode == clientlib.Shared {
 			readersIn.Add(1)
 			defer readersIn.Add(-1)
@@ -408,7 +416,15 @@ func TestReadWriteExcludes(t *testing.T) {
 		if w, r := writersIn.Load(), readersIn.Load(); w > 1 || w == 1 && r > 0 {
 			return fmt.Errorf("%d writers and %d readers at once", w, r)
 		}
-		time.Sleep(2 * time.Millisecond) // the work
+		// The work: the node, asked, says the key is held in this mode,
+		// a writer's grant alone.
+		h, err := ask()
+		if err != nil {
+			return err
+		}
+		if mode == clientlib.Shared && (!h.Shared || h.Holders < 1) || mode == clientlib.Exclusive && (h.Shared || h.Token != l.Token()) {
+			return fmt.Errorf("%v grant %d held, the node says %+v", mode, l.Token(), h)
+		}
 		if w, r := writersIn.Load(), readersIn.Load(); w > 1 || w == 1 && r > 0 {
 			return fmt.Errorf("%d writers and %d readers at once", w, r)
 		}
