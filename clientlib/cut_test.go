@@ -170,9 +170,9 @@ func releaseAcrossDrop(t *testing.T) {
 	// The node answered one release, OK: none was executed twice. (The
 	// proxy may have read a release it then could not forward, on a
 	// connection being cut: that one got no answer and was retried.)
-	answers := p.seen(func(tl tapLine) bool { return !tl.up && strings.HasPrefix(tl.line, "R k ") })
-	if len(answers) != 1 || answers[0].line != "R k OK" {
-		t.Fatalf("the node answered %v to releases, want one R k OK (requests seen: %v)", answers, p.seen(requests("R k ")))
+	got := p.seen(answers("R k "))
+	if len(got) != 1 || got[0].line != "R k OK" {
+		t.Fatalf("the node answered %v to releases, want one R k OK (requests seen: %v)", got, p.seen(requests("R k ")))
 	}
 
 	// OK is not retried. Released again, by this client (its session),
@@ -183,10 +183,10 @@ func releaseAcrossDrop(t *testing.T) {
 	// The node answered OK to every release (the client's reconciling
 	// may have sent one more, of a grant the node listed before the first
 	// release went through), and one of them was a release sent again.
-	answers = p.seen(func(tl tapLine) bool { return !tl.up && strings.HasPrefix(tl.line, "R k ") })
-	for _, a := range answers {
+	got = p.seen(answers("R k "))
+	for _, a := range got {
 		if a.line != "R k OK" {
-			t.Fatalf("the node answered %v to releases, want OK to each", answers)
+			t.Fatalf("the node answered %v to releases, want OK to each", got)
 		}
 	}
 	if m := n.Metrics(); m.Engine.RepeatReleases == 0 || m.Engine.Releases != 1 {

@@ -508,6 +508,11 @@ func requests(prefix string) func(tapLine) bool {
 	return func(tl tapLine) bool { return tl.up && strings.HasPrefix(tl.line, prefix) }
 }
 
+// answers matches lines from the node that start with prefix.
+func answers(prefix string) func(tapLine) bool {
+	return func(tl tapLine) bool { return !tl.up && strings.HasPrefix(tl.line, prefix) }
+}
+
 func (p *proxy) close() {
 	p.down()
 	p.wg.Wait()
