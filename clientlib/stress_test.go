@@ -20,13 +20,14 @@ import (
 // instead a context of their own derived from it, and their calls are sent
 // under the mutex) and acquire, try, inspect and release a few keys on two
 // connections, while the network cuts every connection and the shared
-// context ends, in either order, a few milliseconds apart, round after round
-// (the order and delays from a seed in the log). Every call must end: none
-// may hang on a request that was submitted to a connection that broke, on a
-// watch that never fires or on its key's turn; acquires of a key another
-// client holds end when the context does, well before their wait. No key is
-// held twice at once, every error is one the API promises, no acquire is
-// left queued on the node, and the client works after it all.
+// context ends, in either order, at once or a step apart, a few
+// milliseconds into the round, round after round (the order, step and delay
+// from a seed in the log). Every call must end: none may hang on a request
+// that was submitted to a connection that broke, on a watch that never
+// fires or on its key's turn; acquires of a key another client holds end
+// when the context does, well before their wait. No key is held twice at
+// once, every error is one the API promises, no acquire is left queued on
+// the node, and the client works after it all.
 //
 // Not parallel: its load would slow the tests beside it past their waits.
 func TestSharedContextEndsDuringBreaks(t *testing.T) {
@@ -62,21 +63,27 @@ func TestSharedContextEndsDuringBreaks(t *testing.T) {
 		}
 		// The calls are under way: at least one grant in this round
 		// (however slowly a busy machine runs it), and a few more
-		// milliseconds. Then the network cuts, then the context ends; or
-		// the other way round; or the context ends alone.
+		// milliseconds. Then the network cuts, and the context ends at
+		// once or once the client has dialled again once or twice; or the
+		// context ends, and the network cuts at once or once the
+		// connections have dropped their watch of it; or the context ends
+		// alone.
 		granted := grants.Load()
 		waitFor(t, "a grant in this round", func() bool { return grants.Load() > granted })
-		order := rng.IntN(3)
-		first, second := time.Duration(rng.IntN(40000))*time.Microsecond, time.Duration(rng.IntN(5000))*time.Microsecond
+		first := time.Duration(rng.IntN(40000)) * time.Microsecond
 		time.Sleep(first)
+		order, then := rng.IntN(3), rng.IntN(3)
 		switch order {
 		case 0:
+			dialled := p.acceptedCount()
 			p.cutAll()
-			time.Sleep(second)
+			waitFor(t, "the client to dial again", func() bool { return p.acceptedCount() >= dialled+then })
 			cancel()
 		case 1:
 			cancel()
-			time.Sleep(second)
+			if then > 0 {
+				waitFor(t, "the connections to drop their watch of the ended context", func() bool { return clientlib.ContextWatches(c) == 0 })
+			}
 			p.cutAll()
 		case 2:
 			cancel()
@@ -86,8 +93,8 @@ func TestSharedContextEndsDuringBreaks(t *testing.T) {
 		select {
 		case <-done:
 		case <-time.After(bound):
-			t.Fatalf("round %d (order %d, after %v, then %v): callers still waiting %v after the shared context ended",
-				round, order, first, second, bound)
+			t.Fatalf("round %d (order %d, after %v, then %d): callers still waiting %v after the shared context ended",
+				round, order, first, then, bound)
 		}
 		select {
 		case err := <-errs:
