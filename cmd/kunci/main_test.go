@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -635,8 +636,23 @@ func TestRunWithoutDashDashSaysWhereItGoes(t *testing.T) {
 func TestStatusWaitsForNodesToStart(t *testing.T) {
 	t.Parallel()
 	addr := deadAddr(t)
+	// kunci finds nothing there, twice: the test's listener takes its
+	// connections and closes them unanswered. Then the node starts there.
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
 	p := startKunci(t, nil, "status", "--wait", "30s", "--addrs", addr)
-	time.Sleep(300 * time.Millisecond) // kunci has found nothing there yet
+	_ = l.(*net.TCPListener).SetDeadline(time.Now().Add(20 * time.Second))
+	for range 2 {
+		c, err := l.Accept()
+		if err != nil {
+			t.Fatalf("waiting for kunci status to try %s: %v", addr, err)
+		}
+		c.Close()
+	}
+	l.Close()
 	testnode.Start(t, server.Config{Listen: addr})
 	if code := p.wait(40 * time.Second); code != 0 {
 		t.Fatalf("exit %d, want 0\nstdout: %s\nstderr: %s", code, p.out(), p.errs())
