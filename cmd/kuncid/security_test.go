@@ -67,9 +67,23 @@ func TestPeerPrefixFloodDoesNotStopTheNode(t *testing.T) {
 		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 		_, _ = c.Write([]byte("P "))
 	}
-	// Let the node take them all in: a node that exits under the flood
-	// does so meanwhile; one that holds shows nothing to wait for.
-	time.Sleep(200 * time.Millisecond)
+	// The node has taken them all in once it takes a connection made
+	// after them (the kernel hands them over in order): it answers it, or
+	// closes it at its limit. A node that exits under the flood does so
+	// meanwhile, before it answers.
+	if !testnode.Until(testnode.Wait, func() bool {
+		c, err := net.DialTimeout("tcp", addrs[0], time.Second)
+		if err != nil {
+			return false // the backlog is still full
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		_, _ = c.Write([]byte("I\n"))
+		_, err = c.Read(make([]byte, 1))
+		return !os.IsTimeout(err)
+	}) {
+		t.Fatal("the node took no connection made after the flood")
+	}
 	if !alive(p) {
 		t.Fatal("the node exited under the flood")
 	}
