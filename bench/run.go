@@ -9,6 +9,8 @@ import (
 	"time"
 
 	hdr "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/kunci/kunci/internal/procstat"
 )
 
 // runner is one run's shared state: what every driver's workers read and
@@ -236,7 +238,7 @@ func serverCPU(pid int) procTimes {
 	if pid <= 0 {
 		return procTimes{}
 	}
-	u, s, err := procCPU(pid)
+	u, s, err := procstat.CPU(pid)
 	return procTimes{u, s, err == nil}
 }
 

@@ -1,11 +1,7 @@
 package main
 
 import (
-	"bytes"
-	"fmt"
 	"math"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -224,32 +220,6 @@ func cpuTime() (user, sys time.Duration) {
 		return 0, 0
 	}
 	return time.Duration(ru.Utime.Nano()), time.Duration(ru.Stime.Nano())
-}
-
-// procCPU returns the user and system CPU time of process pid from
-// /proc/PID/stat (Linux; clock ticks assumed 100 per second).
-func procCPU(pid int) (user, sys time.Duration, err error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0, 0, err
-	}
-	// The command name, field 2, is in parentheses and may hold spaces.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: no command field", pid)
-	}
-	f := bytes.Fields(b[i+1:])
-	// f[0] is field 3 (state); utime and stime are fields 14 and 15.
-	if len(f) < 13 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: short", pid)
-	}
-	ut, err1 := strconv.ParseInt(string(f[11]), 10, 64)
-	st, err2 := strconv.ParseInt(string(f[12]), 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: bad times", pid)
-	}
-	const tick = 10 * time.Millisecond
-	return time.Duration(ut) * tick, time.Duration(st) * tick, nil
 }
 
 // clock is the run's monotonic clock in nanoseconds since its epoch. Every

@@ -21,12 +21,13 @@ import (
 	"net"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/kunci/kunci/internal/procstat"
 )
 
 var verbose = flag.Bool("v", false, "print each cycle slower than 100 ms, with when it started")
@@ -195,20 +196,9 @@ func summary(lat []time.Duration) string {
 	return fmt.Sprintf("%d cycles: p50 %v  p99 %v  max %v", len(lat), q(0.5), q(0.99), lat[len(lat)-1])
 }
 
-// rss returns the resident memory of process pid in bytes, 0 when unknown.
+// rss returns the resident memory of process pid in bytes, 0 when unknown
+// (no --pid).
 func rss(pid int) int64 {
-	if pid <= 0 {
-		return 0
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	b, _ := procstat.RSS(pid)
+	return b
 }

@@ -24,7 +24,6 @@ package main
 
 import (
 	"bufio"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -36,6 +35,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/kunci/kunci/internal/procstat"
 )
 
 func main() {
@@ -314,7 +315,7 @@ func settledRSS(pid int) (int64, error) {
 	stable := time.Duration(0)
 	for range 40 {
 		time.Sleep(every)
-		rss, err := rss(pid)
+		rss, err := procstat.RSS(pid)
 		if err != nil {
 			return 0, err
 		}
@@ -328,20 +329,6 @@ func settledRSS(pid int) (int64, error) {
 		last = rss
 	}
 	return last, nil
-}
-
-func rss(pid int) (int64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, err
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) == 3 && f[0] == "VmRSS:" {
-			kb, err := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, errors.New("no VmRSS in /proc/" + strconv.Itoa(pid) + "/status")
 }
 
 func dialAll(addr string, n int) ([]net.Conn, error) {

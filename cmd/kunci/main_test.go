@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kunci/kunci/internal/procstat"
 	"github.com/kunci/kunci/internal/testaddr"
 	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
@@ -168,14 +169,8 @@ func (c *raw) acquire(key string) uint64 {
 // processGone reports whether pid has exited (a zombie counts as gone: it
 // runs no more).
 func processGone(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return true
-	}
-	// pid (comm) S ...: the state follows the last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i >= 0 && i+2 < len(s) && s[i+2] == 'Z'
+	s, err := procstat.State(pid)
+	return err != nil || s == 'Z'
 }
 
 // readInt polls file until it holds a whole line with a number.

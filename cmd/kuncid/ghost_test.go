@@ -4,13 +4,13 @@ import (
 	"bufio"
 	"fmt"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/kunci/kunci/internal/procstat"
 	"github.com/kunci/kunci/internal/testaddr"
 	"github.com/kunci/kunci/internal/testnode"
 )
@@ -149,13 +149,10 @@ func ghostScenario(t *testing.T, p *process, freeze time.Duration) {
 func waitStopped(t *testing.T, pid int) {
 	t.Helper()
 	testnode.WaitFor(t, fmt.Sprintf("process %d to stop", pid), func() bool {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		s, err := procstat.State(pid)
 		if err != nil {
 			t.Fatal(err)
 		}
-		// pid (comm) state ...: comm may hold spaces, the state follows
-		// its closing parenthesis.
-		i := strings.LastIndexByte(string(b), ')')
-		return i >= 0 && strings.HasPrefix(string(b[i:]), ") T")
+		return s == 'T'
 	})
 }

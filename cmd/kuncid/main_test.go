@@ -334,19 +334,10 @@ func TestMillionKeysHeldFitIn200MiB(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err != nil {
-		t.Skipf("no /proc: %v", err)
-	}
-	var rssKiB int
-	for _, line := range strings.Split(string(status), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			fmt.Sscanf(strings.TrimPrefix(line, "VmRSS:"), "%d", &rssKiB)
-		}
-	}
-	t.Logf("node RSS with %d keys held: %.1f MiB (%d bytes per key)", total, float64(rssKiB)/1024, rssKiB*1024/total)
-	if rssKiB == 0 || rssKiB > 200*1024 {
-		t.Fatalf("node RSS %d KiB with %d keys held, want under 200 MiB", rssKiB, total)
+	mem := rss(t, p.cmd.Process.Pid)
+	t.Logf("node RSS with %d keys held: %.1f MiB (%d bytes per key)", total, float64(mem)/(1<<20), mem/total)
+	if mem == 0 || mem > 200<<20 {
+		t.Fatalf("node RSS %d KiB with %d keys held, want under 200 MiB", mem>>10, total)
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kunci/kunci/failover"
+	"github.com/kunci/kunci/internal/procstat"
 	"github.com/kunci/kunci/internal/testaddr"
 	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/replica"
@@ -108,22 +109,15 @@ func TestPeerPrefixFloodDoesNotStopTheNode(t *testing.T) {
 	}
 }
 
-// rss returns a process's resident memory in bytes.
+// rss returns a process's resident memory in bytes, skipping t where /proc
+// does not tell it.
 func rss(t *testing.T, pid int) int64 {
 	t.Helper()
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	b, err := procstat.RSS(pid)
 	if err != nil {
-		t.Skipf("no /proc: %v", err)
+		t.Skip(err)
 	}
-	for _, line := range strings.Split(string(status), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			var kib int64
-			fmt.Sscanf(v, "%d", &kib)
-			return kib << 10
-		}
-	}
-	t.Skip("no VmRSS")
-	return 0
+	return b
 }
 
 // peerKey is the key keyFile writes.
