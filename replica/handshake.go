@@ -344,23 +344,18 @@ func Accept(kr *Keyring, self string, inc uint64, hello []byte, isPeer func(stri
 	case kr != nil && string(ids) == "-":
 		return nil, nil, ErrNeedsKey
 	case kr != nil:
-		n, marked := 0, false
-		for len(ids) > 0 {
-			if n++; n > MaxKeys+1 {
-				return nil, nil, ErrBadHandshake
-			}
-			one, rest, _ := bytes.Cut(ids, []byte(","))
-			ids = rest
-			var id [keyIDLen]byte
-			if !decodeHex(one, id[:]) {
-				return nil, nil, ErrBadHandshake
-			}
+		marked := false
+		err := eachKeyID(ids, MaxKeys+1, func(id [keyIDLen]byte) bool {
 			if id == v3Mark {
 				marked = true
 			} else if s := kr.find(id); s != nil && a.secret == nil {
 				a.secret = s
 				a.keyID = id
 			}
+			return true
+		})
+		if err != nil {
+			return nil, nil, err
 		}
 		if a.secret == nil {
 			return nil, nil, ErrNoCommonKey
@@ -425,6 +420,27 @@ func fields(line []byte, n int) ([][]byte, bool) {
 		line = rest
 	}
 	return out, len(out) == n
+}
+
+// eachKeyID calls each with the key IDs of a hello's comma-separated list,
+// in order, until it returns false. More than most IDs, or one that is not
+// keyIDLen bytes in hex, is ErrBadHandshake.
+func eachKeyID(ids []byte, most int, each func(id [keyIDLen]byte) bool) error {
+	for n := 1; len(ids) > 0; n++ {
+		if n > most {
+			return ErrBadHandshake
+		}
+		one, rest, _ := bytes.Cut(ids, []byte(","))
+		ids = rest
+		var id [keyIDLen]byte
+		if !decodeHex(one, id[:]) {
+			return ErrBadHandshake
+		}
+		if !each(id) {
+			return nil
+		}
+	}
+	return nil
 }
 
 func decodeHex(src, dst []byte) bool {

@@ -162,17 +162,8 @@ func acceptV2(t *testing.T, kr *Keyring, hello []byte) (*Accepting, []byte, erro
 		t.Fatalf("hello %q", hello)
 	}
 	held := false
-	for n, ids := 0, f[4]; len(ids) > 0 && !held; {
-		if n++; n > MaxKeys {
-			return nil, nil, ErrBadHandshake
-		}
-		one, rest, _ := bytes.Cut(ids, []byte(","))
-		ids = rest
-		var id [keyIDLen]byte
-		if !decodeHex(one, id[:]) {
-			return nil, nil, ErrBadHandshake
-		}
-		held = kr.find(id) != nil
+	if err := eachKeyID(f[4], MaxKeys, func(id [keyIDLen]byte) bool { held = kr.find(id) != nil; return !held }); err != nil {
+		return nil, nil, err
 	}
 	if !held {
 		return nil, nil, ErrNoCommonKey
