@@ -19,16 +19,27 @@ func heapInUse() uint64 {
 
 const mib = 1 << 20
 
-func TestMillionKeysOneAfterAnotherLeaveNoHeap(t *testing.T) {
-	n := 1_000_000
+// scaled returns n, or a fifth of it with -short or under the race
+// detector: the same shape in a few seconds.
+func scaled(n int) int {
 	if testing.Short() || raceEnabled {
-		n = 200_000
+		return n / 5
 	}
+	return n
+}
+
+// lockKey writes the key "lock/i" over buf and returns it.
+func lockKey(buf []byte, i int) []byte {
+	return strconv.AppendInt(append(buf[:0], "lock/"...), int64(i), 10)
+}
+
+func TestMillionKeysOneAfterAnotherLeaveNoHeap(t *testing.T) {
+	n := scaled(1_000_000)
 	sh := NewShard(Config{}, new(Tokens), 0)
 	var out Output
 	buf := make([]byte, 0, 32)
 	cycle := func(i int) {
-		key := strconv.AppendInt(append(buf[:0], "lock/"...), int64(i), 10)
+		key := lockKey(buf, i)
 		sh.Acquire(0, 1, key, 30*sec, 0, &out)
 		sh.Release(0, 1, key, out.Answers[0].Token, &out)
 		out.Reset()
@@ -56,28 +67,23 @@ func TestMillionKeysHeldThenReleasedGiveTheHeapBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a million held keys: skipped with -short")
 	}
-	n := 1_000_000
-	if raceEnabled {
-		n = 200_000 // the same shape, in a few seconds under -race
-	}
+	n := scaled(1_000_000)
 	sh := NewShard(Config{}, new(Tokens), 0)
 	var out Output
-	key := func(i int) []byte { return strconv.AppendInt([]byte("lock/"), int64(i), 10) }
+	buf := make([]byte, 0, 32)
 	// Warm the free lists and the Output as a running server would be.
 	for i := range 2000 {
-		sh.Acquire(0, 1, key(-i), 30*sec, 0, &out)
+		sh.Acquire(0, 1, lockKey(buf, -i), 30*sec, 0, &out)
 	}
 	for i := range 2000 {
-		sh.Release(0, 1, key(-i), uint64(i+1), &out)
+		sh.Release(0, 1, lockKey(buf, -i), uint64(i+1), &out)
 	}
 	out.Reset()
 	sh.Advance(0, &out)
 
 	before := heapInUse()
-	buf := make([]byte, 0, 32)
 	for i := range n {
-		buf = strconv.AppendInt(append(buf[:0], "lock/"...), int64(i), 10)
-		sh.Acquire(0, 1, buf, 30*sec, 0, &out)
+		sh.Acquire(0, 1, lockKey(buf, i), 30*sec, 0, &out)
 		out.Reset()
 	}
 	peak := heapInUse()
@@ -85,12 +91,11 @@ func TestMillionKeysHeldThenReleasedGiveTheHeapBack(t *testing.T) {
 		t.Fatalf("%d keys held, want %d", k, n)
 	}
 	t.Logf("%d keys held: heap %d MiB, %d B per held key (keys are %d..%d bytes)",
-		n, (peak-before)/mib, (peak-before)/uint64(n), len("lock/0"), len(key(n-1)))
+		n, (peak-before)/mib, (peak-before)/uint64(n), len("lock/0"), len(lockKey(buf, n-1)))
 
 	first := uint64(2001)
 	for i := range n {
-		buf = strconv.AppendInt(append(buf[:0], "lock/"...), int64(i), 10)
-		sh.Release(0, 1, buf, first+uint64(i), &out)
+		sh.Release(0, 1, lockKey(buf, i), first+uint64(i), &out)
 		if out.Answers[0].Kind != Released {
 			t.Fatalf("release %d: %+v", i, out.Answers[0])
 		}
@@ -126,22 +131,17 @@ func TestMillionKeysHeldThenReleasedGiveTheHeapBack(t *testing.T) {
 // cannot show it when the waiters fit in memory the heap had freed, so
 // bench/memory's per-waiter figure is read here from the heap.
 func TestWaitersHeapPerWaiter(t *testing.T) {
-	n := 100_000
-	if testing.Short() || raceEnabled {
-		n = 20_000
-	}
+	n := scaled(100_000)
 	sh := NewShard(Config{}, new(Tokens), 0)
 	var out Output
 	buf := make([]byte, 0, 32)
 	for i := range n {
-		buf = strconv.AppendInt(append(buf[:0], "lock/"...), int64(i), 10)
-		sh.Acquire(0, 1, buf, 30*sec, 0, &out)
+		sh.Acquire(0, 1, lockKey(buf, i), 30*sec, 0, &out)
 		out.Reset()
 	}
 	before := heapInUse()
 	for i := range n {
-		buf = strconv.AppendInt(append(buf[:0], "lock/"...), int64(i), 10)
-		sh.Acquire(0, ConnID(2+i%4), buf, 30*sec, 0, &out)
+		sh.Acquire(0, ConnID(2+i%4), lockKey(buf, i), 30*sec, 0, &out)
 		out.Reset()
 	}
 	after := heapInUse()
