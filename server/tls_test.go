@@ -423,7 +423,6 @@ func noLeak(t testing.TB, ignore goleak.Option) {
 	}
 }
 
-// waitForLong is waitFor with a bound of d.
 // A TLS connection that never completes its handshake is dropped after
 // the handshake timeout, never before, and holds no connection slot.
 func TestTLSHandshakeTimeout(t *testing.T) {
