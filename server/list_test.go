@@ -20,6 +20,14 @@ import (
 // and returns them (key → answer) with the L line.
 func (c *client) readListing() (map[string]wire.Answer, wire.Answer) {
 	c.t.Helper()
+	return c.readHeld('L')
+}
+
+// readHeld reads H lines up to an end line of kind end (L, or S for a
+// session's grants), checking each and that the end line counts them, and
+// returns them (key → answer) with the end line.
+func (c *client) readHeld(end byte) (map[string]wire.Answer, wire.Answer) {
+	c.t.Helper()
 	got := map[string]wire.Answer{}
 	for {
 		line := c.next()
@@ -28,7 +36,7 @@ func (c *client) readListing() (map[string]wire.Answer, wire.Answer) {
 			c.t.Fatalf("%s: %q: %v", c.name, line, err)
 		}
 		switch a.Kind {
-		case 'L':
+		case end:
 			if a.Count != uint64(len(got)) {
 				c.t.Fatalf("%s: %q after %d H lines", c.name, line, len(got))
 			}
@@ -41,7 +49,7 @@ func (c *client) readListing() (map[string]wire.Answer, wire.Answer) {
 			a.Key, a.Owner = nil, []byte(string(a.Owner))
 			got[key] = a
 		default:
-			c.t.Fatalf("%s: %q in a listing", c.name, line)
+			c.t.Fatalf("%s: %q in a listing ending with %c", c.name, line, end)
 		}
 	}
 }

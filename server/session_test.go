@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
 
@@ -16,25 +17,12 @@ import (
 // grants listed, key → token.
 func (c *client) readSession() map[string]uint64 {
 	c.t.Helper()
-	got := map[string]uint64{}
-	for {
-		line := c.next()
-		var a wire.Answer
-		if _, err := wire.ParseAnswer([]byte(line+"\n"), &a); err != nil {
-			c.t.Fatalf("%s: %q: %v", c.name, line, err)
-		}
-		switch a.Kind {
-		case 'S':
-			if a.Count != uint64(len(got)) {
-				c.t.Fatalf("%s: %q after %d H lines", c.name, line, len(got))
-			}
-			return got
-		case 'H':
-			got[string(a.Key)] = a.Token
-		default:
-			c.t.Fatalf("%s: %q in a session's listing", c.name, line)
-		}
+	held, _ := c.readHeld('S')
+	got := make(map[string]uint64, len(held))
+	for k, a := range held {
+		got[k] = a.Token
 	}
+	return got
 }
 
 // session names sess on c and returns its grants.
@@ -42,18 +30,6 @@ func (c *client) session(sess uint64) map[string]uint64 {
 	c.t.Helper()
 	c.send(fmt.Sprintf("S %d", sess))
 	return c.readSession()
-}
-
-func sameGrants(got, want map[string]uint64) bool {
-	if len(got) != len(want) {
-		return false
-	}
-	for k, v := range want {
-		if got[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 func TestSessionListsItsGrantsOnly(t *testing.T) {
@@ -74,7 +50,7 @@ func TestSessionListsItsGrantsOnly(t *testing.T) {
 	// On another connection, naming the session lists its grants: not
 	// the other session's grant of a key they share, nor those without.
 	b := dial(t, n.Addr())
-	if got := b.session(101); !sameGrants(got, mine) {
+	if got := b.session(101); !maps.Equal(got, mine) {
 		t.Fatalf("S 101 lists %v, want %v", got, mine)
 	}
 	// The lines after an S wait for its end; naming another session is
@@ -82,7 +58,7 @@ func TestSessionListsItsGrantsOnly(t *testing.T) {
 	b.send("S 202", fmt.Sprintf("R k/1 %d", mine["k/1"]), "S 101")
 	b.expect("E S 202 session already named", "R k/1 OK")
 	delete(mine, "k/1")
-	if got := b.readSession(); !sameGrants(got, mine) {
+	if got := b.readSession(); !maps.Equal(got, mine) {
 		t.Fatalf("S 101 again lists %v, want %v", got, mine)
 	}
 	// An acquire sent again needs a session.
@@ -182,7 +158,7 @@ func TestSessionReconcilesAfterACrashFailover(t *testing.T) {
 	defer n1.close()
 	got := n1.session(55)
 	want := map[string]uint64{"seen": seen, "waited": waited, "released": released}
-	if !sameGrants(got, want) {
+	if !maps.Equal(got, want) {
 		t.Fatalf("the new active lists %v for the session, want %v (lost %d was never replicated)", got, want, lost)
 	}
 	// Reconciling: the grant it released goes; the acquire it waited for,
