@@ -70,6 +70,9 @@ func TestSharedContextEndsDuringBreaks(t *testing.T) {
 		// alone.
 		granted := grants.Load()
 		waitFor(t, "a grant in this round", func() bool { return grants.Load() > granted })
+		// (Slept, not a count of grants: a cut within a round's first
+		// grants strands some on the cut connections until their leases
+		// end, and the rounds after it stall.)
 		first := time.Duration(rng.IntN(40000)) * time.Microsecond
 		time.Sleep(first)
 		order, then := rng.IntN(3), rng.IntN(3)
