@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/kunci/kunci/internal/testhttp"
 	"github.com/kunci/kunci/server"
@@ -150,7 +149,12 @@ func TestRejoinAsTheActiveIsNoPromotion(t *testing.T) {
 	tc, logs := loggedCluster(t, 2, func(c *server.Config) { c.Admin = "127.0.0.1:0" })
 	tc.Start(0)
 	tc.WaitActive(0)
-	time.Sleep(3 * testFailover) // cut off from every peer, as far as node 0 knows
+	// Cut off from every peer, as far as node 0 knows, for three failover
+	// timeouts of its driver's clock.
+	from := tc.Nodes[0].ClusterClock()
+	waitFor(t, "node 0's driver to run three failover timeouts alone", func() bool {
+		return tc.Nodes[0].ClusterClock() >= from+3*testFailover
+	})
 	tc.Start(1)
 	waitFor(t, "node 0 to rejoin and go on as the active", func() bool {
 		return logs.Count("rejoined: no other node became active") > 0 && tc.Nodes[0].Role() == "active"
