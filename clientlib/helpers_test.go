@@ -214,6 +214,14 @@ func loseTo(t testing.TB, ctx context.Context, other *clientlib.Client, key stri
 // test's listener can take it meanwhile.
 func deadAddr(t testing.TB) string {
 	t.Helper()
+	_, addr := boundSocket(t)
+	return addr
+}
+
+// boundSocket returns a TCP socket bound to a free loopback port, closed
+// when the test ends, and its address.
+func boundSocket(t testing.TB) (fd int, addr string) {
+	t.Helper()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -226,7 +234,7 @@ func deadAddr(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
+	return fd, net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*syscall.SockaddrInet4).Port))
 }
 
 // proxy is a TCP proxy between clients and a node. It can cut connections,
