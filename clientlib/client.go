@@ -127,6 +127,11 @@ type Client struct {
 	session uint64
 	keys    keys
 	seen    atomic.Uint64
+	// needsAuth is a node's refusal of the session for want of
+	// credentials ("auth required"), nil once a node took it: the node
+	// closes the connection, and the requests it carried end with this
+	// refusal rather than wait for a connection that cannot serve them.
+	needsAuth atomic.Pointer[RefusedError]
 }
 
 // New returns a client for cfg.Addrs. It makes a first attempt to connect

@@ -481,7 +481,16 @@ func (cn *conn) dispatch(a *wire.Answer) bool {
 		r.node = Node{Addr: string(a.Self), Role: string(a.Role), Active: string(a.Active)}
 	}
 	if a.Kind == 'E' {
-		r.err = &RefusedError{Op: string(a.Op), Key: c.key, Reason: string(a.Text)}
+		re := &RefusedError{Op: string(a.Op), Key: c.key, Reason: string(a.Text)}
+		r.err = re
+		if op == 'S' && re.Reason == "auth required" {
+			// The node asks for credentials: the connection closes, and
+			// the requests it carried learn why (route).
+			cn.cl.needsAuth.Store(re)
+		}
+	}
+	if a.Kind == 'S' && cn.cl.needsAuth.Load() != nil {
+		cn.cl.needsAuth.Store(nil)
 	}
 	if op == 'A' && len(cn.pend.gates) > 0 {
 		cn.passGate(c.key)

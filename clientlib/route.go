@@ -3,6 +3,7 @@ package clientlib
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -114,6 +115,10 @@ func (c *Client) route(ctx context.Context, p retryPolicy, send func(cn *conn) (
 				failure()
 				continue
 			case kindBroken:
+				if re := c.needsAuth.Load(); re != nil && c.cfg.Credentials == nil {
+					// No connection will serve it without credentials.
+					return result{}, fmt.Errorf("clientlib: %s asks for credentials (Config.Credentials): %w", cn.home, re)
+				}
 				lastErr, failed = r.err, cn
 				if attempts++; windowless && attempts >= len(c.conns) {
 					return fail() // each connection once

@@ -424,7 +424,7 @@ func (cn *conn) reconcile(sc *call, named chan struct{}) {
 		return // a node from before sessions
 	case r.kind == 'E' && refusedFor(r.err, "auth required"):
 		// The node asks for credentials the client was not given: the
-		// requests that find no connection say so.
+		// requests that find no connection say so (dispatch, route).
 		cl.authFailed(&AuthError{Addr: addrOf(cn), Reason: "auth required"})
 		return
 	case r.kind != 'S':
