@@ -430,7 +430,7 @@ func (c *Client) acquire(ctx context.Context, key string, mode Mode, lease, wait
 	case !try:
 		p.unbounded = true
 	}
-	t, err := c.keys.enter(ctx, key, try, p.deadline, &c.seen)
+	t, err := c.keys.enter(ctx, c, key, try, p.deadline, &c.seen)
 	if err != nil {
 		return nil, err
 	}
@@ -618,20 +618,9 @@ func (cn *conn) acquireTurn(ctx context.Context, key string, slot int32, mode Mo
 // waitGate waits until ch is closed (our turn, or the connection broke),
 // the acquire's wait runs out, or ctx ends.
 func (cn *conn) waitGate(ctx context.Context, key string, ch chan struct{}, deadline time.Time) error {
-	var timeout <-chan time.Time
-	if !deadline.IsZero() {
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		timeout = t.C
-	}
-	var err error
-	select {
-	case <-ch:
+	err := cn.cl.awaitClosed(ctx, ch, deadline, ErrTimeout)
+	if err == nil {
 		return nil
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-timeout:
-		err = ErrTimeout
 	}
 	// Leave the line; if the turn came meanwhile, hand it on.
 	cn.mu.Lock()

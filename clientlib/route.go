@@ -167,19 +167,28 @@ func (c *Client) notUp() error {
 // awaitUp waits for up to fire, or until ends (nil error: both end the
 // wait; zero until: no end), ctx to end or the client to close.
 func (c *Client) awaitUp(ctx context.Context, up <-chan struct{}, until time.Time) error {
+	return c.awaitClosed(ctx, up, until, nil)
+}
+
+// awaitClosed waits for ch to be closed (or to deliver), and returns nil;
+// or returns ctx's error when ctx ends first, over when deadline (zero:
+// none) passes first, ErrClosed when the client closes first. It is every
+// wait of a caller on a channel, bounded by its context and a deadline.
+func (c *Client) awaitClosed(ctx context.Context, ch <-chan struct{}, deadline time.Time, over error) error {
 	var timeout <-chan time.Time
-	if !until.IsZero() {
-		t := time.NewTimer(time.Until(until))
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
 		defer t.Stop()
 		timeout = t.C
 	}
 	select {
-	case <-up:
+	case <-ch:
+		return nil
 	case <-timeout:
+		return over
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-c.done:
 		return ErrClosed
 	}
-	return nil
 }

@@ -183,7 +183,7 @@ type turn struct {
 // in progress, it is ErrBusy (the key is held, or is about to be). The
 // acquire's seen is read from seen once the turn is its own: every grant
 // answered to an earlier acquire of the key is at or below it.
-func (k *keys) enter(ctx context.Context, key string, try bool, deadline time.Time, seen *atomic.Uint64) (turn, error) {
+func (k *keys) enter(ctx context.Context, c *Client, key string, try bool, deadline time.Time, seen *atomic.Uint64) (turn, error) {
 	sh := k.shard(key)
 	sh.mu.Lock()
 	ks := sh.get(key)
@@ -196,7 +196,7 @@ func (k *keys) enter(ctx context.Context, key string, try bool, deadline time.Ti
 		ch := make(chan struct{})
 		ks.turns = append(ks.turns, ch)
 		sh.mu.Unlock()
-		if err := awaitTurn(ctx, ch, deadline); err != nil {
+		if err := c.awaitClosed(ctx, ch, deadline, ErrTimeout); err != nil {
 			sh.mu.Lock()
 			if i := indexChan(ks.turns, ch); i >= 0 {
 				ks.turns = append(ks.turns[:i], ks.turns[i+1:]...)
@@ -223,25 +223,6 @@ func indexChan(chs []chan struct{}, ch chan struct{}) int {
 		}
 	}
 	return -1
-}
-
-// awaitTurn waits for ch to close, ctx to end or deadline (zero: none) to
-// pass.
-func awaitTurn(ctx context.Context, ch chan struct{}, deadline time.Time) error {
-	var timeout <-chan time.Time
-	if !deadline.IsZero() {
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		timeout = t.C
-	}
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timeout:
-		return ErrTimeout
-	}
 }
 
 // pass ends the acquire in progress of key and lets the next in, if any.
@@ -375,31 +356,10 @@ func (cn *conn) nameSession() (*call, chan struct{}) {
 // only to a node that knows sessions. It returns ctx's error when ctx ends
 // first, and errWaitOver when deadline (zero: none) passes.
 func (cn *conn) awaitNamed(ctx context.Context, deadline time.Time) error {
-	named := cn.named.Load()
-	if named == nil {
-		return nil
+	if named := cn.named.Load(); named != nil {
+		return cn.cl.awaitClosed(ctx, *named, deadline, errWaitOver)
 	}
-	select {
-	case <-*named:
-		return nil
-	default:
-	}
-	var timeout <-chan time.Time
-	if !deadline.IsZero() {
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		timeout = t.C
-	}
-	select {
-	case <-*named:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timeout:
-		return errWaitOver
-	case <-cn.cl.done:
-		return ErrClosed
-	}
+	return nil
 }
 
 // reconcile waits for the answer of sc, the session named on a connection

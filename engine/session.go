@@ -117,46 +117,25 @@ func (t *sessions) lookup(id Session) uint32 {
 // id returns the session of index i.
 func (t *sessions) id(i uint32) Session { return t.ents[i].id }
 
-// hold and unhold count a grant naming i; queue and unqueue a queued
-// acquire.
-func (t *sessions) hold(i uint32) {
+// add counts grants and queued acquires naming i more (or, negative,
+// fewer) at now; nothing for no session.
+func (t *sessions) add(i uint32, grants, waiters int32, now int64) {
 	if i != 0 {
-		t.named(i)
-		t.ents[i].grants++
+		t.count(i, grants, waiters, now)
 	}
 }
 
-func (t *sessions) unhold(i uint32, now int64) {
-	if i != 0 {
-		t.ents[i].grants--
-		t.unnamed(i, now)
-	}
-}
-
-func (t *sessions) queue(i uint32) {
-	if i != 0 {
-		t.named(i)
-		t.ents[i].waiters++
-	}
-}
-
-func (t *sessions) unqueue(i uint32, now int64) {
-	if i != 0 {
-		t.ents[i].waiters--
-		t.unnamed(i, now)
-	}
-}
-
-// named is called before a grant or waiter names i.
-func (t *sessions) named(i uint32) {
-	if e := &t.ents[i]; e.grants == 0 && e.waiters == 0 {
+// count is add for a session. An entry named by nothing is idle since the
+// moment it became so.
+func (t *sessions) count(i uint32, grants, waiters int32, now int64) {
+	e := &t.ents[i]
+	was := e.grants != 0 || e.waiters != 0
+	e.grants += grants
+	e.waiters += waiters
+	switch is := e.grants != 0 || e.waiters != 0; {
+	case is && !was:
 		t.idle--
-	}
-}
-
-// unnamed is called after a grant or waiter stopped naming i.
-func (t *sessions) unnamed(i uint32, now int64) {
-	if e := &t.ents[i]; e.grants == 0 && e.waiters == 0 {
+	case was && !is:
 		e.since = now
 		t.idle++
 	}
