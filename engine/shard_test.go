@@ -49,6 +49,24 @@ func newStory(t *testing.T, cfg Config) *story {
 	return s
 }
 
+// recordedStory is newStory with the shard's records kept: the story
+// checks what standbys would be told too.
+func recordedStory(t *testing.T) *story {
+	t.Helper()
+	s := newStory(t, Config{})
+	s.out.WantRecords = true
+	return s
+}
+
+// grantsFirst has conn1 acquire key for lease, the story's first grant
+// (token 1), and checks its answer and its record.
+func (s *story) grantsFirst(key string, lease int64) {
+	s.t.Helper()
+	s.acquire(1, key, lease, 0)
+	s.expect("conn1: A " + key + " 1")
+	s.expectRecords(fmt.Sprintf("grant %s 1 until %v", key, time.Duration(lease)))
+}
+
 // checked resets the output once every answer and record in it has been
 // checked by expect and expectRecords.
 func (s *story) checked() {
@@ -204,10 +222,7 @@ func (s *story) records() []string {
 // expect checks the answers of the last step, in order, and drains them.
 func (s *story) expect(want ...string) {
 	s.t.Helper()
-	got := s.answers()
-	if !slices.Equal(got, want) {
-		s.t.Fatalf("at %v: answers\n got  %q\n want %q", time.Duration(s.now-s.start), got, want)
-	}
+	s.compare("answers", s.answers(), want)
 	s.out.Answers = s.out.Answers[:0]
 	s.checked()
 }
@@ -215,12 +230,17 @@ func (s *story) expect(want ...string) {
 // expectRecords checks the records of the last step, in order, and drains them.
 func (s *story) expectRecords(want ...string) {
 	s.t.Helper()
-	got := s.records()
-	if !slices.Equal(got, want) {
-		s.t.Fatalf("at %v: records\n got  %q\n want %q", time.Duration(s.now-s.start), got, want)
-	}
+	s.compare("records", s.records(), want)
 	s.out.Records = s.out.Records[:0]
 	s.checked()
+}
+
+// compare fails the story when got, what of the last step, is not want.
+func (s *story) compare(what string, got, want []string) {
+	s.t.Helper()
+	if !slices.Equal(got, want) {
+		s.t.Fatalf("at %v: %s\n got  %q\n want %q", time.Duration(s.now-s.start), what, got, want)
+	}
 }
 
 // holds checks that key is held with token until story time deadline.
@@ -350,11 +370,8 @@ func TestReleaseHandsOffInFIFOOrderInTheSameStep(t *testing.T) {
 }
 
 func TestLeaseNeverExpiresEarly(t *testing.T) {
-	s := newStory(t, Config{})
-	s.out.WantRecords = true
-	s.acquire(1, "k", 30*sec, 0)
-	s.expect("conn1: A k 1")
-	s.expectRecords("grant k 1 until 30s")
+	s := recordedStory(t)
+	s.grantsFirst("k", 30*sec)
 	s.acquire(2, "k", 5*sec, 0)
 	s.expect()
 
@@ -442,11 +459,8 @@ func TestLeaseExpiresAfterAGapOfManyRotations(t *testing.T) {
 }
 
 func TestWaitTimesOutNeverEarlyAndLeavesNoGrant(t *testing.T) {
-	s := newStory(t, Config{})
-	s.out.WantRecords = true
-	s.acquire(1, "k", 60*sec, 0)
-	s.expect("conn1: A k 1")
-	s.expectRecords("grant k 1 until 1m0s")
+	s := recordedStory(t)
+	s.grantsFirst("k", 60*sec)
 	s.tick(2 * sec)
 	s.expectRecords()
 	s.expect()
@@ -586,11 +600,8 @@ func TestReleaseStale(t *testing.T) {
 }
 
 func TestExtend(t *testing.T) {
-	s := newStory(t, Config{})
-	s.out.WantRecords = true
-	s.acquire(1, "k", 10*sec, 0)
-	s.expect("conn1: A k 1")
-	s.expectRecords("grant k 1 until 10s")
+	s := recordedStory(t)
+	s.grantsFirst("k", 10*sec)
 	s.acquire(2, "k", 10*sec, 0)
 	s.expect()
 
@@ -886,11 +897,8 @@ func TestReacquireOfHeldKeyQueuesBehindItself(t *testing.T) {
 }
 
 func TestRecords(t *testing.T) {
-	s := newStory(t, Config{})
-	s.out.WantRecords = true
-	s.acquire(1, "k", 10*sec, 0)
-	s.expect("conn1: A k 1")
-	s.expectRecords("grant k 1 until 10s")
+	s := recordedStory(t)
+	s.grantsFirst("k", 10*sec)
 	s.acquire(2, "k", 10*sec, 0)
 	s.expect()
 	s.expectRecords() // queueing changes no lock state
