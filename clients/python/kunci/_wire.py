@@ -148,10 +148,18 @@ def seconds_field(ms: int) -> bytes:
     return (b"%d.%03d" % (s, frac)).rstrip(b"0")
 
 
-def acquire_line(key: bytes, lease: int, wait: int | None, owner: bytes | None, kind: bytes = b"") -> bytes:
-    """"A key lease wait [owner=OWNER] [KIND]"; wait None is "-" (a try);
-    kind is kind_field's."""
+def acquire_line(
+    key: bytes, lease: int, wait: int | None, owner: bytes | None, kind: bytes = b"", seen: int | None = None
+) -> bytes:
+    """"A key lease wait [owner=OWNER] [KIND] [seen=SEEN]"; wait None is "-"
+    (a try); kind is kind_field's; seen, for an acquire of a session sent
+    again, the highest token the client had been answered when it first
+    sent it (docs/PROTOCOL.md, Sessions)."""
     w = b"-" if wait is None else seconds_field(wait)
+    if seen is not None:
+        o = b" owner=" + owner if owner else b""
+        k = b" " + kind if kind else b""
+        return b"A %s %s %s%s%s seen=%d\n" % (key, seconds_field(lease), w, o, k, seen)
     if kind:
         o = b" owner=" + owner if owner else b""
         return b"A %s %s %s%s %s\n" % (key, seconds_field(lease), w, o, kind)
@@ -180,6 +188,11 @@ def list_line(limit: int, prefix: bytes | None) -> bytes:
     if prefix:
         return b"L %d %s\n" % (limit, prefix)
     return b"L %d\n" % limit
+
+
+def session_line(session: int) -> bytes:
+    """"S session": name the connection's session (1 to 2**64-1)."""
+    return b"S %d\n" % session
 
 
 INFO_LINE = b"I\n"
@@ -226,12 +239,25 @@ class Holder:
         return self.token != 0
 
 
+@dataclass(frozen=True)
+class Node:
+    """What a node says of itself and of its cluster (I): Client.info returns
+    one. addr is the node's own client address; role "active" or
+    "standby"; active the address of the active as the node knows it, ""
+    when it knows none (an election is under way)."""
+
+    addr: str
+    role: str
+    active: str
+
+
 class Answer:
     """One answer line. kind is its letter; key its key (bytes, b"" when
     none). ok: R/X/C said OK (not STALE/NONE). For E: op and reason. For M:
-    addr; for I: role, self_addr, active, extra. For L: count, more. For Q
-    and H: holder. Fields an answer does not have keep the class's defaults
-    (an answer is made for every line: only what it has is set)."""
+    addr; for I: role, self_addr, active, extra. For L and S: count (and
+    for L, more). For Q and H: holder. Fields an answer does not have keep
+    the class's defaults (an answer is made for every line: only what it
+    has is set)."""
 
     token = 0
     ok = False
@@ -239,7 +265,7 @@ class Answer:
     reason = ""
     addr = ""
     holder: Holder | None = None
-    holders: list[Holder] | None = None  # a listing's H lines, on its L answer
+    holders: list[Holder] | None = None  # a listing's H lines, on its L or S answer
     count = 0
     more = False
     role = ""
@@ -342,6 +368,12 @@ def parse_answer(line: bytes) -> Answer:
             a.count, a.more = _uint(f[0]), len(f) == 2
             return a
         raise BadAnswer(f"bad L answer: {line[:64]!r}")
+    if kind == "S":
+        if len(f) != 1:
+            raise BadAnswer(f"bad S answer: {line[:64]!r}")
+        a = Answer("S")
+        a.count = _uint(f[0])
+        return a
     if kind == "M":
         if len(f) != 1:
             raise BadAnswer("M with more than an address")

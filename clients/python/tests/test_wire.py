@@ -102,6 +102,16 @@ class Encoding(unittest.TestCase):
         self.assertEqual(wire.list_line(0, None), b"L 0\n")
         self.assertEqual(wire.cancel_line(b"k"), b"C k\n")
         self.assertEqual(wire.inspect_line(b"k"), b"Q k\n")
+        self.assertEqual(wire.session_line(7239014414582019), b"S 7239014414582019\n")
+        # An acquire of a session sent again: seen= last, after the kind.
+        self.assertEqual(wire.acquire_line(b"k", 30000, 5000, None, seen=0), b"A k 30 5 seen=0\n")
+        self.assertEqual(
+            wire.acquire_line(b"pool", 30000, 2500, b"web-3:1", b"limit=2", 2**64 - 1),
+            b"A pool 30 2.5 owner=web-3:1 limit=2 seen=18446744073709551615\n",
+        )
+        self.assertEqual(
+            wire.acquire_line(b"k", 30000, None, None, b"mode=shared", 7), b"A k 30 - mode=shared seen=7\n"
+        )
 
 
 class Parsing(unittest.TestCase):
@@ -127,6 +137,10 @@ class Parsing(unittest.TestCase):
         self.assertEqual(h.holder, wire.Holder("k", 9, 1.0, 0, holders=1))
         ln = wire.parse_answer(b"L 2 more")
         self.assertEqual((ln.count, ln.more), (2, True))
+        sn = wire.parse_answer(b"S 3")
+        self.assertEqual((sn.kind, sn.count, sn.more), ("S", 3, False))
+        e = wire.parse_answer(b"E S 7239014414582019 unknown op")
+        self.assertEqual((e.op, e.key, e.reason), ("S", b"7239014414582019", "unknown op"))
         e = wire.parse_answer(b"E A orders/42 lease too long (max 86400)")
         self.assertEqual((e.op, e.key, e.reason), ("A", b"orders/42", "lease too long (max 86400)"))
         e = wire.parse_answer(b"E - - idle")
@@ -144,7 +158,7 @@ class Parsing(unittest.TestCase):
         for bad in (b"", b"A", b"Ak 1", b"A k", b"A k x", b"A k 18446744073709551616", b"R k MAYBE",
                     b"C k STALE", b"Q k 1 2", b"Q k 1 x 0", b"Q k 1 1.0001 0", b"L x", b"L 1 less",
                     b"E A k", b"T k x", b"Z k", b"U NO", b"I active", b"Q k 1 1 0 holders=x",
-                    b"Q k 1 1 0 holders=2 limit=-1"):
+                    b"Q k 1 1 0 holders=2 limit=-1", b"S x", b"S 1 more", b"S -1"):
             with self.assertRaises(wire.BadAnswer, msg=repr(bad)):
                 wire.parse_answer(bad)
 
