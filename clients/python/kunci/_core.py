@@ -542,6 +542,13 @@ class _Conn:
             if cfg.credentials is not None:
                 core.auth_err = None
             sought = seek
+            if core.closed:
+                # Closed while the dial finished: asyncio.wait_for before
+                # Python 3.12 returns the connection and drops the
+                # cancellation when both come in one turn, and nobody would
+                # close this link.
+                link.fail(Closed("kunci: client closed"))
+                return
             if link.closed.done():
                 continue
             self.attach(link, addr, named)
