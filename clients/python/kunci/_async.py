@@ -42,7 +42,10 @@ class AsyncLock(LockHandle):
 
     async def release(self) -> None:
         """End the grant, trying again through connection failures for 5 s.
-        kunci.Stale when it had already ended (released before, or expired)."""
+        Released before by this client (a release sent again, say): done, as
+        the node answers. kunci.Stale when the grant is not yours any more:
+        its lease ran out, another released it with its token, or a crash
+        failover lost it."""
         try:
             await self._core.release_lock(self._ls)
         except Stale:
@@ -160,7 +163,8 @@ class AsyncClient:
     ) -> AsyncLock | None:
         """Take key if nobody holds it, at once (wait "-"): a lock, or None
         when it is held. limit and shared as acquire's: a lock when one
-        would be granted at once."""
+        would be granted at once. While another acquire of key by this
+        client is in progress, None at once, unsent."""
         core = await self._c()
         ls = await core.acquire(key, lease, 0.0, True, limit=limit, shared=shared)
         return None if ls is None else AsyncLock(core, ls)

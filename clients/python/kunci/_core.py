@@ -16,9 +16,13 @@ follows.
   requests made in one turn of the loop share the current connection and go
   out in one write, which makes the next connection current (client.go).
 - Answers are matched to the oldest outstanding request with the same op and
-  key; a connection has at most one acquire of a key outstanding, later
-  acquirers of the key wait their turn in a gate (conn.go); a try goes to a
-  connection without one, "held" at once when none is left.
+  key (conn.go). The client has one acquire of a key in progress at a time,
+  whatever the connection: later acquirers of the key wait their turn, in
+  order, and a try of it meanwhile is answered "held" unsent (_session.py).
+- The client's session is named first on every connection ("S session"); the
+  node's listing of the session's grants is reconciled with what the client
+  holds and acquires (_Conn.reconcile), while the connection serves; acquires
+  sent again carry seen= (_session.py, session.go).
 - Every operation goes through _Core.route with a retry policy: a broken
   connection fails the request over to the next, a redirect follows the
   connection, no usable connection waits for one to come up while the
@@ -36,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Coroutine, Deque, Union
 
 from . import _wire as wire
+from ._session import Keys, Turn, new_session
 from .errors import AuthError, Closed, KunciError, Lost, Refused, Stale, Timeout, Unavailable
 
 log = logging.getLogger("kunci")
@@ -44,6 +49,10 @@ log.addHandler(logging.NullHandler())
 SEEK_INTERVAL = 0.05
 MAX_REDIRECTS = 8
 AUTH_TIMEOUT = 3.0
+# Reconciling releases the session's stale grants this many at a time (each
+# batch once the one before is answered): the node closes a connection that
+# sends far more than it has read.
+RECONCILE_BATCH = 256
 
 
 @dataclass
@@ -91,7 +100,7 @@ class _Call:
         self.key = key
         self.fut = fut
         self.cb: Callable[[Result], None] | None = None
-        self.holders: list[wire.Holder] | None = None  # L: the H lines so far
+        self.holders: list[wire.Holder] | None = None  # L, S: the H lines so far
         self.late: Callable[[Result], None] | None = None  # the answer after the caller left
 
     def resolve(self, r: Result) -> None:
@@ -103,17 +112,6 @@ class _Call:
             self.fut.set_result(r)
         elif self.late is not None:
             self.late(r)
-
-
-class _Gate:
-    """Acquirers of a key waiting on a connection while an acquire of it is
-    outstanding there (one at a time, by the protocol)."""
-
-    __slots__ = ("waiters", "turn")
-
-    def __init__(self) -> None:
-        self.waiters: Deque[asyncio.Future[None]] = collections.deque()
-        self.turn = False  # the head waiter was let go and has not sent yet
 
 
 class _Link(asyncio.Protocol):
@@ -263,11 +261,19 @@ class _Conn:
         self.first_err: BaseException | None = None
         self.acq: dict[bytes, _Call] = {}
         self.sent: dict[tuple[str, bytes], Deque[_Call]] = {}
+        # The S and L calls outstanding, in send order: H lines belong to
+        # the oldest (the node reads nothing after an S or L until its
+        # listing has ended).
         self.lists: Deque[_Call] = collections.deque()
-        self.gates: dict[bytes, _Gate] = {}
         self.probes = 0
         self.wbuf: list[bytes] = []
         self.flush_pending = False
+        # sessions: the node of the connection knows sessions (True: it
+        # answered the client's S), predates them (False: "unknown op"), or
+        # has not answered yet (None); named is done once it answered, or
+        # the link ended.
+        self.sessions: bool | None = None
+        self.named: asyncio.Future[None] | None = None
 
     # -- sending and answers (conn.go) --
 
@@ -275,8 +281,9 @@ class _Conn:
         """Register call as outstanding and buffer its line; the buffer is
         written once this turn of the loop ends. The link must be up."""
         if call.op == "A":
+            assert call.key not in self.acq, "two acquires of a key outstanding on a connection"
             self.acq[call.key] = call
-        elif call.op == "L":
+        elif call.op == "L" or call.op == "S":
             self.lists.append(call)
         else:
             k = (call.op, call.key)
@@ -330,8 +337,10 @@ class _Conn:
         call: _Call | None
         if op == "A":
             call = self.acq.pop(a.key, None)
-        elif op == "L":
-            call = self.lists.popleft() if self.lists else None
+        elif op == "L" or op == "S":
+            call = self._take_listing(op)
+            if call is not None and kind == op:
+                a.holders = call.holders
         elif op == "I":
             if self.probes > 0:
                 self.probes -= 1
@@ -347,26 +356,18 @@ class _Conn:
         if call is None:
             log.debug("kunci: answer with no request: %s", a)
             return False
-        if op == "A" and self.gates:
-            self.pass_gate(call.key)
         call.resolve(a)
         return True
 
-    def key_busy(self, key: bytes) -> bool:
-        return key in self.acq or (bool(self.gates) and key in self.gates)
-
-    def pass_gate(self, key: bytes) -> None:
-        """Let the next acquirer of key on this connection send."""
-        g = self.gates.get(key)
-        if g is None or g.turn:
-            return
-        while g.waiters:
-            w = g.waiters.popleft()
-            if not w.done():
-                g.turn = True
-                w.set_result(None)
-                return
-        del self.gates[key]
+    def _take_listing(self, op: str) -> _Call | None:
+        """Remove and return the oldest outstanding S or L call (op): an
+        answer to either names no key (a refusal's echo names S's session,
+        L's limit)."""
+        for i, c in enumerate(self.lists):
+            if c.op == op:
+                del self.lists[i]
+                return c
+        return None
 
     # -- the connection's life (conn.go run, attach, detach) --
 
@@ -380,13 +381,16 @@ class _Conn:
         link.attached = True
         cfg = self.core.cfg
         link.probe_timer = self.loop.call_later(cfg.probe_interval, link.probe_tick)
+        # The session goes first: the node lists what it holds for it, and
+        # reconcile releases what the client no longer holds.
+        self.name_session()
         if named:
             self.core.outage.active = addr
         self.core.fire_ups()
 
     def detach(self, link: _Link, redirect: str | None, err: BaseException | None) -> None:
         """End link: every outstanding call learns that it broke or was
-        redirected, and acquirers in gates are let go to find out."""
+        redirected."""
         if link is not self.link:
             return
         self.link = None
@@ -400,16 +404,14 @@ class _Conn:
         self.acq.clear()
         self.sent.clear()
         self.lists.clear()
-        gates = list(self.gates.values())
-        self.gates.clear()
         self.probes = 0
         self.wbuf.clear()
         for c in calls:
             c.resolve(r)
-        for g in gates:
-            for w in g.waiters:
-                if not w.done():
-                    w.set_result(None)
+        self.sessions = None
+        named, self.named = self.named, None
+        if named is not None and not named.done():
+            named.set_result(None)
 
     async def dial(self, addr: str) -> _Link:
         cfg = self.core.cfg
@@ -589,6 +591,81 @@ class _Conn:
                         if to:
                             addr, named, seek = to, True, False
 
+    # -- the session (session.go: nameSession, reconcile) --
+
+    def name_session(self) -> None:
+        """Put the client's session first on the connection just attached
+        ("S session"); its answer goes to reconcile."""
+        self.sessions = None
+        self.named = self.loop.create_future()
+        call = _Call("S", b"", None)
+        call.holders = []
+        gen = self.gen
+        call.cb = lambda r: self.reconcile(r, gen)
+        self.send(call, wire.session_line(self.core.session))
+
+    def reconcile(self, r: Result, gen: int) -> None:
+        """The node's answer to the session named on the connection of gen:
+        release the grants it lists for the session that the client does
+        not keep (Keys.keeps): their releases were lost (an active crashed
+        after it answered them), or their acquires were given up before
+        their answers came. A node from before sessions answers "unknown
+        op": then nothing is sent with seen= on the connection; one that
+        answers "auth required" wants credentials the client was not given.
+        It runs as the answer is read: the connection serves meanwhile."""
+        if not isinstance(r, wire.Answer) or gen != self.gen:
+            return  # the connection broke or moved: the next one names it again
+        core = self.core
+        if r.kind == "S":
+            self.sessions = True
+            core.auth_answered()
+            listed = r.holders or []
+            keys = core.keys
+            kbs = set()
+            stale: list[tuple[bytes, int]] = []
+            for h in listed:
+                kb = h.key.encode("utf-8", "surrogateescape")
+                kbs.add(kb)
+                if not keys.keeps(kb, h.token):
+                    stale.append((kb, h.token))
+            keys.resolve(kbs)
+            if stale:
+                log.debug("kunci: %s lists %d grants of the session the client no longer holds: releasing them",
+                          self.addr, len(stale))
+                self._release_stale(gen, stale)
+        else:
+            self.sessions = False
+            if r.kind == "E" and r.reason == "auth required":
+                core.auth_required(self.addr)
+            elif r.kind == "E" and r.reason == "unknown op":
+                log.debug("kunci: %s predates sessions: no seen= on its connection", self.addr)
+                core.auth_answered()
+            else:
+                log.warning("kunci: %s refused the session: %s", self.addr, r.reason or r.kind)
+        named, self.named = self.named, None
+        if named is not None and not named.done():
+            named.set_result(None)
+
+    def _release_stale(self, gen: int, stale: list[tuple[bytes, int]]) -> None:
+        """Release stale grants on the connection of gen, a batch at a time:
+        the next batch once the answers to this one are in (OK or STALE,
+        they need nothing more)."""
+        if gen != self.gen or self.link is None:
+            return
+        batch, rest = stale[:RECONCILE_BATCH], stale[RECONCILE_BATCH:]
+        left = len(batch)
+
+        def answered(r: Result) -> None:
+            nonlocal left
+            left -= 1
+            if left == 0 and rest:
+                self._release_stale(gen, rest)
+
+        for kb, token in batch:
+            call = _Call("R", kb, None)
+            call.cb = answered
+            self.send(call, wire.release_line(kb, token))
+
     # -- one request on this connection --
 
     async def do(self, op: str, key: bytes, line: bytes) -> Result:
@@ -599,84 +676,69 @@ class _Conn:
             call.holders = []
         self.send(call, line)
         assert call.fut is not None
-        r = await call.fut
-        if op == "L" and isinstance(r, wire.Answer) and r.kind == "L":
-            r.holders = call.holders
-        return r
+        return await call.fut
 
-    async def acquire(self, key: bytes, lease_ms: int, deadline: float | None, try_: bool, kind: bytes = b"") -> Result:
-        """Send one acquire on this connection, first waiting its turn behind
-        an acquire of the same key outstanding here; with the wait left until
-        deadline (None: no bound), or as a try; kind is wire.kind_field's."""
+    async def acquire(
+        self, key: bytes, lease_ms: int, deadline: float | None, try_: bool, kind: bytes, turn: Turn
+    ) -> Result:
+        """Send one attempt of the acquire of turn on this connection, with
+        the wait left until deadline (None: no bound), or as a try; kind is
+        wire.kind_field's. An attempt that follows one whose answer did not
+        come (or an unresolved acquire of the key) carries seen= when the
+        node knows sessions: it first waits for the node's answer to the
+        session, the connection's first answer."""
         if self.link is None:
             return _NOT_UP
-        gen = self.gen
-        busy = self.key_busy(key)
-        if try_ and busy:
-            return wire.Answer("T", key)
-        if busy:
-            g = self.gates.get(key)
-            if g is None:
-                g = self.gates[key] = _Gate()
-            w: asyncio.Future[None] = self.loop.create_future()
-            g.waiters.append(w)
-            try:
-                if deadline is None:
-                    await w
-                else:
-                    await asyncio.wait_for(w, max(deadline - self.loop.time(), 0))
-            except (asyncio.TimeoutError, asyncio.CancelledError) as e:
-                self._leave_gate(key, w)
-                if isinstance(e, asyncio.TimeoutError):
-                    raise Timeout(f"kunci: wait for {key.decode('utf-8', 'replace')} ran out in the client") from None
-                raise
-            if self.gen != gen or self.link is None:
-                return _REDIRECTED if self.redirecting else _NOT_UP
-            g = self.gates.get(key)
-            if g is not None:
-                g.turn = False
-                if not g.waiters:
-                    del self.gates[key]
+        seen: int | None = None
+        if turn.resend:
+            if self.sessions is None and self.named is not None:
+                gen = self.gen
+                timeout = None if deadline is None else max(deadline - self.loop.time(), 0)
+                await asyncio.wait((self.named,), timeout=timeout)
+                if self.gen != gen or self.link is None:
+                    return _REDIRECTED if self.redirecting else _NOT_UP
+                if self.sessions is None:
+                    return _WAIT_OVER
+            if self.sessions:
+                seen = turn.seen
         wait: int | None = None
         if not try_:
             wait = 0
             if deadline is not None:
                 left = deadline - self.loop.time()
                 if left <= 0:
-                    if self.gates:
-                        self.pass_gate(key)
                     return _WAIT_OVER
                 wait = max(math.ceil(left * 1000), 1)
         call = _Call("A", key, self.loop.create_future())
-        self.send(call, wire.acquire_line(key, lease_ms, wait, self.core.cfg.owner, kind))
+        turn.mark_sent()
+        self.send(call, wire.acquire_line(key, lease_ms, wait, self.core.cfg.owner, kind, seen))
         try:
             assert call.fut is not None
-            return await call.fut
+            r = await call.fut
         except asyncio.CancelledError:
-            self._withdraw(call)
+            self._withdraw(call, turn)
             raise
+        if not isinstance(r, wire.Answer):
+            turn.unknown = True  # it may have reached the node
+        return r
 
-    def _leave_gate(self, key: bytes, w: asyncio.Future[None]) -> None:
-        g = self.gates.get(key)
-        if g is None:
-            return  # the connection broke: gates are gone
-        if w in g.waiters:
-            g.waiters.remove(w)
-            if not g.waiters and not g.turn:
-                del self.gates[key]
-            return
-        # w was let go: the turn was ours; pass it on.
-        g.turn = False
-        self.pass_gate(key)
-
-    def _withdraw(self, call: _Call) -> None:
+    def _withdraw(self, call: _Call, turn: Turn) -> None:
         """The caller of the outstanding acquire call gave up: cancel it on
-        the node (C key), and release a grant that won the race."""
+        the node (C key), and release a grant that won the race. The turn
+        ends with the acquire's answer: no other acquire of the key goes out
+        while this one may still be granted."""
         core = self.core
+        turn.withdrawing = True
 
         def late(r: Result) -> None:
-            if isinstance(r, wire.Answer) and r.kind == "A":
-                core.spawn(core.release(call.key, r.token))
+            if isinstance(r, wire.Answer):
+                if r.kind == "A":
+                    core.keys.raise_seen(r.token)
+                    core.spawn(core.release(call.key, r.token))
+                turn.leave(None, True)
+            else:
+                turn.unknown = True
+                turn.leave(None, False)
 
         fut = call.fut
         if fut is not None and fut.done() and not fut.cancelled():
@@ -823,6 +885,10 @@ class _Core:
         self.conns = [_Conn(self, a, i) for i, a in enumerate(addrs)]
         self.cur = 0
         self.tasks: set[asyncio.Task[object]] = set()
+        # The client's session, and what it knows of the keys it holds and
+        # acquires (_session.py).
+        self.session = new_session()
+        self.keys = Keys(loop, cfg.release_retry)
 
     async def start(self) -> None:
         firsts = []
@@ -889,19 +955,26 @@ class _Core:
                 return cn
         return None
 
-    def free_for(self, kb: bytes, cn: _Conn) -> _Conn:
-        """The connection for a try of kb: cn, or, when cn has an acquire of
-        kb outstanding (where the try is answered "held" without asking),
-        the next usable one without. With room in a semaphore or a shared
-        key, the outstanding acquire and the try may both be granted."""
-        if not cn.key_busy(kb):
-            return cn
-        n = len(self.conns)
-        for i in range(1, n):
-            o = self.conns[(cn.idx + i) % n]
-            if o.usable and not o.key_busy(kb):
-                return o
-        return cn
+    def auth_required(self, addr: str) -> None:
+        """A node answered the session "auth required": it wants credentials.
+        Without any, the requests that find no connection say so at once
+        (AuthError), as the node's refusal of them did before sessions."""
+        if self.cfg.credentials is None:
+            self.auth_err = AuthError(addr, "auth required")
+        log.warning("kunci: %s requires credentials, and the client has none", addr)
+
+    def auth_answered(self) -> None:
+        """A node served a connection without credentials: forget that one
+        asked for them."""
+        if self.cfg.credentials is None:
+            self.auth_err = None
+
+    def check_auth(self) -> None:
+        """Raise the AuthError of a client without credentials that a node
+        asked for some."""
+        e = self.auth_err
+        if e is not None and self.cfg.credentials is None:
+            raise AuthError(e.addr, e.reason)
 
     def no_connection(self, cause: object) -> Unavailable:
         msg = "kunci: no node answered"
@@ -959,6 +1032,7 @@ class _Core:
                 assert isinstance(r, _Broken)
                 if r is _WAIT_OVER:
                     raise fail()
+                self.check_auth()
                 last, failed = r.cause, cn
                 attempts += 1
                 if windowless and attempts >= len(self.conns):
@@ -966,6 +1040,7 @@ class _Core:
                 failure()
                 continue
             # No connection is usable: wait for one to come up.
+            self.check_auth()
             if last is None:
                 last = _NOT_UP.cause
             if windowless and until is None:
@@ -987,11 +1062,15 @@ class _Core:
 
     async def acquire(
         self, key: str, lease: float, wait: float, try_: bool, deadline: float | None = None,
-        *, limit: int | None = None, shared: bool = False,
+        *, limit: int | None = None, shared: bool = False, turn: Turn | None = None,
     ) -> LockState | None:
         """Acquire key (deadline, when given, is when the wait ends: an
         acquire that began elsewhere); as a semaphore of limit holders, or a
-        shared grant of a read-write lock (wire.kind_field)."""
+        shared grant of a read-write lock (wire.kind_field). One acquire of
+        a key is in progress at a time (Keys.enter): the others wait their
+        turn, and a try meanwhile is None at once. turn, when given, is the
+        turn of an acquire that began elsewhere (the thread client's first
+        attempt)."""
         kb = wire.check_key(key)
         lms = wire.lease_ms(lease)
         wms = 0 if try_ else wire.wait_ms(wait)
@@ -1008,19 +1087,32 @@ class _Core:
         elif not try_:
             p.unbounded = True
         until = p.deadline
+        if turn is None:
+            turn = await self.keys.enter(kb, try_, until, key)
+            if turn is None:
+                return None  # a try while an acquire of key is in progress
+        t = turn
 
         async def send(cn: _Conn) -> Result:
-            if try_:
-                cn = self.free_for(kb, cn)
-            return await cn.acquire(kb, lms, until, try_, kind)
+            return await cn.acquire(kb, lms, until, try_, kind, t)
 
-        return self.granted(await self.route(p, send), key, kb, lms, try_)
+        try:
+            a = await self.route(p, send)
+        except BaseException:
+            if not t.withdrawing:
+                t.leave(None, False)
+            raise
+        return self.granted(a, key, kb, lms, try_, t)
 
-    def granted(self, a: wire.Answer, key: str, kb: bytes, lms: int, try_: bool) -> LockState | None:
-        """The outcome of an acquire's answer: a grant, None for a try that
-        found the key held, or the error."""
+    def granted(self, a: wire.Answer, key: str, kb: bytes, lms: int, try_: bool, turn: Turn) -> LockState | None:
+        """The outcome of an acquire's answer, which ends its turn: a grant,
+        None for a try that found the key held, or the error."""
         if a.kind == "A":
-            return LockState(self, key, kb, a.token, lms / 1000, self.loop.time() + lms / 1000)
+            ls = LockState(self, key, kb, a.token, lms / 1000, self.loop.time() + lms / 1000)
+            self.keys.raise_seen(a.token)
+            turn.leave(ls, True)
+            return ls
+        turn.leave(None, True)
         if a.kind == "T":
             if try_:
                 return None
@@ -1033,7 +1125,8 @@ class _Core:
         return _Policy(span=self.cfg.release_retry, ends=ends)
 
     async def release(self, kb: bytes, token: int) -> bool:
-        """Release; True for OK, False for STALE."""
+        """Release; True for OK (released now, or by this client's session
+        before), False for STALE (the grant is not the client's any more)."""
         line = wire.release_line(kb, token)
 
         async def send(cn: _Conn) -> Result:
@@ -1048,10 +1141,20 @@ class _Core:
         self.stop_keep_alive(ls)
         self.released(ls, await self.release(ls.kb, ls.token))
 
+    async def release_quietly(self, ls: LockState) -> None:
+        """Release a grant nobody will hold (its caller gave up as it came)."""
+        try:
+            await self.release_lock(ls)
+        except KunciError as e:
+            log.debug("kunci: release of %s, which nobody holds: %s", ls.key, e)
+
     def released(self, ls: LockState, ok: bool) -> None:
+        """The node answered ls's release: the client holds it no more."""
         ls.ended = True
+        self.keys.drop(ls)
         if not ok:
-            raise Stale(f"kunci: release of {ls.key}: token {ls.token} is no longer the grant")
+            raise Stale(f"kunci: release of {ls.key}: token {ls.token} is not yours any more "
+                        "(the lease ran out, another released it, or a failover lost it)")
 
     async def extend(self, ls: LockState, lease: float) -> None:
         lms = wire.lease_ms(lease)
@@ -1068,7 +1171,9 @@ class _Core:
             raise self.refusal(a, ls.key)
         if not a.ok:
             ls.ended = True
-            raise Stale(f"kunci: extend of {ls.key}: token {ls.token} is no longer the grant")
+            self.keys.drop(ls)
+            raise Stale(f"kunci: extend of {ls.key}: token {ls.token} is not yours any more "
+                        "(the lease ran out, another released it, or a failover lost it)")
         ls.lease = lms / 1000
         ls.ends = sent + ls.lease
 
@@ -1128,6 +1233,7 @@ class _Core:
             await asyncio.sleep(nxt)
             if loop.time() > valid_until:
                 log.info("kunci: lease of %s ran out while no node answered", ls.key)
+                self.keys.drop(ls)
                 ls.lose()
                 return
             sent = loop.time()
@@ -1137,6 +1243,7 @@ class _Core:
                 nxt = period
             except (Stale, Refused, AuthError) as e:
                 log.info("kunci: lock %s lost: %s", ls.key, e)
+                self.keys.drop(ls)
                 ls.lose()
                 return
             except (Unavailable, asyncio.TimeoutError):
@@ -1161,10 +1268,10 @@ def fast_acquire(
     limit: int | None = None, shared: bool = False,
 ) -> None:
     """An acquire for the thread client, in the loop's thread: sent at once on
-    the current connection, answered to w by a callback, without a task; a
-    connection that breaks under it, or none usable, or an acquire of the key
-    already outstanding there, hands it to the full route (a task) with the
-    wait it has left."""
+    the current connection, answered to w by a callback, without a task,
+    when the key's turn is free (a try while it is not: None at once,
+    unsent); otherwise, or when a connection breaks under it, or none is
+    usable, the full route (a task) with the wait it has left."""
     try:
         kb = wire.check_key(key)
         lms = wire.lease_ms(lease)
@@ -1175,30 +1282,48 @@ def fast_acquire(
         return
     loop = core.loop
     deadline = loop.time() + wms / 1000 if wms > 0 else None
+
+    def full(turn: Turn | None) -> None:
+        slow(core, w, core.acquire(key, lease, wait, try_, deadline, limit=limit, shared=shared, turn=turn), turn)
+
+    if core.closed:
+        full(None)
+        return
+    taken = core.keys.take(kb)
+    if taken is None:
+        if try_:
+            w.finish(None, None)  # an acquire of key is in progress: held
+        else:
+            full(None)  # waits its turn
+        return
+    turn = taken
     first = core.next(None)
-    if core.closed or first is None or first.key_busy(kb):
-        slow(core, w, core.acquire(key, lease, wait, try_, deadline, limit=limit, shared=shared))
+    if first is None or (turn.resend and first.sessions is None):
+        full(turn)
         return
     cn = first
+    seen = turn.seen if turn.resend and cn.sessions else None
     call = _Call("A", kb, None)
 
     def answered(r: Result) -> None:
         if isinstance(r, wire.Answer):
             try:
-                w.finish(core.granted(r, key, kb, lms, try_), None)
+                w.finish(core.granted(r, key, kb, lms, try_, turn), None)
             except KunciError as e:
                 w.finish(None, e)
         else:
-            slow(core, w, core.acquire(key, lease, wait, try_, deadline, limit=limit, shared=shared))
+            turn.unknown = True  # it may have reached the node
+            full(turn)
 
     def cancel() -> None:
         if call.cb is answered:
             call.cb = None
-            cn._withdraw(call)
+            cn._withdraw(call, turn)
 
     call.cb = answered
     w.cancel = cancel
-    cn.send(call, wire.acquire_line(kb, lms, None if try_ else wms, core.cfg.owner, kind))
+    turn.mark_sent()
+    cn.send(call, wire.acquire_line(kb, lms, None if try_ else wms, core.cfg.owner, kind, seen))
 
 
 def fast_release(core: _Core, w: Waiter, ls: LockState) -> None:
@@ -1227,13 +1352,17 @@ def fast_release(core: _Core, w: Waiter, ls: LockState) -> None:
     cn.send(call, wire.release_line(ls.kb, ls.token))
 
 
-def slow(core: _Core, w: Waiter, coro: Coroutine[Any, Any, object]) -> None:
-    """Run coro as a task of the loop and tell w its outcome."""
+def slow(core: _Core, w: Waiter, coro: Coroutine[Any, Any, object], turn: Turn | None = None) -> None:
+    """Run coro as a task of the loop and tell w its outcome. turn, when
+    given, is an acquire's turn that coro takes over: it ends with the task
+    at the latest (a task cancelled before it ran never saw it)."""
     t: asyncio.Task[object] = core.loop.create_task(coro)
     core.tasks.add(t)
 
     def done(t: asyncio.Task[object]) -> None:
         core.tasks.discard(t)
+        if turn is not None and not turn.withdrawing:
+            turn.leave(None, False)
         if t.cancelled():
             w.finish(None, Closed("kunci: cancelled"))
         elif t.exception() is not None:

@@ -61,7 +61,7 @@ def _drop(value: object) -> None:
     """Release a grant nobody will hold (loop thread only)."""
     if isinstance(value, LockState):
         core = value.core
-        core.spawn(core.release(value.kb, value.token))
+        core.spawn(core.release_quietly(value))
 
 
 class Lock(LockHandle):
@@ -105,7 +105,10 @@ class Lock(LockHandle):
 
     def release(self) -> None:
         """End the grant, trying again through connection failures for 5 s.
-        kunci.Stale when it had already ended (released before, or expired)."""
+        Released before by this client (a release sent again, say): done, as
+        the node answers. kunci.Stale when the grant is not yours any more:
+        its lease ran out, another released it with its token, or a crash
+        failover lost it."""
         try:
             self._client._call(fast_release, self._ls)
         except Stale:
@@ -307,7 +310,9 @@ class Client:
     def try_acquire(self, key: str, lease: float, *, limit: int | None = None, shared: bool = False) -> Lock | None:
         """Take key if nobody holds it, at once (wait "-"): a Lock, or None
         when it is held. limit and shared as acquire's: a Lock when one
-        would be granted at once."""
+        would be granted at once. While another acquire of key by this
+        client is in progress, None at once, unsent (the client has one
+        acquire of a key in progress at a time: see README.md, Sessions)."""
         ls = self._call(fast_acquire, key, lease, 0.0, True, limit, shared)
         return None if ls is None else Lock(self, ls)
 

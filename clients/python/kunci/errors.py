@@ -42,8 +42,11 @@ class Closed(Unavailable):
 
 
 class Stale(KunciError):
-    """The token is not the key's current grant: the lock was released, or its
-    lease ran out (release or extend answered STALE)."""
+    """The grant is not yours any more (release or extend answered STALE): its
+    lease ran out, someone else released it with its token, or a crash
+    failover lost it (asynchronous replication: the old active answered it
+    and never copied it). A release this client's session made before is not
+    stale: the node answers it OK again."""
 
 
 class Lost(KunciError):

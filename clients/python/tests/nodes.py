@@ -115,6 +115,7 @@ class Node:
         self.lines: list[dict[str, object]] = []
         self.addr = ""
         self.tls_addr = ""
+        self.admin = ""
         self.started = threading.Event()
         self.exited = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
@@ -135,6 +136,7 @@ class Node:
             if line.get("message") == "kunci node started":
                 self.addr = str(line.get("addr", ""))
                 self.tls_addr = str(line.get("tls_addr", ""))
+                self.admin = str(line.get("admin", ""))
                 self.started.set()
         self.exited.set()
 
@@ -231,8 +233,9 @@ class NodeCase(unittest.TestCase):
         os.chmod(p, mode)
         return p
 
-    def cluster(self, n: int) -> tuple[list[Node], list[str]]:
-        """n nodes of a cluster, node 0 active and the others its standbys."""
+    def cluster(self, n: int, *extra: str) -> tuple[list[Node], list[str]]:
+        """n nodes of a cluster, node 0 active and the others its standbys;
+        extra: more flags for every node (--semi-sync, say)."""
         key = self.file("cluster.key", CLUSTER_KEY)
         for _ in range(3):
             addrs = free_addrs(n)
@@ -242,7 +245,7 @@ class NodeCase(unittest.TestCase):
                     nodes.append(self.node(
                         "--listen", addrs[i], "--advertise", addrs[i], "--peers", ",".join(addrs),
                         "--cluster-key-file", key, "--heartbeat", "50ms", "--failover-timeout", "500ms",
-                        "--admin", free_addrs(1)[0],
+                        "--admin", free_addrs(1)[0], *extra,
                     ))
             except RuntimeError:
                 for x in nodes:
@@ -284,14 +287,20 @@ class NodeCase(unittest.TestCase):
 class Proxy:
     """A TCP proxy on 127.0.0.1 to a node, which the test can cut: cut()
     closes every connection through it and refuses new ones for a moment.
-    received counts the bytes clients sent through it."""
+    received counts the bytes clients sent through it, and lines() returns
+    them as lines. lose_answer() makes it lose an answer as a broken
+    connection does: the node wrote it, the client never reads it."""
 
     def __init__(self, target: str) -> None:
         self.target = _split(target)
         self.lock = threading.Lock()
         self.socks: list[socket.socket] = []
         self.received = 0
+        self.up = bytearray()
         self.closed = False
+        self.lose: tuple[bytes, float | None] | None = None
+        self.lost = threading.Event()
+        self.lost_line = b""
         self.ls = self._listen(0)
         self.addr = "127.0.0.1:%d" % self.ls.getsockname()[1]
         threading.Thread(target=self._accept, args=(self.ls,), daemon=True).start()
@@ -320,6 +329,7 @@ class Proxy:
             threading.Thread(target=self._pipe, args=(u, c, False), daemon=True).start()
 
     def _pipe(self, src: socket.socket, dst: socket.socket, up: bool) -> None:
+        pending = b""  # an answer line not yet whole, while an answer is to be lost
         try:
             while True:
                 b = src.recv(65536)
@@ -328,7 +338,29 @@ class Proxy:
                 if up:
                     with self.lock:
                         self.received += len(b)
-                dst.sendall(b)
+                        self.up += b
+                    dst.sendall(b)
+                    continue
+                with self.lock:
+                    lose = self.lose
+                if lose is None and not pending:
+                    dst.sendall(b)
+                    continue
+                pending += b
+                whole, sep, pending = pending.rpartition(b"\n")
+                if not sep:
+                    whole, pending = b"", whole
+                out = []
+                for line in (whole + sep).splitlines(keepends=True):
+                    if lose is not None and line.startswith(lose[0]):
+                        with self.lock:
+                            self.lose = None
+                            self.lost_line = line.rstrip(b"\r\n")
+                        dst.sendall(b"".join(out))
+                        self._break(src, dst, lose[1])
+                        return
+                    out.append(line)
+                dst.sendall(b"".join(out))
         except OSError:
             pass
         for s in (src, dst):
@@ -336,6 +368,31 @@ class Proxy:
                 s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+    def lose_answer(self, prefix: bytes, refuse_for: float | None = None) -> None:
+        """Lose the next answer line that starts with prefix: the connection
+        that carries it is closed before it reaches the client; with
+        refuse_for, every connection is cut, and new ones refused for that
+        long (cut). lost is set once it happened, lost_line is the line."""
+        with self.lock:
+            self.lose = (prefix, refuse_for)
+
+    def _break(self, src: socket.socket, dst: socket.socket, refuse_for: float | None) -> None:
+        if refuse_for is None:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+            self.lost.set()
+            return
+        threading.Thread(target=lambda: (self.cut(refuse_for), self.lost.set()), daemon=True).start()
+
+    def lines(self) -> list[bytes]:
+        """The whole lines clients sent through the proxy, without their LF."""
+        with self.lock:
+            data = bytes(self.up)
+        return data.split(b"\n")[:-1]
 
     def cut(self, refuse_for: float = 0.3) -> None:
         """Close every connection through the proxy, and refuse new ones for
@@ -374,4 +431,103 @@ class Proxy:
         with self.lock:
             socks, self.socks = self.socks, []
         for s in socks:
+            s.close()
+
+
+class OldNode:
+    """A fake kunci node from before sessions, on 127.0.0.1, serving each
+    connection in a thread of its own (as the Go tests' fake nodes do). It
+    answers S and an acquire's seen= as such a node does ("unknown op", "too
+    many fields"), grants a free key at once (T when held: it queues
+    nothing), releases by token, and answers I with info_line (its own
+    address as the active's by default). lines holds the lines it read, a
+    list per connection. lose: the key whose next acquire is never
+    answered: its connection is closed instead, nothing granted."""
+
+    def __init__(self) -> None:
+        self.ls = socket.socket()
+        self.ls.bind(("127.0.0.1", 0))
+        self.ls.listen(16)
+        self.addr = "127.0.0.1:%d" % self.ls.getsockname()[1]
+        self.mu = threading.Lock()
+        self.lines: list[list[bytes]] = []
+        self.held: dict[bytes, int] = {}
+        self.token = 0
+        self.lose: bytes | None = None
+        self.info_line = b"I active %s %s" % (self.addr.encode(), self.addr.encode())
+        self.socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                c, _ = self.ls.accept()
+            except OSError:
+                return
+            with self.mu:
+                self.socks.append(c)
+                lines: list[bytes] = []
+                self.lines.append(lines)
+            threading.Thread(target=self._serve, args=(c, lines), daemon=True).start()
+
+    def _serve(self, c: socket.socket, lines: list[bytes]) -> None:
+        try:
+            for raw in c.makefile("rb"):
+                line = raw.rstrip(b"\r\n")
+                with self.mu:
+                    lines.append(line)
+                    answer = self._answer(line)
+                if answer is None:
+                    break
+                c.sendall(answer + b"\n")
+        except OSError:
+            pass
+        c.close()
+
+    def _answer(self, line: bytes) -> bytes | None:
+        """The answer to line (None: close the connection). self.mu is held."""
+        f = line.split(b" ")
+        op = f[0]
+        if op == b"I":
+            return self.info_line
+        key = f[1] if len(f) > 1 else b"-"
+        if op == b"A":
+            if any(not x.startswith((b"owner=", b"limit=", b"mode=")) for x in f[4:]):
+                return b"E A %s too many fields" % key
+            if key == self.lose:
+                self.lose = None
+                return None
+            if key in self.held:
+                return b"T " + key
+            self.token += 1
+            self.held[key] = self.token
+            return b"A %s %d" % (key, self.token)
+        if op == b"R":
+            if self.held.get(key) == int(f[2]):
+                del self.held[key]
+                return b"R %s OK" % key
+            return b"R %s STALE" % key
+        if op == b"Q":
+            t = self.held.get(key)
+            return b"Q %s FREE" % key if t is None else b"Q %s %d 30 0" % (key, t)
+        return b"E %s %s unknown op" % (op, key)
+
+    def read(self) -> list[bytes]:
+        """Every line read, over all connections."""
+        with self.mu:
+            return [x for lines in self.lines for x in lines]
+
+    def close(self) -> None:
+        try:
+            self.ls.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.ls.close()
+        with self.mu:
+            socks, self.socks = self.socks, []
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             s.close()

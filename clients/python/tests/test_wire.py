@@ -113,6 +113,13 @@ class Encoding(unittest.TestCase):
             wire.acquire_line(b"k", 30000, None, None, b"mode=shared", 7), b"A k 30 - mode=shared seen=7\n"
         )
 
+    def test_session(self) -> None:
+        """Sessions are 63 random bits, never 0: each client its own."""
+        from kunci._session import new_session
+        drawn = {new_session() for _ in range(64)}
+        self.assertEqual(len(drawn), 64)
+        self.assertTrue(all(0 < s < 2**63 for s in drawn), drawn)
+
 
 class Parsing(unittest.TestCase):
     def test_answers(self) -> None:
