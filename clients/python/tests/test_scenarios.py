@@ -4,6 +4,7 @@ by the thread client against real kuncid processes on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -14,6 +15,8 @@ import time
 import unittest
 from pathlib import Path
 
+import urllib.request
+
 import kunci
 from tests.nodes import WAIT, Node, NodeCase, Proxy, info, roundtrip, until
 
@@ -22,14 +25,16 @@ SCENARIOS = Path(__file__).resolve().parents[2] / "SCENARIOS.md"
 
 
 class Cycler:
-    """Threads that acquire and release keys of their own in a loop, noting
-    every token, every error and when each cycle ended."""
+    """Threads that acquire and release keys of their own in a loop (a new
+    key each cycle; with reuse, one key each, over and over, as real callers
+    do), noting every token, every error and when each cycle ended."""
 
-    def __init__(self, c: kunci.Client, threads: int, wait: float) -> None:
-        self.c, self.wait = c, wait
+    def __init__(self, c: kunci.Client, threads: int, wait: float, reuse: bool = False, lease: float = 30) -> None:
+        self.c, self.wait, self.reuse, self.lease = c, wait, reuse, lease
         self.stop = threading.Event()
         self.mu = threading.Lock()
         self.grants: list[tuple[int, float, float, int]] = []  # thread, began, granted, token
+        self.cycles: list[tuple[int, float, float]] = []  # thread, began, ended: acquired and released
         self.errors: list[str] = []
         self.timeouts = 0
         self.stale = 0
@@ -42,10 +47,12 @@ class Cycler:
         while not self.stop.is_set() and i < 100_000:
             i += 1
             began = time.monotonic()
-            # A key of its own each time: a release lost in a crash failover
-            # leaves its key held until its lease ends.
+            # A key of its own each time, unless reuse: a release lost in a
+            # crash failover, without sessions, left its key held until its
+            # lease ended.
+            key = "cycle/%d" % g if self.reuse else "cycle/%d/%d" % (g, i)
             try:
-                lock = self.c.acquire("cycle/%d/%d" % (g, i), lease=30, wait=self.wait)
+                lock = self.c.acquire(key, lease=self.lease, wait=self.wait)
             except kunci.Timeout:
                 with self.mu:
                     self.timeouts += 1
@@ -64,6 +71,9 @@ class Cycler:
             except Exception as e:  # noqa: BLE001
                 with self.mu:
                     self.errors.append("release: %r" % e)
+                continue
+            with self.mu:
+                self.cycles.append((g, began, time.monotonic()))
 
     def count(self) -> int:
         with self.mu:
@@ -72,6 +82,11 @@ class Cycler:
     def count_after(self, t: float) -> int:
         with self.mu:
             return sum(1 for g in self.grants if g[1] > t)
+
+    def cycled_after(self, t: float) -> set[int]:
+        """The threads that completed a cycle begun after t."""
+        with self.mu:
+            return {g for g, began, _ in self.cycles if began > t}
 
     def end(self) -> None:
         self.stop.set()
@@ -200,6 +215,55 @@ class Scenarios(NodeCase):
         before = [t for _, _, at, t in cy.grants if at < killed]
         after = [t for _, began, _, t in cy.grants if began > killed]
         self.assertGreater(min(after), max(before))
+
+    def test_crash_reuse(self) -> None:
+        for semi in (False, True):
+            with self.subTest("semi-sync" if semi else "async"):
+                self.crash_reuse(semi)
+
+    def crash_reuse(self, semi: bool) -> None:
+        """Callers that reuse their keys across a kill -9 of the active. A
+        release the old active answered and never copied, or a grant its
+        client never heard of, used to keep the key held on the new active
+        for the grant's lease (30 s here): the client's session now finds and
+        releases the one, and takes the other back. Every caller cycles again
+        within 10 s; no acquire fails; a release fails only as kunci.Stale,
+        and only with asynchronous replication; the kept-alive lock lives on."""
+        nodes, addrs = self.cluster(3, "--semi-sync") if semi else self.cluster(3)
+        c = self.client(addrs)
+        kept = c.acquire("crash/kept", lease=3, wait=5)
+        kept.keep_alive()
+
+        def copied() -> bool:
+            url = "http://%s/locks?prefix=crash/" % nodes[1].admin
+            with urllib.request.urlopen(url, timeout=5) as r:
+                return any(x["key"] == "crash/kept" for x in json.load(r)["locks"])
+
+        self.assertTrue(until(copied), "the standby never held a copy of the kept-alive lock")
+        threads, lease = 8, 30.0
+        cy = Cycler(c, threads=threads, wait=10, reuse=True, lease=lease)
+        self.cleanups_first.append(cy.end)
+        self.assertTrue(until(lambda: cy.count() >= 200, 30), "no cycles on the active")
+        killed = time.monotonic()
+        nodes[0].proc.send_signal(signal.SIGKILL)
+        # Generous for a busy machine, and far below the lease a stuck key
+        # would take.
+        everyone = until(lambda: len(cy.cycled_after(killed)) == threads, lease / 3)
+        took = time.monotonic() - killed
+        more = until(lambda: cy.count_after(killed) >= 100, 20)
+        cy.end()
+        mode = "semi-sync" if semi else "async"
+        self.assertTrue(everyone, "%s: %.1f s after the kill only threads %s of %d cycled again: a key stays held; "
+                        "errors: %s" % (mode, took, sorted(cy.cycled_after(killed)), threads, cy.errors[:3]))
+        self.assertTrue(more, "%s: cycles did not go on at the new active" % mode)
+        self.assertEqual((cy.errors, cy.timeouts), ([], 0), "%s: requests failed across the crash" % mode)
+        if semi:
+            self.assertEqual(cy.stale, 0, "releases stale with semi-synchronous replication")
+        self.assertFalse(kept.lost.is_set(), "%s: the kept-alive lock was lost across the crash" % mode)
+        kept.release()
+        c.close()
+        for n in nodes:
+            n.kill()
 
     def test_graceful_handoff(self) -> None:
         nodes, cy = self.cycling(2, wait=10)
