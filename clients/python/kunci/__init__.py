@@ -8,8 +8,8 @@ the behaviour of the Go client, clientlib. See README.md.
 from ._async import AsyncClient, AsyncLock, Locks
 from ._config import Credentials, load_credentials, process_owner, tls_context
 from ._sync import Client, Lock
-from ._wire import Holder
-from .errors import AuthError, Closed, KunciError, Lost, Refused, Stale, Timeout, Unavailable
+from ._wire import Holder, Node
+from .errors import AuthError, Closed, KunciError, Lost, NoActive, Refused, Stale, Timeout, Unavailable
 
 __version__ = "0.10.0"
 
@@ -25,6 +25,8 @@ __all__ = [
     "Lock",
     "Locks",
     "Lost",
+    "NoActive",
+    "Node",
     "Refused",
     "Stale",
     "Timeout",

@@ -9,7 +9,7 @@ from typing import Sequence
 
 from ._config import CredentialsArg, make_config
 from ._core import LockHandle, LockState, _Core, end_lock_block
-from ._wire import Holder
+from ._wire import Holder, Node
 from .errors import Closed, Lost, Stale
 
 
@@ -191,6 +191,19 @@ class AsyncClient:
         out = Locks(hs)
         out.more = more
         return out
+
+    async def info(self) -> Node:
+        """What a node the client is connected to says of itself (I): its
+        address, its role, and the active it knows ("" for none)."""
+        core = await self._c()
+        return await core.info()
+
+    async def active(self) -> str:
+        """The address of the cluster's active node (a single node is its
+        own). kunci.NoActive when the node asked knows none (an election is
+        under way)."""
+        core = await self._c()
+        return await core.active()
 
 
 __all__ = ["AsyncClient", "AsyncLock", "Locks", "Lost"]

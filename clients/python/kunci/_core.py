@@ -41,7 +41,7 @@ from typing import Any, Awaitable, Callable, Coroutine, Deque, Union
 
 from . import _wire as wire
 from ._session import Keys, Turn, new_session
-from .errors import AuthError, Closed, KunciError, Lost, Refused, Stale, Timeout, Unavailable
+from .errors import AuthError, Closed, KunciError, Lost, NoActive, Refused, Stale, Timeout, Unavailable
 
 log = logging.getLogger("kunci")
 log.addHandler(logging.NullHandler())
@@ -265,7 +265,8 @@ class _Conn:
         # the oldest (the node reads nothing after an S or L until its
         # listing has ended).
         self.lists: Deque[_Call] = collections.deque()
-        self.probes = 0
+        # The I requests outstanding, in send order: None for a probe.
+        self.infos: Deque[_Call | None] = collections.deque()
         self.wbuf: list[bytes] = []
         self.flush_pending = False
         # sessions: the node of the connection knows sessions (True: it
@@ -285,6 +286,8 @@ class _Conn:
             self.acq[call.key] = call
         elif call.op == "L" or call.op == "S":
             self.lists.append(call)
+        elif call.op == "I":
+            self.infos.append(call)
         else:
             k = (call.op, call.key)
             q = self.sent.get(k)
@@ -309,7 +312,7 @@ class _Conn:
     def probe(self) -> None:
         if self.link is None:
             return
-        self.probes += 1
+        self.infos.append(None)
         self.wbuf.append(wire.INFO_LINE)
         if not self.flush_pending:
             self.flush_pending = True
@@ -342,9 +345,9 @@ class _Conn:
             if call is not None and kind == op:
                 a.holders = call.holders
         elif op == "I":
-            if self.probes > 0:
-                self.probes -= 1
-            return False
+            call = self.infos.popleft() if self.infos else None
+            if call is None:
+                return False  # a probe's answer
         else:
             k = (op, a.key)
             q = self.sent.get(k)
@@ -401,10 +404,11 @@ class _Conn:
         for q in self.sent.values():
             calls.extend(q)
         calls.extend(self.lists)
+        calls.extend(c for c in self.infos if c is not None)
         self.acq.clear()
         self.sent.clear()
         self.lists.clear()
-        self.probes = 0
+        self.infos.clear()
         self.wbuf.clear()
         for c in calls:
             c.resolve(r)
@@ -1191,6 +1195,8 @@ class _Core:
         assert a.holder is not None
         return a.holder if a.holder.held else None
 
+    # -- listings and the cluster (list.go) --
+
     async def locks(self, prefix: str | None, limit: int) -> tuple[list[wire.Holder], bool]:
         pb = wire.check_key(prefix, "prefix") if prefix else None
         line = wire.list_line(wire.check_limit(limit), pb)
@@ -1202,6 +1208,26 @@ class _Core:
         if a.kind == "E":
             raise self.refusal(a, "")
         return list(a.holders or []), a.more
+
+    async def info(self) -> wire.Node:
+        """What the node a connection goes to says of itself (I): its
+        address, role, and the active it knows. Every node answers."""
+
+        async def send(cn: _Conn) -> Result:
+            return await cn.do("I", b"", wire.INFO_LINE)
+
+        a = await self.route(self._retrying(), send)
+        if a.kind != "I":
+            raise KunciError(f"kunci: unexpected answer {a.kind} to I")
+        return wire.Node(a.self_addr, a.role, a.active)
+
+    async def active(self) -> str:
+        """The active's address, as a node knows it; NoActive when it knows
+        none (an election is under way). A single node is its own active."""
+        n = await self.info()
+        if not n.active:
+            raise NoActive(f"kunci: no active node known (asked {n.addr})")
+        return n.active
 
     # -- keep-alive (keepalive.go) --
 

@@ -12,7 +12,7 @@ from typing import Any, Callable, Coroutine, Deque, Sequence, TypeVar, cast
 from ._async import Locks
 from ._config import CredentialsArg, make_config
 from ._core import LockHandle, LockState, Waiter, _Core, end_lock_block, fast_acquire, fast_release, slow
-from ._wire import Holder
+from ._wire import Holder, Node
 from .errors import Closed, Stale
 
 T = TypeVar("T")
@@ -336,3 +336,14 @@ class Client:
         out = Locks(hs)
         out.more = more
         return out
+
+    def info(self) -> Node:
+        """What a node the client is connected to says of itself (I): its
+        address, its role, and the active it knows ("" for none)."""
+        return self._run(self._core.info())
+
+    def active(self) -> str:
+        """The address of the cluster's active node (a single node is its
+        own). kunci.NoActive when the node asked knows none (an election is
+        under way)."""
+        return self._run(self._core.active())

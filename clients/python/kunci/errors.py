@@ -49,6 +49,11 @@ class Stale(KunciError):
     stale: the node answers it OK again."""
 
 
+class NoActive(KunciError):
+    """The node asked knows no active node: the cluster is electing one
+    (Client.active)."""
+
+
 class Lost(KunciError):
     """A kept-alive lock was lost before the block under it ended: the node
     answered an extend STALE, or the lease ran out while no node answered."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import kunci
 from tests.nodes import (
-    WAIT, NodeCase, Proxy, _readline as readline, free_addrs, info, roundtrip, until,
+    WAIT, NodeCase, OldNode, Proxy, _readline as readline, free_addrs, info, roundtrip, until,
 )
 
 
@@ -310,3 +310,31 @@ class Kinds(NodeCase):
             lock.release()  # each its own grant, by token: never Stale
         self.assertIsNone(c.inspect("pool"))
         self.assertIsNone(c.inspect("doc"))
+
+
+class Info(NodeCase):
+    def test_info_and_active(self) -> None:
+        """info() is what a node says of itself (I): its address, role and
+        the active it knows; active() the active's address, a single node
+        its own; kunci.NoActive when the node knows none (an election)."""
+        n = self.node()
+        with kunci.Client([n.addr]) as c:
+            self.assertEqual(c.info(), kunci.Node(n.addr, "active", n.addr))
+            self.assertEqual(c.active(), n.addr)
+        _, addrs = self.cluster(2)
+
+        async def main() -> None:
+            # Given only the standby: its connections follow its redirect.
+            async with kunci.AsyncClient([addrs[1]]) as ac:
+                self.assertEqual(await ac.active(), addrs[0])
+                self.assertEqual(await ac.info(), kunci.Node(addrs[0], "active", addrs[0]))
+
+        asyncio.run(asyncio.wait_for(main(), 60))
+        electing = OldNode()
+        self.cleanups_first.append(electing.close)
+        electing.info_line = b"I standby %s - state=promoting" % electing.addr.encode()
+        with kunci.Client([electing.addr]) as c:
+            self.assertEqual(c.info(), kunci.Node(electing.addr, "standby", ""))
+            with self.assertRaises(kunci.NoActive) as cm:
+                c.active()
+            self.assertIn(electing.addr, str(cm.exception))

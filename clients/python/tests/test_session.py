@@ -206,6 +206,7 @@ class OldNodes(NodeCase):
         lock = c.acquire("j", lease=30, wait=5)
         self.assertEqual(c.inspect("j").token, lock.token)
         lock.release()
+        self.assertEqual(c.active(), o.addr)
         self.check_old(o)
 
     def test_old_node_async(self) -> None:
