@@ -1071,10 +1071,10 @@ class _Core:
         """Acquire key (deadline, when given, is when the wait ends: an
         acquire that began elsewhere); as a semaphore of limit holders, or a
         shared grant of a read-write lock (wire.kind_field). One acquire of
-        a key is in progress at a time (Keys.enter): the others wait their
-        turn, and a try meanwhile is None at once. turn, when given, is the
-        turn of an acquire that began elsewhere (the thread client's first
-        attempt)."""
+        a key is in progress at a time (Keys.take, Keys.wait_turn): the
+        others wait their turn, and a try meanwhile is None at once. turn,
+        when given, is the turn of an acquire that began elsewhere (the
+        thread client's first attempt)."""
         kb = wire.check_key(key)
         lms = wire.lease_ms(lease)
         wms = 0 if try_ else wire.wait_ms(wait)
@@ -1092,9 +1092,11 @@ class _Core:
             p.unbounded = True
         until = p.deadline
         if turn is None:
-            turn = await self.keys.enter(kb, try_, until, key)
+            turn = self.keys.take(kb)
             if turn is None:
-                return None  # a try while an acquire of key is in progress
+                if try_:
+                    return None  # an acquire of key is in progress: held
+                turn = await self.keys.wait_turn(kb, until, key)
         t = turn
 
         async def send(cn: _Conn) -> Result:

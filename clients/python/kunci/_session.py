@@ -83,7 +83,7 @@ class KeyState:
 
 
 class Turn:
-    """An acquire's turn at its key, from Keys.enter (or take) to leave."""
+    """An acquire's turn at its key, from Keys.take (or wait_turn) to leave."""
 
     __slots__ = ("keys", "kb", "ks", "unknown", "withdrawing", "left")
 
@@ -166,23 +166,20 @@ class Keys:
 
     def take(self, kb: bytes) -> Turn | None:
         """The turn at kb at once, or None while another acquire of it is in
-        progress."""
+        progress (a try is then answered "held"; others wait_turn)."""
         ks = self._get(kb)
         if ks.acquiring:
             return None
         return self._begin(kb, ks)
 
-    async def enter(self, kb: bytes, try_: bool, deadline: float | None, key: str) -> Turn | None:
-        """Wait for an acquire's turn at kb: until no other acquire of it by
-        this client is in progress, the others that came first included.
-        A try does not wait: None while another is in progress (the key is
-        held, or is about to be). kunci.Timeout when deadline (loop time;
-        None: no bound) passes first."""
+    async def wait_turn(self, kb: bytes, deadline: float | None, key: str) -> Turn:
+        """Wait for an acquire's turn at kb while another acquire of it is in
+        progress (take returned None): until that one and those that came
+        first are done. kunci.Timeout when deadline (loop time; None: no
+        bound) passes first."""
         ks = self._get(kb)
         if not ks.acquiring:
             return self._begin(kb, ks)
-        if try_:
-            return None
         fut: asyncio.Future[None] = self.loop.create_future()
         ks.turns.append(fut)
         try:
@@ -215,7 +212,7 @@ class Keys:
         while ks.turns:
             fut = ks.turns.popleft()
             if not fut.done():
-                ks.acquiring = True  # theirs now: enter sets it up
+                ks.acquiring = True  # theirs now: wait_turn sets it up
                 fut.set_result(None)
                 return
         self.tidy(kb, ks)
