@@ -442,7 +442,9 @@ class OldNode:
     nothing), releases by token, and answers I with info_line (its own
     address as the active's by default). lines holds the lines it read, a
     list per connection. lose: the key whose next acquire is never
-    answered: its connection is closed instead, nothing granted."""
+    answered: every connection is closed instead (as a restart would),
+    nothing granted, so that the client sends it again on a connection it
+    has just made."""
 
     def __init__(self) -> None:
         self.ls = socket.socket()
@@ -496,6 +498,11 @@ class OldNode:
                 return b"E A %s too many fields" % key
             if key == self.lose:
                 self.lose = None
+                for s in self.socks:
+                    try:
+                        s.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
                 return None
             if key in self.held:
                 return b"T " + key
