@@ -185,6 +185,53 @@ class Interrupted(NodeCase):
         self.assertTrue(until(lambda: roundtrip(n.addr, b"Q k\n") == b"Q k FREE", 5),
                         "the grant was left held: %r" % roundtrip(n.addr, b"Q k\n"))
 
+    def test_acquire_interrupted_in_its_turn_leaves_the_line(self) -> None:
+        """A thread client's acquire interrupted by a signal while it waits
+        its turn inside the client (another acquire of the key in
+        progress) leaves the line: nothing is sent for it, and the key's
+        next acquirer goes on as if it had never asked."""
+        n = self.node()
+        p = Proxy(n.addr)
+        self.cleanups_first.append(p.close)
+        raw, held = self.raw_hold(n.addr, b"k")
+        c = kunci.Client([p.addr])
+        self.cleanups_first.append(c.close)
+        main = threading.main_thread().ident
+        assert main is not None
+
+        def waiting() -> int:
+            ks = c._core.keys.m.get(b"k")
+            return 0 if ks is None else len(ks.turns)
+
+        def handler(signum: int, frame: object) -> None:
+            raise GaveUp()
+
+        old = signal.signal(signal.SIGUSR1, handler)
+        self.cleanups_first.append(lambda: signal.signal(signal.SIGUSR1, old))
+        got: list[object] = []
+        first = threading.Thread(target=lambda: got.append(c.acquire("k", lease=30, wait=20)), daemon=True)
+        first.start()
+        self.assertTrue(until(lambda: roundtrip(n.addr, b"Q k\n").endswith(b" 1")), "the first never queued")
+
+        def interrupt() -> None:
+            if until(lambda: waiting() == 1):
+                signal.pthread_kill(main, signal.SIGUSR1)
+
+        threading.Thread(target=interrupt, daemon=True).start()
+        with self.assertRaises(GaveUp):
+            c.acquire("k", lease=30, wait=20)
+            threading.Event().wait(10)  # where a late signal lands
+        self.assertTrue(until(lambda: waiting() == 0), "the interrupted acquire stayed in the line")
+        raw.sendall(b"R k " + held.split()[2] + b"\n")
+        first.join(WAIT)
+        self.assertEqual(len(got), 1)
+        lock = got[0]
+        assert isinstance(lock, kunci.Lock)
+        lock.release()
+        self.assertEqual(roundtrip(n.addr, b"Q k\n"), b"Q k FREE")
+        self.assertEqual(len([x for x in p.lines() if x.startswith(b"A k ")]), 1, p.lines())
+        self.assertIsNone(c._core.keys.m.get(b"k"))
+
 
 class Ordering(NodeCase):
     def test_keep_alive_then_release_keeps_their_order(self) -> None:

@@ -176,6 +176,47 @@ class Sessions(NodeCase):
         self.assertEqual(tokens, sorted(set(tokens)))
         self.assertIsNone(c._core.keys.m.get(b"k"), "the key's state outlived its acquires and grants")
 
+    def test_given_up_acquire_keeps_its_turn_until_withdrawn(self) -> None:
+        """A cancelled acquire that was sent keeps the key's turn until the
+        node answered it (C sent, T back): the next acquirer of the key goes
+        out only then, so that no two acquires of a key are in progress; one
+        cancelled while it waited its turn leaves the line, sending nothing."""
+        node, p = self.proxied()
+        raw, held = self.raw_hold(node, b"k")
+
+        async def main() -> None:
+            async with kunci.AsyncClient([p.addr]) as c:
+                first = asyncio.ensure_future(c.acquire("k", lease=30, wait=20))
+                for _ in range(1000):
+                    if (await asyncio.to_thread(roundtrip, node, b"Q k\n")).endswith(b" 1"):
+                        break
+                    await asyncio.sleep(0.01)
+                # Made after the first went out: the current connection is
+                # the other one now.
+                second = asyncio.ensure_future(c.acquire("k", lease=30, wait=20))
+                third = asyncio.ensure_future(c.acquire("k", lease=30, wait=20))
+                for _ in range(5):
+                    await asyncio.sleep(0)  # their turns of the loop: each waits, or has sent
+                third.cancel()
+                first.cancel()
+                for t in (first, third):
+                    with self.assertRaises(asyncio.CancelledError):
+                        await t
+                for _ in range(1000):
+                    if len(acquires(p, b"k")) == 2:
+                        break
+                    await asyncio.sleep(0.01)
+                ks = [x.split()[0] for x in p.lines() if x.startswith((b"A k ", b"C k"))]
+                self.assertEqual(ks, [b"A", b"C", b"A"], "the next acquire went out before the first was withdrawn")
+                await asyncio.to_thread(raw.sendall, b"R k " + held.split()[2] + b"\n")
+                lock = await second
+                self.assertGreater(lock.token, int(held.split()[2]))
+                await lock.release()
+                self.assertEqual(len(acquires(p, b"k")), 2, "the acquire cancelled in the line was sent")
+                self.assertIsNone(c._core.keys.m.get(b"k"))
+
+        self.run_async(main())
+
 
 class OldNodes(NodeCase):
     def old(self) -> OldNode:
