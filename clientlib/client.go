@@ -452,7 +452,10 @@ func (c *Client) acquire(ctx context.Context, key string, mode Mode, lease, wait
 		if err == nil && r.kind == kindBroken && r.err == errWaitOver {
 			return r, errTryAgainLater
 		}
-		if err != nil || r.kind == kindBroken || r.kind == kindRedirect {
+		switch {
+		case r.kind == kindStopped:
+			t.unknown = false // given up, its outcome known (cancel)
+		case err != nil || r.kind == kindBroken || r.kind == kindRedirect:
 			t.unknown = true // it may have reached the node
 		}
 		return r, err
@@ -646,7 +649,10 @@ func (cn *conn) waitGate(ctx context.Context, key string, ch chan struct{}, dead
 
 // cancel withdraws the outstanding acquire c after ctx ended (await left it
 // stopped): it sends C key and waits for the acquire's answer. A grant that
-// won the race is released. It returns ctx's error.
+// won the race is released. It returns ctx's error, with a result of
+// kindStopped when the acquire's outcome is known (granted and released,
+// or withdrawn): an acquire whose outcome is not known leaves its key
+// unresolved (session.go).
 func (cn *conn) cancel(ctx context.Context, c *call) (result, error) {
 	key := c.key
 	cn.mu.Lock()
@@ -674,18 +680,28 @@ func (cn *conn) cancel(ctx context.Context, c *call) (result, error) {
 		putCall(cc)
 	}
 	putCall(c)
-	if r.kind == 'A' {
+	switch r.kind {
+	case 'A':
+		// The grant won: released at once. The client has seen its
+		// token, so that the key's next acquire, sent again, is not
+		// answered this grant (session.go).
+		raise(&cn.cl.seen, r.token)
 		l := &Lock{c: cn.cl, key: key, token: r.token}
 		go func() { _ = l.Release(context.Background()) }()
+		return result{kind: kindStopped}, ctx.Err()
+	case 'T', 'E':
+		return result{kind: kindStopped}, ctx.Err()
 	}
-	return result{}, ctx.Err()
+	return result{}, ctx.Err() // the connection broke: no one knows
 }
 
 // Release ends the grant. Through connection errors it is sent again as
-// soon as a connection comes up, for Config.ReleaseRetry. It returns
-// ErrStale when the token is no longer the key's grant (released before,
-// or expired); after a connection error that includes an earlier attempt
-// of this very Release that reached the node before the connection broke.
+// soon as a connection comes up, for Config.ReleaseRetry. A grant this
+// client released before (an earlier attempt of this very Release that
+// reached the node before the connection broke, or a failover took its
+// answer) is released: nil. It returns ErrStale when the grant is not the
+// holder's any more: its lease ran out, another released it with its
+// token, or a crash failover lost it (docs/PROTOCOL.md, Sessions).
 func (l *Lock) Release(ctx context.Context) error {
 	l.stopKeepAlive()
 	c := l.c

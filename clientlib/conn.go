@@ -87,7 +87,6 @@ type pending struct {
 	sentHead    int
 	gates       map[string]*gate
 	outstanding int           // requests sent and not answered
-	probes      int           // I probes outstanding
 	ready       []*call       // answered calls, told after conn.mu is released (the run goroutine's)
 	readAt      time.Duration // when the answers being dispatched were read, since the client's epoch
 }
@@ -322,7 +321,7 @@ func (cn *conn) detach(nc net.Conn, redirect string, cause error) {
 		cn.finish(c, r)
 	}
 	for _, c := range cn.pend.sent[cn.pend.sentHead:] {
-		if c != nil {
+		if c != nil && c != probeMark {
 			cn.finish(c, r)
 		}
 	}
@@ -334,7 +333,6 @@ func (cn *conn) detach(nc net.Conn, redirect string, cause error) {
 		}
 		delete(cn.pend.gates, k)
 	}
-	cn.pend.probes = 0
 	cn.pend.outstanding = 0
 	rs := cn.pend.ready
 	cn.pend.ready = nil
@@ -460,8 +458,9 @@ func (cn *conn) dispatch(a *wire.Answer) bool {
 			delete(cn.pend.acq, c.key)
 		}
 	case 'I':
-		if cn.pend.probes > 0 {
-			cn.pend.probes--
+		// Probes and Info calls share I: each answer goes to the oldest
+		// outstanding, in the order they were written.
+		if c = cn.takeSent(op, nil); c == probeMark {
 			return false
 		}
 	default:
@@ -579,6 +578,10 @@ func (cn *conn) passGate(key string) {
 	close(ch)
 }
 
+// probeMark stands for a probe in pending.sent: no one waits for its
+// answer, which only shows that the node still answers.
+var probeMark = &call{op: 'I'}
+
 func (cn *conn) probe() error {
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
@@ -586,8 +589,8 @@ func (cn *conn) probe() error {
 		return net.ErrClosed
 	}
 	cn.take()
-	cn.pend.probes++
 	cn.pend.outstanding++
+	cn.pend.sent = append(cn.pend.sent, probeMark)
 	cn.w.wbuf = wire.AppendInfoRequest(cn.w.wbuf)
 	cn.flush()
 	return nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kunci/kunci/clientlib"
+	"github.com/kunci/kunci/internal/testnode"
 )
 
 // giveUpWithdraws cancels the context of an acquire waiting on a
@@ -172,6 +173,21 @@ func TestCancelRacingGrant(t *testing.T) {
 			release(t, r.lock)
 		case errors.Is(r.err, context.Canceled):
 			cancelled++
+			if i%3 == 2 {
+				// The grant won, and the client releases it: its next
+				// acquire of the key, made at once, must not be answered
+				// that grant (sent again with the session's seen=) and
+				// then lose it to that release.
+				again := acquire(t, waiter, "race")
+				if testnode.Until(100*time.Millisecond, func() bool {
+					h, err := checker.Inspect(ctxT(t), "race")
+					return err != nil || h.Token != again.Token()
+				}) {
+					h, err := checker.Inspect(ctxT(t), "race")
+					t.Fatalf("round %d: the acquire after a cancelled one holds %d, and the node says %+v (%v)", i, again.Token(), h, err)
+				}
+				release(t, again)
+			}
 		default:
 			t.Fatalf("round %d: acquire: %v", i, r.err)
 		}

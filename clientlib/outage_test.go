@@ -45,7 +45,7 @@ type cycler struct {
 	gap     time.Duration // the longest time without a completed cycle after mark
 	failed  []string
 	stale   int // releases answered STALE: a grant lost in the failover
-	// after counts each goroutine's cycles completed since mark.
+	// after counts each goroutine's cycles begun at or after mark.
 	after map[int]int
 	// The highest token granted before mark, and the lowest granted to an
 	// acquire that began after it (one under way at mark may be granted
@@ -120,7 +120,9 @@ func (cy *cycler) note(g int, began time.Time, failed string) {
 		}
 		cy.gap = max(cy.gap, now.Sub(from))
 		cy.cycles++
-		cy.after[g]++
+		if !began.Before(cy.mark) {
+			cy.after[g]++
+		}
 	}
 	cy.last = now
 	cy.total++
@@ -154,7 +156,7 @@ func (cy *cycler) completed() (since, total int) {
 }
 
 // everyoneAfter reports whether each of n goroutines completed a cycle
-// since begin.
+// that began after begin: one under way at begin does not count.
 func (cy *cycler) everyoneAfter(n int) bool {
 	cy.mu.Lock()
 	defer cy.mu.Unlock()

@@ -86,9 +86,11 @@ type keyState struct {
 	sent bool
 	// unresolved: an acquire of the key ended without its outcome known
 	// (the caller gave up while its connection was broken): a grant may
-	// have been made for it. The next acquire of the key is sent with
-	// seen= from its first attempt, and takes that grant if so.
-	unresolved bool
+	// have been made for it, above unresolvedSeen (that acquire's seen).
+	// The next acquire of the key is sent with seen= from its first
+	// attempt, naming that lower seen, and takes that grant if so.
+	unresolved     bool
+	unresolvedSeen uint64
 }
 
 func (ks *keyState) idle() bool {
@@ -212,6 +214,11 @@ func (k *keys) enter(ctx context.Context, c *Client, key string, try bool, deadl
 	}
 	ks.acquiring = true
 	ks.seen, ks.sent = seen.Load(), false
+	if ks.unresolved {
+		// Every grant of the key this client was answered since the
+		// unresolved acquire began came to it: none is above its seen.
+		ks.seen = min(ks.seen, ks.unresolvedSeen)
+	}
 	sh.mu.Unlock()
 	return turn{key: key, ks: ks, sh: sh}, nil
 }
@@ -266,8 +273,8 @@ func (t *turn) leave(l *Lock, answered bool) {
 	switch {
 	case answered:
 		ks.unresolved = false
-	case t.unknown:
-		ks.unresolved = true
+	case t.unknown && !ks.unresolved:
+		ks.unresolved, ks.unresolvedSeen = true, ks.seen
 	}
 	t.sh.pass(t.key, ks)
 	t.sh.mu.Unlock()
