@@ -1,6 +1,6 @@
 // The Client: a pool of persistent connections to a kunci node or cluster,
 // and the one way a request goes to it (route). The twin of clientlib's
-// client.go, route.go, keepalive.go and do.go.
+// client.go, route.go, list.go, keepalive.go and do.go.
 
 import { hostname } from "node:os";
 import type * as tls from "node:tls";
@@ -13,6 +13,7 @@ import {
   ClosedError,
   KunciError,
   LostError,
+  NoActiveError,
   RefusedError,
   StaleError,
   TimeoutError,
@@ -27,6 +28,7 @@ import {
   cancelLine,
   checkKey,
   extendLine,
+  infoLine,
   inspectLine,
   kindOf,
   leaseMs as checkLease,
@@ -36,6 +38,7 @@ import {
   validOwner,
   waitMs as checkWait,
 } from "./protocol.js";
+import { type KeyState, Keys, newSession, reconcile } from "./session.js";
 import { Timer } from "./timer.js";
 
 /** A log line of the client: connections lost, dials failed, redirects (debug); refused credentials, node errors (warn). */
@@ -170,6 +173,16 @@ export interface LockList {
   more: boolean;
 }
 
+/** What a node says of itself and of its cluster ("I"). */
+export interface NodeInfo {
+  /** The node's own client address (its --advertise). */
+  addr: string;
+  /** "active" or "standby". */
+  role: string;
+  /** The active's address as the node knows it; undefined when it knows none (an election is under way). */
+  active: string | undefined;
+}
+
 /** How a request is tried again (see route). */
 interface Policy {
   /** Ends the window at a fixed time (an acquire's wait); 0: the window starts at the first failure and lasts span, or has no end when unbounded. */
@@ -232,6 +245,10 @@ export class Client {
   /** @internal */ closed = false;
   /** @internal the last refusal of the credentials, undefined once a node accepted them. */
   authErr: AuthError | undefined;
+  /** @internal The client's session (session.ts), named first on every connection: 63 random bits. */
+  readonly session: bigint = newSession();
+  /** @internal What the client knows of the keys it holds and acquires, and the highest token it has been answered. */
+  readonly keys: Keys;
   private cur = 0;
   private readonly firsts: Promise<void>;
   private firstsDone = false;
@@ -245,6 +262,7 @@ export class Client {
   constructor(opts: ClientOptions) {
     this.cfg = configure(opts);
     this.outage = new Outage(Math.min(this.cfg.reconnectIntervalMs, 1000));
+    this.keys = new Keys(this.cfg.releaseRetryMs);
     let addrs = this.cfg.addrs;
     if (addrs.length === 1) addrs = [addrs[0]!, addrs[0]!];
     const firsts: Promise<void>[] = [];
@@ -312,8 +330,10 @@ export class Client {
   /**
    * Acquires key if it would be granted at once, without waiting ("A key
    * lease -"): returns the lock, or null while the key is held (a semaphore
-   * at its limit, a shared key with a writer queued, …) or an acquire of it
-   * by this client is outstanding.
+   * at its limit, a shared key with a writer queued, …) or another acquire of
+   * it by this client is in progress (answered null unsent: a client has one
+   * acquire of a key in progress at a time, so that an acquire sent again
+   * after a lost answer is answered its own grant and never another's).
    */
   async tryAcquire(key: string, opts: TryAcquireOptions): Promise<Lock | null> {
     checkKey(key);
@@ -407,6 +427,29 @@ export class Client {
   }
 
   /**
+   * Asks a node which node of the cluster is the active ("I"), and returns
+   * its address. A single node is its own active. Throws a NoActiveError when
+   * the node knows none (an election is under way). Retried through
+   * connection failures as inspect is.
+   */
+  async active(opts?: RequestOptions): Promise<string> {
+    const n = await this.info(opts);
+    if (n.active === undefined) throw new NoActiveError(n.addr);
+    return n.active;
+  }
+
+  /**
+   * Asks the node a connection goes to what it is ("I"): its address, its
+   * role, and the active it knows. Every node answers, whatever its role.
+   */
+  async info(opts?: RequestOptions): Promise<NodeInfo> {
+    const r = await this.route(this.retrying(), opts?.signal, (cn) => this.request(cn, "I", "", infoLine, opts?.signal));
+    const a = r.a!;
+    if (a.kind === "E") throw r.err;
+    return { addr: a.self, role: a.role, active: a.active === "" ? undefined : a.active };
+  }
+
+  /**
    * Returns a handle on a grant this client did not make, from its key and
    * token (say, handed over by another process), to release, extend or keep
    * it alive. It sends nothing. leaseMs is the grant's lease, used by
@@ -418,7 +461,9 @@ export class Client {
       throw new BadInputError(`kunci: token must be a bigint from 1 to 2^64-1 (got ${String(token)})`);
     }
     const lease = checkLease(leaseMs);
-    return new Lock(this, key, token, lease, performance.now() + lease);
+    const l = new Lock(this, key, token, lease, performance.now() + lease);
+    this.keys.hold(key, l);
+    return l;
   }
 
   /** Shows the addresses and owner, never the credentials' secret. */
@@ -457,6 +502,11 @@ export class Client {
       if (ms >= 0) t = new Timer(w, ms);
       if (signal !== undefined) unwatch = onAbort(signal, w);
     });
+  }
+
+  /** @internal Reconciles the session named first on cn, sc, with what the node lists for it (session.ts), while cn serves. */
+  reconcile(cn: Conn, sc: Call): void {
+    void reconcile(this.keys, cn, sc, (msg, fields) => this.log("debug", msg, fields));
   }
 
   /** @internal Registers fn to run when the client closes; returns its removal. */
@@ -603,6 +653,9 @@ export class Client {
         if (r === TRY_LATER) throw fail();
         if (r.kind === "answer") return r;
         if (this.closed) throw new ClosedError();
+        // The node asks for credentials the client was not given: no
+        // connection will carry the request without them.
+        if (r.err instanceof AuthError) throw r.err;
         failed = cn;
         if (r.kind === "redirect") {
           lastErr = errRedirected;
@@ -638,7 +691,11 @@ export class Client {
     });
   }
 
-  /** acquire, or tryAcquire when tryIt (wait is then 0). Returns null for a try that found the key held. */
+  /**
+   * acquire, or tryAcquire when tryIt (wait is then 0). Returns null for a
+   * try that found the key held. One acquire of a key is in progress at a
+   * time (Keys): the others wait their turn, and a try is null unsent.
+   */
   private async acquireWith(key: string, lease: number, wait: number, kind: Kind, tryIt: boolean, signal: AbortSignal | undefined): Promise<Lock | null> {
     // A failover elects a new active meanwhile: try again while the wait
     // lasts, or with no bound. A try has no window.
@@ -648,79 +705,76 @@ export class Client {
       p.acquireKey = key;
       p.waitMs = wait;
     } else if (!tryIt) p.unbounded = true;
-    const r = await this.route(p, signal, (cn) => this.acquireOn(cn, key, lease, kind, p.deadline, tryIt, signal));
+    const keys = this.keys;
+    let ks = keys.enter(key, tryIt);
+    if (ks === "busy") return null;
+    if (ks === undefined) ks = await keys.wait(key, p.deadline, signal, this);
+    const turn = ks;
+    let r: Result;
+    try {
+      r = await this.route(p, signal, (cn) => this.acquireOn(cn, turn, key, lease, kind, p.deadline, tryIt, signal));
+    } catch (e) {
+      keys.leave(key, turn);
+      throw e;
+    }
+    turn.answered = true;
     const a = r.a!;
     switch (a.kind) {
-      case "A":
+      case "A": {
         // The grant was made at most one network delay before its answer was read.
-        return new Lock(this, key, a.token, lease, r.at + lease);
+        const l = new Lock(this, key, a.token, lease, r.at + lease);
+        keys.granted(a.token);
+        keys.leave(key, turn, l);
+        return l;
+      }
       case "T":
+        keys.leave(key, turn);
         if (tryIt) return null;
         throw new TimeoutError(key);
     }
+    keys.leave(key, turn);
     throw r.err;
   }
 
   /**
-   * Sends one acquire on cn, first waiting its turn behind an acquire of the
-   * same key outstanding on cn. It goes with the wait left until deadline (0:
-   * no bound), or as a try ("-"), answered T at once while an acquire of key
-   * is outstanding on cn.
+   * Sends one attempt of the acquire whose turn ks is on cn, with the wait
+   * left until deadline (0: no bound), or as a try ("-"). An attempt after
+   * one whose answer did not come (or after an unresolved acquire of the
+   * key) carries seen= when cn's node knows sessions.
    */
-  private acquireOn(cn: Conn, key: string, lease: number, kind: Kind, deadline: number, tryIt: boolean, signal: AbortSignal | undefined): Promise<Result> {
-    if (tryIt && (kind.limit > 0 || kind.shared)) cn = this.freeFor(cn, key);
+  private acquireOn(cn: Conn, ks: KeyState, key: string, lease: number, kind: Kind, deadline: number, tryIt: boolean, signal: AbortSignal | undefined): Promise<Result> {
     if (!cn.usable) return Promise.resolve(broken(errNotUp));
-    if (cn.keyBusy(key)) {
-      if (tryIt) return Promise.resolve({ kind: "answer", a: { kind: "T", key } as Answer, at: performance.now() });
-      return this.acquireAfterTurn(cn, key, lease, kind, deadline, signal);
-    }
-    return this.sendAcquire(cn, cn.gen, key, lease, kind, deadline, tryIt, signal);
+    const again = ks.sent || ks.unresolved;
+    // A connection just made: hear whether its node knows sessions first (a
+    // node from before them refuses seen=).
+    if (again && cn.sessions === undefined) return this.acquireKnown(cn, ks, key, lease, kind, deadline, tryIt, signal);
+    return this.sendAcquire(cn, cn.gen, ks, key, lease, kind, deadline, tryIt, again && cn.sessions === true, signal);
   }
 
-  /**
-   * Returns a usable connection with no acquire of key outstanding: cn when
-   * it is one, else another, else cn. A connection carries one acquire of a
-   * key at a time, and a try must not wait behind one (it may be queued on
-   * the node for long); a try of a semaphore or of shared grants can be
-   * granted beside it, so it goes on another connection rather than be
-   * answered "held" unasked.
-   */
-  private freeFor(cn: Conn, key: string): Conn {
-    if (!cn.keyBusy(key)) return cn;
-    return this.conns.find((o) => o !== cn && o.usable && !o.keyBusy(key)) ?? cn;
-  }
-
-  /** acquireOn once the acquire of key outstanding on cn has been answered. */
-  private async acquireAfterTurn(cn: Conn, key: string, lease: number, kind: Kind, deadline: number, signal: AbortSignal | undefined): Promise<Result> {
+  /** acquireOn for an acquire sent again on a connection whose node has not yet said whether it knows sessions. */
+  private async acquireKnown(cn: Conn, ks: KeyState, key: string, lease: number, kind: Kind, deadline: number, tryIt: boolean, signal: AbortSignal | undefined): Promise<Result> {
     const gen = cn.gen;
-    const turn = await cn.waitTurn(key, deadline, signal);
-    if (!turn) {
-      if (signal?.aborted) throw signal.reason;
-      throw new TimeoutError(key);
-    }
+    await cn.sessionsKnown();
     if (cn.gen !== gen || !cn.usable) return cn.redirecting ? { kind: "redirect", at: 0 } : broken(errNotUp);
-    cn.takeTurn(key);
-    return this.sendAcquire(cn, gen, key, lease, kind, deadline, false, signal);
+    return this.sendAcquire(cn, gen, ks, key, lease, kind, deadline, tryIt, cn.sessions === true, signal);
   }
 
-  private sendAcquire(cn: Conn, gen: number, key: string, lease: number, kind: Kind, deadline: number, tryIt: boolean, signal: AbortSignal | undefined): Promise<Result> {
+  private sendAcquire(cn: Conn, gen: number, ks: KeyState, key: string, lease: number, kind: Kind, deadline: number, tryIt: boolean, withSeen: boolean, signal: AbortSignal | undefined): Promise<Result> {
     let wait: number | "-" = tryIt ? "-" : 0;
     if (deadline !== 0) {
       const left = deadline - performance.now();
-      if (left <= 0) {
-        if (cn.gates.size > 0) cn.passGate(key);
-        return Promise.resolve(TRY_LATER);
-      }
+      if (left <= 0) return Promise.resolve(TRY_LATER);
       wait = Math.ceil(left);
     }
     const c = new Call("A", key);
-    cn.send(c, acquireLine(key, lease, wait, this.cfg.owner, kind));
+    cn.send(c, acquireLine(key, lease, wait, this.cfg.owner, kind, withSeen ? ks.seen : undefined));
+    ks.sent = true;
     if (signal === undefined) return c.promise;
-    return this.awaitAcquire(cn, gen, c, lease, signal);
+    return this.awaitAcquire(cn, gen, ks, c, lease, signal);
   }
 
   /** Waits for the acquire c or for signal; an aborted acquire is withdrawn. */
-  private async awaitAcquire(cn: Conn, gen: number, c: Call, lease: number, signal: AbortSignal): Promise<Result> {
+  private async awaitAcquire(cn: Conn, gen: number, ks: KeyState, c: Call, lease: number, signal: AbortSignal): Promise<Result> {
     const key = c.key;
     const r = await raceAbort(c.promise, signal);
     if (r !== undefined) return r;
@@ -728,8 +782,13 @@ export class Client {
     // broken connection, whose queued acquires the node drops).
     if (!c.answered && cn.gen === gen && cn.usable) cn.send(new Call("C", key), cancelLine(key));
     const late = await c.promise;
+    if (late.kind === "answer") ks.answered = true;
     if (late.kind === "answer" && late.a!.kind === "A") {
-      new Lock(this, key, late.a!.token, lease, late.at + lease).release().catch(() => {});
+      // The grant that won the race: the client's, until released.
+      this.keys.granted(late.a!.token);
+      const l = new Lock(this, key, late.a!.token, lease, late.at + lease);
+      this.keys.hold(key, l);
+      l.release().catch(() => {});
     }
     throw signal.reason;
   }
@@ -775,19 +834,32 @@ export class Lock {
     return `Lock { key: ${JSON.stringify(this.key)}, token: ${this.token}n }`;
   }
 
+  /** @internal When the lease ends in the client (performance.now()); 0 once the lock ended (see Keys). */
+  heldUntil(): number {
+    return this.ends;
+  }
+
+  /** The lock ended: released, or found gone. The client holds it no more. */
+  private ended(): void {
+    this.ends = 0;
+    this.cl.keys.drop(this.key, this);
+  }
+
   /**
    * Ends the grant. Through connection failures it is sent again as soon as
-   * a connection comes up, for releaseRetryMs. Throws a StaleError when the
-   * token is no longer the key's grant (released before, or expired; after a
-   * connection failure that includes an earlier attempt of this very release
-   * that reached the node).
+   * a connection comes up, for releaseRetryMs. A release of a grant this
+   * client released before succeeds (the node answers the client's session
+   * OK again), so does one whose first attempt went through and whose answer
+   * was lost. Throws a StaleError when the grant is not the holder's any
+   * more: its lease ran out, someone else released it with its token, or a
+   * crash failover lost it.
    */
   async release(opts?: RequestOptions): Promise<void> {
     this.stopKeepAlive();
     const r = await this.cl.releaseLock(this, opts?.signal);
     const a = r.a!;
     if (a.kind === "E") throw r.err;
-    this.ends = 0;
+    this.ended();
     if (!a.ok) throw new StaleError(this.key, this.token);
   }
 
@@ -802,7 +874,7 @@ export class Lock {
     const a = r.a!;
     if (a.kind === "E") throw r.err;
     if (!a.ok) {
-      this.ends = 0;
+      this.ended();
       throw new StaleError(this.key, this.token);
     }
     this.leaseMs = lease;
@@ -844,7 +916,7 @@ export class Lock {
     for (;;) {
       if (!(await delay(next, stop, cl))) return;
       if (performance.now() > validUntil) {
-        this.ends = 0;
+        this.ended();
         lost.abort(new LostError(this.key, "the lease ran out while no node answered"));
         return;
       }
@@ -859,7 +931,7 @@ export class Lock {
       } catch (e) {
         if (stop.aborted || cl.closed) return; // released, or stopped
         if (e instanceof StaleError || e instanceof RefusedError) {
-          this.ends = 0;
+          this.ended();
           lost.abort(new LostError(this.key, e.message, { cause: e }));
           return;
         }

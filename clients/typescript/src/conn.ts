@@ -1,7 +1,7 @@
 // One persistent connection of a Client: its socket, the requests
 // outstanding on it, and the loop that keeps it up (dial, authenticate, find
-// the active, serve, and again after a failure). The twin of clientlib's
-// conn.go and outage.go.
+// the active, name the client's session, serve, and again after a failure).
+// The twin of clientlib's conn.go and outage.go.
 //
 // Everything runs on Node's one thread: no locks. Requests are buffered by
 // their callers and written once per tick of the event loop
@@ -10,11 +10,9 @@
 
 import * as net from "node:net";
 import * as tls from "node:tls";
-import { onAbort } from "./abort.js";
 import type { Client } from "./client.js";
 import { AuthError, KunciError, RefusedError } from "./errors.js";
-import { type Answer, BadAnswerError, MAX_LINE, authLine, infoLine, parseAnswer, splitAddr } from "./protocol.js";
-import { Timer } from "./timer.js";
+import { type Answer, BadAnswerError, MAX_LINE, authLine, infoLine, parseAnswer, sessionLine, splitAddr } from "./protocol.js";
 
 /** The outcome of one request on one connection. */
 export interface Result {
@@ -24,7 +22,7 @@ export interface Result {
   err?: unknown;
   /** When the answer was read (performance.now()). */
   at: number;
-  /** L: the H lines. */
+  /** L, S: the H lines. */
   held?: Answer[];
 }
 
@@ -55,13 +53,6 @@ export class Call {
   }
 }
 
-/** The acquirers of a key on one connection waiting their turn behind the acquire outstanding (at most one per key per connection). */
-interface Gate {
-  waiters: Array<() => void>;
-  /** A waiter was let go and has not yet sent. */
-  turn: boolean;
-}
-
 /** How a connection ended: a redirect (M addr; "" for none), or a failure. */
 interface End {
   redirect?: string;
@@ -79,13 +70,23 @@ export class Conn {
   usable = false;
   /** Why the last attempt to connect failed, undefined once one worked. */
   lastErr: unknown = undefined;
+  /**
+   * The node of the connection knows sessions: true once it answered the
+   * client's S with its listing, false when it refused it (a node from
+   * before sessions: nothing is sent with seen= on this connection);
+   * undefined until the answer comes.
+   */
+  sessions: boolean | undefined = undefined;
+  private sessionWaiters: Array<() => void> = [];
+  /** The node refused the session with "auth required" (it asks for credentials the client was not given), and closes the connection. */
+  private authRefused: AuthError | undefined;
 
-  // Outstanding requests: acquires by key (one per key), the rest in send
-  // order in sent[sentHead..] (answered ones null).
+  // Outstanding requests: acquires by key (the client has one acquire of a
+  // key in progress at a time: Keys), the rest in send order in
+  // sent[sentHead..] (answered ones null).
   readonly acq = new Map<string, Call>();
   sent: Array<Call | null> = [];
   sentHead = 0;
-  readonly gates = new Map<string, Gate>();
   probes = 0;
 
   // Writing: the lines buffered for the next write, and whether the
@@ -202,6 +203,24 @@ export class Conn {
       if (attempt === 0) first();
       const since = performance.now();
       let { redirect, err: cause, served } = await ended;
+      const refused = this.authRefused;
+      if (refused !== undefined) {
+        // The node wants credentials: say so to the requests that find no
+        // connection, and dial again after reconnectInterval, not at once.
+        this.authRefused = undefined;
+        cause = refused;
+        this.detach(undefined, refused);
+        this.lastErr = refused;
+        cl.authErr = refused;
+        cl.log("warn", "credentials required", { err: String(refused) });
+        addr = this.home;
+        named = false;
+        seek = false;
+        const to = await this.pause(cfg.reconnectIntervalMs, this.home);
+        if (cl.closed) return;
+        if (to !== "") follow(to);
+        continue;
+      }
       if (redirect === "") {
         seek = true; // "M -": ask this node again
         cause = errNoActive;
@@ -376,6 +395,14 @@ export class Conn {
     this.probes = 0;
     this.lastRead = performance.now();
     this.probeSent = 0;
+    this.sessions = undefined;
+    this.authRefused = undefined;
+    // The session goes first: the node lists what it holds for it, and
+    // reconcile releases what the client no longer holds (session.ts). The
+    // requests made meanwhile go out behind it, in the same write.
+    const sc = new Call("S", "");
+    sc.held = [];
+    this.send(sc, sessionLine(cl.session));
     this.usable = true;
     // The handlers of a socket since replaced do nothing.
     sock.on("data", (d: Buffer) => {
@@ -392,6 +419,7 @@ export class Conn {
     this.timer = setInterval(() => this.check(), period);
     this.timer.unref();
     if (named) cl.outage.active = addr;
+    cl.reconcile(this, sc);
     cl.fireUp();
     return ended;
   }
@@ -407,7 +435,7 @@ export class Conn {
     f({ ...e, served: this.served });
   }
 
-  /** Tells every outstanding call that the connection broke or was redirected, and lets gated acquirers go to find out. */
+  /** Tells every outstanding call that the connection broke or was redirected, and those waiting to hear whether its node knows sessions. */
   private detach(redirect: string | undefined, cause: unknown): void {
     this.usable = false;
     this.sock = null;
@@ -419,10 +447,8 @@ export class Conn {
     this.sentHead = 0;
     this.probes = 0;
     this.wbuf = "";
-    const gates = [...this.gates.values()];
-    this.gates.clear();
     for (const c of calls) c?.finish(r);
-    for (const g of gates) for (const w of g.waiters) w();
+    this.knowSessions(undefined);
   }
 
   /** Probes an idle connection with I, and ends one whose probe or write got nowhere. */
@@ -502,21 +528,34 @@ export class Conn {
         return false;
       }
       op = a.op;
-    } else if (op === "I") {
-      if (this.probes > 0) this.probes--;
-      return false;
     }
     let c: Call | undefined;
-    if (op === "A") {
-      c = this.acq.get(a.key);
-      if (c !== undefined) this.acq.delete(a.key);
-    } else if (op === "H") {
-      c = this.takeSent("L", "", false);
-      c?.held?.push(a);
-      return c !== undefined;
-    } else {
-      // A listing has no key (an E L line echoes its limit there).
-      c = this.takeSent(op, op === "L" ? "" : a.key, true);
+    switch (op) {
+      case "A":
+        c = this.acq.get(a.key);
+        if (c !== undefined) this.acq.delete(a.key);
+        break;
+      case "H":
+        // A line of the listing the oldest S or L outstanding waits for.
+        c = this.listing();
+        if (c === undefined) {
+          this.cl.log("debug", "listed grant with no listing", { key: a.key });
+          return false;
+        }
+        c.held!.push(a);
+        return c.op === "L"; // the session's listing is the client's own, not a request served
+      case "I":
+        // An info request's, or a probe's (every I answer is alike).
+        c = this.takeSent("I", "", true);
+        if (c === undefined) {
+          if (this.probes > 0) this.probes--;
+          return false;
+        }
+        break;
+      default:
+        // A listing and a session have no key (an E L line echoes its
+        // limit there, an E S line the session).
+        c = this.takeSent(op, op === "L" || op === "S" ? "" : a.key, true);
     }
     if (c === undefined) {
       this.cl.log("debug", "answer with no request", { kind: a.kind, key: a.key });
@@ -527,9 +566,41 @@ export class Conn {
       r.err = a.text === "auth required" ? new AuthError(this.addr, a.text) : new RefusedError(a.op, c.key, a.text);
     }
     if (c.held !== undefined) r.held = c.held;
-    if (op === "A" && this.gates.size > 0) this.passGate(c.key);
     c.finish(r);
+    if (op === "S") {
+      // A node that refuses S predates sessions ("unknown op"): nothing is
+      // sent with seen= on this connection. One that asks for credentials
+      // closes the connection: the requests behind the S are not read.
+      this.knowSessions(a.kind === "S");
+      if (r.err instanceof AuthError) this.authRefused = r.err;
+      return false; // the client's own, not a request served
+    }
     return true;
+  }
+
+  /** The oldest S or L call outstanding: the one H lines answer. */
+  private listing(): Call | undefined {
+    const sent = this.sent;
+    for (let i = this.sentHead; i < sent.length; i++) {
+      const c = sent[i];
+      if (c !== null && c !== undefined && (c.op === "S" || c.op === "L")) return c;
+    }
+    return undefined;
+  }
+
+  /** Notes whether the node knows sessions (undefined: the connection ended before it said), and wakes those waiting to hear it. */
+  private knowSessions(v: boolean | undefined): void {
+    this.sessions = v;
+    const ws = this.sessionWaiters;
+    if (ws.length === 0) return;
+    this.sessionWaiters = [];
+    for (const w of ws) w();
+  }
+
+  /** Resolves once the node has answered the session (sessions is then set), or the connection ended. */
+  sessionsKnown(): Promise<void> {
+    if (this.sessions !== undefined || !this.usable) return Promise.resolve();
+    return new Promise<void>((res) => this.sessionWaiters.push(res));
   }
 
   /** Removes (when take) and returns the oldest outstanding call with op and key. */
@@ -553,65 +624,7 @@ export class Conn {
     return undefined;
   }
 
-  /** Reports whether an acquire of key must wait its turn on this connection. */
-  keyBusy(key: string): boolean {
-    return this.acq.has(key) || (this.gates.size > 0 && this.gates.has(key));
-  }
-
-  /** Waits the turn of an acquire of key behind the one outstanding; resolves true when it came (or the connection broke), false when the wait ran out or signal aborted first. */
-  waitTurn(key: string, until: number, signal: AbortSignal | undefined): Promise<boolean> {
-    let g = this.gates.get(key);
-    if (g === undefined) {
-      g = { waiters: [], turn: false };
-      this.gates.set(key, g);
-    }
-    const gate = g;
-    return new Promise<boolean>((resolve) => {
-      let t: Timer | undefined;
-      let unwatch: (() => void) | undefined;
-      const go = () => {
-        t?.clear();
-        unwatch?.();
-        resolve(true);
-      };
-      const leave = () => {
-        t?.clear();
-        unwatch?.();
-        const i = gate.waiters.indexOf(go);
-        if (i >= 0) {
-          gate.waiters.splice(i, 1);
-          if (gate.waiters.length === 0 && !gate.turn && this.gates.get(key) === gate) this.gates.delete(key);
-        }
-        resolve(false);
-      };
-      gate.waiters.push(go);
-      if (until !== 0) t = new Timer(leave, until - performance.now());
-      if (signal !== undefined) unwatch = onAbort(signal, leave);
-    });
-  }
-
-  /** Takes the turn a gate gave (the acquire is about to be sent). */
-  takeTurn(key: string): void {
-    const g = this.gates.get(key);
-    if (g === undefined) return;
-    g.turn = false;
-    if (g.waiters.length === 0) this.gates.delete(key);
-  }
-
-  /** Lets the next acquirer of key on this connection send, once no acquire of key is outstanding. */
-  passGate(key: string): void {
-    const g = this.gates.get(key);
-    if (g === undefined || g.turn) return;
-    const w = g.waiters.shift();
-    if (w === undefined) {
-      this.gates.delete(key);
-      return;
-    }
-    g.turn = true;
-    w();
-  }
-
-  /** Registers c as outstanding and buffers line for the next write. The connection must be up. */
+  /** Registers c as outstanding and buffers line for the next write. The connection must be up; it carries at most one acquire of a key at a time. */
   send(c: Call, line: string): void {
     if (c.op === "A") this.acq.set(c.key, c);
     else this.sent.push(c);

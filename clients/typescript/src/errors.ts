@@ -58,14 +58,20 @@ export class UnavailableError extends KunciError {
   }
 }
 
-/** The token is not the key's grant any more (STALE): released, or its lease ran out. */
+/**
+ * The grant is not the holder's any more (the node answered STALE): its lease
+ * ran out, someone else released it with its token, or a crash failover lost
+ * it (a grant the old active answered and never copied to its standbys, with
+ * asynchronous replication). A release of a grant this client released
+ * before succeeds: the node answers its session OK again.
+ */
 export class StaleError extends KunciError {
   override readonly code = "ERR_KUNCI_STALE";
   constructor(
     readonly key: string,
     readonly token: bigint,
   ) {
-    super(`kunci: ${key} token ${token} is stale: the grant ended`);
+    super(`kunci: ${key} token ${token} is stale: the grant is not yours any more`);
   }
 }
 
@@ -78,6 +84,15 @@ export class LostError extends KunciError {
     options?: { cause?: unknown },
   ) {
     super(`kunci: lock ${key} lost: ${message}`, options);
+  }
+}
+
+/** The node asked knows no active node: the cluster is electing one (Client.active). */
+export class NoActiveError extends KunciError {
+  override readonly code = "ERR_KUNCI_NO_ACTIVE";
+  /** addr: the node asked. */
+  constructor(readonly addr: string) {
+    super(`kunci: no active node known (asked ${addr})`);
   }
 }
 

@@ -12,6 +12,7 @@ export {
   type LockList,
   type LocksOptions,
   type Logger,
+  type NodeInfo,
   type RequestOptions,
   type TryAcquireOptions,
 } from "./client.js";

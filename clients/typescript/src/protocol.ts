@@ -164,14 +164,20 @@ export function parseU64(s: string): bigint {
 
 // Request lines. Their fields are checked by the caller.
 
-/** An acquire: owner "" for none; kind (default a plain lock) adds limit=N or mode=shared. */
-export function acquireLine(key: string, lease: number, wait: number | "-", owner: string, kind?: Kind): string {
+/**
+ * An acquire: owner "" for none; kind (default a plain lock) adds limit=N or
+ * mode=shared; seen, when given, marks an acquire of a session sent again
+ * (seen=TOKEN: the highest token the session had been answered when it was
+ * first sent).
+ */
+export function acquireLine(key: string, lease: number, wait: number | "-", owner: string, kind?: Kind, seen?: bigint): string {
   let line = `A ${key} ${seconds(lease)} ${wait === "-" ? "-" : seconds(wait)}`;
   if (owner !== "") line += ` owner=${owner}`;
   if (kind !== undefined) {
     if (kind.limit > 0) line += ` limit=${kind.limit}`;
     else if (kind.shared) line += " mode=shared";
   }
+  if (seen !== undefined) line += ` seen=${seen}`;
   return line + "\n";
 }
 export const releaseLine = (key: string, token: bigint) => `R ${key} ${token}\n`;
@@ -180,11 +186,13 @@ export const cancelLine = (key: string) => `C ${key}\n`;
 export const inspectLine = (key: string) => `Q ${key}\n`;
 export const listLine = (limit: bigint, prefix: string) => (prefix === "" ? `L ${limit}\n` : `L ${limit} ${prefix}\n`);
 export const infoLine = "I\n";
+/** Names the connection's session (a number from 1 to 2^64-1): the node lists the grants it holds for it. */
+export const sessionLine = (session: bigint) => `S ${session}\n`;
 export const authLine = (name: string, secret: string) => `U ${name} ${secret}\n`;
 
 /** One answer line, parsed. Only the fields of its kind are set. */
 export interface Answer {
-  /** "A" "T" "R" "X" "C" "Q" "H" "L" "I" "U" "E" or "M". */
+  /** "A" "T" "R" "X" "C" "Q" "H" "L" "S" "I" "U" "E" or "M". */
   kind: string;
   /** A T R X C Q H: the key; E: the key echo ("" for "-"). */
   key: string;
@@ -204,7 +212,7 @@ export interface Answer {
   holders: number;
   limit: number;
   shared: boolean;
-  /** L: how many H lines, and whether the limit stopped the listing. */
+  /** L S: how many H lines; L: whether the limit stopped the listing. */
   count: bigint;
   more: boolean;
   /** I: the node's role, its own address, the active's ("" for "-"), and a state= field ("" for none). */
@@ -300,6 +308,12 @@ export function parseAnswer(line: string): Answer {
       a.count = parseU64(f[0]!);
       if (a.count < 0n || f.length > 2 || (f.length === 2 && f[1] !== "more")) throw bad();
       a.more = f.length === 2;
+      return a;
+    }
+    case "S": {
+      const a = blank(kind);
+      a.count = parseU64(rest);
+      if (a.count < 0n) throw bad();
       return a;
     }
     case "E": {

@@ -91,20 +91,25 @@ test("readers queued behind a writer are granted together when it releases, up t
   assert.equal(await look!.inspect("doc"), null);
 });
 
-test("a try beside an outstanding acquire of the same key goes on the other connection", T, async (t) => {
-  // Both are made in one turn of the event loop: the acquire takes the
-  // current connection, which carries one acquire of a key at a time. A
-  // semaphore with room, or a shared key, grants both (the try was
-  // answered "held" unasked).
+test("a try while an acquire of the key is in progress is busy unsent; once it is answered, tries are granted beside it", T, async (t) => {
+  // A client has one acquire of a key in progress at a time (so that an
+  // acquire sent again with seen= is answered its own earlier grant, never
+  // another acquire's: session.ts). A try of a semaphore or of a shared
+  // grant made while one is outstanding is answered null without being
+  // sent; once that acquire is answered, tries are granted beside it.
   const n = await startNode(t, []);
   const c = client(t, n.addr);
   await c.inspect("warm");
   await waitFor("both connections up", async () => /^kunci_connections 2$/m.test(await httpGet(n.admin, "/metrics")));
   for (const [key, kind] of [["pool", { limit: 3 }], ["doc", { shared: true }]] as const) {
     const first = c.acquire(key, { leaseMs: 30_000, waitMs: WAIT_MS, ...kind });
-    const tried = c.tryAcquire(key, { leaseMs: 30_000, ...kind });
-    const [l1, l2] = await Promise.all([first, tried]);
-    assert.ok(l2 !== null, `${key}: a try beside an acquire answered held`);
+    const tried = await Promise.all([0, 1, 2, 3].map(() => c.tryAcquire(key, { leaseMs: 30_000, ...kind })));
+    assert.deepEqual(tried, [null, null, null, null], `${key}: tries beside the acquire in progress`);
+    const l1 = await first;
+    const h = await c.inspect(key);
+    assert.equal(h?.holders, 1, `${key}: the tries went out`);
+    const l2 = await c.tryAcquire(key, { leaseMs: 30_000, ...kind });
+    assert.ok(l2 !== null, `${key}: a try beside the grant answered held`);
     assert.equal((await c.inspect(key))?.holders, 2);
     await l1.release();
     await l2.release();
