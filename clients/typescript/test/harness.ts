@@ -280,12 +280,26 @@ export async function waitFor(what: string, cond: () => boolean | Promise<boolea
   }
 }
 
-/** A TCP proxy on 127.0.0.1:0 to target that the test controls. */
+/**
+ * A TCP proxy on 127.0.0.1:0 to target that the test controls: it can cut
+ * every connection, refuse new ones for a while, and lose an answer.
+ */
 export class Proxy {
   readonly server: net.Server;
   addr = "";
   /** Connections accepted in all. */
   accepted = 0;
+  /** The lines clients sent through the proxy, in the order it read them. */
+  readonly up: string[] = [];
+  /**
+   * When set, the next answer line from the node it matches is lost: not
+   * passed on, and every connection cut at that moment (blocked for
+   * loseBlockMs), as when a connection breaks after the node wrote an answer
+   * and before the client read it. It is then unset; lost holds the line.
+   */
+  lose: ((line: string) => boolean) | undefined;
+  loseBlockMs = 0;
+  readonly lost: string[] = [];
   private readonly pairs = new Set<[net.Socket, net.Socket]>();
   private blockedUntil = 0;
 
@@ -317,8 +331,38 @@ export class Proxy {
     };
     c.on("close", end);
     u.on("close", end);
-    c.pipe(u);
-    u.pipe(c);
+    let upBuf = "";
+    c.on("data", (d: Buffer) => {
+      upBuf += d.toString("latin1");
+      for (let i = upBuf.indexOf("\n"); i >= 0; i = upBuf.indexOf("\n")) {
+        this.up.push(upBuf.slice(0, i));
+        upBuf = upBuf.slice(i + 1);
+      }
+      u.write(d);
+    });
+    let downBuf = "";
+    u.on("data", (d: Buffer) => {
+      if (this.lose === undefined && downBuf === "") {
+        c.write(d);
+        return;
+      }
+      // Line by line, until the line to lose.
+      downBuf += d.toString("latin1");
+      let out = "";
+      for (let i = downBuf.indexOf("\n"); i >= 0; i = downBuf.indexOf("\n")) {
+        const line = downBuf.slice(0, i);
+        downBuf = downBuf.slice(i + 1);
+        if (this.lose?.(line)) {
+          this.lose = undefined;
+          this.lost.push(line);
+          c.write(Buffer.from(out, "latin1"));
+          this.cut(this.loseBlockMs);
+          return;
+        }
+        out += line + "\n";
+      }
+      c.write(Buffer.from(out, "latin1"));
+    });
   }
 
   /** Cuts every connection through the proxy, and refuses new ones (accepted, then closed) for blockMs. */

@@ -16,7 +16,7 @@ import {
   TimeoutError,
   UnavailableError,
 } from "../src/index.js";
-import { Counter, Proxy, WAIT_MS, makeCerts, startCluster, startNode, tempDir, waitFor } from "./harness.js";
+import { Counter, Proxy, WAIT_MS, httpGet, makeCerts, startCluster, startNode, tempDir, waitFor } from "./harness.js";
 
 const T = { timeout: 60_000 };
 
@@ -144,11 +144,17 @@ test("redirect_from_standby", T, async (t) => {
   await lock.release();
 });
 
-/** Callers acquiring and releasing keys of their own in a loop, recording tokens with the time each acquire started and ended. */
-function loop(c: Client, callers: number, waitMs: number, allowed: (e: unknown, op: string, started: number) => boolean) {
+/**
+ * Callers acquiring and releasing keys of their own in a loop (each one key,
+ * over and over, as real callers do), recording tokens with the time each
+ * acquire started and ended.
+ */
+function loop(c: Client, callers: number, waitMs: number, allowed: (e: unknown, op: string, started: number) => boolean, leaseMs = 10_000) {
   const grants: Array<{ caller: number; token: bigint; started: number; ended: number }> = [];
   const errors: string[] = [];
   const cycles = new Array<number>(callers).fill(0);
+  // When each caller's last completed cycle began (its acquire was asked).
+  const lastBegan = new Array<number>(callers).fill(0);
   let stop = false;
   const done = Promise.all(
     Array.from({ length: callers }, async (_, i) => {
@@ -157,7 +163,7 @@ function loop(c: Client, callers: number, waitMs: number, allowed: (e: unknown, 
         const started = performance.now();
         let lock: Lock;
         try {
-          lock = await c.acquire(`loop/${i}`, { leaseMs: 10_000, waitMs });
+          lock = await c.acquire(`loop/${i}`, { leaseMs, waitMs });
         } catch (e) {
           if (!allowed(e, "acquire", started)) errors.push(`acquire: ${String(e)}`);
           continue;
@@ -170,6 +176,7 @@ function loop(c: Client, callers: number, waitMs: number, allowed: (e: unknown, 
           if (!allowed(e, "release", releasing)) errors.push(`release: ${String(e)}`);
         }
         cycles[i]!++;
+        lastBegan[i] = started;
       }
     }),
   );
@@ -177,6 +184,10 @@ function loop(c: Client, callers: number, waitMs: number, allowed: (e: unknown, 
     grants,
     errors,
     cycles,
+    /** Whether every caller completed a cycle that began after at. */
+    everyoneBegunAfter(at: number): boolean {
+      return lastBegan.every((b) => b > at);
+    },
     async stop() {
       stop = true;
       await done;
@@ -210,6 +221,61 @@ test("crash_failover", T, async (t) => {
   assert.ok(before.length > 0 && after.length > 0);
   const maxBefore = before.reduce((m, g) => (g.token > m ? g.token : m), 0n);
   for (const g of after) assert.ok(g.token > maxBefore, `token ${g.token} after the crash, ${maxBefore} before`);
+});
+
+test("crash_reuse", { timeout: 180_000 }, async (t) => {
+  // A release the old active answered and never copied (asynchronous
+  // replication), or a grant whose answer its client never read, used to
+  // keep the key held on the new active for the grant's lease (30 s here):
+  // the client's session now finds and releases the one, and takes the
+  // other back.
+  for (const semi of [false, true]) {
+    const mode = semi ? "semi-sync" : "async";
+    await t.test(mode, async (t) => {
+      const cl = await startCluster(t, 3, semi ? ["--semi-sync"] : []);
+      // The dead node's address is dialled again only after 10 s: the client
+      // must not wait for it.
+      const c = client(t, { addrs: cl.addrs, reconnectIntervalMs: 10_000 });
+      const kept = await c.acquire("crash/kept", { leaseMs: 3000, waitMs: 2000 });
+      const keptLost = kept.keepAlive();
+      await waitFor("the standby to hold a copy of the kept-alive lock", async () =>
+        (await httpGet(cl.nodes[1]!.admin, "/locks?prefix=crash/")).includes('"crash/kept"'),
+      );
+      const callers = 8;
+      const leaseMs = 30_000;
+      // No acquire may fail; a release only as stale ("not yours any
+      // more"), and only with asynchronous replication: a grant the old
+      // active answered and never copied.
+      let stale = 0;
+      const allowed = (e: unknown, op: string) => {
+        if (op === "release" && e instanceof StaleError && !semi) {
+          stale++;
+          return true;
+        }
+        return false;
+      };
+      const l = loop(c, callers, 10_000, allowed, leaseMs);
+      t.after(() => l.stop());
+      const total = () => l.cycles.reduce((a, b) => a + b, 0);
+      await waitFor("cycles on the active", () => total() >= 200);
+      const base = [...l.cycles];
+      const killed = performance.now();
+      await cl.nodes[0]!.kill("SIGKILL");
+      // Each caller completes a cycle begun after the kill: far sooner than
+      // the lease a key held by a lost release or answer would take.
+      await waitFor("every caller cycles again", () => l.everyoneBegunAfter(killed), leaseMs / 3).catch((e: Error) => {
+        throw new Error(`${e.message}: ${Math.round(performance.now() - killed)} ms after the kill, cycles per caller ${JSON.stringify(l.cycles.map((n, i) => n - base[i]!))}: a key stays held`);
+      });
+      const cycledIn = performance.now() - killed;
+      const again = total();
+      await waitFor("cycles on the new active", () => total() >= again + 100, 30_000);
+      await l.stop();
+      t.diagnostic(`${mode}: every caller cycled again within ${Math.round(cycledIn)} ms of the kill; ${stale} releases stale`);
+      assert.deepEqual(l.errors, []);
+      assert.equal(keptLost.aborted, false, `the kept-alive lock: ${String(keptLost.reason)}`);
+      await kept.release();
+    });
+  }
 });
 
 test("graceful_handoff", T, async (t) => {
