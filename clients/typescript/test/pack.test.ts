@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { PKG, tempDir } from "./harness.js";
 
-const NAMES = ["Client", "Lock", "TimeoutError", "RefusedError", "AuthError", "UnavailableError", "StaleError", "KunciError", "loadCredentials"];
+const NAMES = ["Client", "Lock", "TimeoutError", "RefusedError", "AuthError", "UnavailableError", "StaleError", "NoActiveError", "KunciError", "loadCredentials"];
 
 test("npm pack installs and imports", { timeout: 120_000 }, (t) => {
   const out = tempDir(t);
@@ -56,8 +56,14 @@ test("npm pack installs and imports", { timeout: 120_000 }, (t) => {
   assert.equal(cjs, esm, "require and import export the same names");
 
   // The declarations, for a TypeScript consumer of either kind (strict).
-  writeFileSync(join(app, "esm.mts"), 'import { Client, TimeoutError } from "kunci";\nconst c: Client = new Client({ addrs: ["127.0.0.1:1"] });\nconst e: TimeoutError | undefined = undefined;\nvoid c.close(), e;\n');
-  writeFileSync(join(app, "cjs.cts"), 'import kunci = require("kunci");\nconst c: kunci.Client = new kunci.Client({ addrs: ["127.0.0.1:1"] });\nconst e: kunci.TimeoutError | undefined = undefined;\nvoid c.close(), e;\n');
+  writeFileSync(
+    join(app, "esm.mts"),
+    'import { Client, NoActiveError, type NodeInfo, TimeoutError } from "kunci";\nconst c: Client = new Client({ addrs: ["127.0.0.1:1"] });\nconst e: TimeoutError | NoActiveError | undefined = undefined;\nconst info: () => Promise<NodeInfo> = () => c.info();\nconst active: Promise<string> | undefined = e === undefined ? undefined : c.active();\nvoid c.close(), e, info, active;\n',
+  );
+  writeFileSync(
+    join(app, "cjs.cts"),
+    'import kunci = require("kunci");\nconst c: kunci.Client = new kunci.Client({ addrs: ["127.0.0.1:1"] });\nconst e: kunci.TimeoutError | kunci.NoActiveError | undefined = undefined;\nconst info: () => Promise<kunci.NodeInfo> = () => c.info();\nconst active: Promise<string> | undefined = e === undefined ? undefined : c.active();\nvoid c.close(), e, info, active;\n',
+  );
   writeFileSync(
     join(app, "tsconfig.json"),
     JSON.stringify({
