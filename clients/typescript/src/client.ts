@@ -784,11 +784,13 @@ export class Client {
     const late = await c.promise;
     if (late.kind === "answer") ks.answered = true;
     if (late.kind === "answer" && late.a!.kind === "A") {
-      // The grant that won the race: the client's, until released.
+      // The grant that won the race. Its token is one the client has been
+      // answered: the next acquire of key, which may go out before this
+      // release, takes it as its seen, so that the node never answers it
+      // this grant. Not held by a caller: should the release fail, the
+      // session's next listing releases it.
       this.keys.granted(late.a!.token);
-      const l = new Lock(this, key, late.a!.token, lease, late.at + lease);
-      this.keys.hold(key, l);
-      l.release().catch(() => {});
+      new Lock(this, key, late.a!.token, lease, late.at + lease).release().catch(() => {});
     }
     throw signal.reason;
   }

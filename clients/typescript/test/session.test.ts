@@ -182,6 +182,32 @@ test("a try while an acquire of the key is in progress is busy, and not sent", T
   assert.equal((await first).token, 7n);
 });
 
+test("an acquire given up whose grant won the race: the next acquire of the key is not answered that grant", T, async (t) => {
+  const node = await new Scripted().start(t);
+  node.onLine = (conn, line) => {
+    // The grant wins the race with the C. The release of it that follows is
+    // left unanswered: it is still on its way when the next acquire goes out.
+    if (line === "C k") conn.write("A k 7\nC k NONE\n");
+  };
+  const c = client(t, { addrs: [node.addr] });
+  const ac = new AbortController();
+  const gaveUp = c.acquire("k", { leaseMs: 30_000, waitMs: 10_000, signal: ac.signal });
+  await waitFor("the acquire", () => node.requests("A k ").length === 1);
+  ac.abort(new Error("gave up"));
+  await assert.rejects(gaveUp, /gave up/);
+  await waitFor("the release of the grant that won the race", () => node.requests("R k 7").length === 1);
+  const next = c.acquire("k", { leaseMs: 30_000, waitMs: 10_000 });
+  await waitFor("the next acquire", () => node.requests("A k ").length === 2);
+  // Sent with no seen= (its key is resolved: the first acquire was
+  // answered), or with one at or above 7: never one the node would answer
+  // with the grant being released.
+  const second = node.requests("A k ")[1]!;
+  const seen = / seen=([0-9]+)$/.exec(second);
+  assert.ok(seen === null || BigInt(seen[1]!) >= 7n, `${second}: the node would answer it the grant being released`);
+  node.lines.find((l) => l.line === second)!.conn.write("A k 8\n");
+  assert.equal((await next).token, 8n);
+});
+
 test("a node from before sessions (S: unknown op) still works, and is sent no seen=", T, async (t) => {
   const node = await new Scripted().start(t);
   // As a node of 0.10 answers: S is no op of its, and an acquire with a field
