@@ -751,10 +751,16 @@ export class Client {
     return this.sendAcquire(cn, cn.gen, ks, key, lease, kind, deadline, tryIt, again && cn.sessions === true, signal);
   }
 
-  /** acquireOn for an acquire sent again on a connection whose node has not yet said whether it knows sessions. */
+  /**
+   * acquireOn for an acquire sent again on a connection whose node has not
+   * yet answered the session: it waits for that answer (a round trip at
+   * most), its wait and its signal counting meanwhile, and carries seen= only
+   * when the answer was the listing (a node from before sessions refuses the
+   * field).
+   */
   private async acquireKnown(cn: Conn, ks: KeyState, key: string, lease: number, kind: Kind, deadline: number, tryIt: boolean, signal: AbortSignal | undefined): Promise<Result> {
     const gen = cn.gen;
-    await cn.sessionsKnown();
+    if (!(await within(cn.sessionsKnown(), deadline, signal))) return TRY_LATER;
     if (cn.gen !== gen || !cn.usable) return cn.redirecting ? { kind: "redirect", at: 0 } : broken(errNotUp);
     return this.sendAcquire(cn, gen, ks, key, lease, kind, deadline, tryIt, cn.sessions === true, signal);
   }
@@ -1002,6 +1008,25 @@ function holder(a: Answer): Holder {
     limit: a.limit === 0 ? undefined : a.limit,
     shared: a.shared,
   };
+}
+
+/** Resolves true once p resolves, false when deadline (performance.now(); 0: none) passes first; rejects with signal's reason when it aborts first. */
+function within(p: Promise<void>, deadline: number, signal: AbortSignal | undefined): Promise<boolean> {
+  if (signal?.aborted) return Promise.reject(signal.reason);
+  return new Promise<boolean>((resolve, reject) => {
+    const t = deadline === 0 ? undefined : new Timer(() => done(false), deadline - performance.now());
+    const unwatch = signal === undefined ? undefined : onAbort(signal, () => done(false, signal.reason));
+    let settled = false;
+    function done(ok: boolean, err?: unknown): void {
+      if (settled) return;
+      settled = true;
+      t?.clear();
+      unwatch?.();
+      if (err !== undefined) reject(err);
+      else resolve(ok);
+    }
+    void p.then(() => done(true));
+  });
 }
 
 /** Resolves with p's value, or undefined when signal aborts first. */

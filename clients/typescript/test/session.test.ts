@@ -241,6 +241,28 @@ test("a node from before sessions (S: unknown op) still works, and is sent no se
   assert.ok(node.requests("S ").length >= 3);
 });
 
+test("an acquire sent again waits for its connection's answer to the session no longer than its wait", T, async (t) => {
+  const node = await new Scripted().start(t);
+  // The connections made after the break are never answered: the session's
+  // answer does not come (a node that froze as it took them).
+  node.onSession = (conn) => {
+    if (node.conns.indexOf(conn) < 2) conn.write("S 0\n");
+  };
+  node.onLine = (conn, line) => {
+    if (line.startsWith("A k ")) for (const c of node.conns) c.destroy();
+  };
+  const c = client(t, { addrs: [node.addr], reconnectIntervalMs: 50 });
+  const start = performance.now();
+  await assert.rejects(c.acquire("k", { leaseMs: 30_000, waitMs: 1000 }), (e: unknown) => {
+    assert.ok(e instanceof TimeoutError || e instanceof UnavailableError, String(e));
+    return true;
+  });
+  // Not held until the connection is found dead (probes: 5 s and more).
+  const took = performance.now() - start;
+  assert.ok(took < 4000, `the acquire returned after ${Math.round(took)} ms`);
+  assert.equal(node.requests("A k ").length, 1, "sent again before the session was answered");
+});
+
 test("active() and info() ask a node", T, async (t) => {
   const n = await startNode(t);
   const c = client(t, { addrs: [n.addr] });
