@@ -5,10 +5,12 @@
 // active() and info(). (The keys' state, unit by unit: keys.test.ts.)
 
 import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
 import * as net from "node:net";
+import { join } from "node:path";
 import { type TestContext, test } from "node:test";
-import { Client, NoActiveError, StaleError, TimeoutError, UnavailableError } from "../src/index.js";
-import { Proxy, listenLoopback, startCluster, startNode, waitFor } from "./harness.js";
+import { AuthError, Client, NoActiveError, StaleError, TimeoutError, UnavailableError } from "../src/index.js";
+import { Proxy, listenLoopback, startCluster, startNode, tempDir, waitFor } from "./harness.js";
 
 const T = { timeout: 60_000 };
 
@@ -261,6 +263,24 @@ test("an acquire sent again waits for its connection's answer to the session no 
   const took = performance.now() - start;
   assert.ok(took < 4000, `the acquire returned after ${Math.round(took)} ms`);
   assert.equal(node.requests("A k ").length, 1, "sent again before the session was answered");
+});
+
+test("a node that refuses the session for want of credentials ends the requests of a client that has none", T, async (t) => {
+  const file = join(tempDir(t), "auth");
+  writeFileSync(file, "alice alice-secret-of-24-bytes\n", { mode: 0o600 });
+  const n = await startNode(t, ["--auth-file", file]);
+  const c = client(t, { addrs: [n.addr] });
+  // Unbounded waits and a listing: each ends with the refusal, at once
+  // (the node closes every connection after its "auth required").
+  for (const ask of [() => c.acquire("k", { leaseMs: 5000 }), () => c.locks(), () => c.acquire("k", { leaseMs: 5000 })]) {
+    const start = performance.now();
+    await assert.rejects(ask(), (e: unknown) => {
+      assert.ok(e instanceof AuthError, String(e));
+      assert.match(e.message, /auth required/);
+      return true;
+    });
+    assert.ok(performance.now() - start < 5000, `refused after ${Math.round(performance.now() - start)} ms`);
+  }
 });
 
 test("active() and info() ask a node", T, async (t) => {
