@@ -208,7 +208,6 @@ export class Conn {
         // The node wants credentials: say so to the requests that find no
         // connection, and dial again after reconnectInterval, not at once.
         this.authRefused = undefined;
-        cause = refused;
         this.detach(undefined, refused);
         this.lastErr = refused;
         cl.authErr = refused;
