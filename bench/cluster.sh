@@ -55,7 +55,9 @@ ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 syscalls() { awk '$1 == "syscr:" { r = $2 } $1 == "syscw:" { w = $2 } END { print r, w }' "/proc/$1/io"; }
 
 run() {
-	local label=$1 kuncid=$2 mode=$3 dirs=() pids=() n=1 i
+	local label=$1 kuncid=${2%%:*} mode=$3 dirs=() pids=() n=1 i load=()
+	[ "$2" != "$kuncid" ] && read -ra load <<<"${2#*:}"
+
 	case $mode in
 	single)
 		dirs+=("$(mktemp -d)")
@@ -81,7 +83,7 @@ run() {
 		;;
 	esac
 	sleep 2 # node A active, the standbys copied its state
-	on 1 "$BENCH" --target "kunci://$A" --server-pid "${pids[0]}" --conns ${CONNS:-8} --depth ${DEPTH:-16} --duration 4s --warmup 1s >"$OUT.run" 2>/dev/null &
+	on 1 "$BENCH" --target "kunci://$A" --server-pid "${pids[0]}" --conns ${CONNS:-8} --depth ${DEPTH:-16} --duration 4s --warmup 1s "${load[@]}" >"$OUT.run" 2>/dev/null &
 	local bp=$! t0 t1 c0=() c1=() io0=() io1=() a0 a1
 	sleep 1 # the warm-up
 	t0=$(date +%s.%N)

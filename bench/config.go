@@ -69,6 +69,10 @@ type Config struct {
 	Label      string        // free text carried into the summary (the comparison's case name)
 	JSON       string        // write the summary here too
 	CPUProfile string        // write the client's CPU profile here
+	// Session names one client session on every raw connection (S), as
+	// the official clients do, so that the node keeps it with each grant
+	// and journals its releases: what sessions cost. 0: none.
+	Session uint64
 	// Credentials is a file holding "name secret", for a kunci node that
 	// asks for credentials; "" uses KUNCI_CREDENTIALS_FILE if set.
 	Credentials string
@@ -230,6 +234,9 @@ func (c *Config) normalize() error {
 	}
 	if c.BackoffMax < c.Backoff {
 		c.BackoffMax = c.Backoff
+	}
+	if c.Session != 0 && (c.kind != targetKunci || c.Mode != modeRaw) {
+		return errors.New("--session is for kunci targets in raw mode (the official clients name one themselves)")
 	}
 	if c.Credentials == "" {
 		c.Credentials = os.Getenv("KUNCI_CREDENTIALS_FILE")

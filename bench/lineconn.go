@@ -48,7 +48,39 @@ func dialLine(c *Config) (*lineConn, error) {
 			return nil, fmt.Errorf("kunci at %s: %w", c.addr, err)
 		}
 	}
+	if c.Session != 0 {
+		if err := l.nameSession(c.Session); err != nil {
+			_ = nc.Close()
+			return nil, fmt.Errorf("kunci at %s: %w", c.addr, err)
+		}
+	}
 	return l, nil
+}
+
+// nameSession sends "S session" and waits for its listing's end: a run's
+// keys are its own (--prefix), so the session's grants it lists, left by
+// an earlier run of the same session, are only counted past.
+func (l *lineConn) nameSession(session uint64) error {
+	_ = l.nc.SetDeadline(time.Now().Add(10 * time.Second))
+	defer l.nc.SetDeadline(time.Time{})
+	if _, err := l.nc.Write(wire.AppendSession(nil, session)); err != nil {
+		return err
+	}
+	for done := false; !done; {
+		if _, err := l.read(clock{time.Now()}, func(a *wire.Answer, _ int64) error {
+			switch a.Kind {
+			case 'H':
+			case 'S':
+				done = true
+			default:
+				return fmt.Errorf("session refused: %s", a.Text)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // authenticate sends "U name secret" and waits for U OK.

@@ -109,6 +109,7 @@ func parseFlags(args []string, stderr io.Writer) (Config, error) {
 	fs.StringVar(&c.Label, "label", "", "name of this run in the --json summary (bench table groups by it)")
 	fs.StringVar(&c.JSON, "json", "", "also write the summary to `FILE` as JSON")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write the load client's CPU profile to `FILE`")
+	fs.Uint64Var(&c.Session, "session", 0, "kunci raw mode: name this client `session` (S) on every connection, as the official clients do (0: none)")
 	fs.StringVar(&c.Credentials, "credentials", "", "`FILE` holding \"name secret\" (mode 600) for a kunci node started with --auth-file (default $KUNCI_CREDENTIALS_FILE)")
 	fs.StringVar(&c.TLSCA, "tls-ca", "", "kunci over TLS: the CA certificates (PEM `file`) that signed the node's certificate")
 	fs.StringVar(&c.TLSCert, "tls-cert", "", "kunci over TLS: a client certificate (PEM `file`), with --tls-key, for a node that asks for one")

@@ -171,7 +171,7 @@ func (s *Shard) groupOf(l *lock, m Mode) *group {
 func (s *Shard) addHolder(l *lock, g *group, token uint64, now int64, si uint32, owner []byte) *holder {
 	h := s.freeHolders.get()
 	h.l, h.g, h.token, h.granted, h.sess, h.prev = l, g, token, stampOf(now), si, g.last
-	s.sess.add(si, 1, 0, now)
+	s.sess.add(si, 1, 0)
 	if len(owner) > 0 {
 		h.owner = string(owner)
 	}
@@ -214,7 +214,7 @@ func (s *Shard) holderOf(l *lock, token uint64) *holder {
 // heldAlone, token 0), to be served or removed by the caller.
 func (s *Shard) dropHolder(now int64, h *holder) {
 	l, g := h.l, h.g
-	s.sess.add(h.sess, -1, 0, now)
+	s.sess.add(h.sess, -1, 0)
 	if h.prev == nil {
 		g.first = h.next
 	} else {

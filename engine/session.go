@@ -44,14 +44,15 @@ func (t stamp) since(now int64) int64 { return int64(uint32(stampOf(now)-t)) << 
 // acquires belong to. A lock, a group's grant and a waiter name their
 // session by its index here (uint32: the room a lock had), so that a
 // grant with a session costs no memory more than one without. An entry
-// lives while grants or queued acquires name it, and sessionLinger after
-// (so that a session that takes and frees one key over and over does not
-// make and drop it each time); Advance frees it then.
+// lives while grants or queued acquires name it, and about sessionLinger
+// after (so that a session that takes and frees one key over and over does
+// not make and drop it each time): Advance looks at every entry once a
+// linger and frees those it found named by nothing twice running. Counting
+// is two additions; nothing tracks when an entry became unnamed.
 type sessions struct {
 	byID  map[Session]uint32
 	ents  []sessionEnt // ents[0] stands for no session
 	free  []uint32
-	idle  int   // entries named by nothing
 	sweep int64 // when Advance next looks for entries to free
 	// The last session looked up, and its index: a batch of requests
 	// comes from one connection, so one session.
@@ -63,29 +64,31 @@ type sessionEnt struct {
 	id      Session
 	grants  int32 // grants that name the entry
 	waiters int32 // queued acquires that name it
-	since   int64 // when it was last named by nothing
+	// unnamed: the last sweep found nothing naming the entry; the next
+	// frees it if that is still so.
+	unnamed bool
 }
 
-// sessionLinger is how many wheel ticks (Config.Tick) an entry that nothing
-// names is kept before Advance frees it.
+// sessionLinger is how many wheel ticks (Config.Tick) apart Advance looks
+// for entries that nothing names.
 const sessionLinger = 1000
 
 func (t *sessions) init() {
 	t.byID = make(map[Session]uint32)
 	t.ents = make([]sessionEnt, 1)
-	t.free, t.idle, t.last, t.lastI = nil, 0, 0, 0
+	t.free, t.last, t.lastI = nil, 0, 0
 }
 
 // index returns id's index, making an entry for it; 0 for no session.
-func (t *sessions) index(id Session, now int64) uint32 {
+func (t *sessions) index(id Session) uint32 {
 	if id == t.last {
 		return t.lastI // 0 for 0 too: last is 0 only while lastI is
 	}
-	return t.find(id, now)
+	return t.find(id)
 }
 
 // find is index for a session other than the last one looked up.
-func (t *sessions) find(id Session, now int64) uint32 {
+func (t *sessions) find(id Session) uint32 {
 	if id == 0 {
 		return 0
 	}
@@ -98,9 +101,8 @@ func (t *sessions) find(id Session, now int64) uint32 {
 			t.ents = append(t.ents, sessionEnt{})
 			i = uint32(len(t.ents) - 1)
 		}
-		t.ents[i] = sessionEnt{id: id, since: now}
+		t.ents[i] = sessionEnt{id: id}
 		t.byID[id] = i
-		t.idle++
 	}
 	t.last, t.lastI = id, i
 	return i
@@ -118,26 +120,12 @@ func (t *sessions) lookup(id Session) uint32 {
 func (t *sessions) id(i uint32) Session { return t.ents[i].id }
 
 // add counts grants and queued acquires naming i more (or, negative,
-// fewer) at now; nothing for no session.
-func (t *sessions) add(i uint32, grants, waiters int32, now int64) {
+// fewer); nothing for no session.
+func (t *sessions) add(i uint32, grants, waiters int32) {
 	if i != 0 {
-		t.count(i, grants, waiters, now)
-	}
-}
-
-// count is add for a session. An entry named by nothing is idle since the
-// moment it became so.
-func (t *sessions) count(i uint32, grants, waiters int32, now int64) {
-	e := &t.ents[i]
-	was := e.grants != 0 || e.waiters != 0
-	e.grants += grants
-	e.waiters += waiters
-	switch is := e.grants != 0 || e.waiters != 0; {
-	case is && !was:
-		t.idle--
-	case was && !is:
-		e.since = now
-		t.idle++
+		e := &t.ents[i]
+		e.grants += grants
+		e.waiters += waiters
 	}
 }
 
@@ -149,22 +137,26 @@ func (t *sessions) grants(id Session) int {
 	return 0
 }
 
-// expire frees the entries nothing named for linger, at most once a
-// linger.
+// expire looks at the entries once a linger, and frees those that nothing
+// named at this look and the one before.
 func (t *sessions) expire(now, linger int64) {
-	if t.idle == 0 || now < t.sweep {
+	if len(t.ents) == 1 || now < t.sweep {
 		return
 	}
 	t.sweep = now + linger
 	for i := 1; i < len(t.ents); i++ {
 		e := &t.ents[i]
-		if e.id == 0 || e.grants != 0 || e.waiters != 0 || now-e.since < linger {
-			continue
+		switch {
+		case e.id == 0:
+		case e.grants != 0 || e.waiters != 0:
+			e.unnamed = false
+		case !e.unnamed:
+			e.unnamed = true
+		default:
+			delete(t.byID, e.id)
+			*e = sessionEnt{}
+			t.free = append(t.free, uint32(i))
 		}
-		delete(t.byID, e.id)
-		*e = sessionEnt{}
-		t.free = append(t.free, uint32(i))
-		t.idle--
 	}
 	t.last, t.lastI = 0, 0
 	if len(t.byID) == 0 {

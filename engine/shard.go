@@ -411,7 +411,7 @@ func (s *Shard) AcquireAs(now int64, conn ConnID, key []byte, a *Ask, out *Outpu
 	m := a.Mode
 	h := hashKey(key)
 	l := s.locks.get(h, key)
-	si := s.sess.index(a.Session, now)
+	si := s.sess.index(a.Session)
 	if l == nil {
 		token, ok := s.newGrant(conn, key, out)
 		if !ok {
@@ -461,7 +461,7 @@ func (s *Shard) AcquireAs(now int64, conn ConnID, key []byte, a *Ask, out *Outpu
 	}
 	w := s.newWaiter()
 	w.l, w.conn, w.lease, w.since, w.sess = l, conn, a.Lease, stampOf(now), si
-	s.sess.add(si, 0, 1, now)
+	s.sess.add(si, 0, 1)
 	s.enqueue(l, w)
 	if h := s.byConn[conn]; h != nil {
 		w.cnext, h.cprev = h, w
@@ -588,7 +588,7 @@ func (s *Shard) end(now int64, h uint64, l *lock, hd *holder, out *Output) {
 
 // ungrant clears l's own grant, its lease stopped by the caller.
 func (s *Shard) ungrant(now int64, l *lock) {
-	s.sess.add(l.sess, -1, 0, now)
+	s.sess.add(l.sess, -1, 0)
 	l.token, l.sess = 0, 0
 }
 
@@ -748,7 +748,7 @@ func (s *Shard) grant(now, waited int64, l *lock, conn ConnID, si uint32, lease 
 	out.answerUntil(conn, Granted, l.key(), l.token, now+lease)
 	out.recordGrant(l.key(), l.owner(), l.token, now+lease)
 	if si != 0 {
-		s.sess.add(si, 1, 0, now)
+		s.sess.add(si, 1, 0)
 		out.recordSession(s.sess.id(si))
 	}
 }
@@ -806,7 +806,7 @@ func (s *Shard) serve(now, at int64, h uint64, l *lock, out *Output) {
 // index, the wait wheel and its session's count, at now.
 func (s *Shard) dequeue(now int64, w *waiter) {
 	l := w.l
-	s.sess.add(w.sess, 0, -1, now)
+	s.sess.add(w.sess, 0, -1)
 	s.unqueue(l, w)
 	if w.cprev == nil {
 		if w.cnext == nil {
@@ -899,11 +899,11 @@ func (s *Shard) Install(now int64, key []byte, token uint64, deadline int64, own
 		s.dropAll(now, l)
 	}
 	s.tokens.Raise(token)
-	si := s.sess.index(sess, now)
+	si := s.sess.index(sess)
 	if m == (Mode{}) {
 		l.setOwner(owner)
 		l.granted, l.token, l.sess = stampOf(now), token, si
-		s.sess.add(si, 1, 0, now)
+		s.sess.add(si, 1, 0)
 		s.leases.Add(l, deadline)
 		return nil
 	}

@@ -133,6 +133,7 @@ func (h *Hub) Records(now int64, out *engine.Output) uint64 {
 // least that often (a miscount would otherwise show only at a J or O, and a
 // semi-synchronous standby acknowledge records it never applied).
 func appendRecords(dst []byte, seq uint64, now int64, out *engine.Output, compact bool) []byte {
+	var digits sessionDigits
 	for i := range out.Records {
 		r := &out.Records[i]
 		seq++
@@ -156,8 +157,10 @@ func appendRecords(dst []byte, seq uint64, now int64, out *engine.Output, compac
 		}
 		if m := r.Mode(); !compact || seq%fullEvery == 0 || k == Grant && m != (engine.Mode{}) {
 			dst = AppendRecord(dst, k, seq, out.RecordKey(r), r.Token, r.Deadline-now, out.RecordOwner(r), m, sess)
+		} else if sess != 0 {
+			dst = appendCompactGrantOfSession(dst, out.RecordKey(r), r.Token, r.Deadline-now, out.RecordOwner(r), digits.of(sess))
 		} else {
-			dst = AppendCompactRecord(dst, k, out.RecordKey(r), r.Token, r.Deadline-now, out.RecordOwner(r), sess)
+			dst = AppendCompactRecord(dst, k, out.RecordKey(r), r.Token, r.Deadline-now, out.RecordOwner(r), 0)
 		}
 	}
 	return dst
