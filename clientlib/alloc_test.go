@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kunci/kunci/internal/testaddr"
+	"github.com/kunci/kunci/internal/testnode"
 )
 
 // TestAcquireReleaseAllocs guards the hot path: an uncontended acquire and
@@ -26,7 +27,7 @@ func TestAcquireReleaseAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = node.Process.Kill(); _ = node.Wait() })
-	waitFor(t, "the kuncid process to answer", func() bool { return strings.HasPrefix(info(addr), "I active ") })
+	waitFor(t, "the kuncid process to answer", func() bool { return strings.HasPrefix(testnode.Info(addr), "I active ") })
 
 	c := newClient(t, nil, addr)
 	cancellable, cancel := context.WithCancel(context.Background())

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -410,8 +409,8 @@ func crashCluster(t *testing.T, semi bool) (addrs []string, procs []*exec.Cmd, a
 		t.Cleanup(func() { _ = p.Process.Kill(); _ = p.Wait() })
 	}
 	waitFor(t, "node 0 active, the others its standbys", func() bool {
-		return info(addrs[0]) == "I active "+addrs[0]+" "+addrs[0] &&
-			info(addrs[1]) == "I standby "+addrs[1]+" "+addrs[0] && info(addrs[2]) == "I standby "+addrs[2]+" "+addrs[0]
+		return testnode.Info(addrs[0]) == "I active "+addrs[0]+" "+addrs[0] &&
+			testnode.Info(addrs[1]) == "I standby "+addrs[1]+" "+addrs[0] && testnode.Info(addrs[2]) == "I standby "+addrs[2]+" "+addrs[0]
 	})
 	return addrs, procs, admin
 }
@@ -452,23 +451,6 @@ func buildKuncid(t *testing.T) string {
 		t.Fatalf("building kuncid: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// info returns the answer of the node at addr to I, without its LF ("" when
-// it gives none).
-func info(addr string) string {
-	nc, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return ""
-	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(time.Second))
-	if _, err := nc.Write([]byte("I\n")); err != nil {
-		return ""
-	}
-	buf := make([]byte, 512)
-	n, _ := nc.Read(buf)
-	return strings.TrimSuffix(string(buf[:n]), "\n")
 }
 
 // get returns the body the admin endpoint at addr serves for path ("" on

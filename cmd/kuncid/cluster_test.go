@@ -67,15 +67,8 @@ func waitInfo(t *testing.T, addr, want string) {
 	t.Helper()
 	var got string
 	if testnode.Until(10*time.Second, func() bool {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err != nil {
-			return false
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(time.Second))
-		_, _ = c.Write([]byte("I\n"))
-		got, _ = bufio.NewReader(c).ReadString('\n')
-		return got == want
+		got = testnode.Info(addr)
+		return got+"\n" == want
 	}) {
 		return
 	}

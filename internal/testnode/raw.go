@@ -60,3 +60,19 @@ func (c *Raw) Next() string {
 	}
 	return strings.TrimSuffix(s, "\n")
 }
+
+// Info returns the answer of the node at addr to I, without its LF; ""
+// when it gives none within a second (not up, or a process stopped).
+func Info(addr string) string {
+	nc, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return ""
+	}
+	defer nc.Close()
+	_ = nc.SetDeadline(time.Now().Add(time.Second))
+	if _, err := nc.Write([]byte("I\n")); err != nil {
+		return ""
+	}
+	s, _ := bufio.NewReader(nc).ReadString('\n')
+	return strings.TrimSuffix(s, "\n")
+}
