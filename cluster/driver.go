@@ -59,6 +59,10 @@ type Host interface {
 	Reset()
 	// Issue makes the node issue its next tokens from r.
 	Issue(r failover.Range)
+	// StandbyDropped tells that the failover.Node gave up on standby
+	// peer, whose stream had lapsed (replica.Hub.Lapse): answers held for
+	// its acknowledgement go out.
+	StandbyDropped(peer int)
 	// PersistCeiling asks the node's ceiling writer for a round, without
 	// waiting: it takes the ceiling from NextCeiling and reports to
 	// WroteCeiling.
@@ -450,8 +454,17 @@ func (d *Driver) setRole(a failover.Action) {
 // dropStandbys ends the stream to standby p, or to every standby (-1): the
 // stream leaves the hub at once, and the link closes (its loop then lets
 // go of the answers it held for that standby's acknowledgement). The
-// standby starts again from a snapshot.
+// standby starts again from a snapshot. A lapsed stream (replica.Hub.Lapse)
+// has no link: the host lets go of those answers.
 func (d *Driver) dropStandbys(p int) {
+	if p >= 0 && d.hub.RemoveLapsed(p) {
+		// The standby's link broke earlier (its new stream, if it
+		// asked for one, goes on).
+		d.dropped.Add(1)
+		d.log.Warn().Str("standby", d.addrs[p]).Msg("standby lost its stream and did not sync again within the failover timeout, or said it holds no copy: dropped (semi-sync answers do not wait for it)")
+		d.host.StandbyDropped(p)
+		return
+	}
 	for _, s := range d.hub.Subs() {
 		if p >= 0 && s.Peer != p {
 			continue
@@ -460,7 +473,9 @@ func (d *Driver) dropStandbys(p int) {
 			d.dropped.Add(1)
 			d.log.Warn().Str("standby", d.addrs[s.Peer]).Msg("standby did not acknowledge within the failover timeout: dropped (semi-sync answers do not wait for it)")
 		}
-		d.hub.Remove(s)
+		if d.hub.Remove(s) {
+			d.host.StandbyDropped(s.Peer) // its link is gone already
+		}
 		if l := d.inLink(s.Peer); l != nil {
 			l.Close()
 		}
@@ -471,10 +486,12 @@ func (d *Driver) dropStandbys(p int) {
 func (d *Driver) handoff(a failover.Action) {
 	for _, s := range d.hub.Subs() {
 		if s.Peer == a.Peer {
+			// (A lapsed stream of the peer's is listed too: Handoff
+			// refuses it.)
 			if seq, ok := d.hub.Handoff(s, d.inc, a.Mark, a.Range); ok {
 				d.log.Info().Str("successor", d.addrs[a.Peer]).Uint64("seq", seq).Msg("handing the active role over")
+				return
 			}
-			return
 		}
 	}
 	d.log.Warn().Str("successor", d.addrs[a.Peer]).Msg("the successor's stream ended before the handoff")

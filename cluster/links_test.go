@@ -28,6 +28,7 @@ func (h *dialHost) RedirectAll(string)            {}
 func (h *dialHost) Reset()                        {}
 func (h *dialHost) Issue(failover.Range)          {}
 func (h *dialHost) PersistCeiling()               {}
+func (h *dialHost) StandbyDropped(int)            {}
 func (h *dialHost) Dial(int, time.Duration) error { return h.err }
 func newTestDriver(t *testing.T, h Host) *Driver {
 	t.Helper()

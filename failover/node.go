@@ -162,8 +162,15 @@ type StandbySynced struct {
 	Acked uint64
 }
 
-// StandbyGone: as the active, the stream to From ended.
-type StandbyGone struct{ From int }
+// StandbyGone: as the active, the stream to From ended. Lapsed: it had
+// applied its snapshot and, semi-synchronous, answers still wait for it
+// (replica.Hub.Lapse) until this node drops it (DropStandby), a failover
+// timeout after the records it did not acknowledge, or sooner once the
+// standby says it holds no copy.
+type StandbyGone struct {
+	From   int
+	Lapsed bool
+}
 
 // Progress: as the active, the stream stands at Seq and each standby
 // acknowledged Acked[i] (by peer index); Last is the highest token issued
@@ -228,10 +235,15 @@ func (KeyMismatch) event()    {}
 const hbRing = 256
 
 type standby struct {
-	streamed bool // it is streamed to
-	synced   bool // it applied its snapshot
+	streamed bool  // it is streamed to
+	synced   bool  // it applied its snapshot
+	lapsedAt int64 // semi-sync: when its stream broke while it held a copy; 0 none
 	acked    uint64
 }
+
+// heir reports whether the standby follows this node's stream with a
+// whole copy: a successor it may hand its role to.
+func (s *standby) heir() bool { return s.synced && s.lapsedAt == 0 }
 
 // echo names a peer's heartbeat: its incarnation and number.
 type echo struct{ inc, hb uint64 }
@@ -366,8 +378,9 @@ func (n *Node) Role() Role {
 	switch n.state {
 	case StatePromoting, StateActive:
 		return Active
-	case StateLeaving, StateDemoting:
-		// Not active any more: nobody yields to it, or waits on it.
+	case StateLeaving, StateDemoting, StateStopped:
+		// Not active any more (or stopping): nobody yields to it, or
+		// waits on it.
 		return Leaving
 	case StateRejoining:
 		return Rejoining
@@ -521,10 +534,14 @@ func (n *Node) step(e Event) {
 		// What it acknowledged counts from now, not from the last
 		// Progress, taken before it synced.
 		s := &n.standbys[e.From]
-		s.streamed, s.synced = true, true
+		s.streamed, s.synced, s.lapsedAt = true, true, 0
 		s.acked = max(s.acked, e.Acked)
 	case StandbyGone:
-		n.standbys[e.From] = standby{}
+		if s := &n.standbys[e.From]; e.Lapsed && s.synced {
+			s.streamed, s.lapsedAt = false, n.now
+		} else {
+			*s = standby{}
+		}
 	case Progress:
 		n.seqSince, n.seqAt = n.seqAt, n.now
 		n.seq = e.Seq
@@ -535,7 +552,7 @@ func (n *Node) step(e Event) {
 			}
 		}
 	case TakeoverAsked:
-		if n.state == StateActive && n.handing == 0 && e.From < n.cfg.Self && n.standbys[e.From].synced && n.el.Live(e.From, n.now) {
+		if n.state == StateActive && n.handing == 0 && e.From < n.cfg.Self && n.standbys[e.From].heir() && n.el.Live(e.From, n.now) {
 			n.handOver(e.From)
 		}
 	case HandoffRecord:
@@ -579,6 +596,7 @@ func (n *Node) stop() {
 	}
 	n.state = StateStopped
 	n.emit(Action{Kind: Stopped})
+	n.announce = true // an active streaming to it waits for it no more
 }
 
 func (n *Node) heard(e Heard) {
@@ -899,7 +917,7 @@ func (n *Node) advanceActive() {
 	n.semiSync()
 	if n.handing == 1 {
 		switch {
-		case n.succ >= 0 && n.el.Live(n.succ, n.now) && n.standbys[n.succ].synced && n.confirmed(n.succRange.Hi, -1):
+		case n.succ >= 0 && n.el.Live(n.succ, n.now) && n.standbys[n.succ].heir() && n.confirmed(n.succRange.Hi, -1):
 			// The successor's first range is durable everywhere: the
 			// pause starts now and lasts a round trip.
 			n.handing, n.handAt = 2, n.now
@@ -907,7 +925,7 @@ func (n *Node) advanceActive() {
 			n.freeze(n.now)
 			n.setRole(Leaving, n.succ, "handing the role over")
 			n.emit(Action{Kind: Handoff, Peer: n.succ, Range: n.succRange, Mark: n.hb + 1})
-		case n.now-n.handAt > n.cfg.Timeout || n.succ < 0 || !n.standbys[n.succ].synced:
+		case n.now-n.handAt > n.cfg.Timeout || n.succ < 0 || !n.standbys[n.succ].heir():
 			n.handing, n.succ = 0, -1
 			if n.stopped {
 				n.stop() // its standbys take over after the failover timeout
@@ -964,6 +982,17 @@ func (n *Node) semiSync() {
 		}
 		n.marks = append(n.marks, mark{n.seq, at})
 	}
+	for i := range n.standbys {
+		// A lapsed standby that is stopping, or says since its stream
+		// broke that it holds no copy, is no heir: nothing waits for it
+		// any more.
+		s := &n.standbys[i]
+		h, ok := n.el.Heartbeat(i)
+		if ok && s.lapsedAt != 0 && (h.Role == Leaving || n.el.HeardAt(i) > s.lapsedAt && !h.Synced) {
+			*s = standby{}
+			n.emit(Action{Kind: DropStandby, Peer: i})
+		}
+	}
 	for len(n.marks) > 0 && n.now-n.marks[0].at >= n.cfg.Timeout {
 		m := n.marks[0]
 		for i := range n.standbys {
@@ -983,7 +1012,7 @@ func (n *Node) semiSync() {
 // node's snapshot, or -1.
 func (n *Node) successor() int {
 	for i := range n.standbys {
-		if i != n.cfg.Self && n.standbys[i].synced && n.el.Live(i, n.now) {
+		if i != n.cfg.Self && n.standbys[i].heir() && n.el.Live(i, n.now) {
 			if h, ok := n.el.Heartbeat(i); ok && (h.Role == Leaving || h.Role == Rejoining) {
 				continue
 			}

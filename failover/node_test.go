@@ -344,3 +344,57 @@ func TestKeyMismatchLearnedAfterPromotingStopsTheActive(t *testing.T) {
 		})
 	}
 }
+
+// Semi-sync: a standby whose stream broke while it held a copy lapses. It
+// may yet be promoted with that copy (it never hears this node again if
+// this node crashes), so answers keep waiting for it: it is dropped when
+// it has not acknowledged within a failover timeout, as a silent standby
+// is, or at once when it says, after the break, that it holds no copy (it
+// restarted, say) or that it is stopping. Meanwhile it is no successor.
+func TestSemiSyncALapsedStandbyIsDroppedInTimeOrWhenItHoldsNoCopy(t *testing.T) {
+	cfg := Config{Peers: []string{"a", "b", "c"}, Self: 0, Heartbeat: 100 * ms, Timeout: 1000 * ms, SemiSync: true, Block: 1000, Inc: 7}
+	for _, then := range []string{"is silent", "holds no copy", "is stopping"} {
+		t.Run(then, func(t *testing.T) {
+			u := newUnitNode(t, cfg)
+			u.promote([]uint64{0, 0, 0}, 1, 2)
+			u.n.Step(u.now, StandbySynced{From: 1, Acked: 5})
+			u.n.Step(u.now, StandbySynced{From: 2, Acked: 5})
+			u.do()
+			u.hear(1, true)
+			u.tick(u.now+cfg.Heartbeat, 6, []uint64{0, 5, 6})
+			u.n.Step(u.now, StandbyGone{From: 1, Lapsed: true})
+			u.do()
+			if got := u.n.successor(); got != 2 {
+				t.Fatalf("successor %d, want 2: a lapsed standby is no heir", got)
+			}
+			u.got = nil
+			start := u.now
+			for k := int64(1); k <= 15 && !u.dropped(1); k++ {
+				switch then {
+				case "holds no copy":
+					u.hear(1, false)
+				case "is stopping":
+					u.peerH++
+					u.n.Step(u.now, Heard{From: 1, HB: Heartbeat{Role: Leaving, Inc: 5, HB: u.peerH, Synced: true, Ceiling: u.n.Durable()}})
+					u.do()
+				}
+				u.hear(2, true)
+				u.tick(start+k*cfg.Heartbeat, 6, []uint64{0, 5, 6})
+			}
+			waited := u.now - start
+			switch {
+			case !u.dropped(1):
+				t.Fatalf("the lapsed standby was never dropped")
+			case then == "is silent" && waited < cfg.Timeout-cfg.Heartbeat:
+				t.Fatalf("the lapsed standby was dropped after %dms, before a failover timeout", waited/ms)
+			case then != "is silent" && waited > 2*cfg.Heartbeat:
+				// (Heard at the break's instant, a heartbeat may have
+				// left before it: the next one counts.)
+				t.Fatalf("the lapsed standby that %s was dropped only after %dms", then, waited/ms)
+			}
+			if u.dropped(2) {
+				t.Fatalf("the acknowledging standby was dropped")
+			}
+		})
+	}
+}

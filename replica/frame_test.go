@@ -361,3 +361,53 @@ func TestHubSequencesAndSnapshots(t *testing.T) {
 		t.Fatalf("a standby %d bytes behind: killed %d", MaxBacklog, killed)
 	}
 }
+
+// A synced standby's stream that lapses (its link broke) is streamed to no
+// more, but its acknowledgements count in MinAcked until it is removed:
+// once, by Remove or by RemoveLapsed when the standby synced again.
+func TestHubCountsALapsedStreamUntilRemoved(t *testing.T) {
+	var h Hub
+	var out engine.Output
+	out.WantRecords = true
+	var tokens engine.Tokens
+	sh := engine.NewShard(engine.Config{}, &tokens, 0)
+	behind, ahead := NewSub(1, 3, func() {}, func() {}), NewSub(2, 3, func() {}, func() {})
+	for _, s := range []*Sub{behind, ahead} {
+		h.Subscribe(s)
+		h.SnapshotDone(s)
+	}
+	unsynced := NewSub(3, 3, func() {}, func() {})
+	h.Subscribe(unsynced)
+	if h.Lapse(unsynced) {
+		t.Fatal("a stream that never synced lapsed")
+	}
+	h.Remove(unsynced)
+	sh.Acquire(0, 1, []byte("k"), 10e9, 0, &out)
+	seq := h.Records(0, &out)
+	behind.Ack(seq - 1)
+	ahead.Ack(seq)
+	if !h.Lapse(behind) {
+		t.Fatal("a synced stream did not lapse")
+	}
+	out.Reset()
+	sh.Acquire(0, 2, []byte("k2"), 10e9, 0, &out)
+	h.Records(0, &out)
+	if b := h.Take(behind); len(b) != 0 {
+		t.Fatalf("a lapsed stream was given %q", b)
+	}
+	if m, ok := h.MinAcked(); !ok || m != seq-1 {
+		t.Fatalf("MinAcked %d %v, want the lapsed stream's %d", m, ok, seq-1)
+	}
+	if len(h.Lags()) != 1 {
+		t.Fatalf("lags %+v: a lapsed stream lags no more", h.Lags())
+	}
+	if h.RemoveLapsed(2) {
+		t.Fatal("removed a live stream as lapsed")
+	}
+	if !h.RemoveLapsed(1) || h.Remove(behind) || h.RemoveLapsed(1) {
+		t.Fatal("the lapsed stream was not removed exactly once")
+	}
+	if m, ok := h.MinAcked(); !ok || m != seq {
+		t.Fatalf("MinAcked %d %v after the lapsed stream left, want %d", m, ok, seq)
+	}
+}

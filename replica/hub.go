@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -38,7 +39,8 @@ type Sub struct {
 	pending []byte
 	spare   []byte
 	woken   bool
-	dead    bool
+	dead    bool   // streamed to no more
+	lapsed  bool   // dead, but its copy counts until Remove: see Lapse
 	snap    bool   // its snapshot is being sent: records wait
 	start   uint64 // its snapshot's sequence number
 	acked   atomic.Uint64
@@ -274,8 +276,10 @@ func (h *Hub) SnapshotDone(s *Sub) {
 	}
 }
 
-// Remove stops s's stream.
-func (h *Hub) Remove(s *Sub) {
+// Remove stops s's stream and forgets it. It reports whether s had
+// lapsed (Lapse) and this call took it out: the one call that must stop
+// counting it.
+func (h *Hub) Remove(s *Sub) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s.dead = true
@@ -284,9 +288,45 @@ func (h *Hub) Remove(s *Sub) {
 		if o == s {
 			h.subs = append(h.subs[:i], h.subs[i+1:]...)
 			h.subs = h.subs[:len(h.subs):len(h.subs)]
-			return
+			return s.lapsed
 		}
 	}
+	return false
+}
+
+// Lapse stops s's stream, whose link broke, but keeps it listed, its
+// acknowledgements counted by MinAcked, until Remove: a standby that
+// applied its snapshot stays an heir for a while after its stream breaks
+// (failover.Node: it still holds a copy, and is promoted with it if this
+// active is never heard again), so a semi-synchronous answer must not go
+// out on the strength of the other standbys alone. It reports whether s
+// was listed and synced, and is lapsed now; Remove (the failover.Node
+// dropping it, or RemoveLapsed once the standby synced again) ends that.
+func (h *Hub) Lapse(s *Sub) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s.dead = true
+	s.pending, s.spare = nil, nil
+	if !s.synced.Load() || !slices.Contains(h.subs, s) {
+		return false
+	}
+	s.lapsed = true
+	return true
+}
+
+// RemoveLapsed forgets peer's lapsed stream, if it has one, and reports
+// whether it did: call it once the peer applied a new snapshot, which
+// counts in its place.
+func (h *Hub) RemoveLapsed(peer int) bool {
+	h.mu.Lock()
+	var lapsed *Sub
+	for _, s := range h.subs {
+		if s.Peer == peer && s.lapsed {
+			lapsed = s
+		}
+	}
+	h.mu.Unlock()
+	return lapsed != nil && h.Remove(lapsed)
 }
 
 // Take returns the bytes queued for s since the last Take; they stay valid
@@ -317,20 +357,23 @@ func (h *Hub) Lags() []Lag {
 	defer h.mu.Unlock()
 	out := make([]Lag, 0, len(h.subs))
 	for _, s := range h.subs {
-		out = append(out, Lag{Peer: s.Peer, Records: h.seq - min(s.acked.Load(), h.seq), Synced: s.synced.Load()})
+		if !s.dead { // lapsed streams are gone, as far as lag goes
+			out = append(out, Lag{Peer: s.Peer, Records: h.seq - min(s.acked.Load(), h.seq), Synced: s.synced.Load()})
+		}
 	}
 	return out
 }
 
 // MinAcked returns the lowest acknowledged sequence number among the
-// standbys that applied their snapshot, and false when there is none.
+// standbys that applied their snapshot, lapsed ones included (Lapse), and
+// false when there is none.
 func (h *Hub) MinAcked() (uint64, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var m uint64
 	found := false
 	for _, s := range h.subs {
-		if s.dead || !s.synced.Load() {
+		if s.dead && !s.lapsed || !s.synced.Load() {
 			continue
 		}
 		if a := s.acked.Load(); !found || a < m {

@@ -87,6 +87,7 @@ func (h clusterHost) Thaw(stale time.Duration) { h.n.thaw(stale) }
 func (h clusterHost) RedirectAll(addr string)  { h.n.redirectAll(addr) }
 func (h clusterHost) Reset()                   { h.n.resetShards() }
 func (h clusterHost) PersistCeiling()          { h.n.store.writer.ask() }
+func (h clusterHost) StandbyDropped(int)       { h.n.standbyDropped() }
 
 func (h clusterHost) Issue(r failover.Range) {
 	n := h.n

@@ -587,6 +587,58 @@ func TestClusterSemiSyncHeldWhileOneStandbyIsCaughtUp(t *testing.T) {
 	}
 }
 
+// A standby whose stream breaks keeps its copy, and is promoted with it if
+// the active is never heard again: a semi-synchronous answer must not go
+// out on the other standby's acknowledgement alone once the link closes.
+// Standby 1 (the first in line) is cut off from the active, its
+// acknowledgement of a grant stands still, and its links close; the active
+// crashes before dropping it. Whatever grant the client was told of, the
+// promoted node 1 must hold.
+func TestClusterSemiSyncWaitsForAStandbyWhoseLinkBroke(t *testing.T) {
+	t.Parallel()
+	pn := newPeerNet(t)
+	tc := newCluster(t, 3, func(c *server.Config) {
+		c.SemiSync = true
+		c.PeerDialer = pn.Dialer(c.Listen)
+		c.Heartbeat = 100 * time.Millisecond
+		c.FailoverTimeout = 3 * time.Second // node 1 is not dropped meanwhile
+	})
+	tc.StartAll()
+	tc.WaitActive(0)
+	tc.waitSame(0, 1)
+	tc.waitSame(0, 2)
+	c := warmClients(t, tc.Addrs[0], 1)[0]
+	pn.Partition(tc.Addrs[0], tc.Addrs[1], true)
+	c.send("A k 30 0")
+	waitFor(t, "standby 2 to hold the grant", func() bool {
+		_, ok := tc.Nodes[2].Holders()["k"]
+		return ok
+	})
+	pn.Break(tc.Addrs[1], tc.Addrs[0]) // node 1's stream
+	pn.Break(tc.Addrs[0], tc.Addrs[1])
+	waitFor(t, "the active to see node 1's stream end", func() bool {
+		for _, l := range tc.Nodes[0].Replication() {
+			if l.Standby == tc.Addrs[1] {
+				return false
+			}
+		}
+		return true
+	})
+	got, err := c.readLine(300 * time.Millisecond) // an answer let go now comes by then
+	tc.crash(0)
+	if err != nil {
+		return // not told: nothing to keep
+	}
+	tok, err := parseGrant(got, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.WaitActive(1)
+	if h, ok := tc.Nodes[1].Holders()["k"]; !ok || h.Token != tok {
+		t.Fatalf("the client was told %q; the promoted standby holds %+v (%v)", got, h, ok)
+	}
+}
+
 // A peer reporting a higher token ceiling (its data directory is ahead:
 // it was active in a partition, say) moves the active's tokens above it
 // without stalling grants: well within the failover timeout.

@@ -22,10 +22,13 @@ type peerNet struct {
 	// direction and returns what the proxy writes on instead: an on-path
 	// attacker's hand.
 	tap map[[2]string]func([]byte) []byte
+	// links holds the sockets of every link from a dialler to its peer,
+	// for Break.
+	links map[[2]string][]net.Conn
 }
 
 func newPeerNet(t testing.TB) *peerNet {
-	pn := &peerNet{t: t, cut: map[[2]string]bool{}, tap: map[[2]string]func([]byte) []byte{}}
+	pn := &peerNet{t: t, cut: map[[2]string]bool{}, tap: map[[2]string]func([]byte) []byte{}, links: map[[2]string][]net.Conn{}}
 	pn.cv = sync.NewCond(&pn.mu)
 	t.Cleanup(func() {
 		pn.mu.Lock()
@@ -80,6 +83,9 @@ func (pn *peerNet) Dialer(from string) func(network, addr string, timeout time.D
 			node.Close()
 			return nil, err
 		}
+		pn.mu.Lock()
+		pn.links[[2]string{from, addr}] = append(pn.links[[2]string{from, addr}], up, mine)
+		pn.mu.Unlock()
 		go pn.copy(up, mine, from, addr) // from the dialler to the peer
 		go pn.copy(mine, up, addr, from) // and back
 		return node, nil
@@ -134,6 +140,17 @@ func (pn *peerNet) Cut(from, to string, on bool) {
 		delete(pn.cut, [2]string{from, to})
 		pn.cv.Broadcast()
 	}
+}
+
+// Break closes every link from dialled to to at once, as a reset would:
+// both nodes see it close (what a cut held is lost with it).
+func (pn *peerNet) Break(from, to string) {
+	pn.mu.Lock()
+	defer pn.mu.Unlock()
+	for _, c := range pn.links[[2]string{from, to}] {
+		c.Close()
+	}
+	delete(pn.links, [2]string{from, to})
 }
 
 // Partition cuts (or heals) both directions between a and b.

@@ -238,7 +238,9 @@ func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
 				return n.dropPeer(pc, "an acknowledgement of records never sent")
 			}
 			if !pc.sub.Synced() {
-				n.peers.sync.syncedSubs.Add(1)
+				if !n.peers.hub.RemoveLapsed(pc.idx) { // else it counts in its lapsed stream's place
+					n.peers.sync.syncedSubs.Add(1)
+				}
 				pc.sub.Ack(f.Seq)
 				if !n.cl.Post(pc.idx, failover.StandbySynced{From: pc.idx, Acked: f.Seq}) {
 					return n.dropPeer(pc, "too many events")
@@ -294,18 +296,31 @@ func (n *Node) dropPeer(pc *peerConn, why string) gnet.Action {
 	return gnet.Close
 }
 
-// unsubscribe ends pc's stream; answers held for its acknowledgement go
-// out if no other standby is left to wait for.
+// unsubscribe ends pc's stream. In semi-synchronous mode, a standby that
+// applied its snapshot lapses (replica.Hub.Lapse): the answers held for its
+// acknowledgement wait on until the failover.Node drops it (StandbyDropped)
+// or it syncs again, because it may yet be promoted with its copy. Else
+// they go out if no other standby is left to wait for.
 func (n *Node) unsubscribe(pc *peerConn) {
 	n.endSnapshot(pc)
-	n.peers.hub.Remove(pc.sub)
+	lapsed := n.cfg.SemiSync && n.peers.hub.Lapse(pc.sub)
+	if !lapsed {
+		n.peers.hub.Remove(pc.sub)
+	}
 	pc.gather.Stop()
 	pc.lp.streams = slices.DeleteFunc(pc.lp.streams, func(o *peerConn) bool { return o == pc })
-	if pc.sub.Synced() {
+	if pc.sub.Synced() && !lapsed {
 		n.peers.sync.syncedSubs.Add(-1)
 	}
 	pc.sub = nil
-	n.cl.Post(-1, failover.StandbyGone{From: pc.idx})
+	n.cl.Post(-1, failover.StandbyGone{From: pc.idx, Lapsed: lapsed})
+	n.ackedAny(nil)
+}
+
+// standbyDropped stops counting a lapsed standby the failover.Node gave up
+// on: answers held for it go out.
+func (n *Node) standbyDropped() {
+	n.peers.sync.syncedSubs.Add(-1)
 	n.ackedAny(nil)
 }
 
