@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import ssl
 from types import TracebackType
-from typing import Sequence
 
-from ._config import CredentialsArg, make_config
-from ._core import LockHandle, LockState, _Core, end_lock_block
+from ._config import ClientBase
+from ._core import Config, LockHandle, LockState, _Core, end_lock_block
 from ._wire import Holder, Node
 from .errors import Closed, Lost, Stale
 
@@ -86,23 +84,14 @@ class _AsyncLockBlock:
         end_lock_block(lock._ls, lost, et is not None, err)
 
 
-class AsyncClient:
+class AsyncClient(ClientBase):
     """A kunci client for asyncio: the same behaviour and methods as Client,
     as coroutines. Use it as "async with AsyncClient([...]) as c:", or await
     connect() and close(). Its connections live on the loop it connected on;
     use it from that loop only."""
 
-    def __init__(
-        self,
-        addrs: Sequence[str],
-        *,
-        owner: str | None = None,
-        credentials: CredentialsArg = None,
-        tls: ssl.SSLContext | None = None,
-        dial_timeout: float = 2.0,
-        reconnect_interval: float = 3.0,
-    ) -> None:
-        self._cfg = make_config(addrs, owner, credentials, tls, dial_timeout, reconnect_interval)
+    def _setup(self, cfg: Config) -> None:
+        self._cfg = cfg
         self._core: _Core | None = None
         self._closed = False
 

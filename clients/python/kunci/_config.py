@@ -141,3 +141,23 @@ def make_config(
     cfg.dial_timeout = dial_timeout
     cfg.reconnect_interval = reconnect_interval
     return cfg
+
+
+class ClientBase:
+    """The constructor Client and AsyncClient share: what the caller gave,
+    checked into a Config (make_config), is handed to the client's _setup."""
+
+    def __init__(
+        self,
+        addrs: Sequence[str],
+        *,
+        owner: str | None = None,
+        credentials: CredentialsArg = None,
+        tls: ssl.SSLContext | None = None,
+        dial_timeout: float = 2.0,
+        reconnect_interval: float = 3.0,
+    ) -> None:
+        self._setup(make_config(addrs, owner, credentials, tls, dial_timeout, reconnect_interval))
+
+    def _setup(self, cfg: Config) -> None:
+        raise NotImplementedError

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import ssl
 import threading
 from types import TracebackType
-from typing import Any, Callable, Coroutine, Deque, Sequence, TypeVar, cast
+from typing import Any, Callable, Coroutine, Deque, TypeVar, cast
 
 from ._async import Locks
-from ._config import CredentialsArg, make_config
-from ._core import LockHandle, LockState, Waiter, _Core, end_lock_block, fast_acquire, fast_release, slow
+from ._config import ClientBase
+from ._core import Config, LockHandle, LockState, Waiter, _Core, end_lock_block, fast_acquire, fast_release, slow
 from ._wire import Holder, Node
 from .errors import Closed, Stale
 
@@ -149,7 +148,7 @@ class _LockBlock:
         end_lock_block(lock._ls, lost, et is not None, err)
 
 
-class Client:
+class Client(ClientBase):
     """A kunci client: one persistent connection per node address (two when
     given one), pipelined, kept up in the background by one I/O thread.
     Safe for many threads at once. Use it as a context manager, or close()
@@ -165,17 +164,7 @@ class Client:
     kunci.AuthError when every one was a refusal of the credentials.
     """
 
-    def __init__(
-        self,
-        addrs: Sequence[str],
-        *,
-        owner: str | None = None,
-        credentials: CredentialsArg = None,
-        tls: ssl.SSLContext | None = None,
-        dial_timeout: float = 2.0,
-        reconnect_interval: float = 3.0,
-    ) -> None:
-        cfg = make_config(addrs, owner, credentials, tls, dial_timeout, reconnect_interval)
+    def _setup(self, cfg: Config) -> None:
         # _mu orders calls against close(): a call checks _closed and hands
         # its request over (_pending, _draining, the wake-up of the I/O
         # thread) under it, and close() sets _closed under it before it
