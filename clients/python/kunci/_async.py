@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from types import TracebackType
+from typing import Awaitable, Callable
 
 from ._config import ClientBase
 from ._core import Config, LockHandle, LockState, _Core, end_lock_block
@@ -57,15 +58,12 @@ class AsyncLock(LockHandle):
 
 
 class _AsyncLockBlock:
-    def __init__(
-        self, client: AsyncClient, key: str, lease: float, wait: float, limit: int | None = None, shared: bool = False
-    ) -> None:
-        self._client, self._key, self._lease, self._wait = client, key, lease, wait
-        self._limit, self._shared = limit, shared
+    def __init__(self, acquire: Callable[[], Awaitable[AsyncLock]]) -> None:
+        self._acquire = acquire
         self._lock: AsyncLock | None = None
 
     async def __aenter__(self) -> AsyncLock:
-        lock = await self._client.acquire(self._key, self._lease, self._wait, limit=self._limit, shared=self._shared)
+        lock = await self._acquire()
         lock.keep_alive()
         self._lock = lock
         return lock
@@ -166,7 +164,7 @@ class AsyncClient(ClientBase):
         lock is lost meanwhile, lock.lost is set at once, and the block's end
         raises kunci.Lost (unless the block raised). limit and shared as
         acquire's."""
-        return _AsyncLockBlock(self, key, lease, wait, limit, shared)
+        return _AsyncLockBlock(lambda: self.acquire(key, lease, wait, limit=limit, shared=shared))
 
     async def inspect(self, key: str) -> Holder | None:
         """Who holds key: its Holder, or None when nobody holds it."""

@@ -123,15 +123,12 @@ class Lock(LockHandle):
 
 
 class _LockBlock:
-    def __init__(
-        self, client: Client, key: str, lease: float, wait: float, limit: int | None = None, shared: bool = False
-    ) -> None:
-        self._client, self._key, self._lease, self._wait = client, key, lease, wait
-        self._limit, self._shared = limit, shared
+    def __init__(self, acquire: Callable[[], Lock]) -> None:
+        self._acquire = acquire
         self._lock: Lock | None = None
 
     def __enter__(self) -> Lock:
-        lock = self._client.acquire(self._key, self._lease, self._wait, limit=self._limit, shared=self._shared)
+        lock = self._acquire()
         lock.keep_alive()
         self._lock = lock
         return lock
@@ -313,7 +310,7 @@ class Client(ClientBase):
         is lost meanwhile, lock.lost is set at once, and the block's end
         raises kunci.Lost (unless the block raised). limit and shared as
         acquire's."""
-        return _LockBlock(self, key, lease, wait, limit, shared)
+        return _LockBlock(lambda: self.acquire(key, lease, wait, limit=limit, shared=shared))
 
     def inspect(self, key: str) -> Holder | None:
         """Who holds key: its Holder, or None when nobody holds it."""
