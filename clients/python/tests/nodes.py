@@ -192,6 +192,22 @@ def _split(addr: str) -> tuple[str, int]:
     return h, int(p)
 
 
+def _shut(s: socket.socket) -> None:
+    """Shut s down both ways, as a connection breaks (nothing when it is
+    not connected any more)."""
+    try:
+        s.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _close(s: socket.socket) -> None:
+    """Shut s down, then close it: close() alone leaves a thread blocked in
+    accept() accepting on (Linux), and shutdown() wakes it."""
+    _shut(s)
+    s.close()
+
+
 class NodeCase(unittest.TestCase):
     """A TestCase that starts nodes and kills every one in tearDown."""
 
@@ -363,11 +379,8 @@ class Proxy:
                 dst.sendall(b"".join(out))
         except OSError:
             pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        _shut(src)
+        _shut(dst)
 
     def lose_answer(self, prefix: bytes, refuse_for: float | None = None) -> None:
         """Lose the next answer line that starts with prefix: the connection
@@ -379,11 +392,8 @@ class Proxy:
 
     def _break(self, src: socket.socket, dst: socket.socket, refuse_for: float | None) -> None:
         if refuse_for is None:
-            for s in (src, dst):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
+            _shut(src)
+            _shut(dst)
             self.lost.set()
             return
         threading.Thread(target=lambda: (self.cut(refuse_for), self.lost.set()), daemon=True).start()
@@ -398,15 +408,11 @@ class Proxy:
         """Close every connection through the proxy, and refuse new ones for
         refuse_for seconds."""
         port = self.ls.getsockname()[1]
-        self._stop_listening()
+        _close(self.ls)
         with self.lock:
             socks, self.socks = self.socks, []
         for s in socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
+            _close(s)
         if refuse_for > 0:
             time.sleep(refuse_for)
         for _ in range(100):
@@ -417,17 +423,8 @@ class Proxy:
                 time.sleep(0.05)
         threading.Thread(target=self._accept, args=(self.ls,), daemon=True).start()
 
-    def _stop_listening(self) -> None:
-        # close() alone leaves a thread blocked in accept() accepting on
-        # (Linux): shutdown() wakes it.
-        try:
-            self.ls.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.ls.close()
-
     def close(self) -> None:
-        self._stop_listening()
+        _close(self.ls)
         with self.lock:
             socks, self.socks = self.socks, []
         for s in socks:
@@ -499,10 +496,7 @@ class OldNode:
             if key == self.lose:
                 self.lose = None
                 for s in self.socks:
-                    try:
-                        s.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
+                    _shut(s)
                 return None
             if key in self.held:
                 return b"T " + key
@@ -525,16 +519,8 @@ class OldNode:
             return [x for lines in self.lines for x in lines]
 
     def close(self) -> None:
-        try:
-            self.ls.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        self.ls.close()
+        _close(self.ls)
         with self.mu:
             socks, self.socks = self.socks, []
         for s in socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
+            _close(s)
