@@ -10,7 +10,9 @@ Every wait is bounded: WAIT seconds, generous for a busy machine.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
+import functools
 import json
 import os
 import random
@@ -23,7 +25,7 @@ import threading
 import time
 import unittest
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Coroutine, TypeVar
 
 WAIT = 15.0
 ROOT = Path(__file__).resolve().parents[3]  # the checkout
@@ -231,6 +233,11 @@ class NodeCase(unittest.TestCase):
         self.nodes.append(n)
         return n
 
+    def run_async(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run coro in an event loop of its own (asyncio.run); a test still
+        running after 60 s fails."""
+        asyncio.run(asyncio.wait_for(coro, 60))
+
     def raw_hold(self, addr: str, key: bytes) -> tuple[socket.socket, bytes]:
         """A raw protocol connection to addr holding key, granted at once
         (closed when the test ends), and its grant line."""
@@ -298,6 +305,20 @@ class NodeCase(unittest.TestCase):
         for f in os.listdir(d):
             os.chmod(os.path.join(d, f), 0o600)
         return {n: os.path.join(d, n) for n in ("ca.crt", "node1.crt", "node1.key", "app.crt", "app.key", "other.crt")}
+
+
+C = TypeVar("C", bound=NodeCase)
+
+
+def in_loop(test: Callable[[C], Coroutine[Any, Any, None]]) -> Callable[[C], None]:
+    """A coroutine test method made one unittest runs: its coroutine runs in
+    an event loop of its own (NodeCase.run_async)."""
+
+    @functools.wraps(test)
+    def run(self: C) -> None:
+        self.run_async(test(self))
+
+    return run
 
 
 class Proxy:

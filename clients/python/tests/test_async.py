@@ -8,185 +8,165 @@ import select
 import socket
 import threading
 import time
-from typing import Any, Coroutine
+from typing import Any
 
 import kunci
-from tests.nodes import NodeCase, Proxy, _readline as readline, roundtrip
+from tests.nodes import NodeCase, Proxy, _readline as readline, in_loop, roundtrip
 
 
 class Async(NodeCase):
-    def run_async(self, coro: Coroutine[Any, Any, None]) -> None:
-        asyncio.run(asyncio.wait_for(coro, 60))
-
-    def test_tour(self) -> None:
+    @in_loop
+    async def test_tour(self) -> None:
         n = self.node()
+        async with kunci.AsyncClient([n.addr], owner="billing") as c:
+            lock = await c.acquire("orders/42", lease=30, wait=10)
+            self.assertIsNone(await c.try_acquire("orders/42", lease=5))
+            h = await c.inspect("orders/42")
+            self.assertEqual((h.token, h.owner), (lock.token, "billing"))
+            await lock.extend(60)
+            self.assertGreater((await c.inspect("orders/42")).left, 30)
+            listed = await c.locks(prefix="orders/")
+            self.assertEqual([x.key for x in listed], ["orders/42"])
+            self.assertFalse(listed.more)
+            await lock.release()
+            # Released again by this client (its session): done, as the
+            # node answers, not stale.
+            await lock.release()
+            self.assertFalse(lock.lost.is_set())
+            self.assertIsNone(await c.inspect("orders/42"))
+            # Not the client's any more: its lease ran out.
+            brief = await c.acquire("orders/43", lease=0.2, wait=10)
+            for _ in range(500):
+                if await c.inspect("orders/43") is None:
+                    break
+                await asyncio.sleep(0.01)
+            with self.assertRaises(kunci.Stale) as cm:
+                await brief.release()
+            self.assertIn("not yours any more", str(cm.exception))
+            self.assertTrue(brief.lost.is_set())
 
-        async def main() -> None:
-            async with kunci.AsyncClient([n.addr], owner="billing") as c:
-                lock = await c.acquire("orders/42", lease=30, wait=10)
-                self.assertIsNone(await c.try_acquire("orders/42", lease=5))
-                h = await c.inspect("orders/42")
-                self.assertEqual((h.token, h.owner), (lock.token, "billing"))
-                await lock.extend(60)
-                self.assertGreater((await c.inspect("orders/42")).left, 30)
-                listed = await c.locks(prefix="orders/")
-                self.assertEqual([x.key for x in listed], ["orders/42"])
-                self.assertFalse(listed.more)
+    @in_loop
+    async def test_fifo_and_timeout(self) -> None:
+        n = self.node()
+        async with kunci.AsyncClient([n.addr]) as a, kunci.AsyncClient([n.addr]) as b:
+            held = await a.acquire("k", lease=30, wait=5)
+            start = time.monotonic()
+            with self.assertRaises(kunci.Timeout):
+                await b.acquire("k", lease=30, wait=0.3)
+            self.assertGreaterEqual(time.monotonic() - start, 0.3)
+            # Six acquirers of one key in one client, which has one
+            # acquire of a key in progress at a time: all granted in
+            # turn, tokens rising.
+            order: list[int] = []
+
+            async def one() -> None:
+                lock = await b.acquire("k", lease=30, wait=20)
+                order.append(lock.token)
                 await lock.release()
-                # Released again by this client (its session): done, as the
-                # node answers, not stale.
-                await lock.release()
+
+            tasks = [asyncio.ensure_future(one()) for _ in range(6)]
+            for _ in range(500):
+                if (await a.inspect("k")).waiters >= 1:
+                    break
+                await asyncio.sleep(0.01)
+            await held.release()
+            await asyncio.gather(*tasks)
+            self.assertEqual(order, sorted(set(order)))
+            self.assertEqual(len(order), 6)
+
+    @in_loop
+    async def test_lease_loss(self) -> None:
+        n = self.node()
+        async with kunci.AsyncClient([n.addr]) as c:
+            with self.assertRaises(kunci.Lost):
+                async with c.lock("k", lease=1, wait=5) as lock:
+                    await asyncio.to_thread(roundtrip, n.addr, b"R k %d\n" % lock.token)
+                    await asyncio.wait_for(lock.lost.wait(), 10)
+            await (await c.acquire("k", lease=5, wait=5)).release()
+
+    @in_loop
+    async def test_kept_alive_past_its_lease(self) -> None:
+        n = self.node()
+        async with kunci.AsyncClient([n.addr]) as c:
+            async with c.lock("k", lease=0.6, wait=5) as lock:
+                await asyncio.sleep(2)
+                self.assertEqual((await c.inspect("k")).token, lock.token)
                 self.assertFalse(lock.lost.is_set())
-                self.assertIsNone(await c.inspect("orders/42"))
-                # Not the client's any more: its lease ran out.
-                brief = await c.acquire("orders/43", lease=0.2, wait=10)
-                for _ in range(500):
-                    if await c.inspect("orders/43") is None:
-                        break
-                    await asyncio.sleep(0.01)
-                with self.assertRaises(kunci.Stale) as cm:
-                    await brief.release()
-                self.assertIn("not yours any more", str(cm.exception))
-                self.assertTrue(brief.lost.is_set())
+            self.assertIsNone(await c.inspect("k"))
 
-        self.run_async(main())
-
-    def test_fifo_and_timeout(self) -> None:
+    @in_loop
+    async def test_semaphore_and_shared(self) -> None:
         n = self.node()
+        async with kunci.AsyncClient([n.addr], owner="w1") as a, kunci.AsyncClient([n.addr]) as b:
+            s1 = await a.acquire("pool", lease=30, wait=5, limit=2)
+            s2 = await b.acquire("pool", lease=30, wait=5, limit=2)
+            self.assertIsNone(await b.try_acquire("pool", lease=30, limit=2))
+            listed = await a.locks(prefix="pool")
+            self.assertEqual(sorted(x.token for x in listed), [s1.token, s2.token])
+            self.assertEqual({(x.holders, x.limit, x.shared) for x in listed}, {(2, 2, False)})
+            self.assertEqual({x.owner for x in listed}, {"w1", ""})
+            with self.assertRaises(kunci.Refused) as cm:
+                await b.acquire("pool", lease=30, wait=1, shared=True)
+            self.assertEqual(cm.exception.reason, "key held as a semaphore")
+            with self.assertRaises(kunci.Refused) as cm:
+                await b.acquire("big", lease=30, wait=1, limit=5000)
+            self.assertEqual(cm.exception.reason, "limit too high (max 1024)")
+            # A third waits in a run-under-lock block until a place is
+            # free; its grant ended behind its back is signalled lost.
+            token = 0
 
-        async def main() -> None:
-            async with kunci.AsyncClient([n.addr]) as a, kunci.AsyncClient([n.addr]) as b:
-                held = await a.acquire("k", lease=30, wait=5)
-                start = time.monotonic()
-                with self.assertRaises(kunci.Timeout):
-                    await b.acquire("k", lease=30, wait=0.3)
-                self.assertGreaterEqual(time.monotonic() - start, 0.3)
-                # Six acquirers of one key in one client, which has one
-                # acquire of a key in progress at a time: all granted in
-                # turn, tokens rising.
-                order: list[int] = []
+            async def third() -> None:
+                nonlocal token
+                async with b.lock("pool", lease=1, wait=20, limit=2) as lock:
+                    token = lock.token
+                    self.assertEqual(await asyncio.to_thread(
+                        roundtrip, n.addr, b"R pool %d\n" % lock.token), b"R pool OK")
+                    await asyncio.wait_for(lock.lost.wait(), 10)
 
-                async def one() -> None:
-                    lock = await b.acquire("k", lease=30, wait=20)
-                    order.append(lock.token)
-                    await lock.release()
+            t = asyncio.ensure_future(third())
+            for _ in range(500):
+                if (await a.inspect("pool")).waiters == 1:
+                    break
+                await asyncio.sleep(0.01)
+            self.assertEqual(token, 0)
+            await s1.release()
+            with self.assertRaises(kunci.Lost):
+                await asyncio.wait_for(t, 20)
+            self.assertGreater(token, s2.token)
+            await s2.release()
+            self.assertIsNone(await a.inspect("pool"))
+            # Shared: two readers at once, shown as such.
+            r1 = await a.acquire("doc", lease=30, wait=5, shared=True)
+            r2 = await b.acquire("doc", lease=30, wait=5, shared=True)
+            h = await a.inspect("doc")
+            self.assertEqual((h.token, h.holders, h.shared, h.limit), (r1.token, 2, True, None))
+            self.assertIsNone(await a.try_acquire("doc", lease=30))
+            await r1.release()
+            await r2.release()
 
-                tasks = [asyncio.ensure_future(one()) for _ in range(6)]
-                for _ in range(500):
-                    if (await a.inspect("k")).waiters >= 1:
-                        break
-                    await asyncio.sleep(0.01)
-                await held.release()
-                await asyncio.gather(*tasks)
-                self.assertEqual(order, sorted(set(order)))
-                self.assertEqual(len(order), 6)
-
-        self.run_async(main())
-
-    def test_lease_loss(self) -> None:
+    @in_loop
+    async def test_cancelled_acquire_is_withdrawn(self) -> None:
         n = self.node()
+        async with kunci.AsyncClient([n.addr]) as a, kunci.AsyncClient([n.addr]) as b:
+            held = await a.acquire("k", lease=30, wait=5)
+            t = asyncio.ensure_future(b.acquire("k", lease=30, wait=20))
+            for _ in range(500):
+                if (await a.inspect("k")).waiters == 1:
+                    break
+                await asyncio.sleep(0.01)
+            t.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await t
+            for _ in range(500):
+                if (await a.inspect("k")).waiters == 0:
+                    break
+                await asyncio.sleep(0.01)
+            self.assertEqual((await a.inspect("k")).waiters, 0)
+            await held.release()
+            self.assertIsNone(await a.inspect("k"))
 
-        async def main() -> None:
-            async with kunci.AsyncClient([n.addr]) as c:
-                with self.assertRaises(kunci.Lost):
-                    async with c.lock("k", lease=1, wait=5) as lock:
-                        await asyncio.to_thread(roundtrip, n.addr, b"R k %d\n" % lock.token)
-                        await asyncio.wait_for(lock.lost.wait(), 10)
-                await (await c.acquire("k", lease=5, wait=5)).release()
-
-        self.run_async(main())
-
-    def test_kept_alive_past_its_lease(self) -> None:
-        n = self.node()
-
-        async def main() -> None:
-            async with kunci.AsyncClient([n.addr]) as c:
-                async with c.lock("k", lease=0.6, wait=5) as lock:
-                    await asyncio.sleep(2)
-                    self.assertEqual((await c.inspect("k")).token, lock.token)
-                    self.assertFalse(lock.lost.is_set())
-                self.assertIsNone(await c.inspect("k"))
-
-        self.run_async(main())
-
-    def test_semaphore_and_shared(self) -> None:
-        n = self.node()
-
-        async def main() -> None:
-            async with kunci.AsyncClient([n.addr], owner="w1") as a, kunci.AsyncClient([n.addr]) as b:
-                s1 = await a.acquire("pool", lease=30, wait=5, limit=2)
-                s2 = await b.acquire("pool", lease=30, wait=5, limit=2)
-                self.assertIsNone(await b.try_acquire("pool", lease=30, limit=2))
-                listed = await a.locks(prefix="pool")
-                self.assertEqual(sorted(x.token for x in listed), [s1.token, s2.token])
-                self.assertEqual({(x.holders, x.limit, x.shared) for x in listed}, {(2, 2, False)})
-                self.assertEqual({x.owner for x in listed}, {"w1", ""})
-                with self.assertRaises(kunci.Refused) as cm:
-                    await b.acquire("pool", lease=30, wait=1, shared=True)
-                self.assertEqual(cm.exception.reason, "key held as a semaphore")
-                with self.assertRaises(kunci.Refused) as cm:
-                    await b.acquire("big", lease=30, wait=1, limit=5000)
-                self.assertEqual(cm.exception.reason, "limit too high (max 1024)")
-                # A third waits in a run-under-lock block until a place is
-                # free; its grant ended behind its back is signalled lost.
-                token = 0
-
-                async def third() -> None:
-                    nonlocal token
-                    async with b.lock("pool", lease=1, wait=20, limit=2) as lock:
-                        token = lock.token
-                        self.assertEqual(await asyncio.to_thread(
-                            roundtrip, n.addr, b"R pool %d\n" % lock.token), b"R pool OK")
-                        await asyncio.wait_for(lock.lost.wait(), 10)
-
-                t = asyncio.ensure_future(third())
-                for _ in range(500):
-                    if (await a.inspect("pool")).waiters == 1:
-                        break
-                    await asyncio.sleep(0.01)
-                self.assertEqual(token, 0)
-                await s1.release()
-                with self.assertRaises(kunci.Lost):
-                    await asyncio.wait_for(t, 20)
-                self.assertGreater(token, s2.token)
-                await s2.release()
-                self.assertIsNone(await a.inspect("pool"))
-                # Shared: two readers at once, shown as such.
-                r1 = await a.acquire("doc", lease=30, wait=5, shared=True)
-                r2 = await b.acquire("doc", lease=30, wait=5, shared=True)
-                h = await a.inspect("doc")
-                self.assertEqual((h.token, h.holders, h.shared, h.limit), (r1.token, 2, True, None))
-                self.assertIsNone(await a.try_acquire("doc", lease=30))
-                await r1.release()
-                await r2.release()
-
-        self.run_async(main())
-
-    def test_cancelled_acquire_is_withdrawn(self) -> None:
-        n = self.node()
-
-        async def main() -> None:
-            async with kunci.AsyncClient([n.addr]) as a, kunci.AsyncClient([n.addr]) as b:
-                held = await a.acquire("k", lease=30, wait=5)
-                t = asyncio.ensure_future(b.acquire("k", lease=30, wait=20))
-                for _ in range(500):
-                    if (await a.inspect("k")).waiters == 1:
-                        break
-                    await asyncio.sleep(0.01)
-                t.cancel()
-                with self.assertRaises(asyncio.CancelledError):
-                    await t
-                for _ in range(500):
-                    if (await a.inspect("k")).waiters == 0:
-                        break
-                    await asyncio.sleep(0.01)
-                self.assertEqual((await a.inspect("k")).waiters, 0)
-                await held.release()
-                self.assertIsNone(await a.inspect("k"))
-
-        self.run_async(main())
-
-    def test_try_beside_an_acquire_of_the_key(self) -> None:
+    @in_loop
+    async def test_try_beside_an_acquire_of_the_key(self) -> None:
         """The client has one acquire of a key in progress at a time (so that
         an acquire sent again with seen= is answered its own earlier grant,
         never another acquire's): a try of a semaphore or a shared key made
@@ -196,102 +176,92 @@ class Async(NodeCase):
         n = self.node()
         p = Proxy(n.addr)
         self.cleanups_first.append(p.close)
+        async with kunci.AsyncClient([p.addr]) as c:
+            for key, kind in (("pool", {"limit": 3}), ("doc", {"shared": True})):
+                t1 = asyncio.ensure_future(c.acquire(key, 30, 5, **kind))  # type: ignore[arg-type]
+                t2 = asyncio.ensure_future(c.try_acquire(key, 30, **kind))  # type: ignore[arg-type]
+                first, tried = await t1, await t2
+                self.assertIsNone(tried, "%s: a try beside an acquire in progress was sent" % key)
+                sent = [x for x in p.lines() if x.startswith(b"A %s " % key.encode())]
+                self.assertEqual(len(sent), 1, sent)
+                tried = await c.try_acquire(key, 30, **kind)  # type: ignore[arg-type]
+                self.assertIsNotNone(tried, "%s: a try beside a grant answered held" % key)
+                assert tried is not None
+                self.assertEqual((await c.inspect(key)).holders, 2)
+                await first.release()
+                await tried.release()
 
-        async def main() -> None:
-            async with kunci.AsyncClient([p.addr]) as c:
-                for key, kind in (("pool", {"limit": 3}), ("doc", {"shared": True})):
-                    t1 = asyncio.ensure_future(c.acquire(key, 30, 5, **kind))  # type: ignore[arg-type]
-                    t2 = asyncio.ensure_future(c.try_acquire(key, 30, **kind))  # type: ignore[arg-type]
-                    first, tried = await t1, await t2
-                    self.assertIsNone(tried, "%s: a try beside an acquire in progress was sent" % key)
-                    sent = [x for x in p.lines() if x.startswith(b"A %s " % key.encode())]
-                    self.assertEqual(len(sent), 1, sent)
-                    tried = await c.try_acquire(key, 30, **kind)  # type: ignore[arg-type]
-                    self.assertIsNotNone(tried, "%s: a try beside a grant answered held" % key)
-                    assert tried is not None
-                    self.assertEqual((await c.inspect(key)).holders, 2)
-                    await first.release()
-                    await tried.release()
-
-        self.run_async(main())
-
-    def test_cancelled_semaphore_and_writer_are_withdrawn(self) -> None:
+    @in_loop
+    async def test_cancelled_semaphore_and_writer_are_withdrawn(self) -> None:
         n = self.node()
+        async with kunci.AsyncClient([n.addr]) as a, kunci.AsyncClient([n.addr]) as b:
 
-        async def main() -> None:
-            async with kunci.AsyncClient([n.addr]) as a, kunci.AsyncClient([n.addr]) as b:
+            async def queued(key: str, want: int) -> None:
+                for _ in range(1000):
+                    if (await a.inspect(key)).waiters == want:
+                        return
+                    await asyncio.sleep(0.01)
+                self.fail("%s: never %d waiting" % (key, want))
 
-                async def queued(key: str, want: int) -> None:
-                    for _ in range(1000):
-                        if (await a.inspect(key)).waiters == want:
-                            return
-                        await asyncio.sleep(0.01)
-                    self.fail("%s: never %d waiting" % (key, want))
+            # A semaphore's queued acquire, cancelled: withdrawn (C), so
+            # the holder's release leaves the key free.
+            sem = await a.acquire("pool", lease=30, wait=5, limit=1)
+            t = asyncio.ensure_future(b.acquire("pool", lease=30, wait=20, limit=1))
+            await queued("pool", 1)
+            t.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await t
+            await queued("pool", 0)
+            await sem.release()
+            self.assertIsNone(await a.inspect("pool"))
+            # A writer queued behind a reader keeps new readers out;
+            # cancelled, it lets them in again.
+            r = await a.acquire("doc", lease=30, wait=5, shared=True)
+            w = asyncio.ensure_future(b.acquire("doc", lease=30, wait=20))
+            await queued("doc", 1)
+            self.assertIsNone(await a.try_acquire("doc", lease=30, shared=True))
+            w.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await w
+            await queued("doc", 0)
+            r2 = await a.try_acquire("doc", lease=30, shared=True)
+            self.assertIsNotNone(r2, "a reader kept out by a withdrawn writer")
+            assert r2 is not None
+            self.assertEqual((await a.inspect("doc")).holders, 2)
+            await r.release()
+            await r2.release()
+            self.assertIsNone(await a.inspect("doc"))
 
-                # A semaphore's queued acquire, cancelled: withdrawn (C), so
-                # the holder's release leaves the key free.
-                sem = await a.acquire("pool", lease=30, wait=5, limit=1)
-                t = asyncio.ensure_future(b.acquire("pool", lease=30, wait=20, limit=1))
-                await queued("pool", 1)
-                t.cancel()
-                with self.assertRaises(asyncio.CancelledError):
-                    await t
-                await queued("pool", 0)
-                await sem.release()
-                self.assertIsNone(await a.inspect("pool"))
-                # A writer queued behind a reader keeps new readers out;
-                # cancelled, it lets them in again.
-                r = await a.acquire("doc", lease=30, wait=5, shared=True)
-                w = asyncio.ensure_future(b.acquire("doc", lease=30, wait=20))
-                await queued("doc", 1)
-                self.assertIsNone(await a.try_acquire("doc", lease=30, shared=True))
-                w.cancel()
-                with self.assertRaises(asyncio.CancelledError):
-                    await w
-                await queued("doc", 0)
-                r2 = await a.try_acquire("doc", lease=30, shared=True)
-                self.assertIsNotNone(r2, "a reader kept out by a withdrawn writer")
-                assert r2 is not None
-                self.assertEqual((await a.inspect("doc")).holders, 2)
-                await r.release()
-                await r2.release()
-                self.assertIsNone(await a.inspect("doc"))
-
-        self.run_async(main())
-
-    def test_grant_and_cancel_in_one_turn_is_released(self) -> None:
+    @in_loop
+    async def test_grant_and_cancel_in_one_turn_is_released(self) -> None:
         """A busy loop reads an acquire's grant and runs the caller's
         timeout (asyncio.timeout's timer: it cancels the task) in the same
         turn: the task ends cancelled, so the grant must be released, not
         left holding the key for its whole lease."""
         n = self.node()
         raw, held = self.raw_hold(n.addr, b"k")
-
-        async def main() -> None:
-            async with kunci.AsyncClient([n.addr]) as c:
-                loop = asyncio.get_running_loop()
-                t = asyncio.ensure_future(c.acquire("k", lease=30, wait=10))
-                for _ in range(500):
-                    if (await c.inspect("k")).waiters == 1:
-                        break
-                    await asyncio.sleep(0.01)
-                socks = [cn.link.transport.get_extra_info("socket") for cn in c._core.conns if cn.link]
-                # Busy: the loop is held while the grant reaches the
-                # client's socket, and the timeout falls due meanwhile.
-                raw.sendall(b"R k " + held.split()[2] + b"\n")
-                self.assertEqual(readline(raw), b"R k OK")
-                readable, _, _ = select.select(socks, [], [], 10)
-                self.assertTrue(readable, "the grant never came")
-                loop.call_later(0, t.cancel)
-                with self.assertRaises(asyncio.CancelledError):
-                    await t
-                for _ in range(500):
-                    if await c.inspect("k") is None:
-                        break
-                    await asyncio.sleep(0.01)
-                self.assertIsNone(await c.inspect("k"), "the late grant was never released")
-
-        self.run_async(main())
+        async with kunci.AsyncClient([n.addr]) as c:
+            loop = asyncio.get_running_loop()
+            t = asyncio.ensure_future(c.acquire("k", lease=30, wait=10))
+            for _ in range(500):
+                if (await c.inspect("k")).waiters == 1:
+                    break
+                await asyncio.sleep(0.01)
+            socks = [cn.link.transport.get_extra_info("socket") for cn in c._core.conns if cn.link]
+            # Busy: the loop is held while the grant reaches the
+            # client's socket, and the timeout falls due meanwhile.
+            raw.sendall(b"R k " + held.split()[2] + b"\n")
+            self.assertEqual(readline(raw), b"R k OK")
+            readable, _, _ = select.select(socks, [], [], 10)
+            self.assertTrue(readable, "the grant never came")
+            loop.call_later(0, t.cancel)
+            with self.assertRaises(asyncio.CancelledError):
+                await t
+            for _ in range(500):
+                if await c.inspect("k") is None:
+                    break
+                await asyncio.sleep(0.01)
+            self.assertIsNone(await c.inspect("k"), "the late grant was never released")
 
     def test_cancelled_connect_leaves_nothing_behind(self) -> None:
         """A connect given up (a timeout around "async with AsyncClient")
@@ -334,43 +304,38 @@ class Async(NodeCase):
                 data = s.recv(512)
             self.assertEqual(data, b"", "the connection stayed open")
 
-    def test_release_across_drop(self) -> None:
+    @in_loop
+    async def test_release_across_drop(self) -> None:
         n = self.node()
         p = Proxy(n.addr)
         self.cleanups_first.append(p.close)
-
-        async def main() -> None:
-            async with kunci.AsyncClient([p.addr]) as c:
-                lock = await c.acquire("k", lease=30, wait=5)
-                await asyncio.to_thread(p.cut, 0.3)
-                await lock.release()
-
-        self.run_async(main())
+        async with kunci.AsyncClient([p.addr]) as c:
+            lock = await c.acquire("k", lease=30, wait=5)
+            await asyncio.to_thread(p.cut, 0.3)
+            await lock.release()
         self.assertEqual(roundtrip(n.addr, b"Q k\n"), b"Q k FREE")
 
-    def test_bad_input(self) -> None:
-        async def main() -> None:
-            async with kunci.AsyncClient(["127.0.0.1:1"]) as c:
-                for bad in ("a b", "", "k" * 251):
-                    with self.assertRaises(ValueError):
-                        await c.acquire(bad, lease=5, wait=1)
+    @in_loop
+    async def test_bad_input(self) -> None:
+        async with kunci.AsyncClient(["127.0.0.1:1"]) as c:
+            for bad in ("a b", "", "k" * 251):
                 with self.assertRaises(ValueError):
-                    await c.acquire("k", lease=0, wait=1)
-                with self.assertRaises(ValueError):
-                    await c.acquire("k", lease=5, wait=-1)
-                with self.assertRaises(ValueError):
-                    await c.acquire("k", lease=5, wait=1, limit=0)
-                with self.assertRaises(ValueError):
-                    await c.try_acquire("k", lease=5, limit=2, shared=True)
-                with self.assertRaises(ValueError):
-                    async with c.lock("k", lease=5, wait=1, limit=-2):
-                        pass
-                with self.assertRaises(kunci.Unavailable):
-                    await c.acquire("k", lease=5, wait=0.2)
-            with self.assertRaises(kunci.Closed):
-                await c.acquire("k", lease=5, wait=1)
-
-        self.run_async(main())
+                    await c.acquire(bad, lease=5, wait=1)
+            with self.assertRaises(ValueError):
+                await c.acquire("k", lease=0, wait=1)
+            with self.assertRaises(ValueError):
+                await c.acquire("k", lease=5, wait=-1)
+            with self.assertRaises(ValueError):
+                await c.acquire("k", lease=5, wait=1, limit=0)
+            with self.assertRaises(ValueError):
+                await c.try_acquire("k", lease=5, limit=2, shared=True)
+            with self.assertRaises(ValueError):
+                async with c.lock("k", lease=5, wait=1, limit=-2):
+                    pass
+            with self.assertRaises(kunci.Unavailable):
+                await c.acquire("k", lease=5, wait=0.2)
+        with self.assertRaises(kunci.Closed):
+            await c.acquire("k", lease=5, wait=1)
 
 
 class Threads(NodeCase):

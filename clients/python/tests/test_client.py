@@ -130,7 +130,7 @@ class Connections(NodeCase):
                 self.assertEqual(len(await c.locks()), 0)
                 self.assertEqual(connections(admin), 2)
 
-        asyncio.run(asyncio.wait_for(main(), 60))
+        self.run_async(main())
 
 
 class GaveUp(Exception):
@@ -376,7 +376,7 @@ class Info(NodeCase):
                 self.assertEqual(await ac.active(), addrs[0])
                 self.assertEqual(await ac.info(), kunci.Node(addrs[0], "active", addrs[0]))
 
-        asyncio.run(asyncio.wait_for(main(), 60))
+        self.run_async(main())
         electing = OldNode()
         self.cleanups_first.append(electing.close)
         electing.info_line = b"I standby %s - state=promoting" % electing.addr.encode()

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-from typing import Any, Coroutine
 
 import kunci
 from tests.nodes import WAIT, NodeCase, OldNode, Proxy, roundtrip, until
@@ -32,9 +31,6 @@ class Sessions(NodeCase):
         c = kunci.Client(addrs, reconnect_interval=0.2)
         self.cleanups_first.append(c.close)
         return c
-
-    def run_async(self, coro: Coroutine[Any, Any, None]) -> None:
-        asyncio.run(asyncio.wait_for(coro, 60))
 
     def check_taken_back(self, node: str, p: Proxy, token: int) -> None:
         """The acquire of k whose answer p lost was sent again with seen= and
@@ -260,5 +256,5 @@ class OldNodes(NodeCase):
                 lock = await c.acquire("j", lease=30, wait=5)
                 await lock.release()
 
-        asyncio.run(asyncio.wait_for(main(), 60))
+        self.run_async(main())
         self.check_old(o)
