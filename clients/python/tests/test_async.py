@@ -4,17 +4,42 @@ same-key queue inside one client, and a cancelled acquire withdrawn."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import select
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, AsyncIterator
 
 import kunci
 from tests.nodes import NodeCase, Proxy, _readline as readline, in_loop, roundtrip
 
 
 class Async(NodeCase):
+    @contextlib.asynccontextmanager
+    async def two_clients(self) -> AsyncIterator[tuple[kunci.AsyncClient, kunci.AsyncClient]]:
+        """Two clients, a and b, of a node of their own."""
+        n = self.node()
+        async with kunci.AsyncClient([n.addr]) as a, kunci.AsyncClient([n.addr]) as b:
+            yield a, b
+
+    async def queued(self, c: kunci.AsyncClient, key: str, want: int) -> None:
+        """Wait until want acquires of key wait in the node's queue (as c's
+        inspect sees it)."""
+        for _ in range(1000):
+            if (await c.inspect(key)).waiters == want:
+                return
+            await asyncio.sleep(0.01)
+        self.fail("%s: never %d waiting" % (key, want))
+
+    async def cancel_queued(self, c: kunci.AsyncClient, t: asyncio.Future[Any], key: str) -> None:
+        """Cancel t, an acquire of key waiting in the node's queue: it ends
+        cancelled, and leaves the queue (withdrawn: C), as c's inspect sees."""
+        t.cancel()
+        with self.assertRaises(asyncio.CancelledError):
+            await t
+        await self.queued(c, key, 0)
+
     @in_loop
     async def test_tour(self) -> None:
         n = self.node()
@@ -47,8 +72,7 @@ class Async(NodeCase):
 
     @in_loop
     async def test_fifo_and_timeout(self) -> None:
-        n = self.node()
-        async with kunci.AsyncClient([n.addr]) as a, kunci.AsyncClient([n.addr]) as b:
+        async with self.two_clients() as (a, b):
             held = await a.acquire("k", lease=30, wait=5)
             start = time.monotonic()
             with self.assertRaises(kunci.Timeout):
@@ -65,10 +89,7 @@ class Async(NodeCase):
                 await lock.release()
 
             tasks = [asyncio.ensure_future(one()) for _ in range(6)]
-            for _ in range(500):
-                if (await a.inspect("k")).waiters >= 1:
-                    break
-                await asyncio.sleep(0.01)
+            await self.queued(a, "k", 1)
             await held.release()
             await asyncio.gather(*tasks)
             self.assertEqual(order, sorted(set(order)))
@@ -124,10 +145,7 @@ class Async(NodeCase):
                     await asyncio.wait_for(lock.lost.wait(), 10)
 
             t = asyncio.ensure_future(third())
-            for _ in range(500):
-                if (await a.inspect("pool")).waiters == 1:
-                    break
-                await asyncio.sleep(0.01)
+            await self.queued(a, "pool", 1)
             self.assertEqual(token, 0)
             await s1.release()
             with self.assertRaises(kunci.Lost):
@@ -146,22 +164,11 @@ class Async(NodeCase):
 
     @in_loop
     async def test_cancelled_acquire_is_withdrawn(self) -> None:
-        n = self.node()
-        async with kunci.AsyncClient([n.addr]) as a, kunci.AsyncClient([n.addr]) as b:
+        async with self.two_clients() as (a, b):
             held = await a.acquire("k", lease=30, wait=5)
             t = asyncio.ensure_future(b.acquire("k", lease=30, wait=20))
-            for _ in range(500):
-                if (await a.inspect("k")).waiters == 1:
-                    break
-                await asyncio.sleep(0.01)
-            t.cancel()
-            with self.assertRaises(asyncio.CancelledError):
-                await t
-            for _ in range(500):
-                if (await a.inspect("k")).waiters == 0:
-                    break
-                await asyncio.sleep(0.01)
-            self.assertEqual((await a.inspect("k")).waiters, 0)
+            await self.queued(a, "k", 1)
+            await self.cancel_queued(a, t, "k")
             await held.release()
             self.assertIsNone(await a.inspect("k"))
 
@@ -193,37 +200,22 @@ class Async(NodeCase):
 
     @in_loop
     async def test_cancelled_semaphore_and_writer_are_withdrawn(self) -> None:
-        n = self.node()
-        async with kunci.AsyncClient([n.addr]) as a, kunci.AsyncClient([n.addr]) as b:
-
-            async def queued(key: str, want: int) -> None:
-                for _ in range(1000):
-                    if (await a.inspect(key)).waiters == want:
-                        return
-                    await asyncio.sleep(0.01)
-                self.fail("%s: never %d waiting" % (key, want))
-
+        async with self.two_clients() as (a, b):
             # A semaphore's queued acquire, cancelled: withdrawn (C), so
             # the holder's release leaves the key free.
             sem = await a.acquire("pool", lease=30, wait=5, limit=1)
             t = asyncio.ensure_future(b.acquire("pool", lease=30, wait=20, limit=1))
-            await queued("pool", 1)
-            t.cancel()
-            with self.assertRaises(asyncio.CancelledError):
-                await t
-            await queued("pool", 0)
+            await self.queued(a, "pool", 1)
+            await self.cancel_queued(a, t, "pool")
             await sem.release()
             self.assertIsNone(await a.inspect("pool"))
             # A writer queued behind a reader keeps new readers out;
             # cancelled, it lets them in again.
             r = await a.acquire("doc", lease=30, wait=5, shared=True)
             w = asyncio.ensure_future(b.acquire("doc", lease=30, wait=20))
-            await queued("doc", 1)
+            await self.queued(a, "doc", 1)
             self.assertIsNone(await a.try_acquire("doc", lease=30, shared=True))
-            w.cancel()
-            with self.assertRaises(asyncio.CancelledError):
-                await w
-            await queued("doc", 0)
+            await self.cancel_queued(a, w, "doc")
             r2 = await a.try_acquire("doc", lease=30, shared=True)
             self.assertIsNotNone(r2, "a reader kept out by a withdrawn writer")
             assert r2 is not None
@@ -243,10 +235,7 @@ class Async(NodeCase):
         async with kunci.AsyncClient([n.addr]) as c:
             loop = asyncio.get_running_loop()
             t = asyncio.ensure_future(c.acquire("k", lease=30, wait=10))
-            for _ in range(500):
-                if (await c.inspect("k")).waiters == 1:
-                    break
-                await asyncio.sleep(0.01)
+            await self.queued(c, "k", 1)
             socks = [cn.link.transport.get_extra_info("socket") for cn in c._core.conns if cn.link]
             # Busy: the loop is held while the grant reaches the
             # client's socket, and the timeout falls due meanwhile.
