@@ -4,18 +4,11 @@
 
 import assert from "node:assert/strict";
 import { getEventListeners } from "node:events";
-import { type TestContext, test } from "node:test";
-import { Client, LostError, UnavailableError } from "../src/index.js";
-import { WAIT_MS, startNode } from "./harness.js";
+import { test } from "node:test";
+import { LostError, UnavailableError } from "../src/index.js";
+import { WAIT_MS, client, startNode } from "./harness.js";
 
 const T = { timeout: 60_000 };
-
-/** A client closed when the test ends. */
-function client(t: TestContext, opts: ConstructorParameters<typeof Client>[0]): Client {
-  const c = new Client(opts);
-  t.after(() => c.close());
-  return c;
-}
 
 /** Resolves with signal's reason once it aborts; rejects after ms. */
 function aborted(signal: AbortSignal, ms: number, what: string): Promise<unknown> {

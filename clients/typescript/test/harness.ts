@@ -1,8 +1,8 @@
 // Real kuncid processes for the tests, on 127.0.0.1: single nodes on port 0
 // (the address read from the node's "kunci node started" log line),
 // clusters on free ports picked here, a TCP proxy that can cut
-// connections, and waiting on conditions with a deadline. Every process
-// is killed when its test ends.
+// connections, clients, and waiting on conditions with a deadline. Every
+// process is killed, and every client closed, when its test ends.
 
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -12,6 +12,7 @@ import { dirname, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import type { TestContext } from "node:test";
 import { fileURLToPath } from "node:url";
+import { Client, type ClientOptions } from "../src/index.js";
 
 /** The package's directory (clients/typescript), and the repository's. */
 export const PKG = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
@@ -381,6 +382,27 @@ export class Proxy {
     this.cut();
     return new Promise((res) => this.server.close(() => res()));
   }
+}
+
+/** A client closed when the test ends. */
+export function client(t: TestContext, opts: ClientOptions): Client {
+  const c = new Client(opts);
+  t.after(() => c.close());
+  return c;
+}
+
+/**
+ * A node behind a Proxy, and two clients closed when the test ends: c goes
+ * through the proxy (with opts), look to the node itself, so that it sees
+ * what the node holds whatever the proxy does to c.
+ */
+export async function behindProxy(
+  t: TestContext,
+  opts: Omit<ClientOptions, "addrs"> = {},
+): Promise<{ proxy: Proxy; c: Client; look: Client }> {
+  const n = await startNode(t);
+  const proxy = await new Proxy(n.addr).start(t);
+  return { proxy, c: client(t, { ...opts, addrs: [proxy.addr] }), look: client(t, { addrs: [n.addr] }) };
 }
 
 /** A TCP server that accepts connections and keeps what they send, answering nothing. */

@@ -4,20 +4,14 @@
 
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { Client, type Lock, RefusedError } from "../src/index.js";
-import { WAIT_MS, httpGet, startNode, waitFor } from "./harness.js";
+import { type Client, type Lock, RefusedError } from "../src/index.js";
+import { WAIT_MS, client, httpGet, startNode, waitFor } from "./harness.js";
 
 const T = { timeout: 60_000 };
 
-function client(t: import("node:test").TestContext, addr: string): Client {
-  const c = new Client({ addrs: [addr] });
-  t.after(() => c.close());
-  return c;
-}
-
 test("a limit over --max-holders is refused with the node's maximum", T, async (t) => {
   const n = await startNode(t, ["--max-holders", "4"]);
-  const c = client(t, n.addr);
+  const c = client(t, { addrs: [n.addr] });
   await assert.rejects(c.acquire("pool", { leaseMs: 30_000, waitMs: WAIT_MS, limit: 5 }), (e: unknown) => {
     assert.ok(e instanceof RefusedError, String(e));
     assert.equal(e.reason, "limit too high (max 4)");
@@ -31,7 +25,7 @@ test("a limit over --max-holders is refused with the node's maximum", T, async (
 
 test("shared grants past --max-holders wait for a place", T, async (t) => {
   const n = await startNode(t, ["--max-holders", "2"]);
-  const [a, b, c, look] = [0, 1, 2, 3].map(() => client(t, n.addr));
+  const [a, b, c, look] = [0, 1, 2, 3].map(() => client(t, { addrs: [n.addr] }));
   const read = { leaseMs: 30_000, waitMs: WAIT_MS * 2, shared: true };
   const l1 = await a!.acquire("doc", read);
   const l2 = await b!.acquire("doc", read);
@@ -49,7 +43,7 @@ test("shared grants past --max-holders wait for a place", T, async (t) => {
 
 test("readers queued behind a writer are granted together when it releases, up to the next writer", T, async (t) => {
   const n = await startNode(t);
-  const [w1, r1, r2, w2, r3, look] = [0, 1, 2, 3, 4, 5].map(() => client(t, n.addr));
+  const [w1, r1, r2, w2, r3, look] = [0, 1, 2, 3, 4, 5].map(() => client(t, { addrs: [n.addr] }));
   const read = { leaseMs: 30_000, waitMs: WAIT_MS * 2, shared: true };
   const write = { leaseMs: 30_000, waitMs: WAIT_MS * 2 };
   const lw1 = await w1!.acquire("doc", write);
@@ -98,7 +92,7 @@ test("a try while an acquire of the key is in progress is busy unsent; once it i
   // grant made while one is outstanding is answered null without being
   // sent; once that acquire is answered, tries are granted beside it.
   const n = await startNode(t, []);
-  const c = client(t, n.addr);
+  const c = client(t, { addrs: [n.addr] });
   await c.inspect("warm");
   await waitFor("both connections up", async () => /^kunci_connections 2$/m.test(await httpGet(n.admin, "/metrics")));
   for (const [key, kind] of [["pool", { limit: 3 }], ["doc", { shared: true }]] as const) {

@@ -16,16 +16,9 @@ import {
   TimeoutError,
   UnavailableError,
 } from "../src/index.js";
-import { Counter, Proxy, WAIT_MS, httpGet, makeCerts, startCluster, startNode, tempDir, waitFor } from "./harness.js";
+import { Counter, WAIT_MS, behindProxy, client, httpGet, makeCerts, startCluster, startNode, tempDir, waitFor } from "./harness.js";
 
 const T = { timeout: 60_000 };
-
-/** A client closed when the test ends. */
-function client(t: import("node:test").TestContext, opts: ConstructorParameters<typeof Client>[0]): Client {
-  const c = new Client(opts);
-  t.after(() => c.close());
-  return c;
-}
 
 test("fifo_handoff", T, async (t) => {
   const n = await startNode(t);
@@ -104,10 +97,7 @@ test("lease_loss", T, async (t) => {
 });
 
 test("release_across_drop", T, async (t) => {
-  const n = await startNode(t);
-  const proxy = await new Proxy(n.addr).start(t);
-  const a = client(t, { addrs: [proxy.addr] });
-  const look = client(t, { addrs: [n.addr] });
+  const { proxy, c: a, look } = await behindProxy(t);
   const lock = await a.acquire("k", { leaseMs: 60_000 });
   const before = proxy.accepted;
   assert.equal(proxy.cut(500), 2); // both of A's connections, and none for 0.5 s

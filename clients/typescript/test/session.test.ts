@@ -9,26 +9,16 @@ import { writeFileSync } from "node:fs";
 import * as net from "node:net";
 import { join } from "node:path";
 import { type TestContext, test } from "node:test";
-import { AuthError, Client, NoActiveError, StaleError, TimeoutError, UnavailableError } from "../src/index.js";
-import { Proxy, listenLoopback, startCluster, startNode, tempDir, waitFor } from "./harness.js";
+import { AuthError, NoActiveError, StaleError, TimeoutError, UnavailableError } from "../src/index.js";
+import { Proxy, behindProxy, client, listenLoopback, startCluster, startNode, tempDir, waitFor } from "./harness.js";
 
 const T = { timeout: 60_000 };
-
-/** A client closed when the test ends. */
-function client(t: TestContext, opts: ConstructorParameters<typeof Client>[0]): Client {
-  const c = new Client(opts);
-  t.after(() => c.close());
-  return c;
-}
 
 /** The acquires of key the node was sent through proxy. */
 const acquiresOf = (proxy: Proxy, key: string) => proxy.up.filter((l) => l.startsWith(`A ${key} `));
 
 test("a grant whose answer was lost is taken back by the acquire sent again", T, async (t) => {
-  const n = await startNode(t);
-  const proxy = await new Proxy(n.addr).start(t);
-  const c = client(t, { addrs: [proxy.addr] });
-  const look = client(t, { addrs: [n.addr] });
+  const { proxy, c, look } = await behindProxy(t);
   await c.inspect("warm"); // connections up, the session named on them
   // The node grants k; its answer is lost with the connection. The acquire,
   // sent again on the next one, is answered that very grant (it used to
@@ -53,10 +43,7 @@ test("a grant whose answer was lost is taken back by the acquire sent again", T,
 });
 
 test("a release sent again after its answer was lost succeeds; so does a second release; another client's is stale", T, async (t) => {
-  const n = await startNode(t);
-  const proxy = await new Proxy(n.addr).start(t);
-  const c = client(t, { addrs: [proxy.addr] });
-  const look = client(t, { addrs: [n.addr] });
+  const { proxy, c, look } = await behindProxy(t);
   const lock = await c.acquire("k", { leaseMs: 60_000 });
   // The node releases the grant; its OK is lost with the connection. The
   // release, sent again, is answered OK again (to the session), not STALE.
@@ -76,10 +63,7 @@ test("a release sent again after its answer was lost succeeds; so does a second 
 });
 
 test("the session's listing: grants the client gave up on are released on reconnect, those it holds are kept", T, async (t) => {
-  const n = await startNode(t);
-  const proxy = await new Proxy(n.addr).start(t);
-  const c = client(t, { addrs: [proxy.addr], reconnectIntervalMs: 100 });
-  const look = client(t, { addrs: [n.addr] });
+  const { proxy, c, look } = await behindProxy(t, { reconnectIntervalMs: 100 });
   const kept = await c.acquire("kept", { leaseMs: 60_000 });
   // The node grants k; its answer is lost, and no connection comes back
   // before the acquire's wait runs out: the caller gives up, a grant of its
