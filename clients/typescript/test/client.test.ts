@@ -3,10 +3,10 @@
 // out of order, cut connections, or stay silent.
 
 import assert from "node:assert/strict";
-import * as net from "node:net";
-import { type TestContext, test } from "node:test";
+import type * as net from "node:net";
+import { test } from "node:test";
 import { Client, RefusedError, StaleError, UnavailableError } from "../src/index.js";
-import { listenLoopback, waitFor } from "./harness.js";
+import { ScriptedNode, waitFor } from "./harness.js";
 
 interface Line {
   conn: net.Socket;
@@ -19,40 +19,20 @@ interface Line {
  * session"), is answered by onSession (default: a node that holds nothing for
  * it) and kept in sessions, not lines: it is not a request that counts.
  */
-class Scripted {
-  readonly server: net.Server;
-  addr = "";
+class Scripted extends ScriptedNode {
   readonly lines: Line[] = [];
   readonly sessions: Line[] = [];
-  readonly conns: net.Socket[] = [];
   onLine: (l: Line) => void = () => {};
   onSession: (l: Line) => void = (l) => l.conn.write("S 0\n");
-  constructor() {
-    this.server = net.createServer((c) => {
-      this.conns.push(c);
-      c.on("error", () => {});
-      let buf = "";
-      c.on("data", (d) => {
-        buf += d.toString();
-        for (let i = buf.indexOf("\n"); i >= 0; i = buf.indexOf("\n")) {
-          const l = { conn: c, line: buf.slice(0, i) };
-          buf = buf.slice(i + 1);
-          if (l.line.startsWith("S ")) {
-            this.sessions.push(l);
-            this.onSession(l);
-            continue;
-          }
-          this.lines.push(l);
-          this.onLine(l);
-        }
-      });
-    });
-  }
-  async start(t: TestContext): Promise<this> {
-    this.addr = await listenLoopback(t, this.server, () => {
-      for (const c of this.conns) c.destroy();
-    });
-    return this;
+  protected override received(conn: net.Socket, line: string): void {
+    const l = { conn, line };
+    if (line.startsWith("S ")) {
+      this.sessions.push(l);
+      this.onSession(l);
+      return;
+    }
+    this.lines.push(l);
+    this.onLine(l);
   }
 }
 

@@ -1,8 +1,9 @@
 // Real kuncid processes for the tests, on 127.0.0.1: single nodes on port 0
 // (the address read from the node's "kunci node started" log line),
 // clusters on free ports picked here, a TCP proxy that can cut
-// connections, clients, and waiting on conditions with a deadline. Every
-// process is killed, and every client closed, when its test ends.
+// connections, scripted nodes whose answers the test writes, clients, and
+// waiting on conditions with a deadline. Every process is killed, and every
+// client closed, when its test ends.
 
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -381,6 +382,41 @@ export class Proxy {
   close(): Promise<void> {
     this.cut();
     return new Promise((res) => this.server.close(() => res()));
+  }
+}
+
+/**
+ * A node the test scripts: a TCP server on 127.0.0.1 that hands every line
+ * its connections send, without its LF, to received, which answers as the
+ * test has it. Its connections are destroyed when the test ends.
+ */
+export abstract class ScriptedNode {
+  readonly server = net.createServer((c) => this.accept(c));
+  addr = "";
+  /** Every connection accepted, in order. */
+  readonly conns: net.Socket[] = [];
+
+  protected abstract received(conn: net.Socket, line: string): void;
+
+  async start(t: TestContext): Promise<this> {
+    this.addr = await listenLoopback(t, this.server, () => {
+      for (const c of this.conns) c.destroy();
+    });
+    return this;
+  }
+
+  private accept(c: net.Socket): void {
+    this.conns.push(c);
+    c.on("error", () => {});
+    let buf = "";
+    c.on("data", (d) => {
+      buf += d.toString();
+      for (let i = buf.indexOf("\n"); i >= 0; i = buf.indexOf("\n")) {
+        const line = buf.slice(0, i);
+        buf = buf.slice(i + 1);
+        this.received(c, line);
+      }
+    });
   }
 }
 

@@ -6,11 +6,11 @@
 
 import assert from "node:assert/strict";
 import { writeFileSync } from "node:fs";
-import * as net from "node:net";
+import type * as net from "node:net";
 import { join } from "node:path";
-import { type TestContext, test } from "node:test";
+import { test } from "node:test";
 import { AuthError, NoActiveError, StaleError, TimeoutError, UnavailableError } from "../src/index.js";
-import { Proxy, behindProxy, client, listenLoopback, startCluster, startNode, tempDir, waitFor } from "./harness.js";
+import { Proxy, ScriptedNode, behindProxy, client, startCluster, startNode, tempDir, waitFor } from "./harness.js";
 
 const T = { timeout: 60_000 };
 
@@ -111,33 +111,14 @@ test("an acquire that waits its turn behind one whose answer was lost takes the 
 });
 
 /** A node the test writes: answers "S" with onSession, other lines with onLine; both see every line. */
-class Scripted {
-  readonly server = net.createServer((c) => this.accept(c));
-  addr = "";
+class Scripted extends ScriptedNode {
   readonly lines: Array<{ conn: net.Socket; line: string }> = [];
-  readonly conns: net.Socket[] = [];
   onSession: (conn: net.Socket, line: string) => void = (conn) => conn.write("S 0\n");
   onLine: (conn: net.Socket, line: string) => void = () => {};
-  private accept(c: net.Socket): void {
-    this.conns.push(c);
-    c.on("error", () => {});
-    let buf = "";
-    c.on("data", (d) => {
-      buf += d.toString();
-      for (let i = buf.indexOf("\n"); i >= 0; i = buf.indexOf("\n")) {
-        const line = buf.slice(0, i);
-        buf = buf.slice(i + 1);
-        this.lines.push({ conn: c, line });
-        if (line.startsWith("S ")) this.onSession(c, line);
-        else this.onLine(c, line);
-      }
-    });
-  }
-  async start(t: TestContext): Promise<this> {
-    this.addr = await listenLoopback(t, this.server, () => {
-      for (const c of this.conns) c.destroy();
-    });
-    return this;
+  protected override received(conn: net.Socket, line: string): void {
+    this.lines.push({ conn, line });
+    if (line.startsWith("S ")) this.onSession(conn, line);
+    else this.onLine(conn, line);
   }
   requests(prefix: string): string[] {
     return this.lines.map((l) => l.line).filter((l) => l.startsWith(prefix));
