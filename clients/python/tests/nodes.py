@@ -462,7 +462,8 @@ class OldNode:
     list per connection. lose: the key whose next acquire is never
     answered: every connection is closed instead (as a restart would),
     nothing granted, so that the client sends it again on a connection it
-    has just made."""
+    has just made. What a closed connection still had on its way is not
+    served: a restarted node never reads it."""
 
     def __init__(self) -> None:
         self.ls = socket.socket()
@@ -476,6 +477,7 @@ class OldNode:
         self.lose: bytes | None = None
         self.info_line = b"I active %s %s" % (self.addr.encode(), self.addr.encode())
         self.socks: list[socket.socket] = []
+        self.shut: set[socket.socket] = set()
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -496,7 +498,7 @@ class OldNode:
                 line = raw.rstrip(b"\r\n")
                 with self.mu:
                     lines.append(line)
-                    answer = self._answer(line)
+                    answer = None if c in self.shut else self._answer(line)
                 if answer is None:
                     break
                 c.sendall(answer + b"\n")
@@ -518,6 +520,7 @@ class OldNode:
                 self.lose = None
                 for s in self.socks:
                     _shut(s)
+                self.shut.update(self.socks)
                 return None
             if key in self.held:
                 return b"T " + key

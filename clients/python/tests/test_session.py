@@ -222,13 +222,14 @@ class OldNodes(NodeCase):
 
     def check_old(self, o: OldNode) -> None:
         """Every connection named the session first, and no acquire carried
-        seen=; the acquire of j whose connection broke was sent again."""
+        seen=; the acquire of j whose connection broke was sent again (more
+        than once when it went out on another connection the node closed)."""
         for lines in o.lines:
             if lines:
                 self.assertTrue(re.fullmatch(rb"S \d+", lines[0]), lines)
         sent = [x for x in o.read() if x.startswith(b"A ")]
         self.assertFalse([x for x in sent if b"seen=" in x], sent)
-        self.assertEqual(len([x for x in sent if x.startswith(b"A j ")]), 2, sent)
+        self.assertGreaterEqual(len([x for x in sent if x.startswith(b"A j ")]), 2, sent)
 
     def test_old_node(self) -> None:
         """A node from before sessions answers S "unknown op": the client
