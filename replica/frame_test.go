@@ -303,14 +303,18 @@ func TestCompactStreamNumbersEvery64thRecord(t *testing.T) {
 	}
 }
 
+// recordingShard returns a shard of its own tokens, and an Output that
+// gathers its records.
+func recordingShard() (*engine.Shard, *engine.Output) {
+	out := &engine.Output{WantRecords: true}
+	return engine.NewShard(engine.Config{}, new(engine.Tokens), 0), out
+}
+
 func TestHubSequencesAndSnapshots(t *testing.T) {
 	var h Hub
-	var out engine.Output
-	out.WantRecords = true
-	var tokens engine.Tokens
-	sh := engine.NewShard(engine.Config{}, &tokens, 0)
-	sh.Acquire(0, 1, []byte("before"), 10e9, 0, &out)
-	if seq := h.Records(0, &out); seq != 1 {
+	sh, out := recordingShard()
+	sh.Acquire(0, 1, []byte("before"), 10e9, 0, out)
+	if seq := h.Records(0, out); seq != 1 {
 		t.Fatalf("seq %d", seq)
 	}
 	out.Reset()
@@ -321,8 +325,8 @@ func TestHubSequencesAndSnapshots(t *testing.T) {
 		t.Fatalf("begin %q", begin)
 	}
 	// A record made while the snapshot is being sent waits for it.
-	sh.AcquireBy(0, 1, []byte("after"), []byte("web-3:4121"), 10e9, 0, &out)
-	h.Records(0, &out)
+	sh.AcquireBy(0, 1, []byte("after"), []byte("web-3:4121"), 10e9, 0, out)
+	h.Records(0, out)
 	if woken != 0 {
 		t.Fatal("woken during the snapshot")
 	}
@@ -349,9 +353,9 @@ func TestHubSequencesAndSnapshots(t *testing.T) {
 	h.SnapshotDone(s)
 	out.Reset()
 	for range MaxBacklog/16 + 1 { // at least 16 bytes a cycle, compact
-		sh.Acquire(0, 1, []byte("k"), 10e9, 0, &out)
-		sh.Release(0, 1, []byte("k"), out.Answers[0].Token, &out)
-		h.Records(0, &out)
+		sh.Acquire(0, 1, []byte("k"), 10e9, 0, out)
+		sh.Release(0, 1, []byte("k"), out.Answers[0].Token, out)
+		h.Records(0, out)
 		out.Reset()
 		if killed > 0 {
 			break
@@ -367,10 +371,7 @@ func TestHubSequencesAndSnapshots(t *testing.T) {
 // once, by Remove or by RemoveLapsed when the standby synced again.
 func TestHubCountsALapsedStreamUntilRemoved(t *testing.T) {
 	var h Hub
-	var out engine.Output
-	out.WantRecords = true
-	var tokens engine.Tokens
-	sh := engine.NewShard(engine.Config{}, &tokens, 0)
+	sh, out := recordingShard()
 	behind, ahead := NewSub(1, 3, func() {}, func() {}), NewSub(2, 3, func() {}, func() {})
 	for _, s := range []*Sub{behind, ahead} {
 		h.Subscribe(s)
@@ -382,16 +383,16 @@ func TestHubCountsALapsedStreamUntilRemoved(t *testing.T) {
 		t.Fatal("a stream that never synced lapsed")
 	}
 	h.Remove(unsynced)
-	sh.Acquire(0, 1, []byte("k"), 10e9, 0, &out)
-	seq := h.Records(0, &out)
+	sh.Acquire(0, 1, []byte("k"), 10e9, 0, out)
+	seq := h.Records(0, out)
 	behind.Ack(seq - 1)
 	ahead.Ack(seq)
 	if !h.Lapse(behind) {
 		t.Fatal("a synced stream did not lapse")
 	}
 	out.Reset()
-	sh.Acquire(0, 2, []byte("k2"), 10e9, 0, &out)
-	h.Records(0, &out)
+	sh.Acquire(0, 2, []byte("k2"), 10e9, 0, out)
+	h.Records(0, out)
 	if b := h.Take(behind); len(b) != 0 {
 		t.Fatalf("a lapsed stream was given %q", b)
 	}

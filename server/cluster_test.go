@@ -546,6 +546,20 @@ func warmClients(t *testing.T, addr string, n int) []*client {
 	return cs
 }
 
+// semiSyncOverNet starts a three-node semi-synchronous cluster whose peer
+// links go through a peerNet of the test's, with conf's changes to each
+// node's Config, and waits until node 0 is active and the others follow.
+func semiSyncOverNet(t *testing.T, conf func(*server.Config)) (*testCluster, *peerNet) {
+	t.Helper()
+	pn := newPeerNet(t)
+	tc := activeCluster(t, 3, func(c *server.Config) {
+		c.SemiSync = true
+		c.PeerDialer = pn.Dialer(c.Listen)
+		conf(c)
+	})
+	return tc, pn
+}
+
 // With two standbys, one acknowledging and one silent, answers stay held
 // while the other is caught up: the loop then leaves its records to the
 // streams' task (one write a turn, loop.write), which must still carry
@@ -553,14 +567,9 @@ func warmClients(t *testing.T, addr string, n int) []*client {
 // silent one acknowledges.
 func TestClusterSemiSyncHeldWhileOneStandbyIsCaughtUp(t *testing.T) {
 	t.Parallel()
-	pn := newPeerNet(t)
-	tc := newCluster(t, 3, func(c *server.Config) {
-		c.SemiSync = true
-		c.PeerDialer = pn.Dialer(c.Listen)
+	tc, pn := semiSyncOverNet(t, func(c *server.Config) {
 		c.FailoverTimeout = 2 * time.Second // the silent standby is not dropped meanwhile
 	})
-	tc.StartAll()
-	tc.WaitActive(0)
 	cs := warmClients(t, tc.Addrs[0], 4)
 	pn.Cut(tc.Addrs[2], tc.Addrs[0], true) // its acknowledgements stand still
 	for round := 0; round < 3; round++ {
@@ -596,15 +605,10 @@ func TestClusterSemiSyncHeldWhileOneStandbyIsCaughtUp(t *testing.T) {
 // promoted node 1 must hold.
 func TestClusterSemiSyncWaitsForAStandbyWhoseLinkBroke(t *testing.T) {
 	t.Parallel()
-	pn := newPeerNet(t)
-	tc := newCluster(t, 3, func(c *server.Config) {
-		c.SemiSync = true
-		c.PeerDialer = pn.Dialer(c.Listen)
+	tc, pn := semiSyncOverNet(t, func(c *server.Config) {
 		c.Heartbeat = 100 * time.Millisecond
 		c.FailoverTimeout = 3 * time.Second // node 1 is not dropped meanwhile
 	})
-	tc.StartAll()
-	tc.WaitActive(0)
 	tc.waitSame(0, 1)
 	tc.waitSame(0, 2)
 	c := warmClients(t, tc.Addrs[0], 1)[0]

@@ -103,21 +103,18 @@ func TestAcquireSentAgainAfterABrokenConnectionGetsItsGrant(t *testing.T) {
 func TestReleaseSentAgainSucceeds(t *testing.T) {
 	t.Parallel()
 	n := startNode(t, nil)
-	a := dial(t, n.Addr())
-	a.session(9)
-	tok := a.hold("k")
-	a.send(fmt.Sprintf("R k %d", tok))
-	a.expect("R k OK")
-	b, stranger, none := dial(t, n.Addr()), dial(t, n.Addr()), dial(t, n.Addr())
-	b.session(9)
+	first, again, stranger, none := dial(t, n.Addr()), dial(t, n.Addr()), dial(t, n.Addr()), dial(t, n.Addr())
+	first.session(9)
+	again.session(9)
 	stranger.session(10)
-	rel := fmt.Sprintf("R k %d", tok)
-	b.send(rel)
-	b.expect("R k OK")
-	stranger.send(rel)
-	stranger.expect("R k STALE")
-	none.send(rel)
-	none.expect("R k STALE")
+	rel := fmt.Sprintf("R k %d", first.hold("k"))
+	for _, r := range []struct {
+		c    *client
+		want string
+	}{{first, "R k OK"}, {again, "R k OK"}, {stranger, "R k STALE"}, {none, "R k STALE"}} {
+		r.c.send(rel)
+		r.c.expect(r.want)
+	}
 	if m := n.Metrics(); m.Engine.RepeatReleases != 1 {
 		t.Fatalf("RepeatReleases = %d, want 1", m.Engine.RepeatReleases)
 	}

@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/kunci/kunci/clientlib"
+	"github.com/kunci/kunci/internal/nodeinfo"
 )
 
 func main() {
@@ -341,7 +342,7 @@ func run(kuncid string, semi, handback, crash bool, goroutines int) (outcome, er
 // returns how long after since it first said so (10 s at most).
 func waitActive(addr string, since time.Time) time.Duration {
 	for time.Since(since) < 10*time.Second {
-		if strings.HasPrefix(info(addr), "I active ") {
+		if strings.HasPrefix(nodeinfo.Ask(addr, time.Second), "I active ") {
 			return time.Since(since)
 		}
 		time.Sleep(5 * time.Millisecond)
@@ -353,23 +354,8 @@ func waitActive(addr string, since time.Time) time.Duration {
 // names active as the active.
 func waitFollows(addr, active string) {
 	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
-		if f := strings.Fields(info(addr)); len(f) >= 4 && f[1] == "standby" && f[3] == active {
+		if f := strings.Fields(nodeinfo.Ask(addr, time.Second)); len(f) >= 4 && f[1] == "standby" && f[3] == active {
 			return
 		}
 	}
-}
-
-// info asks the node at addr "I" and returns its answer, "" when it gives
-// none.
-func info(addr string) string {
-	nc, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return ""
-	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(time.Second))
-	_, _ = nc.Write([]byte("I\n"))
-	buf := make([]byte, 512)
-	n, _ := nc.Read(buf)
-	return string(buf[:n])
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/kunci/kunci/internal/nodeinfo"
 )
 
 // Raw is a plain protocol connection, for a test to act behind a client's
@@ -63,16 +65,4 @@ func (c *Raw) Next() string {
 
 // Info returns the answer of the node at addr to I, without its LF; ""
 // when it gives none within a second (not up, or a process stopped).
-func Info(addr string) string {
-	nc, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return ""
-	}
-	defer nc.Close()
-	_ = nc.SetDeadline(time.Now().Add(time.Second))
-	if _, err := nc.Write([]byte("I\n")); err != nil {
-		return ""
-	}
-	s, _ := bufio.NewReader(nc).ReadString('\n')
-	return strings.TrimSuffix(s, "\n")
-}
+func Info(addr string) string { return nodeinfo.Ask(addr, time.Second) }
