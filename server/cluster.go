@@ -80,6 +80,29 @@ func (h clusterHost) SetRole(r failover.Role, active string) {
 		n.roles.promotions.Add(1)
 	}
 	n.setRole(int32(r), active)
+	if r != failover.Rejoining {
+		n.serveWaitingSyncs(r == failover.Active)
+	}
+}
+
+// serveWaitingSyncs starts the streams peers asked for while this node was
+// rejoining (active) or, when it did not become active again, closes their
+// links, for the peers to look again once they hear who is active. It waits
+// for every loop.
+func (n *Node) serveWaitingSyncs(active bool) {
+	n.onEachLoop(func(lp *loop) {
+		waiting := lp.syncWaiting
+		lp.syncWaiting = nil
+		for _, pc := range waiting {
+			switch {
+			case pc.closed:
+			case active && pc.sub == nil:
+				n.subscribe(pc)
+			case !active:
+				_ = pc.c.Close()
+			}
+		}
+	})
 }
 
 func (h clusterHost) Freeze(since int64)       { h.n.freeze(since) }

@@ -111,6 +111,10 @@ type loop struct {
 	heldQueued atomic.Bool
 	heldTask   gnet.Runnable
 	streams    []*peerConn // the standby links this loop streams to
+	// syncWaiting: links of this loop whose peer asked for a stream while
+	// this node was rejoining; served once it is active again, closed if
+	// it is not (serveWaitingSyncs).
+	syncWaiting []*peerConn
 }
 
 // request is a parsed request waiting for its shard. key and owner alias

@@ -121,6 +121,7 @@ func (n *Node) onPeerClose(pc *peerConn) {
 	if pc.sub != nil {
 		n.unsubscribe(pc)
 	}
+	pc.lp.syncWaiting = slices.DeleteFunc(pc.lp.syncWaiting, func(o *peerConn) bool { return o == pc })
 	streaming := pc.out && pc.streaming.Swap(false)
 	if streaming {
 		pc.unlockShard()
@@ -224,11 +225,21 @@ func (n *Node) peerFrame(pc *peerConn, f *replica.Frame) gnet.Action {
 		if pc.sub != nil {
 			n.unsubscribe(pc)
 		}
-		if n.roles.current.Load() != roleActive {
+		switch n.roles.current.Load() {
+		case roleActive:
+			n.subscribe(pc)
+		case roleRejoining:
+			// Back from a cut, it is active again in a round trip, or
+			// yields: the stream waits for that, on this link (closing
+			// it would cut the heartbeats that end the rejoining too,
+			// until the peer dials again at its next tick).
+			if !slices.Contains(pc.lp.syncWaiting, pc) {
+				pc.lp.syncWaiting = append(pc.lp.syncWaiting, pc)
+			}
+		default:
 			// It will look again once it hears who is active.
 			return gnet.Close
 		}
-		n.subscribe(pc)
 	case replica.Ack:
 		if pc.out {
 			return n.dropPeer(pc, "an acknowledgement on a link this node dialled")
