@@ -11,13 +11,6 @@ import (
 	"github.com/kunci/kunci/wire"
 )
 
-// resendSlack is how much more than the wait left at the earliest moment
-// the client could have sent a line an acquire may carry: the client's
-// deadline starts a little after the test's clock, when Acquire is
-// entered. (Not the moment the line passed the proxy: on a starved
-// machine that came 350 ms after the client's send.)
-const resendSlack = 100 * time.Millisecond
-
 // acquireLines matches the acquires of key sent to the node.
 func acquireLines(key string) func(tapLine) bool { return requests("A " + key + " ") }
 
@@ -94,8 +87,10 @@ func TestAcquireFailoverKeepsDeadline(t *testing.T) {
 	cut := time.Now() // the acquire is sent again after this
 	p.cutConn(first.conn)
 	again := p.waitLine("the acquire sent again", 2, acquireLines("k"))[1]
-	// The wait it has left, not a new one.
-	if w, left := waitField(t, again.line), start.Add(wait).Sub(cut); w > left+resendSlack {
+	// The wait it has left, not a new one: its deadline is at most the
+	// first line's wait after that line passed the proxy.
+	deadline := first.at.Add(waitField(t, first.line))
+	if w, left := waitField(t, again.line), deadline.Sub(cut); w > left+time.Millisecond {
 		t.Errorf("acquire sent again with wait %v, but only %v was left", w, left)
 	}
 
