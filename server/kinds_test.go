@@ -45,10 +45,12 @@ func TestSemaphoreOverTheWire(t *testing.T) {
 	b.send(fmt.Sprintf("X pool %d 30", tb), fmt.Sprintf("R pool %d", ta), fmt.Sprintf("X pool %d 1", ta))
 	b.expect("X pool OK", "R pool STALE", "X pool STALE")
 
-	// A lease that runs out frees a place: the next acquire takes it.
+	// A lease that runs out frees a place: the next acquire takes it. (The
+	// lease counts from when the node read the X: after start, and maybe
+	// well before its answer is read.)
+	start := time.Now()
 	c.send(fmt.Sprintf("X pool %d 0.2", tc))
 	c.expect("X pool OK")
-	start := time.Now()
 	td := d.granted("A pool 30 5 limit=2")
 	if el := time.Since(start); el < 200*time.Millisecond || td <= tc {
 		t.Fatalf("granted after %v with token %d: want after c's 0.2 s lease ran out, above %d", el, td, tc)

@@ -27,3 +27,30 @@ func TestFreeIsBelowTheEphemeralRange(t *testing.T) {
 		l.Close()
 	}
 }
+
+// A port Free gave a test is not given again, to this process or another,
+// until that test ends: its node may stop and start again on it.
+func TestFreeReservesItsPortsUntilTheTestEnds(t *testing.T) {
+	lo, hi := pickRange()
+	var mine []string
+	t.Run("holder", func(t *testing.T) {
+		mine = Free(t, 20)
+		for _, a := range mine {
+			_, p, _ := net.SplitHostPort(a)
+			port, _ := strconv.Atoi(p)
+			if port < lo || port >= hi {
+				continue // the port-0 fallback reserves nothing
+			}
+			if reserve(t, port) {
+				t.Errorf("%s reserved twice", a)
+			}
+		}
+	})
+	for _, a := range mine {
+		_, p, _ := net.SplitHostPort(a)
+		port, _ := strconv.Atoi(p)
+		if port >= lo && port < hi && !reserve(t, port) {
+			t.Errorf("%s still reserved after its test ended", a)
+		}
+	}
+}
