@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import fcntl
 import functools
 import json
 import os
@@ -74,8 +75,33 @@ def _pick_range() -> tuple[int, int]:
     return lo, hi
 
 
+_reserved: list[Any] = []  # the port files this process holds locked
+
+
+def _reserve(port: int) -> bool:
+    """Reserve port for the rest of this process, unless another process
+    holds it: the Go tests' testaddr reservation (an flock on a file named for
+    the port), so that a node stopped and started again on its address does
+    not find it taken by another suite's node. Without the lock directory it
+    reserves nothing and says yes."""
+    d = Path(tempfile.gettempdir()) / "kunci-test-ports"
+    try:
+        d.mkdir(mode=0o777, exist_ok=True)
+        f = open(d / str(port), "a+")
+    except OSError:
+        return True
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return False
+    _reserved.append(f)
+    return True
+
+
 def free_addrs(n: int) -> list[str]:
-    """n loopback addresses nothing listens on, each held until all are picked.
+    """n loopback addresses nothing listens on, each held until all are picked
+    and reserved for the rest of the process (_reserve).
 
     The ports come from below the ephemeral range, from which every outgoing
     connection takes its local port: one picked there (as binding port 0
@@ -88,8 +114,11 @@ def free_addrs(n: int) -> list[str]:
         while len(socks) < n:
             s = socket.socket()
             for _ in range(64):
+                port = random.randrange(lo, hi) if hi - lo >= 1000 else 0
+                if port and not _reserve(port):
+                    continue
                 try:
-                    s.bind(("127.0.0.1", random.randrange(lo, hi) if hi - lo >= 1000 else 0))
+                    s.bind(("127.0.0.1", port))
                     break
                 except OSError:
                     continue
