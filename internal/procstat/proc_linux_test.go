@@ -3,6 +3,7 @@ package procstat
 import (
 	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -15,8 +16,14 @@ func TestOwnProcess(t *testing.T) {
 	if rss, err := RSS(pid); err != nil || rss < 1<<20 {
 		t.Fatalf("RSS %d, %v; want a MiB at least", rss, err)
 	}
-	if s, err := State(pid); err != nil || s != 'R' {
-		t.Fatalf("state %q, %v; want R (it is reading its own stat)", s, err)
+	// /proc/PID/stat tells the state of the process's first thread, which
+	// may sleep while this test runs on another: the thread that reads is
+	// the one running, and /proc/TID/stat tells its state.
+	runtime.LockOSThread()
+	s, err := State(unix.Gettid())
+	runtime.UnlockOSThread()
+	if err != nil || s != 'R' {
+		t.Fatalf("state %q, %v; want R (the thread is reading its own stat)", s, err)
 	}
 	// Burn some CPU: the user time counted goes up.
 	u0, _, err := CPU(pid)
