@@ -182,6 +182,7 @@ func authScenario(t *testing.T) {
 func tlsScenario(t *testing.T) {
 	t.Run("server", serverTLS)
 	t.Run("mutual", mutualTLS)
+	t.Run("certificate and credentials", certificateAndCredentials)
 }
 
 // inspectHolder: Inspect of a held key says who holds it, and of a free key

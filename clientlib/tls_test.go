@@ -62,11 +62,12 @@ func mutualTLS(t *testing.T) {
 	}
 }
 
-// A client given credentials and a certificate that names a credential:
-// the node takes the certificate for the credential, and answers the
-// client's U "already authenticated". The connection is authenticated, so
-// the client goes on (it refused the connection before).
-func TestCredentialsBesideACertificateThatNamesOne(t *testing.T) {
+// certificateAndCredentials: a client given credentials and a certificate
+// that names a credential: the node takes the certificate for the
+// credential, and answers the client's U "already authenticated". The
+// connection is authenticated, so the client goes on (it refused the
+// connection before). Part of the tls scenario.
+func certificateAndCredentials(t *testing.T) {
 	ca := testcert.NewCA(t, "clientlib test CA")
 	dir := t.TempDir()
 	cert, key := ca.Issue(t, "node", testcert.Options{}).Write(t, dir, "node")

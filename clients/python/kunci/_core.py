@@ -451,6 +451,10 @@ class _Conn:
             raise ConnectionError(f"kunci: {addr}: no answer to the credentials: {e}") from None
         if a.kind == "U":
             return
+        if a.kind == "E" and a.op == "U" and a.reason == "already authenticated":
+            # The node took the client certificate, which names a
+            # credential, for the connection's: it is authenticated.
+            return
         if a.kind == "E" and a.op == "U":
             raise AuthError(addr, a.reason)
         if a.kind == "E":

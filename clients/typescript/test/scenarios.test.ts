@@ -316,7 +316,8 @@ test("auth", T, async (t) => {
 });
 
 test("tls", T, async (t) => {
-  const certs = makeCerts(tempDir(t));
+  const dir = tempDir(t);
+  const certs = makeCerts(dir);
   const ca = readFileSync(certs.ca);
   // The node's certificate, then mutual TLS with a client certificate.
   const n = await startNode(t, ["--tls-listen", "127.0.0.1:0", "--tls-cert", certs.cert, "--tls-key", certs.key]);
@@ -328,6 +329,19 @@ test("tls", T, async (t) => {
   const mc = client(t, { addrs: [m.tlsAddr], tls: { ca, cert: readFileSync(certs.clientCert), key: readFileSync(certs.clientKey) } });
   const ml = await mc.acquire("k", { leaseMs: 5000, waitMs: 5000 });
   await ml.release();
+
+  // Credentials beside a certificate that names one: the node takes the
+  // certificate and answers the U "already authenticated".
+  const file = join(dir, "auth");
+  writeFileSync(file, "alice alice-secret-of-24-bytes\n", { mode: 0o600 });
+  const a = await startNode(t, ["--tls-listen", "127.0.0.1:0", "--tls-cert", certs.cert, "--tls-key", certs.key, "--tls-client-ca", certs.ca, "--auth-file", file]);
+  const both = client(t, {
+    addrs: [a.tlsAddr],
+    tls: { ca, cert: readFileSync(certs.clientCert), key: readFileSync(certs.clientKey) },
+    credentials: { name: "alice", secret: "alice-secret-of-24-bytes" },
+  });
+  const bl = await both.acquire("k", { leaseMs: 5000, waitMs: 5000 });
+  await bl.release();
 
   // A client that does not trust the CA.
   const untrusting = client(t, { addrs: [n.tlsAddr], tls: { ca: readFileSync(certs.otherCa) } });
