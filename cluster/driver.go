@@ -336,6 +336,13 @@ func (d *Driver) tick() {
 	d.fo.Step(now, failover.Progress{Seq: d.hub.Seq(), Acked: d.ackedByPeer(), Last: d.host.LastToken()})
 	d.fo.Tick(now)
 	d.apply()
+	for _, p := range d.hub.ExpireLapsed(now - int64(d.timeout) - int64(d.interval)) {
+		// The failover.Node drops a lapsed standby by then; this is the
+		// bound should its view of the standby have gone astray.
+		d.dropped.Add(1)
+		d.log.Warn().Str("standby", d.addrs[p]).Msg("standby lost its stream a failover timeout ago and did not sync again: dropped (semi-sync answers do not wait for it)")
+		d.host.StandbyDropped(p)
+	}
 	d.alive.Store(now)
 	d.manageLinks(now)
 	d.ensureStream()

@@ -537,9 +537,17 @@ func (n *Node) step(e Event) {
 		s.streamed, s.synced, s.lapsedAt = true, true, 0
 		s.acked = max(s.acked, e.Acked)
 	case StandbyGone:
-		if s := &n.standbys[e.From]; e.Lapsed && s.synced {
-			s.streamed, s.lapsedAt = false, n.now
-		} else {
+		switch s := &n.standbys[e.From]; {
+		case e.Lapsed:
+			// Synced, by the server's count, even if its StandbySynced
+			// never came.
+			s.streamed, s.synced, s.lapsedAt = false, true, n.now
+		case s.lapsedAt != 0:
+			// A later stream of the standby ended before it synced:
+			// the lapsed copy still counts, and is still dropped in
+			// time.
+			s.streamed = false
+		default:
 			*s = standby{}
 		}
 	case Progress:

@@ -353,7 +353,7 @@ func TestKeyMismatchLearnedAfterPromotingStopsTheActive(t *testing.T) {
 // restarted, say) or that it is stopping. Meanwhile it is no successor.
 func TestSemiSyncALapsedStandbyIsDroppedInTimeOrWhenItHoldsNoCopy(t *testing.T) {
 	cfg := Config{Peers: []string{"a", "b", "c"}, Self: 0, Heartbeat: 100 * ms, Timeout: 1000 * ms, SemiSync: true, Block: 1000, Inc: 7}
-	for _, then := range []string{"is silent", "holds no copy", "is stopping"} {
+	for _, then := range []string{"is silent", "loses a new stream before it syncs", "holds no copy", "is stopping"} {
 		t.Run(then, func(t *testing.T) {
 			u := newUnitNode(t, cfg)
 			u.promote([]uint64{0, 0, 0}, 1, 2)
@@ -366,6 +366,11 @@ func TestSemiSyncALapsedStandbyIsDroppedInTimeOrWhenItHoldsNoCopy(t *testing.T) 
 			u.do()
 			if got := u.n.successor(); got != 2 {
 				t.Fatalf("successor %d, want 2: a lapsed standby is no heir", got)
+			}
+			if then == "loses a new stream before it syncs" {
+				// Its lapsed copy still counts, and is still dropped.
+				u.n.Step(u.now, StandbyGone{From: 1})
+				u.do()
 			}
 			u.got = nil
 			start := u.now
@@ -385,9 +390,11 @@ func TestSemiSyncALapsedStandbyIsDroppedInTimeOrWhenItHoldsNoCopy(t *testing.T) 
 			switch {
 			case !u.dropped(1):
 				t.Fatalf("the lapsed standby was never dropped")
-			case then == "is silent" && waited < cfg.Timeout-cfg.Heartbeat:
-				t.Fatalf("the lapsed standby was dropped after %dms, before a failover timeout", waited/ms)
-			case then != "is silent" && waited > 2*cfg.Heartbeat:
+			case then == "is silent" || then == "loses a new stream before it syncs":
+				if waited < cfg.Timeout-cfg.Heartbeat {
+					t.Fatalf("the lapsed standby was dropped after %dms, before a failover timeout", waited/ms)
+				}
+			case waited > 2*cfg.Heartbeat:
 				// (Heard at the break's instant, a heartbeat may have
 				// left before it: the next one counts.)
 				t.Fatalf("the lapsed standby that %s was dropped only after %dms", then, waited/ms)

@@ -379,7 +379,7 @@ func TestHubCountsALapsedStreamUntilRemoved(t *testing.T) {
 	}
 	unsynced := NewSub(3, 3, func() {}, func() {})
 	h.Subscribe(unsynced)
-	if h.Lapse(unsynced) {
+	if h.Lapse(unsynced, 0) {
 		t.Fatal("a stream that never synced lapsed")
 	}
 	h.Remove(unsynced)
@@ -387,7 +387,7 @@ func TestHubCountsALapsedStreamUntilRemoved(t *testing.T) {
 	seq := h.Records(0, out)
 	behind.Ack(seq - 1)
 	ahead.Ack(seq)
-	if !h.Lapse(behind) {
+	if !h.Lapse(behind, 100) {
 		t.Fatal("a synced stream did not lapse")
 	}
 	out.Reset()
@@ -405,8 +405,28 @@ func TestHubCountsALapsedStreamUntilRemoved(t *testing.T) {
 	if h.RemoveLapsed(2) {
 		t.Fatal("removed a live stream as lapsed")
 	}
-	if !h.RemoveLapsed(1) || h.Remove(behind) || h.RemoveLapsed(1) {
+	if got := h.ExpireLapsed(100); len(got) != 0 {
+		t.Fatalf("ExpireLapsed(100) removed %v, which lapsed at 100", got)
+	}
+	if !h.RemoveLapsed(1) || h.Remove(behind) || h.RemoveLapsed(1) || len(h.ExpireLapsed(1000)) != 0 {
 		t.Fatal("the lapsed stream was not removed exactly once")
+	}
+	// Lapsed again (a test's liberty), it expires once its time is past.
+	h.subs = append(h.subs, behind)
+	behind.dead = false
+	if !h.Lapse(behind, 200) || len(h.ExpireLapsed(200)) != 0 {
+		t.Fatal("lapse at 200")
+	}
+	if got := h.ExpireLapsed(201); len(got) != 1 || got[0] != 1 || len(h.ExpireLapsed(300)) != 0 {
+		t.Fatalf("ExpireLapsed(201) removed %v, want [1] once", got)
+	}
+	// A stream of a peer that has another synced stream does not lapse.
+	again := NewSub(2, 3, func() {}, func() {})
+	h.Subscribe(again)
+	h.SnapshotDone(again)
+	again.Ack(seq)
+	if h.Lapse(again, 300) {
+		t.Fatal("a stream lapsed beside another synced stream of its peer")
 	}
 	if m, ok := h.MinAcked(); !ok || m != seq {
 		t.Fatalf("MinAcked %d %v after the lapsed stream left, want %d", m, ok, seq)

@@ -41,6 +41,7 @@ type Sub struct {
 	woken   bool
 	dead    bool   // streamed to no more
 	lapsed  bool   // dead, but its copy counts until Remove: see Lapse
+	lapseAt int64  // when it lapsed (the caller's clock)
 	snap    bool   // its snapshot is being sent: records wait
 	start   uint64 // its snapshot's sequence number
 	acked   atomic.Uint64
@@ -300,9 +301,11 @@ func (h *Hub) Remove(s *Sub) bool {
 // (failover.Node: it still holds a copy, and is promoted with it if this
 // active is never heard again), so a semi-synchronous answer must not go
 // out on the strength of the other standbys alone. It reports whether s
-// was listed and synced, and is lapsed now; Remove (the failover.Node
-// dropping it, or RemoveLapsed once the standby synced again) ends that.
-func (h *Hub) Lapse(s *Sub) bool {
+// was listed and synced, and is lapsed now (at now); Remove (the
+// failover.Node dropping it, RemoveLapsed once the standby synced again, or
+// ExpireLapsed) ends that. A stream of a peer that has another synced
+// stream (an old link closing late) does not lapse: it is removed.
+func (h *Hub) Lapse(s *Sub, now int64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	s.dead = true
@@ -310,8 +313,35 @@ func (h *Hub) Lapse(s *Sub) bool {
 	if !s.synced.Load() || !slices.Contains(h.subs, s) {
 		return false
 	}
-	s.lapsed = true
+	for _, o := range h.subs {
+		if o != s && o.Peer == s.Peer && !o.dead && o.synced.Load() {
+			return false
+		}
+	}
+	s.lapsed, s.lapseAt = true, now
 	return true
+}
+
+// ExpireLapsed removes the streams that lapsed before since and returns
+// their peers: a bound on how long answers wait for a standby whose link
+// broke, whatever became of the failover.Node's view of it (events it
+// never got, a role it left).
+func (h *Hub) ExpireLapsed(since int64) []int {
+	var old []*Sub
+	h.mu.Lock()
+	for _, s := range h.subs {
+		if s.lapsed && s.lapseAt < since {
+			old = append(old, s)
+		}
+	}
+	h.mu.Unlock()
+	var peers []int
+	for _, s := range old {
+		if h.Remove(s) {
+			peers = append(peers, s.Peer)
+		}
+	}
+	return peers
 }
 
 // RemoveLapsed forgets peer's lapsed stream, if it has one, and reports

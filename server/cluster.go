@@ -79,8 +79,9 @@ func (h clusterHost) SetRole(r failover.Role, active string) {
 		// handoff that did not happen, goes on as the active.
 		n.roles.promotions.Add(1)
 	}
+	was := n.roles.current.Load()
 	n.setRole(int32(r), active)
-	if r != failover.Rejoining {
+	if was == roleRejoining && r != failover.Rejoining {
 		n.serveWaitingSyncs(r == failover.Active)
 	}
 }

@@ -314,7 +314,7 @@ func (n *Node) dropPeer(pc *peerConn, why string) gnet.Action {
 // they go out if no other standby is left to wait for.
 func (n *Node) unsubscribe(pc *peerConn) {
 	n.endSnapshot(pc)
-	lapsed := n.cfg.SemiSync && n.peers.hub.Lapse(pc.sub)
+	lapsed := n.cfg.SemiSync && n.peers.hub.Lapse(pc.sub, n.now())
 	if !lapsed {
 		n.peers.hub.Remove(pc.sub)
 	}
