@@ -76,14 +76,14 @@ func waitInfo(t *testing.T, addr, want string) {
 }
 
 // startCluster runs a cluster of three kuncid processes, each with an
-// admin endpoint (admins[i]), and waits until node 0 is active and the
-// others follow it.
-func startCluster(t *testing.T) (addrs, admins []string, cmds []*exec.Cmd) {
+// admin endpoint (admins[i]) and extra flags (they come after startPeer's,
+// and win), and waits until node 0 is active and the others follow it.
+func startCluster(t *testing.T, extra ...string) (addrs, admins []string, cmds []*exec.Cmd) {
 	t.Helper()
 	free := testaddr.Free(t, 6)
 	addrs, admins = free[:3], free[3:]
 	for i := range addrs {
-		cmds = append(cmds, startPeer(t, addrs, i, t.TempDir(), "--admin", admins[i]))
+		cmds = append(cmds, startPeer(t, addrs, i, t.TempDir(), append([]string{"--admin", admins[i]}, extra...)...))
 	}
 	waitInfo(t, addrs[0], "I active "+addrs[0]+" "+addrs[0]+"\n")
 	waitInfo(t, addrs[1], "I standby "+addrs[1]+" "+addrs[0]+"\n")
@@ -109,7 +109,10 @@ func firstAnswer(t *testing.T, addr, line string) (*bufio.Reader, string) {
 }
 
 func TestClusterOfProcessesHandsOverOnSIGTERM(t *testing.T) {
-	addrs, admins, cmds := startCluster(t)
+	// Not about failover: a patient timeout, so that a starved heartbeat
+	// on a busy machine promotes no standby beside the active (seen with
+	// 500 ms: node 1 promoted itself, and node 0 had no successor).
+	addrs, admins, cmds := startCluster(t, "--failover-timeout", "3s")
 	if got := roundTrip(t, addrs[1], "A k 30 0\n"); got != "M "+addrs[0]+"\n" {
 		t.Fatalf("standby answered %q", got)
 	}
