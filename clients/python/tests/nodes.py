@@ -441,12 +441,15 @@ class Proxy:
             self.lose = (prefix, refuse_for)
 
     def _break(self, src: socket.socket, dst: socket.socket, refuse_for: float | None) -> None:
+        # lost is set before the connection breaks: the client, which goes
+        # on as soon as it sees the break, must find it set (it raced the
+        # shutdown under load).
+        self.lost.set()
         if refuse_for is None:
             _shut(src)
             _shut(dst)
-            self.lost.set()
             return
-        threading.Thread(target=lambda: (self.cut(refuse_for), self.lost.set()), daemon=True).start()
+        threading.Thread(target=self.cut, args=(refuse_for,), daemon=True).start()
 
     def lines(self) -> list[bytes]:
         """The whole lines clients sent through the proxy, without their LF."""
