@@ -7,7 +7,8 @@ from types import TracebackType
 from typing import Awaitable, Callable
 
 from ._config import ClientBase
-from ._core import Config, LockHandle, LockState, _Core, end_lock_block
+from ._core import Config, _Core
+from ._lock import LockHandle, LockState, end_lock_block
 from ._wire import Holder, Node
 from .errors import Closed, Lost, Stale
 
@@ -22,13 +23,29 @@ class Locks(list):  # type: ignore[type-arg]
 class AsyncLock(LockHandle):
     """A granted lock (see AsyncClient.acquire). lost is set the moment the
     lock is known lost: its keep-alive, an extend or the release found the
-    grant gone, or its lease ran out while no node answered."""
+    grant gone, or its lease ran out without an extend (as far as the
+    client can tell)."""
+
+    __slots__ = ("_core", "_lost")
 
     def __init__(self, core: _Core, ls: LockState) -> None:
         super().__init__(ls)
         self._core = core
-        self.lost = asyncio.Event()
-        ls.on_lost.append(self.lost.set)
+        self._lost: asyncio.Event | None = None
+
+    @property
+    def lost(self) -> asyncio.Event:
+        """Set the moment the lock is known lost (made on first use, with
+        its lease's timer)."""
+        ev = self._lost
+        if ev is None:
+            ev = self._lost = asyncio.Event()
+            self._ls.on_lost.append(ev.set)
+            if self._ls.lost:
+                ev.set()
+            elif not self._core.closed:
+                self._ls.watch_lease()
+        return ev
 
     async def extend(self, lease: float) -> None:
         """Make the grant end lease seconds from now. kunci.Stale when it had
@@ -73,7 +90,7 @@ class _AsyncLockBlock:
     ) -> None:
         lock = self._lock
         assert lock is not None
-        lost = lock.lost.is_set()
+        lost = lock._ls.lost
         err: Exception | None = None
         try:
             await asyncio.shield(lock.release())

@@ -25,7 +25,8 @@ others wait their turn, in order; a try is answered busy unsent), and it keeps
 the grants its callers hold, so that reconciling releases only what nobody
 holds.
 
-Everything here runs on the client's event loop, and only there.
+Everything here runs on the client's event loop (the thread client's: under
+its mutex, Core.mu).
 """
 
 from __future__ import annotations
@@ -33,12 +34,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import secrets
-from typing import TYPE_CHECKING, Deque
+import threading
+from typing import TYPE_CHECKING, Deque, Union
 
+from ._call import Waiter
 from .errors import Timeout
 
 if TYPE_CHECKING:
-    from ._core import LockState
+    from ._lock import LockState
 
 # How many grants are recorded between two sweeps for locks whose callers let
 # them run out rather than release them (Keys.sweep).
@@ -51,6 +54,35 @@ def new_session() -> int:
         s = secrets.randbits(63)
         if s:
             return s
+
+
+class _ThreadTurn:
+    """A caller thread's place in a key's line (KeyState.turns), as an
+    asyncio future is a task's: set_result lets it go."""
+
+    __slots__ = ("w", "state")
+
+    def __init__(self, w: Waiter) -> None:
+        self.w = w
+        self.state = 0  # 1: its turn came; 2: it gave up
+
+    def done(self) -> bool:
+        return self.state != 0
+
+    def cancelled(self) -> bool:
+        return self.state == 2
+
+    def cancel(self) -> None:
+        if self.state == 0:
+            self.state = 2
+
+    def set_result(self, _: None) -> None:
+        self.state = 1
+        self.w.ready = True
+        self.w.wake()
+
+
+_Turnstile = Union["asyncio.Future[None]", _ThreadTurn]
 
 
 class KeyState:
@@ -67,7 +99,7 @@ class KeyState:
         # The acquire of the key in progress (one at a time), and those
         # waiting for their turn, oldest first.
         self.acquiring = False
-        self.turns: Deque[asyncio.Future[None]] = collections.deque()
+        self.turns: Deque[_Turnstile] = collections.deque()
         # seen: the client's highest token when the acquire in progress got
         # its turn; sent: it went out at least once.
         self.seen = 0
@@ -193,7 +225,29 @@ class Keys:
             raise Timeout(f"kunci: wait for {key} ran out in the client")
         return self._begin(kb, ks)
 
-    def _give_up(self, kb: bytes, ks: KeyState, fut: asyncio.Future[None]) -> None:
+    def wait_turn_thread(self, w: Waiter, mu: threading.Lock, kb: bytes, deadline: float | None, key: str) -> Turn:
+        """wait_turn, for a caller thread of the thread client (mu held)."""
+        ks = self._get(kb)
+        if not ks.acquiring:
+            return self._begin(kb, ks)
+        t = _ThreadTurn(w)
+        ks.turns.append(t)
+        w.ready = False
+        try:
+            while not w.ready:
+                left = None if deadline is None else deadline - self.loop.time()
+                if left is not None and left <= 0:
+                    break
+                w.block(mu, left)
+        except BaseException:
+            self._give_up(kb, ks, t)
+            raise
+        if not t.done():
+            self._give_up(kb, ks, t)
+            raise Timeout(f"kunci: wait for {key} ran out in the client")
+        return self._begin(kb, ks)
+
+    def _give_up(self, kb: bytes, ks: KeyState, fut: _Turnstile) -> None:
         """An acquirer gave up waiting for its turn: out of the line, or, if
         its turn came meanwhile, the turn passed on."""
         if fut.done() and not fut.cancelled():

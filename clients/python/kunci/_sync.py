@@ -1,73 +1,31 @@
-"""Client: the client for threads, with its own event loop in one I/O thread."""
+"""Client: the client for threads. Its connections are kept up by an event
+loop in one I/O thread; its callers make their requests themselves, on their
+own threads (_core.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import threading
 from types import TracebackType
-from typing import Any, Callable, Coroutine, Deque, TypeVar, cast
+from typing import Any, Callable, Coroutine, TypeVar
 
 from ._async import Locks
+from ._call import Waiter
 from ._config import ClientBase
-from ._core import Config, LockHandle, LockState, Waiter, _Core, end_lock_block, fast_acquire, fast_release, slow
+from ._core import Config, _Core
+from ._link import ArmedSelector, UnlockingSelector
+from ._lock import LockHandle, LockState, end_lock_block
 from ._wire import Holder, Node
 from .errors import Closed, Stale
 
 T = TypeVar("T")
-_lost_mu = threading.Lock()
-
-
-class _ThreadWaiter(Waiter):
-    """A caller thread waiting for the I/O thread: a lock it blocks on until
-    the loop releases it. Each thread keeps one (it waits for one request at
-    a time)."""
-
-    __slots__ = ("lock", "value", "err", "cancel", "abandoned")
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.lock.acquire()
-        self.value: object = None
-        self.err: BaseException | None = None
-        self.cancel = None
-        self.abandoned = False  # its thread gave up (loop thread only)
-
-    def finish(self, value: object, err: BaseException | None) -> None:
-        if self.abandoned:
-            _drop(value)
-            return
-        self.value, self.err = value, err
-        self.lock.release()
-
-    def abandon(self) -> None:
-        """Its thread gave up waiting (a signal's exception): withdraw what
-        it waits for, and end a grant that was answered meanwhile, which
-        the thread will never see. Loop thread only."""
-        self.abandoned = True
-        v, self.value = self.value, None
-        _drop(v)
-        if self.cancel is not None:
-            self.cancel()
-
-
-def _start_keep_alive(core: _Core, w: Waiter, ls: LockState) -> None:
-    core.keep_alive(ls)
-    w.finish(None, None)
-
-
-def _drop(value: object) -> None:
-    """Release a grant nobody will hold (loop thread only)."""
-    if isinstance(value, LockState):
-        core = value.core
-        core.spawn(core.release_quietly(value))
 
 
 class Lock(LockHandle):
     """A granted lock (see Client.acquire). Safe to use from any thread. lost
     is set the moment the lock is known lost: its keep-alive, an extend or the
-    release found the grant gone, or its lease ran out while no node
-    answered."""
+    release found the grant gone, or its lease ran out without an extend (as
+    far as the client can tell)."""
 
     __slots__ = ("_client", "_lost")
 
@@ -79,27 +37,31 @@ class Lock(LockHandle):
     @property
     def lost(self) -> threading.Event:
         """Set the moment the lock is known lost (made on first use: most
-        locks are never asked)."""
+        locks are never asked, and its lease's timer is set then)."""
         ev = self._lost
         if ev is None:
-            with _lost_mu:
+            core = self._client._core
+            with core.mu:
                 ev = self._lost
                 if ev is None:
                     ev = self._lost = threading.Event()
-                    # Registered first, then checked: a loss in the I/O
-                    # thread meanwhile is seen one way or the other.
                     self._ls.on_lost.append(ev.set)
                     if self._ls.lost:
                         ev.set()
+                    elif not core.closed:
+                        self._ls.watch_lease()
+                        core.poke()
         return ev
 
     def extend(self, lease: float) -> None:
         """Make the grant end lease seconds from now. kunci.Stale when it had
         already ended (lost is then set)."""
+        c = self._client
         try:
-            self._client._run(self._client._core.extend(self._ls, lease))
+            c._do(c._core.extend_thread, self._ls, lease)
         except Stale:
-            self._ls.lose()
+            with c._core.mu:
+                self._ls.lose()
             raise
 
     def release(self) -> None:
@@ -108,18 +70,21 @@ class Lock(LockHandle):
         the node answers. kunci.Stale when the grant is not yours any more:
         its lease ran out, another released it with its token, or a crash
         failover lost it."""
+        c = self._client
         try:
-            self._client._call(fast_release, self._ls)
+            c._do(c._core.release_lock_thread, self._ls)
         except Stale:
-            self._ls.lose()
+            with c._core.mu:
+                self._ls.lose()
             raise
 
     def keep_alive(self) -> None:
         """Extend the lease by its length every third of it, in the client's
         I/O thread, until released; lost is set if the lock is lost."""
-        # Handed over like every request, so it keeps its place before
-        # this thread's next one (a release, which stops it).
-        self._client._call(_start_keep_alive, self._ls)
+        core = self._client._core
+        with core.mu:
+            if not core.closed:
+                core.keep_alive(self._ls)
 
 
 class _LockBlock:
@@ -136,7 +101,7 @@ class _LockBlock:
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
         lock = self._lock
         assert lock is not None
-        lost = lock.lost.is_set()
+        lost = lock._ls.lost
         err: Exception | None = None
         try:
             lock.release()
@@ -162,23 +127,22 @@ class Client(ClientBase):
     """
 
     def _setup(self, cfg: Config) -> None:
-        # _mu orders calls against close(): a call checks _closed and hands
-        # its request over (_pending, _draining, the wake-up of the I/O
-        # thread) under it, and close() sets _closed under it before it
-        # stops the I/O thread, so no request is handed to a stopped loop.
+        # _mu is the core's: the I/O thread holds it but while its loop
+        # sleeps, and every request runs under it on its caller's thread.
         self._mu = threading.Lock()
-        self._closed = False
         self._closing: threading.Event | None = None
         self._local = threading.local()
-        self._pending: Deque[tuple[Callable[..., None], tuple[Any, ...], _ThreadWaiter]] = collections.deque()
-        self._draining = False
-        self._core_or_none: _Core | None = None
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="kunci-io", daemon=True)
+        if ArmedSelector.available():
+            sel: Any = ArmedSelector(self._mu)
+            armed: ArmedSelector | None = sel
+        else:
+            sel, armed = UnlockingSelector(self._mu), None
+        self._loop = asyncio.SelectorEventLoop(sel)
+        self._thread = threading.Thread(target=self._io, name="kunci-io", daemon=True)
         self._thread.start()
 
         async def start() -> _Core:
-            core = _Core(cfg, self._loop)
+            core = _Core(cfg, self._loop, self._mu, armed)
             await core.start()
             return core
 
@@ -188,58 +152,38 @@ class Client(ClientBase):
         except BaseException:
             self._stop_loop()
             raise
-        self._core_or_none = self._core
+
+    def _io(self) -> None:
+        with self._mu:
+            self._loop.run_forever()
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run coro on the I/O thread's loop and return its outcome."""
-        if self._closed or threading.current_thread() is self._thread:
-            coro.close()
-        return cast(T, self._call(slow, coro))
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    def _call(self, fn: Callable[..., None], *args: Any) -> Any:
-        """Have the I/O thread run fn(core, waiter, *args), which answers the
-        waiter, and wait for the answer. Requests made by many threads at
-        once are handed over together: one wake-up of the I/O thread."""
-        if threading.current_thread() is self._thread:
-            raise RuntimeError("kunci: a Client's methods cannot be called from its own I/O thread")
-        w: _ThreadWaiter | None = getattr(self._local, "w", None)
+    def _do(self, op: Callable[..., T], *args: Any) -> T:
+        """Run op(waiter, *args), one of the core's *_thread operations, on
+        this thread, under the client's mutex."""
+        w: Waiter | None = getattr(self._local, "w", None)
         if w is None:
-            w = self._local.w = _ThreadWaiter()
-        w.cancel = None
-        with self._mu:
-            if self._closed:
-                raise Closed("kunci: client closed")
-            self._pending.append((fn, args, w))
-            if not self._draining:
-                self._draining = True
-                self._loop.call_soon_threadsafe(self._drain)
+            if threading.current_thread() is self._thread:
+                raise RuntimeError("kunci: a Client's methods cannot be called from its own I/O thread")
+            w = self._local.w = Waiter()
+        mu = self._mu
+        mu.acquire()
         try:
-            w.lock.acquire()
-        except BaseException:
-            # Given up (KeyboardInterrupt): withdraw it; this thread's waiter
-            # may still be answered, so it gets a new one.
-            self._local.w = None
-            self._loop.call_soon_threadsafe(w.abandon)
+            if self._core.closed:
+                raise Closed("kunci: client closed")
+            return op(w, *args)
+        except BaseException as e:
+            if not isinstance(e, Exception):
+                # Given up (a signal's exception) while it may have been
+                # blocked: it may still be woken, so this thread takes a
+                # new Waiter.
+                self._local.w = None
             raise
-        if w.err is not None:
-            err, w.err = w.err, None
-            raise err
-        v, w.value = w.value, None
-        return v
-
-    def _drain(self) -> None:
-        with self._mu:
-            self._draining = False
-        core, pending = self._core_or_none, self._pending
-        while pending:
-            fn, args, w = pending.popleft()
-            if core is None or core.closed:
-                w.finish(None, Closed("kunci: client closed"))
-                continue
-            try:
-                fn(core, w, *args)
-            except BaseException as e:  # noqa: BLE001 - the caller gets it
-                w.finish(None, e)
+        finally:
+            mu.release()
 
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -259,13 +203,7 @@ class Client(ClientBase):
         try:
             self._run(self._core.close())
         finally:
-            with self._mu:
-                self._closed = True
             self._stop_loop()
-            # What was handed over too late for the loop to run it.
-            while self._pending:
-                _, _, w = self._pending.popleft()
-                w.finish(None, Closed("kunci: client closed"))
             assert self._closing is not None
             self._closing.set()
 
@@ -289,9 +227,7 @@ class Client(ClientBase):
         as another kind, or a semaphore of another limit: kunci.Refused with
         the node's reason ("key held as a lock", "semaphore limit differs").
         """
-        ls = self._call(fast_acquire, key, lease, wait, False, limit, shared)
-        assert ls is not None
-        return Lock(self, ls)
+        return self._acquire(key, lease, wait, False, limit, shared)  # type: ignore[return-value]
 
     def try_acquire(self, key: str, lease: float, *, limit: int | None = None, shared: bool = False) -> Lock | None:
         """Take key if nobody holds it, at once (wait "-"): a Lock, or None
@@ -299,8 +235,25 @@ class Client(ClientBase):
         would be granted at once. While another acquire of key by this
         client is in progress, None at once, unsent (the client has one
         acquire of a key in progress at a time: see README.md, Sessions)."""
-        ls = self._call(fast_acquire, key, lease, 0.0, True, limit, shared)
-        return None if ls is None else Lock(self, ls)
+        return self._acquire(key, lease, 0.0, True, limit, shared)
+
+    def _acquire(self, key: str, lease: float, wait: float, try_: bool, limit: int | None,
+                 shared: bool) -> Lock | None:
+        ls: LockState | None = None
+        try:
+            ls = self._do(self._core.acquire_thread, key, lease, wait, try_, limit, shared)
+            return None if ls is None else Lock(self, ls)
+        except BaseException as e:
+            if ls is not None and not isinstance(e, Exception):
+                # Granted as a signal's exception came: nobody will hold it.
+                self._abandon(ls)
+            raise
+
+    def _abandon(self, ls: LockState) -> None:
+        core = self._core
+        with core.mu:
+            if not core.closed:
+                core.spawn(core.release_quietly(ls))
 
     def lock(
         self, key: str, lease: float, wait: float = 0.0, *, limit: int | None = None, shared: bool = False
@@ -314,11 +267,11 @@ class Client(ClientBase):
 
     def inspect(self, key: str) -> Holder | None:
         """Who holds key: its Holder, or None when nobody holds it."""
-        return self._run(self._core.inspect(key))
+        return self._do(self._core.inspect_thread, key)
 
     def locks(self, prefix: str | None = None, limit: int = 0) -> Locks:
         """The held keys starting with prefix, at most limit of them (0: all)."""
-        hs, more = self._run(self._core.locks(prefix, limit))
+        hs, more = self._do(self._core.locks_thread, prefix, limit)
         out = Locks(hs)
         out.more = more
         return out
@@ -326,10 +279,10 @@ class Client(ClientBase):
     def info(self) -> Node:
         """What a node the client is connected to says of itself (I): its
         address, its role, and the active it knows ("" for none)."""
-        return self._run(self._core.info())
+        return self._do(self._core.info_thread)
 
     def active(self) -> str:
         """The address of the cluster's active node (a single node is its
         own). kunci.NoActive when the node asked knows none (an election is
         under way)."""
-        return self._run(self._core.active())
+        return self._core.active_of(self._do(self._core.info_thread))

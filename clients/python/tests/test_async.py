@@ -236,7 +236,7 @@ class Async(NodeCase):
             loop = asyncio.get_running_loop()
             t = asyncio.ensure_future(c.acquire("k", lease=30, wait=10))
             await self.queued(c, "k", 1)
-            socks = [cn.link.transport.get_extra_info("socket") for cn in c._core.conns if cn.link]
+            socks = [cn.link.socket() for cn in c._core.conns if cn.link]
             # Busy: the loop is held while the grant reaches the
             # client's socket, and the timeout falls due meanwhile.
             raw.sendall(b"R k " + held.split()[2] + b"\n")

@@ -164,7 +164,7 @@ class Interrupted(NodeCase):
             # client's socket; the signal goes out in the next turn, right
             # after the grant is read.
             loop = c._loop
-            socks = [cn.link.transport.get_extra_info("socket") for cn in c._core.conns if cn.link]
+            socks = [cn.link.socket() for cn in c._core.conns if cn.link]
             raw.sendall(b"R k " + held.split()[2] + b"\n")
             if readline(raw) == b"R k OK":
                 select.select(socks, [], [], 10)
@@ -235,60 +235,55 @@ class Interrupted(NodeCase):
 
 class Ordering(NodeCase):
     def test_keep_alive_then_release_keeps_their_order(self) -> None:
-        """keep_alive() then release() from one thread, while another
-        thread's request is already on its way to the I/O thread: the
-        keep-alive must start before the release, not after it (it then
-        extended a released grant and set lost on a lock released
-        cleanly)."""
+        """keep_alive() then release() from one thread, while the I/O thread
+        is busy: the keep-alive must start before the release, not after it
+        (it then extended a released grant and set lost on a lock released
+        cleanly). Both run on the caller's thread under the client's mutex,
+        which the busy I/O thread holds until it is done."""
         n = self.node()
         c = kunci.Client([n.addr])
         self.cleanups_first.append(c.close)
         lock = c.acquire("k", lease=0.6, wait=5)
+        lost = lock.lost
         gate = threading.Event()
         c._loop.call_soon_threadsafe(gate.wait, 10)  # the I/O thread is busy
         other = threading.Thread(target=c.inspect, args=("j",), daemon=True)
         other.start()
-        self.assertTrue(until(lambda: len(c._pending) == 1))
-
-        def unblock() -> None:
-            until(lambda: len(c._pending) == 2)
-            gate.set()
-
-        threading.Thread(target=unblock, daemon=True).start()
+        threading.Thread(target=lambda: (until(lambda: not other.is_alive(), 0.5), gate.set()), daemon=True).start()
         lock.keep_alive()
         lock.release()
         other.join(10)
         gate.set()
-        self.assertFalse(until(lambda: lock.lost.is_set(), 2), "a cleanly released lock was reported lost")
+        self.assertFalse(until(lambda: lost.is_set(), 2), "a cleanly released lock was reported lost")
 
 
 class CloseRace(NodeCase):
     def test_a_call_racing_close_ends(self) -> None:
         """A call that passed the closed check just as another thread's
-        close() stopped the I/O thread: it met a closed event loop
-        (RuntimeError), or was never answered. It must end, answered or
-        with kunci.Closed. The race is made certain by holding the call
-        between its check and its hand-over until close() is done (or,
-        once fixed, has had a second to be)."""
+        close() began: it must end, answered or with kunci.Closed, and
+        close() must return. The race is made certain by holding the call
+        just after its check (under the client's mutex, which close() needs
+        to stop the connections) until close() has had a second."""
         n = self.node()
         c = kunci.Client([n.addr])
         checked, go_on = threading.Event(), threading.Event()
         first = [True]
+        core = c._core
+        real_next = core.next
 
-        class HeldDeque(collections.deque):  # type: ignore[type-arg]
-            def append(self, x: Any) -> None:
-                if first[0]:
-                    first[0] = False
-                    checked.set()
-                    go_on.wait(10)
-                super().append(x)
+        def held_next(after: Any) -> Any:
+            if first[0]:
+                first[0] = False
+                checked.set()
+                go_on.wait(10)
+            return real_next(after)
 
-        c._pending = HeldDeque()  # type: ignore[assignment]
+        core.next = held_next  # type: ignore[method-assign]
         outcome: list[str] = []
 
         def call() -> None:
             try:
-                c.acquire("k", lease=30, wait=1).release()
+                c.acquire("k", lease=30, wait=5).release()
                 outcome.append("ok")
             except kunci.Closed:
                 outcome.append("closed")
@@ -307,6 +302,8 @@ class CloseRace(NodeCase):
         self.assertFalse(caller.is_alive(), "the call was still waiting 10 s after close()")
         self.assertFalse(closer.is_alive(), "close() did not return")
         self.assertIn(outcome[0] if outcome else "none", ("ok", "closed"), outcome)
+        with self.assertRaises(kunci.Closed):
+            c.acquire("k", lease=30, wait=1)
 
 
 class Kinds(NodeCase):

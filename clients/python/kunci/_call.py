@@ -1,0 +1,115 @@
+"""One request waiting for its answer, and a caller thread waiting for it
+(clientlib's call.go)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Callable, Union
+
+from . import _wire as wire
+
+
+class _Broken:
+    """A call's outcome when its connection broke (or was not up) first."""
+
+    __slots__ = ("cause",)
+
+    def __init__(self, cause: BaseException | str) -> None:
+        self.cause = cause
+
+
+_REDIRECTED = "redirected"  # the node redirected the connection under the call
+_NOT_UP = _Broken("connection not up")
+_WAIT_OVER = _Broken("the wait ran out before the acquire could be sent")
+
+Result = Union[wire.Answer, _Broken, str]
+
+
+class _Call:
+    """One request waiting for its answer. It stays outstanding on its
+    connection until answered or the connection breaks, even when its caller
+    gave up: answers are matched in send order. The answer goes to cb when
+    set (a caller thread's Waiter, or the loop's own bookkeeping), else to
+    fut; late takes it after the caller left."""
+
+    __slots__ = ("op", "key", "fut", "cb", "holders", "late", "answered")
+
+    def __init__(self, op: str, key: bytes, fut: asyncio.Future[Result] | None) -> None:
+        self.op = op
+        self.key = key
+        self.fut = fut
+        self.cb: Callable[[Result], None] | None = None
+        self.holders: list[wire.Holder] | None = None  # L, S: the H lines so far
+        self.late: Callable[[Result], None] | None = None  # the answer after the caller left
+        self.answered = False
+
+    def resolve(self, r: Result) -> None:
+        """Hand r to whoever waits for the answer, once: a second answer (the
+        end of a link whose reading was interrupted as it answered the call)
+        is ignored."""
+        if self.answered:
+            return
+        cb = self.cb
+        if cb is not None:
+            cb(r)
+            self.cb = None
+        elif self.fut is not None and not self.fut.done():
+            self.fut.set_result(r)
+        elif self.late is not None:
+            self.late(r)
+        self.answered = True
+
+
+class Waiter:
+    """A caller thread waiting, in the thread client: for its call's answer,
+    for its turn at a key, for a connection to come up, or to be handed the
+    reading of a connection (_SockLink). Each thread has one; it waits for one
+    thing at a time. Every field but lock is the client's mutex's (Core.mu).
+
+    The thread blocks on lock (held while it is not blocked: wake releases
+    it once). A thread interrupted while blocked (a signal's exception) may
+    still be woken: it takes a new Waiter."""
+
+    __slots__ = ("lock", "blocked", "result", "read_now", "ready")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.blocked = False
+        # result: the answer to the call it waits for (None: not yet);
+        # read_now: it was handed the reading of the connection it waits on;
+        # ready: what it waits for other than an answer came (a turn, a
+        # connection up, a session answered).
+        self.result: Result | None = None
+        self.read_now = False
+        self.ready = False
+
+    def answer(self, r: Result) -> None:
+        """Its call's answer (a _Call's cb)."""
+        self.result = r
+        self.wake()
+
+    def wake(self) -> None:
+        if self.blocked:
+            self.blocked = False
+            self.lock.release()
+
+    def block(self, mu: threading.Lock, timeout: float | None = None) -> None:
+        """Wait to be woken, or timeout seconds (None: no bound), with mu
+        released meanwhile; mu is held again on return, and on a raise."""
+        self.blocked = True
+        got = False
+        mu.release()
+        try:
+            if timeout is None:
+                got = self.lock.acquire()
+            elif timeout > 0:
+                got = self.lock.acquire(True, timeout)
+        finally:
+            mu.acquire()
+        if not got:
+            if self.blocked:  # the timeout: nobody woke it
+                self.blocked = False
+            else:  # woken between the timeout and mu: take the wake-up
+                self.lock.acquire()
