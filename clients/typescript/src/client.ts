@@ -6,7 +6,7 @@ import { hostname } from "node:os";
 import type * as tls from "node:tls";
 import { onAbort } from "./abort.js";
 import { type Credentials, checkCredentials } from "./credentials.js";
-import { Call, Conn, MAX_REDIRECTS, type Result, broken, errNotUp, errWaitOver } from "./conn.js";
+import { type Answered, Call, Conn, MAX_REDIRECTS, type Refused, type Result, broken, errNotUp, errWaitOver, redirected } from "./conn.js";
 import {
   AuthError,
   BadInputError,
@@ -197,7 +197,7 @@ interface Policy {
 }
 
 /** A send's answer that the request's window has ended for it (an acquire whose wait ran out in the client). */
-const TRY_LATER: Result = { kind: "broken", err: errWaitOver, at: 0 };
+const TRY_LATER: Result = broken(errWaitOver);
 
 const errRedirected = new Error("redirected: the active moved");
 
@@ -324,7 +324,9 @@ export class Client {
     const lease = checkLease(opts?.leaseMs);
     const wait = checkWait(opts.waitMs ?? 0);
     const kind = kindOf(opts.limit, opts.shared);
-    return (await this.acquireWith(key, lease, wait, kind, false, opts.signal))!;
+    const l = await this.acquireWith(key, lease, wait, kind, false, opts.signal);
+    if (l === null) throw new TimeoutError(key); // the node answered T
+    return l;
   }
 
   /**
@@ -398,9 +400,8 @@ export class Client {
   async inspect(key: string, opts?: RequestOptions): Promise<Holder | null> {
     checkKey(key);
     const r = await this.route(this.retrying(), opts?.signal, (cn) => this.request(cn, "Q", key, inspectLine(key), opts?.signal));
-    const a = r.a!;
-    if (a.kind === "E") throw r.err;
-    return a.token === 0n ? null : holder(a);
+    if (r.kind === "refused") throw r.err;
+    return r.a.token === 0n ? null : holder(r.a);
   }
 
   /**
@@ -422,8 +423,8 @@ export class Client {
     }
     const line = listLine(limit, prefix);
     const r = await this.route(this.retrying(), opts?.signal, (cn) => this.request(cn, "L", "", line, opts?.signal));
-    if (r.a!.kind === "E") throw r.err;
-    return { locks: (r.held ?? []).map(holder), more: r.a!.more };
+    if (r.kind === "refused") throw r.err;
+    return { locks: (r.held ?? []).map(holder), more: r.a.more };
   }
 
   /**
@@ -444,8 +445,8 @@ export class Client {
    */
   async info(opts?: RequestOptions): Promise<NodeInfo> {
     const r = await this.route(this.retrying(), opts?.signal, (cn) => this.request(cn, "I", "", infoLine, opts?.signal));
-    const a = r.a!;
-    if (a.kind === "E") throw r.err;
+    if (r.kind === "refused") throw r.err;
+    const a = r.a;
     return { addr: a.self, role: a.role, active: a.active === "" ? undefined : a.active };
   }
 
@@ -606,13 +607,13 @@ export class Client {
    *
    * @internal
    */
-  async route(p: Policy, signal: AbortSignal | undefined, send: (cn: Conn) => Promise<Result>): Promise<Result> {
+  async route(p: Policy, signal: AbortSignal | undefined, send: (cn: Conn) => Promise<Result>): Promise<Answered | Refused> {
     // The usual case first, without the retry state: a usable connection answers.
     if (this.firstsDone && !this.closed && !(signal?.aborted ?? false) && (p.deadline === 0 || performance.now() < p.deadline)) {
       const cn = this.next(undefined);
       if (cn !== undefined) {
         const r = await send(cn);
-        if (r.kind === "answer") return r;
+        if (r.kind === "answer" || r.kind === "refused") return r;
         return this.retry(p, signal, send, cn, r);
       }
     }
@@ -620,7 +621,7 @@ export class Client {
   }
 
   /** route after a first attempt on first failed with r, or found no usable connection (first undefined). */
-  private async retry(p: Policy, signal: AbortSignal | undefined, send: (cn: Conn) => Promise<Result>, first: Conn | undefined, r0: Result | undefined): Promise<Result> {
+  private async retry(p: Policy, signal: AbortSignal | undefined, send: (cn: Conn) => Promise<Result>, first: Conn | undefined, r0: Result | undefined): Promise<Answered | Refused> {
     if (!this.firstsDone) await this.firsts;
     let attempts = 0;
     let redirects = 0;
@@ -651,17 +652,17 @@ export class Client {
         const r = r0 ?? (await send(cn));
         r0 = undefined;
         if (r === TRY_LATER) throw fail();
-        if (r.kind === "answer") return r;
+        if (r.kind === "answer" || r.kind === "refused") return r;
         if (this.closed) throw new ClosedError();
-        // The node asks for credentials the client was not given: no
-        // connection will carry the request without them.
-        if (r.err instanceof AuthError) throw r.err;
         failed = cn;
         if (r.kind === "redirect") {
           lastErr = errRedirected;
           if (++redirects > MAX_REDIRECTS) throw this.noConnection(new Error("too many redirects"));
           if (windowless && until === 0) until = performance.now() + this.cfg.dialTimeoutMs; // the moved connection may take a dial
         } else {
+          // The node asks for credentials the client was not given: no
+          // connection will carry the request without them.
+          if (r.err instanceof AuthError) throw r.err;
           lastErr = r.err;
           if (++attempts >= this.conns.length && windowless) throw fail(); // each connection once
         }
@@ -692,8 +693,9 @@ export class Client {
   }
 
   /**
-   * acquire, or tryAcquire when tryIt (wait is then 0). Returns null for a
-   * try that found the key held. One acquire of a key is in progress at a
+   * acquire, or tryAcquire when tryIt (wait is then 0). Returns null when
+   * the node answered T: the wait ran out (acquire throws a TimeoutError),
+   * or a try found the key held. One acquire of a key is in progress at a
    * time (Keys): the others wait their turn, and a try is null unsent.
    */
   private async acquireWith(key: string, lease: number, wait: number, kind: Kind, tryIt: boolean, signal: AbortSignal | undefined): Promise<Lock | null> {
@@ -718,22 +720,21 @@ export class Client {
       throw e;
     }
     turn.answered = true;
-    const a = r.a!;
-    switch (a.kind) {
-      case "A": {
-        // The grant was made at most one network delay before its answer was read.
-        const l = new Lock(this, key, a.token, lease, r.at + lease);
-        keys.granted(a.token);
-        keys.leave(key, turn, l);
-        return l;
-      }
-      case "T":
-        keys.leave(key, turn);
-        if (tryIt) return null;
-        throw new TimeoutError(key);
+    if (r.kind === "refused") {
+      keys.leave(key, turn);
+      throw r.err;
     }
-    keys.leave(key, turn);
-    throw r.err;
+    const a = r.a;
+    if (a.kind !== "A") {
+      // T: the wait ran out, or the key is held (a try).
+      keys.leave(key, turn);
+      return null;
+    }
+    // The grant was made at most one network delay before its answer was read.
+    const l = new Lock(this, key, a.token, lease, r.at + lease);
+    keys.granted(a.token);
+    keys.leave(key, turn, l);
+    return l;
   }
 
   /**
@@ -761,7 +762,7 @@ export class Client {
   private async acquireKnown(cn: Conn, ks: KeyState, key: string, lease: number, kind: Kind, deadline: number, tryIt: boolean, signal: AbortSignal | undefined): Promise<Result> {
     const gen = cn.gen;
     if (!(await within(cn.sessionsKnown(), deadline, signal))) return TRY_LATER;
-    if (cn.gen !== gen || !cn.usable) return cn.redirecting ? { kind: "redirect", at: 0 } : broken(errNotUp);
+    if (cn.gen !== gen || !cn.usable) return cn.redirecting ? redirected : broken(errNotUp);
     return this.sendAcquire(cn, gen, ks, key, lease, kind, deadline, tryIt, cn.sessions === true, signal);
   }
 
@@ -788,26 +789,26 @@ export class Client {
     // broken connection, whose queued acquires the node drops).
     if (!c.answered && cn.gen === gen && cn.usable) cn.send(new Call("C", key), cancelLine(key));
     const late = await c.promise;
-    if (late.kind === "answer") ks.answered = true;
-    if (late.kind === "answer" && late.a!.kind === "A") {
+    if (late.kind === "answer" || late.kind === "refused") ks.answered = true;
+    if (late.kind === "answer" && late.a.kind === "A") {
       // The grant that won the race. Its token is one the client has been
       // answered: the next acquire of key, which may go out before this
       // release, takes it as its seen, so that the node never answers it
       // this grant. Not held by a caller: should the release fail, the
       // session's next listing releases it.
-      this.keys.granted(late.a!.token);
-      new Lock(this, key, late.a!.token, lease, late.at + lease).release().catch(() => {});
+      this.keys.granted(late.a.token);
+      new Lock(this, key, late.a.token, lease, late.at + lease).release().catch(() => {});
     }
     throw signal.reason;
   }
 
   /** @internal Release, extend: see Lock. */
-  async releaseLock(l: Lock, signal: AbortSignal | undefined): Promise<Result> {
+  async releaseLock(l: Lock, signal: AbortSignal | undefined): Promise<Answered | Refused> {
     return this.route(this.retrying(), signal, (cn) => this.request(cn, "R", l.key, releaseLine(l.key, l.token), signal));
   }
 
   /** @internal */
-  async extendLock(l: Lock, lease: number, ends: () => number, signal: AbortSignal | undefined): Promise<{ r: Result; sent: number }> {
+  async extendLock(l: Lock, lease: number, ends: () => number, signal: AbortSignal | undefined): Promise<{ r: Answered | Refused; sent: number }> {
     let sent = 0;
     const r = await this.route(this.retrying(ends), signal, (cn) => {
       sent = performance.now();
@@ -865,10 +866,9 @@ export class Lock {
   async release(opts?: RequestOptions): Promise<void> {
     this.stopKeepAlive();
     const r = await this.cl.releaseLock(this, opts?.signal);
-    const a = r.a!;
-    if (a.kind === "E") throw r.err;
+    if (r.kind === "refused") throw r.err;
     this.ended();
-    if (!a.ok) throw new StaleError(this.key, this.token);
+    if (!r.a.ok) throw new StaleError(this.key, this.token);
   }
 
   /**
@@ -879,9 +879,8 @@ export class Lock {
   async extend(leaseMs: number, opts?: RequestOptions): Promise<void> {
     const lease = checkLease(leaseMs);
     const { r, sent } = await this.cl.extendLock(this, lease, () => this.ends, opts?.signal);
-    const a = r.a!;
-    if (a.kind === "E") throw r.err;
-    if (!a.ok) {
+    if (r.kind === "refused") throw r.err;
+    if (!r.a.ok) {
       this.ended();
       throw new StaleError(this.key, this.token);
     }

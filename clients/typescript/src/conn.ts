@@ -14,16 +14,38 @@ import type { Client } from "./client.js";
 import { AuthError, KunciError, RefusedError } from "./errors.js";
 import { type Answer, BadAnswerError, MAX_LINE, authLine, infoLine, parseAnswer, sessionLine, splitAddr } from "./protocol.js";
 
-/** The outcome of one request on one connection. */
-export interface Result {
-  /** answer: the node answered (a); broken: the connection failed it or was not up (err); redirect: the node moved the connection (M). */
-  kind: "answer" | "broken" | "redirect";
-  a?: Answer;
-  err?: unknown;
+/**
+ * The outcome of one request on one connection, told apart by kind: only an
+ * answer has an answer line to read (a), only a refusal or a failure an
+ * error, so the compiler checks that a caller looked at kind first.
+ */
+export type Result = Answered | Refused | Broken | Redirected;
+
+/** The node answered the request. */
+export interface Answered {
+  readonly kind: "answer";
+  readonly a: Answer;
   /** When the answer was read (performance.now()). */
-  at: number;
-  /** L, S: the H lines. */
-  held?: Answer[];
+  readonly at: number;
+  /** The H lines that came before the answer of a listing (L) or a session (S); undefined for none. */
+  readonly held: Answer[] | undefined;
+}
+
+/** The node refused the request (E): a RefusedError with its reason, or an AuthError when it asks for credentials ("auth required"). */
+export interface Refused {
+  readonly kind: "refused";
+  readonly err: RefusedError | AuthError;
+}
+
+/** The connection failed the request, or was not up: err says why. */
+export interface Broken {
+  readonly kind: "broken";
+  readonly err: unknown;
+}
+
+/** The node moved the connection (M) before it answered. */
+export interface Redirected {
+  readonly kind: "redirect";
 }
 
 export const errNotUp = new Error("connection not up");
@@ -32,12 +54,14 @@ const errHalfOpen = new Error("node stopped answering");
 const errWriteStuck = new Error("node stopped reading");
 const errNoActive = new Error("the node knows no active node");
 
-export const broken = (err: unknown): Result => ({ kind: "broken", err, at: 0 });
+export const broken = (err: unknown): Broken => ({ kind: "broken", err });
+export const redirected: Redirected = { kind: "redirect" };
 
 /** One request waiting for its answer. It stays outstanding until the node answers it or the connection breaks, even when its caller gives up. */
 export class Call {
   resolve!: (r: Result) => void;
   readonly promise: Promise<Result>;
+  /** An S or L call's listing: the H lines read so far (see dispatch). */
   held: Answer[] | undefined;
   answered = false;
   constructor(
@@ -439,7 +463,7 @@ export class Conn {
     this.usable = false;
     this.sock = null;
     this.redirecting = redirect !== undefined;
-    const r: Result = redirect !== undefined ? { kind: "redirect", at: 0 } : broken(cause);
+    const r: Result = redirect !== undefined ? redirected : broken(cause);
     const calls = [...this.acq.values(), ...this.sent.slice(this.sentHead)];
     this.acq.clear();
     this.sent = [];
@@ -541,7 +565,7 @@ export class Conn {
           this.cl.log("debug", "listed grant with no listing", { key: a.key });
           return false;
         }
-        c.held!.push(a);
+        (c.held ??= []).push(a);
         return c.op === "L"; // the session's listing is the client's own, not a request served
       case "I":
         // An info request's, or a probe's (every I answer is alike).
@@ -560,18 +584,17 @@ export class Conn {
       this.cl.log("debug", "answer with no request", { kind: a.kind, key: a.key });
       return false;
     }
-    const r: Result = { kind: "answer", a, at };
-    if (a.kind === "E") {
-      r.err = a.text === "auth required" ? new AuthError(this.addr, a.text) : new RefusedError(a.op, c.key, a.text);
-    }
-    if (c.held !== undefined) r.held = c.held;
+    const r: Result =
+      a.kind !== "E"
+        ? { kind: "answer", a, at, held: c.held }
+        : { kind: "refused", err: a.text === "auth required" ? new AuthError(this.addr, a.text) : new RefusedError(a.op, c.key, a.text) };
     c.finish(r);
     if (op === "S") {
       // A node that refuses S predates sessions ("unknown op"): nothing is
       // sent with seen= on this connection. One that asks for credentials
       // closes the connection: the requests behind the S are not read.
       this.knowSessions(a.kind === "S");
-      if (r.err instanceof AuthError) this.authRefused = r.err;
+      if (r.kind === "refused" && r.err instanceof AuthError) this.authRefused = r.err;
       return false; // the client's own, not a request served
     }
     return true;
@@ -662,13 +685,13 @@ const AUTH_TIMEOUT_MS = 3000;
 function readLine(sock: net.Socket, ms: number): Promise<string> {
   return new Promise((resolve, reject) => {
     let buf: Buffer = Buffer.alloc(0);
-    const done = (err: Error | null, line?: string) => {
+    const done = (err: Error | null, line = "") => {
       clearTimeout(t);
       sock.off("data", onData);
       sock.off("close", onClose);
       sock.pause();
       if (err !== null) reject(err);
-      else resolve(line!);
+      else resolve(line);
     };
     const onData = (d: Buffer) => {
       buf = buf.length === 0 ? d : Buffer.concat([buf, d]);

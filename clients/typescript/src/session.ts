@@ -316,7 +316,7 @@ export interface Reconciled {
 export async function reconcile(keys: Keys, cn: Reconciled, sc: Call, log: (msg: string, fields: Record<string, unknown>) => void): Promise<void> {
   const gen = cn.gen;
   const r = await sc.promise;
-  if (r.kind !== "answer" || r.a!.kind !== "S") return; // refused, or the connection broke or moved: the next one names it again
+  if (r.kind !== "answer" || r.a.kind !== "S") return; // refused, or the connection broke or moved: the next one names it again
   const names = new Set<string>();
   const stale: Answer[] = [];
   for (const h of r.held ?? []) {
