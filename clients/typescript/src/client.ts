@@ -6,7 +6,8 @@ import { hostname } from "node:os";
 import type * as tls from "node:tls";
 import { onAbort } from "./abort.js";
 import { type Credentials, checkCredentials } from "./credentials.js";
-import { type Answered, Call, Conn, MAX_REDIRECTS, type Refused, type Result, broken, errNotUp, errWaitOver, redirected } from "./conn.js";
+import { type Answered, Call, type Refused, type Result, broken, errNotUp, errWaitOver, redirected } from "./call.js";
+import { Conn, type ConnConfig, MAX_REDIRECTS } from "./conn.js";
 import {
   AuthError,
   BadInputError,
@@ -38,6 +39,7 @@ import {
   validOwner,
   waitMs as checkWait,
 } from "./protocol.js";
+import { Outage } from "./outage.js";
 import { type KeyState, Keys, newSession, reconcile } from "./session.js";
 import { Timer } from "./timer.js";
 
@@ -79,17 +81,10 @@ export interface ClientOptions {
   logger?: Logger;
 }
 
-/** The options with their defaults filled in. */
-export interface Config {
+/** The options with their defaults filled in (those its connections use too: ConnConfig). */
+export interface Config extends ConnConfig {
   addrs: string[];
   owner: string;
-  credentials: Credentials | undefined;
-  tls: tls.ConnectionOptions | undefined;
-  dialTimeoutMs: number;
-  writeTimeoutMs: number;
-  reconnectIntervalMs: number;
-  probeIntervalMs: number;
-  probeTimeoutMs: number;
   releaseRetryMs: number;
   releaseIntervalMs: number;
   logger: Logger | undefined;
@@ -201,37 +196,6 @@ const TRY_LATER: Result = broken(errWaitOver);
 
 const errRedirected = new Error("redirected: the active moved");
 
-/** What the client learned of nodes down and of the active (see clientlib/outage.go). */
-export class Outage {
-  private readonly down = new Map<string, number>();
-  /** Where a connection last found the active. */
-  active = "";
-  /** forgetMs: how long an address counts as down. */
-  constructor(private readonly forgetMs: number) {}
-
-  dialed(addr: string, err: unknown): void {
-    if (err === undefined) this.down.delete(addr);
-    else if (!(err instanceof AuthError)) this.markDown(addr); // a node that refuses the credentials answers
-  }
-  markDown(addr: string): void {
-    this.down.set(addr, performance.now());
-  }
-  isDown(addr: string): boolean {
-    const at = this.down.get(addr);
-    if (at === undefined) return false;
-    if (performance.now() - at >= this.forgetMs) {
-      this.down.delete(addr);
-      return false;
-    }
-    return true;
-  }
-  /** Where a connection last found the active, unless that is not, or is down; "" for none. */
-  activeBut(not: string): string {
-    const a = this.active;
-    return a === "" || a === not || this.isDown(a) ? "" : a;
-  }
-}
-
 /**
  * A connection pool to a kunci node or cluster: one persistent connection
  * per address (two when given one), kept up in the background; requests
@@ -243,8 +207,8 @@ export class Client {
   /** @internal */ readonly conns: Conn[] = [];
   /** @internal */ readonly outage: Outage;
   /** @internal */ closed = false;
-  /** @internal the last refusal of the credentials, undefined once a node accepted them. */
-  authErr: AuthError | undefined;
+  /** The last refusal of the credentials, undefined once a node accepted them. Set by the connections (noteAuth). */
+  private authErr: AuthError | undefined;
   /** @internal The client's session (session.ts), named first on every connection: 63 random bits. */
   readonly session: bigint = newSession();
   /** @internal What the client knows of the keys it holds and acquires, and the highest token it has been answered. */
@@ -306,7 +270,7 @@ export class Client {
     for (const h of [...this.closeHooks]) h();
     this.closeHooks.clear();
     this.fireUp();
-    for (const cn of this.conns) cn.sock?.destroy();
+    for (const cn of this.conns) cn.close();
     this.closing = Promise.all(this.runs).then(() => undefined);
     return this.closing;
   }
@@ -479,8 +443,8 @@ export class Client {
     this.cfg.logger?.(level, `kunci: ${msg}`, fields);
   }
 
-  /** @internal Wakes whoever waits for a connection to come up (and everything when the client closes). */
-  fireUp(): void {
+  /** Wakes whoever waits for a connection to come up (and everything when the client closes). */
+  private fireUp(): void {
     if (this.upWaiters.size === 0) return;
     const ws = [...this.upWaiters];
     this.upWaiters.clear();
@@ -505,9 +469,15 @@ export class Client {
     });
   }
 
-  /** @internal Reconciles the session named first on cn, sc, with what the node lists for it (session.ts), while cn serves. */
-  reconcile(cn: Conn, sc: Call): void {
+  /** @internal cn came up (ConnHost): the session it named first, sc, is reconciled with what the node lists for it (session.ts) while cn serves, and whoever waits for a connection is woken. */
+  up(cn: Conn, sc: Call): void {
     void reconcile(this.keys, cn, sc, (msg, fields) => this.log("debug", msg, fields));
+    this.fireUp();
+  }
+
+  /** @internal A node refused the credentials (err), or accepted them (undefined): ConnHost. */
+  noteAuth(err: AuthError | undefined): void {
+    this.authErr = err;
   }
 
   /** @internal Registers fn to run when the client closes; returns its removal. */

@@ -1,7 +1,10 @@
 // One persistent connection of a Client: its socket, the requests
 // outstanding on it, and the loop that keeps it up (dial, authenticate, find
 // the active, name the client's session, serve, and again after a failure).
-// The twin of clientlib's conn.go and outage.go.
+// The twin of clientlib's conn.go, and of outage.go's seek and pause.
+//
+// A Conn sees its client only through ConnHost, defined here: client.ts
+// imports this module, never the other way round.
 //
 // Everything runs on Node's one thread: no locks. Requests are buffered by
 // their callers and written once per tick of the event loop
@@ -10,71 +13,55 @@
 
 import * as net from "node:net";
 import * as tls from "node:tls";
-import type { Client } from "./client.js";
+import { Call, type Result, broken, redirected } from "./call.js";
+import type { Credentials } from "./credentials.js";
 import { AuthError, KunciError, RefusedError } from "./errors.js";
+import type { Outage } from "./outage.js";
 import { type Answer, BadAnswerError, MAX_LINE, authLine, infoLine, parseAnswer, sessionLine, splitAddr } from "./protocol.js";
 
-/**
- * The outcome of one request on one connection, told apart by kind: only an
- * answer has an answer line to read (a), only a refusal or a failure an
- * error, so the compiler checks that a caller looked at kind first.
- */
-export type Result = Answered | Refused | Broken | Redirected;
-
-/** The node answered the request. */
-export interface Answered {
-  readonly kind: "answer";
-  readonly a: Answer;
-  /** When the answer was read (performance.now()). */
-  readonly at: number;
-  /** The H lines that came before the answer of a listing (L) or a session (S); undefined for none. */
-  readonly held: Answer[] | undefined;
-}
-
-/** The node refused the request (E): a RefusedError with its reason, or an AuthError when it asks for credentials ("auth required"). */
-export interface Refused {
-  readonly kind: "refused";
-  readonly err: RefusedError | AuthError;
-}
-
-/** The connection failed the request, or was not up: err says why. */
-export interface Broken {
-  readonly kind: "broken";
-  readonly err: unknown;
-}
-
-/** The node moved the connection (M) before it answered. */
-export interface Redirected {
-  readonly kind: "redirect";
-}
-
-export const errNotUp = new Error("connection not up");
-export const errWaitOver = new Error("the wait ran out before the acquire could be sent");
 const errHalfOpen = new Error("node stopped answering");
 const errWriteStuck = new Error("node stopped reading");
 const errNoActive = new Error("the node knows no active node");
 
-export const broken = (err: unknown): Broken => ({ kind: "broken", err });
-export const redirected: Redirected = { kind: "redirect" };
+/** The settings of a client that its connections use (Config, the client's, has them all). Times are in milliseconds. */
+export interface ConnConfig {
+  credentials: Credentials | undefined;
+  tls: tls.ConnectionOptions | undefined;
+  dialTimeoutMs: number;
+  writeTimeoutMs: number;
+  reconnectIntervalMs: number;
+  probeIntervalMs: number;
+  probeTimeoutMs: number;
+}
 
-/** One request waiting for its answer. It stays outstanding until the node answers it or the connection breaks, even when its caller gives up. */
-export class Call {
-  resolve!: (r: Result) => void;
-  readonly promise: Promise<Result>;
-  /** An S or L call's listing: the H lines read so far (see dispatch). */
-  held: Answer[] | undefined;
-  answered = false;
-  constructor(
-    readonly op: string,
-    readonly key: string,
-  ) {
-    this.promise = new Promise<Result>((res) => (this.resolve = res));
-  }
-  finish(r: Result): void {
-    if (this.answered) return;
-    this.answered = true;
-    this.resolve(r);
-  }
+/**
+ * What a connection needs of the client it belongs to (a Client is one),
+ * and all it sees of it: its settings and session, what its connections
+ * learned of the nodes, and the waits and wake-ups they share. Its methods
+ * are called on Node's one thread, by the Conn's run loop and socket
+ * handlers.
+ */
+export interface ConnHost {
+  readonly cfg: ConnConfig;
+  /** The client's session, named first on every connection (session.ts). */
+  readonly session: bigint;
+  /** The client is closed: the connection stops. */
+  readonly closed: boolean;
+  /** Shared by the client's connections, which read and write it. */
+  readonly outage: Outage;
+  log(level: "debug" | "warn", msg: string, fields: Record<string, unknown>): void;
+  /** A node refused the credentials (err), or accepted them (undefined). */
+  noteAuth(err: AuthError | undefined): void;
+  /** Registers fn to run when the client closes; returns its removal. */
+  onClose(fn: () => void): () => void;
+  /** Waits ms; false when the client closed first. */
+  sleep(ms: number): Promise<boolean>;
+  /** Waits until a connection comes up, ms pass, or the client closes. */
+  waitUp(ms: number): Promise<void>;
+  /** cn came up, having named the session first with sc: the client reconciles the session's listing, and wakes whoever waits for a connection. */
+  up(cn: Conn, sc: Call): void;
+  /** Puts cn on the list to write (its flush) once every caller of this tick has buffered its request. */
+  queueWrite(cn: Conn): void;
 }
 
 /** How a connection ended: a redirect (M addr; "" for none), or a failure. */
@@ -84,13 +71,21 @@ interface End {
   served: boolean;
 }
 
+/**
+ * One persistent connection of a client. Its fields are set by its own run
+ * loop and socket handlers; the client reads the public ones to route
+ * requests (usable, writing(), gen, redirecting, sessions, lastErr), sends
+ * on it with send, and writes what it buffered with flush.
+ */
 export class Conn {
-  sock: net.Socket | null = null;
-  /** The address the socket goes to, and how many sockets came before it. */
+  /** The socket while the connection is up; null between sockets. */
+  private sock: net.Socket | null = null;
+  /** The address the socket goes to, and how many sockets came before it (a request sent again checks that its connection is still the same one). */
   addr = "";
   gen = 0;
   /** The socket went down to follow a redirect. */
   redirecting = false;
+  /** The connection is up and takes requests: set by attach, cleared when it ends. */
   usable = false;
   /** Why the last attempt to connect failed, undefined once one worked. */
   lastErr: unknown = undefined;
@@ -108,16 +103,17 @@ export class Conn {
   // Outstanding requests: acquires by key (the client has one acquire of a
   // key in progress at a time: Keys), the rest in send order in
   // sent[sentHead..] (answered ones null).
-  readonly acq = new Map<string, Call>();
-  sent: Array<Call | null> = [];
-  sentHead = 0;
-  probes = 0;
+  private readonly acq = new Map<string, Call>();
+  private sent: Array<Call | null> = [];
+  private sentHead = 0;
+  private probes = 0;
 
-  // Writing: the lines buffered for the next write, and whether the
-  // connection is on the client's list to write.
-  wbuf = "";
-  dirty = false;
-  writeStuckSince = 0;
+  // Writing: the lines buffered for the next write, whether the connection
+  // is on the client's list to write, and since when the socket has not
+  // taken a write (0: it took them all).
+  private wbuf = "";
+  private dirty = false;
+  private writeStuckSince = 0;
 
   // Reading.
   private rbuf: Buffer | null = null;
@@ -129,10 +125,15 @@ export class Conn {
   private unhook: (() => void) | undefined;
 
   constructor(
-    readonly cl: Client,
+    private readonly cl: ConnHost,
     readonly home: string,
     readonly idx: number,
   ) {}
+
+  /** Destroys the socket of the connection, if any: the client closes (a socket still being dialled is destroyed by the client's close hooks). */
+  close(): void {
+    this.sock?.destroy();
+  }
 
   /** A write is under way that the socket has not taken yet: the node may have stopped reading. */
   writing(): boolean {
@@ -203,7 +204,7 @@ export class Conn {
         this.lastErr = err;
         if (attempt === 0) first();
         if (err instanceof AuthError) {
-          cl.authErr = err;
+          cl.noteAuth(err);
           cl.log("warn", "credentials refused", { err: String(err) });
         } else {
           cl.log("debug", "dial failed", { addr, err: String(err) });
@@ -220,7 +221,7 @@ export class Conn {
         if (to !== "") follow(to);
         continue;
       }
-      if (cfg.credentials) cl.authErr = undefined;
+      if (cfg.credentials) cl.noteAuth(undefined);
       const sought = seek; // the node said it is the active
       this.lastErr = undefined;
       const ended = this.attach(sock, addr, named);
@@ -234,7 +235,7 @@ export class Conn {
         this.authRefused = undefined;
         this.detach(undefined, refused);
         this.lastErr = refused;
-        cl.authErr = refused;
+        cl.noteAuth(refused);
         cl.log("warn", "credentials required", { err: String(refused) });
         addr = this.home;
         named = false;
@@ -442,8 +443,7 @@ export class Conn {
     this.timer = setInterval(() => this.check(), period);
     this.timer.unref();
     if (named) cl.outage.active = addr;
-    cl.reconcile(this, sc);
-    cl.fireUp();
+    cl.up(this, sc);
     return ended;
   }
 

@@ -29,7 +29,7 @@
 
 import { randomBytes } from "node:crypto";
 import { onAbort } from "./abort.js";
-import { Call } from "./conn.js";
+import { Call } from "./call.js";
 import { ClosedError, TimeoutError } from "./errors.js";
 import { type Answer, releaseLine } from "./protocol.js";
 import { Timer } from "./timer.js";
