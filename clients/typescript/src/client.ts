@@ -26,7 +26,6 @@ import {
   MAX_OWNER,
   MAX_U64,
   acquireLine,
-  cancelLine,
   checkKey,
   extendLine,
   infoLine,
@@ -719,7 +718,7 @@ export class Client {
     // A connection just made: hear whether its node knows sessions first (a
     // node from before them refuses seen=).
     if (again && cn.sessions === undefined) return this.acquireKnown(cn, ks, key, lease, kind, deadline, tryIt, signal);
-    return this.sendAcquire(cn, cn.gen, ks, key, lease, kind, deadline, tryIt, again && cn.sessions === true, signal);
+    return this.sendAcquire(cn, ks, key, lease, kind, deadline, tryIt, again && cn.sessions === true, signal);
   }
 
   /**
@@ -733,32 +732,28 @@ export class Client {
     const gen = cn.gen;
     if (!(await within(cn.sessionsKnown(), deadline, signal))) return TRY_LATER;
     if (cn.gen !== gen || !cn.usable) return cn.redirecting ? redirected : broken(errNotUp);
-    return this.sendAcquire(cn, gen, ks, key, lease, kind, deadline, tryIt, cn.sessions === true, signal);
+    return this.sendAcquire(cn, ks, key, lease, kind, deadline, tryIt, cn.sessions === true, signal);
   }
 
-  private sendAcquire(cn: Conn, gen: number, ks: KeyState, key: string, lease: number, kind: Kind, deadline: number, tryIt: boolean, withSeen: boolean, signal: AbortSignal | undefined): Promise<Result> {
+  private sendAcquire(cn: Conn, ks: KeyState, key: string, lease: number, kind: Kind, deadline: number, tryIt: boolean, withSeen: boolean, signal: AbortSignal | undefined): Promise<Result> {
     let wait: number | "-" = tryIt ? "-" : 0;
     if (deadline !== 0) {
       const left = deadline - performance.now();
       if (left <= 0) return Promise.resolve(TRY_LATER);
       wait = Math.ceil(left);
     }
-    const c = new Call("A", key);
-    cn.send(c, acquireLine(key, lease, wait, this.cfg.owner, kind, withSeen ? ks.seen : undefined));
+    const c = cn.acquire(key, acquireLine(key, lease, wait, this.cfg.owner, kind, withSeen ? ks.seen : undefined));
     ks.sent = true;
     if (signal === undefined) return c.promise;
-    return this.awaitAcquire(cn, gen, ks, c, lease, signal);
+    return this.awaitAcquire(cn, ks, c, lease, signal);
   }
 
-  /** Waits for the acquire c or for signal; an aborted acquire is withdrawn. */
-  private async awaitAcquire(cn: Conn, gen: number, ks: KeyState, c: Call, lease: number, signal: AbortSignal): Promise<Result> {
+  /** Waits for the acquire c or for signal; an aborted acquire is withdrawn (Conn.withdraw), and its outcome settles its key. */
+  private async awaitAcquire(cn: Conn, ks: KeyState, c: Call, lease: number, signal: AbortSignal): Promise<Result> {
     const key = c.key;
     const r = await raceAbort(c.promise, signal);
     if (r !== undefined) return r;
-    // Withdraw it: its own answer comes (T withdrawn, A the grant won, or a
-    // broken connection, whose queued acquires the node drops).
-    if (!c.answered && cn.gen === gen && cn.usable) cn.send(new Call("C", key), cancelLine(key));
-    const late = await c.promise;
+    const late = await cn.withdraw(c);
     if (late.kind === "answer" || late.kind === "refused") ks.answered = true;
     if (late.kind === "answer" && late.a.kind === "A") {
       // The grant that won the race. Its token is one the client has been

@@ -17,7 +17,7 @@ import { Call, type Result, broken, redirected } from "./call.js";
 import type { Credentials } from "./credentials.js";
 import { AuthError, KunciError, RefusedError } from "./errors.js";
 import type { Outage } from "./outage.js";
-import { type Answer, BadAnswerError, MAX_LINE, authLine, infoLine, parseAnswer, sessionLine, splitAddr } from "./protocol.js";
+import { type Answer, BadAnswerError, MAX_LINE, authLine, cancelLine, infoLine, parseAnswer, sessionLine, splitAddr } from "./protocol.js";
 
 const errHalfOpen = new Error("node stopped answering");
 const errWriteStuck = new Error("node stopped reading");
@@ -100,9 +100,9 @@ export class Conn {
   /** The node refused the session with "auth required" (it asks for credentials the client was not given), and closes the connection. */
   private authRefused: AuthError | undefined;
 
-  // Outstanding requests: acquires by key (the client has one acquire of a
-  // key in progress at a time: Keys), the rest in send order in
-  // sent[sentHead..] (answered ones null).
+  // Outstanding requests: acquires by key, at most one of a key (the gate:
+  // see acquire), the rest in send order in sent[sentHead..] (answered ones
+  // null).
   private readonly acq = new Map<string, Call>();
   private sent: Array<Call | null> = [];
   private sentHead = 0;
@@ -646,11 +646,44 @@ export class Conn {
     return undefined;
   }
 
-  /** Registers c as outstanding and buffers line for the next write. The connection must be up; it carries at most one acquire of a key at a time. */
+  /** Registers c, a request other than an acquire (see acquire), as outstanding, and buffers line for the next write. The connection must be up. */
   send(c: Call, line: string): void {
-    if (c.op === "A") this.acq.set(c.key, c);
-    else this.sent.push(c);
+    if (c.op === "A") throw new Error(`kunci: internal: an acquire of ${JSON.stringify(c.key)} sent around the gate (Conn.acquire)`);
+    this.sent.push(c);
     this.buffer(line);
+  }
+
+  /**
+   * Sends an acquire of key, line, and returns its call. The connection must
+   * be up.
+   *
+   * The gate: a connection carries one acquire of a key at a time, because
+   * the node's answer to an acquire (A key token, T key, E A key …) names
+   * only its key: a second would take the first's answer, and a C key
+   * withdraw either. The client never sends a second (one acquire of a key
+   * is in progress client-wide, Keys, and it keeps its turn until its call
+   * is answered or its connection broke), so a second here is a bug, and
+   * throws.
+   */
+  acquire(key: string, line: string): Call {
+    if (this.acq.has(key)) throw new Error(`kunci: internal: a second acquire of ${JSON.stringify(key)} on one connection`);
+    const c = new Call("A", key);
+    this.acq.set(key, c);
+    this.buffer(line);
+    return c;
+  }
+
+  /**
+   * Withdraws c, an acquire sent on this connection whose caller gave up,
+   * and returns its own outcome: T (withdrawn), the grant that won the race,
+   * a refusal, or the broken connection (whose queued acquires the node
+   * drops). C key goes only while c is still the acquire of its key
+   * outstanding here: once answered it has left the gate, and a C would
+   * withdraw the acquire of the key that came next.
+   */
+  withdraw(c: Call): Promise<Result> {
+    if (this.usable && this.acq.get(c.key) === c) this.send(new Call("C", c.key), cancelLine(c.key));
+    return c.promise;
   }
 
   private buffer(line: string): void {
