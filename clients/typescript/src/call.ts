@@ -10,10 +10,12 @@ import type { Answer } from "./protocol.js";
  * The outcome of one request on one connection, told apart by kind: only an
  * answer has an answer line to read (a), only a refusal or a failure an
  * error, so the compiler checks that a caller looked at kind first.
+ *
+ * @internal
  */
 export type Result = Answered | Refused | Broken | Redirected;
 
-/** The node answered the request. */
+/** @internal The node answered the request. */
 export interface Answered {
   readonly kind: "answer";
   readonly a: Answer;
@@ -23,33 +25,39 @@ export interface Answered {
   readonly held: Answer[] | undefined;
 }
 
-/** The node refused the request (E): a RefusedError with its reason, or an AuthError when it asks for credentials ("auth required"). */
+/** @internal The node refused the request (E): a RefusedError with its reason, or an AuthError when it asks for credentials ("auth required"). */
 export interface Refused {
   readonly kind: "refused";
   readonly err: RefusedError | AuthError;
 }
 
-/** The connection failed the request, or was not up: err says why. */
+/** @internal The connection failed the request, or was not up: err says why. */
 export interface Broken {
   readonly kind: "broken";
   readonly err: unknown;
 }
 
-/** The node moved the connection (M) before it answered. */
+/** @internal The node moved the connection (M) before it answered. */
 export interface Redirected {
   readonly kind: "redirect";
 }
 
+/** @internal */
 export const errNotUp = new Error("connection not up");
+/** @internal */
 export const errWaitOver = new Error("the wait ran out before the acquire could be sent");
 
+/** @internal */
 export const broken = (err: unknown): Broken => ({ kind: "broken", err });
+/** @internal */
 export const redirected: Redirected = { kind: "redirect" };
 
 /**
  * One request waiting for its answer. It stays outstanding until the node
  * answers it or the connection breaks, even when its caller gives up. Its
  * Conn finishes it (dispatch, detach); its caller awaits promise.
+ *
+ * @internal
  */
 export class Call {
   private resolve!: (r: Result) => void;

@@ -80,7 +80,7 @@ export interface ClientOptions {
   logger?: Logger;
 }
 
-/** The options with their defaults filled in (those its connections use too: ConnConfig). */
+/** @internal The options with their defaults filled in (those its connections use too: ConnConfig). */
 export interface Config extends ConnConfig {
   addrs: string[];
   owner: string;
@@ -425,7 +425,7 @@ export class Client {
       throw new BadInputError(`kunci: token must be a bigint from 1 to 2^64-1 (got ${String(token)})`);
     }
     const lease = checkLease(leaseMs);
-    const l = new Lock(this, key, token, lease, performance.now() + lease);
+    const l = Lock.of(this, key, token, lease, performance.now() + lease);
     this.keys.hold(key, l);
     return l;
   }
@@ -700,7 +700,7 @@ export class Client {
       return null;
     }
     // The grant was made at most one network delay before its answer was read.
-    const l = new Lock(this, key, a.token, lease, r.at + lease);
+    const l = Lock.of(this, key, a.token, lease, r.at + lease);
     keys.granted(a.token);
     keys.leave(key, turn, l);
     return l;
@@ -762,7 +762,7 @@ export class Client {
       // this grant. Not held by a caller: should the release fail, the
       // session's next listing releases it.
       this.keys.granted(late.a.token);
-      new Lock(this, key, late.a.token, lease, late.at + lease).release().catch(() => {});
+      Lock.of(this, key, late.a.token, lease, late.at + lease).release().catch(() => {});
     }
     throw signal.reason;
   }
@@ -792,8 +792,8 @@ export class Lock {
   private ends: number;
   private keep: AbortController | undefined;
 
-  /** @internal Locks come from acquire, tryAcquire and adopt. */
-  constructor(
+  /** Locks come from acquire, tryAcquire and adopt (inside the client, Lock.of). */
+  private constructor(
     private readonly cl: Client,
     readonly key: string,
     readonly token: bigint,
@@ -802,6 +802,11 @@ export class Lock {
   ) {
     this.leaseMs = leaseMs;
     this.ends = ends;
+  }
+
+  /** @internal A handle on the grant token of key, made by cl, with its lease (ms) and when it ends in the client (performance.now()). */
+  static of(cl: Client, key: string, token: bigint, leaseMs: number, ends: number): Lock {
+    return new Lock(cl, key, token, leaseMs, ends);
   }
 
   [Symbol.for("nodejs.util.inspect.custom")](): string {

@@ -23,7 +23,7 @@ const errHalfOpen = new Error("node stopped answering");
 const errWriteStuck = new Error("node stopped reading");
 const errNoActive = new Error("the node knows no active node");
 
-/** The settings of a client that its connections use (Config, the client's, has them all). Times are in milliseconds. */
+/** @internal The settings of a client that its connections use (Config, the client's, has them all). Times are in milliseconds. */
 export interface ConnConfig {
   credentials: Credentials | undefined;
   tls: tls.ConnectionOptions | undefined;
@@ -40,6 +40,8 @@ export interface ConnConfig {
  * learned of the nodes, and the waits and wake-ups they share. Its methods
  * are called on Node's one thread, by the Conn's run loop and socket
  * handlers.
+ *
+ * @internal
  */
 export interface ConnHost {
   readonly cfg: ConnConfig;
@@ -76,6 +78,8 @@ interface End {
  * loop and socket handlers; the client reads the public ones to route
  * requests (usable, writing(), gen, redirecting, sessions, lastErr), sends
  * on it with send, and writes what it buffered with flush.
+ *
+ * @internal
  */
 export class Conn {
   /** The socket while the connection is up; null between sockets. */
@@ -707,9 +711,9 @@ export class Conn {
 
 type SockWithErr = net.Socket & { kunciErr?: Error };
 
-/** How many redirects a request, or a connection that serves nothing, follows in a row. */
+/** @internal How many redirects a request, or a connection that serves nothing, follows in a row. */
 export const MAX_REDIRECTS = 8;
-/** How often a connection asks a node that knows no live active which node is the active. */
+/** @internal How often a connection asks a node that knows no live active which node is the active. */
 export const SEEK_INTERVAL_MS = 50;
 /** How long, beyond the dial timeout, a node may take to answer the credentials (it answers bad ones after a second). */
 const AUTH_TIMEOUT_MS = 3000;

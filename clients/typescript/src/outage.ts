@@ -10,6 +10,8 @@ import { AuthError } from "./errors.js";
  * Which addresses did not answer lately, and where a connection last found
  * the active. One per client; its connections read and write it (Conn's
  * run, seek and pause).
+ *
+ * @internal
  */
 export class Outage {
   /** Address → when a dial to it last failed (performance.now()). */
