@@ -20,6 +20,7 @@ import {
   TimeoutError,
   UnavailableError,
 } from "./errors.js";
+import { Outage } from "./outage.js";
 import {
   type Answer,
   type Kind,
@@ -38,7 +39,6 @@ import {
   validOwner,
   waitMs as checkWait,
 } from "./protocol.js";
-import { Outage } from "./outage.js";
 import { type KeyState, Keys, newSession, reconcile } from "./session.js";
 import { Timer } from "./timer.js";
 

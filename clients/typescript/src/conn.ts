@@ -77,7 +77,8 @@ interface End {
  * One persistent connection of a client. Its fields are set by its own run
  * loop and socket handlers; the client reads the public ones to route
  * requests (usable, writing(), gen, redirecting, sessions, lastErr), sends
- * on it with send, and writes what it buffered with flush.
+ * on it with send (an acquire with acquire, withdrawn with withdraw: the
+ * gate is the connection's alone), and writes what it buffered with flush.
  *
  * @internal
  */
