@@ -15,6 +15,8 @@ const watches = new WeakMap<AbortSignal, Watch>();
  * Calls fn once when signal aborts; returns the removal of fn, to call once
  * the wait for signal is over. Nothing happens for a signal that has
  * aborted already: check signal.aborted first.
+ *
+ * @internal
  */
 export function onAbort(signal: AbortSignal, fn: () => void): () => void {
   let w = watches.get(signal);

@@ -6,7 +6,8 @@ import { hostname } from "node:os";
 import type * as tls from "node:tls";
 import { onAbort } from "./abort.js";
 import { type Credentials, checkCredentials } from "./credentials.js";
-import { Call, Conn, MAX_REDIRECTS, type Result, broken, errNotUp, errWaitOver } from "./conn.js";
+import { type Answered, Call, type Refused, type Result, broken, errNotUp, errWaitOver, redirected } from "./call.js";
+import { Conn, type ConnConfig, MAX_REDIRECTS } from "./conn.js";
 import {
   AuthError,
   BadInputError,
@@ -19,13 +20,13 @@ import {
   TimeoutError,
   UnavailableError,
 } from "./errors.js";
+import { Outage } from "./outage.js";
 import {
   type Answer,
   type Kind,
   MAX_OWNER,
   MAX_U64,
   acquireLine,
-  cancelLine,
   checkKey,
   extendLine,
   infoLine,
@@ -79,17 +80,10 @@ export interface ClientOptions {
   logger?: Logger;
 }
 
-/** The options with their defaults filled in. */
-export interface Config {
+/** @internal The options with their defaults filled in (those its connections use too: ConnConfig). */
+export interface Config extends ConnConfig {
   addrs: string[];
   owner: string;
-  credentials: Credentials | undefined;
-  tls: tls.ConnectionOptions | undefined;
-  dialTimeoutMs: number;
-  writeTimeoutMs: number;
-  reconnectIntervalMs: number;
-  probeIntervalMs: number;
-  probeTimeoutMs: number;
   releaseRetryMs: number;
   releaseIntervalMs: number;
   logger: Logger | undefined;
@@ -197,40 +191,9 @@ interface Policy {
 }
 
 /** A send's answer that the request's window has ended for it (an acquire whose wait ran out in the client). */
-const TRY_LATER: Result = { kind: "broken", err: errWaitOver, at: 0 };
+const TRY_LATER: Result = broken(errWaitOver);
 
 const errRedirected = new Error("redirected: the active moved");
-
-/** What the client learned of nodes down and of the active (see clientlib/outage.go). */
-export class Outage {
-  private readonly down = new Map<string, number>();
-  /** Where a connection last found the active. */
-  active = "";
-  /** forgetMs: how long an address counts as down. */
-  constructor(private readonly forgetMs: number) {}
-
-  dialed(addr: string, err: unknown): void {
-    if (err === undefined) this.down.delete(addr);
-    else if (!(err instanceof AuthError)) this.markDown(addr); // a node that refuses the credentials answers
-  }
-  markDown(addr: string): void {
-    this.down.set(addr, performance.now());
-  }
-  isDown(addr: string): boolean {
-    const at = this.down.get(addr);
-    if (at === undefined) return false;
-    if (performance.now() - at >= this.forgetMs) {
-      this.down.delete(addr);
-      return false;
-    }
-    return true;
-  }
-  /** Where a connection last found the active, unless that is not, or is down; "" for none. */
-  activeBut(not: string): string {
-    const a = this.active;
-    return a === "" || a === not || this.isDown(a) ? "" : a;
-  }
-}
 
 /**
  * A connection pool to a kunci node or cluster: one persistent connection
@@ -243,8 +206,8 @@ export class Client {
   /** @internal */ readonly conns: Conn[] = [];
   /** @internal */ readonly outage: Outage;
   /** @internal */ closed = false;
-  /** @internal the last refusal of the credentials, undefined once a node accepted them. */
-  authErr: AuthError | undefined;
+  /** The last refusal of the credentials, undefined once a node accepted them. Set by the connections (noteAuth). */
+  private authErr: AuthError | undefined;
   /** @internal The client's session (session.ts), named first on every connection: 63 random bits. */
   readonly session: bigint = newSession();
   /** @internal What the client knows of the keys it holds and acquires, and the highest token it has been answered. */
@@ -306,7 +269,7 @@ export class Client {
     for (const h of [...this.closeHooks]) h();
     this.closeHooks.clear();
     this.fireUp();
-    for (const cn of this.conns) cn.sock?.destroy();
+    for (const cn of this.conns) cn.close();
     this.closing = Promise.all(this.runs).then(() => undefined);
     return this.closing;
   }
@@ -324,7 +287,9 @@ export class Client {
     const lease = checkLease(opts?.leaseMs);
     const wait = checkWait(opts.waitMs ?? 0);
     const kind = kindOf(opts.limit, opts.shared);
-    return (await this.acquireWith(key, lease, wait, kind, false, opts.signal))!;
+    const l = await this.acquireWith(key, lease, wait, kind, false, opts.signal);
+    if (l === null) throw new TimeoutError(key); // the node answered T
+    return l;
   }
 
   /**
@@ -398,9 +363,8 @@ export class Client {
   async inspect(key: string, opts?: RequestOptions): Promise<Holder | null> {
     checkKey(key);
     const r = await this.route(this.retrying(), opts?.signal, (cn) => this.request(cn, "Q", key, inspectLine(key), opts?.signal));
-    const a = r.a!;
-    if (a.kind === "E") throw r.err;
-    return a.token === 0n ? null : holder(a);
+    if (r.kind === "refused") throw r.err;
+    return r.a.token === 0n ? null : holder(r.a);
   }
 
   /**
@@ -422,8 +386,8 @@ export class Client {
     }
     const line = listLine(limit, prefix);
     const r = await this.route(this.retrying(), opts?.signal, (cn) => this.request(cn, "L", "", line, opts?.signal));
-    if (r.a!.kind === "E") throw r.err;
-    return { locks: (r.held ?? []).map(holder), more: r.a!.more };
+    if (r.kind === "refused") throw r.err;
+    return { locks: (r.held ?? []).map(holder), more: r.a.more };
   }
 
   /**
@@ -444,8 +408,8 @@ export class Client {
    */
   async info(opts?: RequestOptions): Promise<NodeInfo> {
     const r = await this.route(this.retrying(), opts?.signal, (cn) => this.request(cn, "I", "", infoLine, opts?.signal));
-    const a = r.a!;
-    if (a.kind === "E") throw r.err;
+    if (r.kind === "refused") throw r.err;
+    const a = r.a;
     return { addr: a.self, role: a.role, active: a.active === "" ? undefined : a.active };
   }
 
@@ -461,7 +425,7 @@ export class Client {
       throw new BadInputError(`kunci: token must be a bigint from 1 to 2^64-1 (got ${String(token)})`);
     }
     const lease = checkLease(leaseMs);
-    const l = new Lock(this, key, token, lease, performance.now() + lease);
+    const l = Lock.of(this, key, token, lease, performance.now() + lease);
     this.keys.hold(key, l);
     return l;
   }
@@ -478,8 +442,8 @@ export class Client {
     this.cfg.logger?.(level, `kunci: ${msg}`, fields);
   }
 
-  /** @internal Wakes whoever waits for a connection to come up (and everything when the client closes). */
-  fireUp(): void {
+  /** Wakes whoever waits for a connection to come up (and everything when the client closes). */
+  private fireUp(): void {
     if (this.upWaiters.size === 0) return;
     const ws = [...this.upWaiters];
     this.upWaiters.clear();
@@ -504,9 +468,15 @@ export class Client {
     });
   }
 
-  /** @internal Reconciles the session named first on cn, sc, with what the node lists for it (session.ts), while cn serves. */
-  reconcile(cn: Conn, sc: Call): void {
+  /** @internal cn came up (ConnHost): the session it named first, sc, is reconciled with what the node lists for it (session.ts) while cn serves, and whoever waits for a connection is woken. */
+  up(cn: Conn, sc: Call): void {
     void reconcile(this.keys, cn, sc, (msg, fields) => this.log("debug", msg, fields));
+    this.fireUp();
+  }
+
+  /** @internal A node refused the credentials (err), or accepted them (undefined): ConnHost. */
+  noteAuth(err: AuthError | undefined): void {
+    this.authErr = err;
   }
 
   /** @internal Registers fn to run when the client closes; returns its removal. */
@@ -606,13 +576,13 @@ export class Client {
    *
    * @internal
    */
-  async route(p: Policy, signal: AbortSignal | undefined, send: (cn: Conn) => Promise<Result>): Promise<Result> {
+  async route(p: Policy, signal: AbortSignal | undefined, send: (cn: Conn) => Promise<Result>): Promise<Answered | Refused> {
     // The usual case first, without the retry state: a usable connection answers.
     if (this.firstsDone && !this.closed && !(signal?.aborted ?? false) && (p.deadline === 0 || performance.now() < p.deadline)) {
       const cn = this.next(undefined);
       if (cn !== undefined) {
         const r = await send(cn);
-        if (r.kind === "answer") return r;
+        if (r.kind === "answer" || r.kind === "refused") return r;
         return this.retry(p, signal, send, cn, r);
       }
     }
@@ -620,7 +590,7 @@ export class Client {
   }
 
   /** route after a first attempt on first failed with r, or found no usable connection (first undefined). */
-  private async retry(p: Policy, signal: AbortSignal | undefined, send: (cn: Conn) => Promise<Result>, first: Conn | undefined, r0: Result | undefined): Promise<Result> {
+  private async retry(p: Policy, signal: AbortSignal | undefined, send: (cn: Conn) => Promise<Result>, first: Conn | undefined, r0: Result | undefined): Promise<Answered | Refused> {
     if (!this.firstsDone) await this.firsts;
     let attempts = 0;
     let redirects = 0;
@@ -651,17 +621,17 @@ export class Client {
         const r = r0 ?? (await send(cn));
         r0 = undefined;
         if (r === TRY_LATER) throw fail();
-        if (r.kind === "answer") return r;
+        if (r.kind === "answer" || r.kind === "refused") return r;
         if (this.closed) throw new ClosedError();
-        // The node asks for credentials the client was not given: no
-        // connection will carry the request without them.
-        if (r.err instanceof AuthError) throw r.err;
         failed = cn;
         if (r.kind === "redirect") {
           lastErr = errRedirected;
           if (++redirects > MAX_REDIRECTS) throw this.noConnection(new Error("too many redirects"));
           if (windowless && until === 0) until = performance.now() + this.cfg.dialTimeoutMs; // the moved connection may take a dial
         } else {
+          // The node asks for credentials the client was not given: no
+          // connection will carry the request without them.
+          if (r.err instanceof AuthError) throw r.err;
           lastErr = r.err;
           if (++attempts >= this.conns.length && windowless) throw fail(); // each connection once
         }
@@ -692,8 +662,9 @@ export class Client {
   }
 
   /**
-   * acquire, or tryAcquire when tryIt (wait is then 0). Returns null for a
-   * try that found the key held. One acquire of a key is in progress at a
+   * acquire, or tryAcquire when tryIt (wait is then 0). Returns null when
+   * the node answered T: the wait ran out (acquire throws a TimeoutError),
+   * or a try found the key held. One acquire of a key is in progress at a
    * time (Keys): the others wait their turn, and a try is null unsent.
    */
   private async acquireWith(key: string, lease: number, wait: number, kind: Kind, tryIt: boolean, signal: AbortSignal | undefined): Promise<Lock | null> {
@@ -718,22 +689,21 @@ export class Client {
       throw e;
     }
     turn.answered = true;
-    const a = r.a!;
-    switch (a.kind) {
-      case "A": {
-        // The grant was made at most one network delay before its answer was read.
-        const l = new Lock(this, key, a.token, lease, r.at + lease);
-        keys.granted(a.token);
-        keys.leave(key, turn, l);
-        return l;
-      }
-      case "T":
-        keys.leave(key, turn);
-        if (tryIt) return null;
-        throw new TimeoutError(key);
+    if (r.kind === "refused") {
+      keys.leave(key, turn);
+      throw r.err;
     }
-    keys.leave(key, turn);
-    throw r.err;
+    const a = r.a;
+    if (a.kind !== "A") {
+      // T: the wait ran out, or the key is held (a try).
+      keys.leave(key, turn);
+      return null;
+    }
+    // The grant was made at most one network delay before its answer was read.
+    const l = Lock.of(this, key, a.token, lease, r.at + lease);
+    keys.granted(a.token);
+    keys.leave(key, turn, l);
+    return l;
   }
 
   /**
@@ -748,7 +718,7 @@ export class Client {
     // A connection just made: hear whether its node knows sessions first (a
     // node from before them refuses seen=).
     if (again && cn.sessions === undefined) return this.acquireKnown(cn, ks, key, lease, kind, deadline, tryIt, signal);
-    return this.sendAcquire(cn, cn.gen, ks, key, lease, kind, deadline, tryIt, again && cn.sessions === true, signal);
+    return this.sendAcquire(cn, ks, key, lease, kind, deadline, tryIt, again && cn.sessions === true, signal);
   }
 
   /**
@@ -761,53 +731,49 @@ export class Client {
   private async acquireKnown(cn: Conn, ks: KeyState, key: string, lease: number, kind: Kind, deadline: number, tryIt: boolean, signal: AbortSignal | undefined): Promise<Result> {
     const gen = cn.gen;
     if (!(await within(cn.sessionsKnown(), deadline, signal))) return TRY_LATER;
-    if (cn.gen !== gen || !cn.usable) return cn.redirecting ? { kind: "redirect", at: 0 } : broken(errNotUp);
-    return this.sendAcquire(cn, gen, ks, key, lease, kind, deadline, tryIt, cn.sessions === true, signal);
+    if (cn.gen !== gen || !cn.usable) return cn.redirecting ? redirected : broken(errNotUp);
+    return this.sendAcquire(cn, ks, key, lease, kind, deadline, tryIt, cn.sessions === true, signal);
   }
 
-  private sendAcquire(cn: Conn, gen: number, ks: KeyState, key: string, lease: number, kind: Kind, deadline: number, tryIt: boolean, withSeen: boolean, signal: AbortSignal | undefined): Promise<Result> {
+  private sendAcquire(cn: Conn, ks: KeyState, key: string, lease: number, kind: Kind, deadline: number, tryIt: boolean, withSeen: boolean, signal: AbortSignal | undefined): Promise<Result> {
     let wait: number | "-" = tryIt ? "-" : 0;
     if (deadline !== 0) {
       const left = deadline - performance.now();
       if (left <= 0) return Promise.resolve(TRY_LATER);
       wait = Math.ceil(left);
     }
-    const c = new Call("A", key);
-    cn.send(c, acquireLine(key, lease, wait, this.cfg.owner, kind, withSeen ? ks.seen : undefined));
+    const c = cn.acquire(key, acquireLine(key, lease, wait, this.cfg.owner, kind, withSeen ? ks.seen : undefined));
     ks.sent = true;
     if (signal === undefined) return c.promise;
-    return this.awaitAcquire(cn, gen, ks, c, lease, signal);
+    return this.awaitAcquire(cn, ks, c, lease, signal);
   }
 
-  /** Waits for the acquire c or for signal; an aborted acquire is withdrawn. */
-  private async awaitAcquire(cn: Conn, gen: number, ks: KeyState, c: Call, lease: number, signal: AbortSignal): Promise<Result> {
+  /** Waits for the acquire c or for signal; an aborted acquire is withdrawn (Conn.withdraw), and its outcome settles its key. */
+  private async awaitAcquire(cn: Conn, ks: KeyState, c: Call, lease: number, signal: AbortSignal): Promise<Result> {
     const key = c.key;
     const r = await raceAbort(c.promise, signal);
     if (r !== undefined) return r;
-    // Withdraw it: its own answer comes (T withdrawn, A the grant won, or a
-    // broken connection, whose queued acquires the node drops).
-    if (!c.answered && cn.gen === gen && cn.usable) cn.send(new Call("C", key), cancelLine(key));
-    const late = await c.promise;
-    if (late.kind === "answer") ks.answered = true;
-    if (late.kind === "answer" && late.a!.kind === "A") {
+    const late = await cn.withdraw(c);
+    if (late.kind === "answer" || late.kind === "refused") ks.answered = true;
+    if (late.kind === "answer" && late.a.kind === "A") {
       // The grant that won the race. Its token is one the client has been
       // answered: the next acquire of key, which may go out before this
       // release, takes it as its seen, so that the node never answers it
       // this grant. Not held by a caller: should the release fail, the
       // session's next listing releases it.
-      this.keys.granted(late.a!.token);
-      new Lock(this, key, late.a!.token, lease, late.at + lease).release().catch(() => {});
+      this.keys.granted(late.a.token);
+      Lock.of(this, key, late.a.token, lease, late.at + lease).release().catch(() => {});
     }
     throw signal.reason;
   }
 
   /** @internal Release, extend: see Lock. */
-  async releaseLock(l: Lock, signal: AbortSignal | undefined): Promise<Result> {
+  async releaseLock(l: Lock, signal: AbortSignal | undefined): Promise<Answered | Refused> {
     return this.route(this.retrying(), signal, (cn) => this.request(cn, "R", l.key, releaseLine(l.key, l.token), signal));
   }
 
   /** @internal */
-  async extendLock(l: Lock, lease: number, ends: () => number, signal: AbortSignal | undefined): Promise<{ r: Result; sent: number }> {
+  async extendLock(l: Lock, lease: number, ends: () => number, signal: AbortSignal | undefined): Promise<{ r: Answered | Refused; sent: number }> {
     let sent = 0;
     const r = await this.route(this.retrying(ends), signal, (cn) => {
       sent = performance.now();
@@ -826,8 +792,8 @@ export class Lock {
   private ends: number;
   private keep: AbortController | undefined;
 
-  /** @internal Locks come from acquire, tryAcquire and adopt. */
-  constructor(
+  /** Locks come from acquire, tryAcquire and adopt (inside the client, Lock.of). */
+  private constructor(
     private readonly cl: Client,
     readonly key: string,
     readonly token: bigint,
@@ -836,6 +802,11 @@ export class Lock {
   ) {
     this.leaseMs = leaseMs;
     this.ends = ends;
+  }
+
+  /** @internal A handle on the grant token of key, made by cl, with its lease (ms) and when it ends in the client (performance.now()). */
+  static of(cl: Client, key: string, token: bigint, leaseMs: number, ends: number): Lock {
+    return new Lock(cl, key, token, leaseMs, ends);
   }
 
   [Symbol.for("nodejs.util.inspect.custom")](): string {
@@ -865,10 +836,9 @@ export class Lock {
   async release(opts?: RequestOptions): Promise<void> {
     this.stopKeepAlive();
     const r = await this.cl.releaseLock(this, opts?.signal);
-    const a = r.a!;
-    if (a.kind === "E") throw r.err;
+    if (r.kind === "refused") throw r.err;
     this.ended();
-    if (!a.ok) throw new StaleError(this.key, this.token);
+    if (!r.a.ok) throw new StaleError(this.key, this.token);
   }
 
   /**
@@ -879,9 +849,8 @@ export class Lock {
   async extend(leaseMs: number, opts?: RequestOptions): Promise<void> {
     const lease = checkLease(leaseMs);
     const { r, sent } = await this.cl.extendLock(this, lease, () => this.ends, opts?.signal);
-    const a = r.a!;
-    if (a.kind === "E") throw r.err;
-    if (!a.ok) {
+    if (r.kind === "refused") throw r.err;
+    if (!r.a.ok) {
       this.ended();
       throw new StaleError(this.key, this.token);
     }

@@ -1,7 +1,10 @@
 // One persistent connection of a Client: its socket, the requests
 // outstanding on it, and the loop that keeps it up (dial, authenticate, find
 // the active, name the client's session, serve, and again after a failure).
-// The twin of clientlib's conn.go and outage.go.
+// The twin of clientlib's conn.go, and of outage.go's seek and pause.
+//
+// A Conn sees its client only through ConnHost, defined here: client.ts
+// imports this module, never the other way round.
 //
 // Everything runs on Node's one thread: no locks. Requests are buffered by
 // their callers and written once per tick of the event loop
@@ -10,47 +13,57 @@
 
 import * as net from "node:net";
 import * as tls from "node:tls";
-import type { Client } from "./client.js";
+import { Call, type Result, broken, redirected } from "./call.js";
+import type { Credentials } from "./credentials.js";
 import { AuthError, KunciError, RefusedError } from "./errors.js";
-import { type Answer, BadAnswerError, MAX_LINE, authLine, infoLine, parseAnswer, sessionLine, splitAddr } from "./protocol.js";
+import type { Outage } from "./outage.js";
+import { type Answer, BadAnswerError, MAX_LINE, authLine, cancelLine, infoLine, parseAnswer, sessionLine, splitAddr } from "./protocol.js";
 
-/** The outcome of one request on one connection. */
-export interface Result {
-  /** answer: the node answered (a); broken: the connection failed it or was not up (err); redirect: the node moved the connection (M). */
-  kind: "answer" | "broken" | "redirect";
-  a?: Answer;
-  err?: unknown;
-  /** When the answer was read (performance.now()). */
-  at: number;
-  /** L, S: the H lines. */
-  held?: Answer[];
-}
-
-export const errNotUp = new Error("connection not up");
-export const errWaitOver = new Error("the wait ran out before the acquire could be sent");
 const errHalfOpen = new Error("node stopped answering");
 const errWriteStuck = new Error("node stopped reading");
 const errNoActive = new Error("the node knows no active node");
 
-export const broken = (err: unknown): Result => ({ kind: "broken", err, at: 0 });
+/** @internal The settings of a client that its connections use (Config, the client's, has them all). Times are in milliseconds. */
+export interface ConnConfig {
+  credentials: Credentials | undefined;
+  tls: tls.ConnectionOptions | undefined;
+  dialTimeoutMs: number;
+  writeTimeoutMs: number;
+  reconnectIntervalMs: number;
+  probeIntervalMs: number;
+  probeTimeoutMs: number;
+}
 
-/** One request waiting for its answer. It stays outstanding until the node answers it or the connection breaks, even when its caller gives up. */
-export class Call {
-  resolve!: (r: Result) => void;
-  readonly promise: Promise<Result>;
-  held: Answer[] | undefined;
-  answered = false;
-  constructor(
-    readonly op: string,
-    readonly key: string,
-  ) {
-    this.promise = new Promise<Result>((res) => (this.resolve = res));
-  }
-  finish(r: Result): void {
-    if (this.answered) return;
-    this.answered = true;
-    this.resolve(r);
-  }
+/**
+ * What a connection needs of the client it belongs to (a Client is one),
+ * and all it sees of it: its settings and session, what its connections
+ * learned of the nodes, and the waits and wake-ups they share. Its methods
+ * are called on Node's one thread, by the Conn's run loop and socket
+ * handlers.
+ *
+ * @internal
+ */
+export interface ConnHost {
+  readonly cfg: ConnConfig;
+  /** The client's session, named first on every connection (session.ts). */
+  readonly session: bigint;
+  /** The client is closed: the connection stops. */
+  readonly closed: boolean;
+  /** Shared by the client's connections, which read and write it. */
+  readonly outage: Outage;
+  log(level: "debug" | "warn", msg: string, fields: Record<string, unknown>): void;
+  /** A node refused the credentials (err), or accepted them (undefined). */
+  noteAuth(err: AuthError | undefined): void;
+  /** Registers fn to run when the client closes; returns its removal. */
+  onClose(fn: () => void): () => void;
+  /** Waits ms; false when the client closed first. */
+  sleep(ms: number): Promise<boolean>;
+  /** Waits until a connection comes up, ms pass, or the client closes. */
+  waitUp(ms: number): Promise<void>;
+  /** cn came up, having named the session first with sc: the client reconciles the session's listing, and wakes whoever waits for a connection. */
+  up(cn: Conn, sc: Call): void;
+  /** Puts cn on the list to write (its flush) once every caller of this tick has buffered its request. */
+  queueWrite(cn: Conn): void;
 }
 
 /** How a connection ended: a redirect (M addr; "" for none), or a failure. */
@@ -60,13 +73,24 @@ interface End {
   served: boolean;
 }
 
+/**
+ * One persistent connection of a client. Its fields are set by its own run
+ * loop and socket handlers; the client reads the public ones to route
+ * requests (usable, writing(), gen, redirecting, sessions, lastErr), sends
+ * on it with send (an acquire with acquire, withdrawn with withdraw: the
+ * gate is the connection's alone), and writes what it buffered with flush.
+ *
+ * @internal
+ */
 export class Conn {
-  sock: net.Socket | null = null;
-  /** The address the socket goes to, and how many sockets came before it. */
+  /** The socket while the connection is up; null between sockets. */
+  private sock: net.Socket | null = null;
+  /** The address the socket goes to, and how many sockets came before it (a request sent again checks that its connection is still the same one). */
   addr = "";
   gen = 0;
   /** The socket went down to follow a redirect. */
   redirecting = false;
+  /** The connection is up and takes requests: set by attach, cleared when it ends. */
   usable = false;
   /** Why the last attempt to connect failed, undefined once one worked. */
   lastErr: unknown = undefined;
@@ -81,19 +105,20 @@ export class Conn {
   /** The node refused the session with "auth required" (it asks for credentials the client was not given), and closes the connection. */
   private authRefused: AuthError | undefined;
 
-  // Outstanding requests: acquires by key (the client has one acquire of a
-  // key in progress at a time: Keys), the rest in send order in
-  // sent[sentHead..] (answered ones null).
-  readonly acq = new Map<string, Call>();
-  sent: Array<Call | null> = [];
-  sentHead = 0;
-  probes = 0;
+  // Outstanding requests: acquires by key, at most one of a key (the gate:
+  // see acquire), the rest in send order in sent[sentHead..] (answered ones
+  // null).
+  private readonly acq = new Map<string, Call>();
+  private sent: Array<Call | null> = [];
+  private sentHead = 0;
+  private probes = 0;
 
-  // Writing: the lines buffered for the next write, and whether the
-  // connection is on the client's list to write.
-  wbuf = "";
-  dirty = false;
-  writeStuckSince = 0;
+  // Writing: the lines buffered for the next write, whether the connection
+  // is on the client's list to write, and since when the socket has not
+  // taken a write (0: it took them all).
+  private wbuf = "";
+  private dirty = false;
+  private writeStuckSince = 0;
 
   // Reading.
   private rbuf: Buffer | null = null;
@@ -105,10 +130,15 @@ export class Conn {
   private unhook: (() => void) | undefined;
 
   constructor(
-    readonly cl: Client,
+    private readonly cl: ConnHost,
     readonly home: string,
     readonly idx: number,
   ) {}
+
+  /** Destroys the socket of the connection, if any: the client closes (a socket still being dialled is destroyed by the client's close hooks). */
+  close(): void {
+    this.sock?.destroy();
+  }
 
   /** A write is under way that the socket has not taken yet: the node may have stopped reading. */
   writing(): boolean {
@@ -179,7 +209,7 @@ export class Conn {
         this.lastErr = err;
         if (attempt === 0) first();
         if (err instanceof AuthError) {
-          cl.authErr = err;
+          cl.noteAuth(err);
           cl.log("warn", "credentials refused", { err: String(err) });
         } else {
           cl.log("debug", "dial failed", { addr, err: String(err) });
@@ -196,7 +226,7 @@ export class Conn {
         if (to !== "") follow(to);
         continue;
       }
-      if (cfg.credentials) cl.authErr = undefined;
+      if (cfg.credentials) cl.noteAuth(undefined);
       const sought = seek; // the node said it is the active
       this.lastErr = undefined;
       const ended = this.attach(sock, addr, named);
@@ -210,7 +240,7 @@ export class Conn {
         this.authRefused = undefined;
         this.detach(undefined, refused);
         this.lastErr = refused;
-        cl.authErr = refused;
+        cl.noteAuth(refused);
         cl.log("warn", "credentials required", { err: String(refused) });
         addr = this.home;
         named = false;
@@ -418,8 +448,7 @@ export class Conn {
     this.timer = setInterval(() => this.check(), period);
     this.timer.unref();
     if (named) cl.outage.active = addr;
-    cl.reconcile(this, sc);
-    cl.fireUp();
+    cl.up(this, sc);
     return ended;
   }
 
@@ -439,7 +468,7 @@ export class Conn {
     this.usable = false;
     this.sock = null;
     this.redirecting = redirect !== undefined;
-    const r: Result = redirect !== undefined ? { kind: "redirect", at: 0 } : broken(cause);
+    const r: Result = redirect !== undefined ? redirected : broken(cause);
     const calls = [...this.acq.values(), ...this.sent.slice(this.sentHead)];
     this.acq.clear();
     this.sent = [];
@@ -541,7 +570,7 @@ export class Conn {
           this.cl.log("debug", "listed grant with no listing", { key: a.key });
           return false;
         }
-        c.held!.push(a);
+        (c.held ??= []).push(a);
         return c.op === "L"; // the session's listing is the client's own, not a request served
       case "I":
         // An info request's, or a probe's (every I answer is alike).
@@ -560,18 +589,17 @@ export class Conn {
       this.cl.log("debug", "answer with no request", { kind: a.kind, key: a.key });
       return false;
     }
-    const r: Result = { kind: "answer", a, at };
-    if (a.kind === "E") {
-      r.err = a.text === "auth required" ? new AuthError(this.addr, a.text) : new RefusedError(a.op, c.key, a.text);
-    }
-    if (c.held !== undefined) r.held = c.held;
+    const r: Result =
+      a.kind !== "E"
+        ? { kind: "answer", a, at, held: c.held }
+        : { kind: "refused", err: a.text === "auth required" ? new AuthError(this.addr, a.text) : new RefusedError(a.op, c.key, a.text) };
     c.finish(r);
     if (op === "S") {
       // A node that refuses S predates sessions ("unknown op"): nothing is
       // sent with seen= on this connection. One that asks for credentials
       // closes the connection: the requests behind the S are not read.
       this.knowSessions(a.kind === "S");
-      if (r.err instanceof AuthError) this.authRefused = r.err;
+      if (r.kind === "refused" && r.err instanceof AuthError) this.authRefused = r.err;
       return false; // the client's own, not a request served
     }
     return true;
@@ -623,11 +651,44 @@ export class Conn {
     return undefined;
   }
 
-  /** Registers c as outstanding and buffers line for the next write. The connection must be up; it carries at most one acquire of a key at a time. */
+  /** Registers c, a request other than an acquire (see acquire), as outstanding, and buffers line for the next write. The connection must be up. */
   send(c: Call, line: string): void {
-    if (c.op === "A") this.acq.set(c.key, c);
-    else this.sent.push(c);
+    if (c.op === "A") throw new Error(`kunci: internal: an acquire of ${JSON.stringify(c.key)} sent around the gate (Conn.acquire)`);
+    this.sent.push(c);
     this.buffer(line);
+  }
+
+  /**
+   * Sends an acquire of key, line, and returns its call. The connection must
+   * be up.
+   *
+   * The gate: a connection carries one acquire of a key at a time, because
+   * the node's answer to an acquire (A key token, T key, E A key …) names
+   * only its key: a second would take the first's answer, and a C key
+   * withdraw either. The client never sends a second (one acquire of a key
+   * is in progress client-wide, Keys, and it keeps its turn until its call
+   * is answered or its connection broke), so a second here is a bug, and
+   * throws.
+   */
+  acquire(key: string, line: string): Call {
+    if (this.acq.has(key)) throw new Error(`kunci: internal: a second acquire of ${JSON.stringify(key)} on one connection`);
+    const c = new Call("A", key);
+    this.acq.set(key, c);
+    this.buffer(line);
+    return c;
+  }
+
+  /**
+   * Withdraws c, an acquire sent on this connection whose caller gave up,
+   * and returns its own outcome: T (withdrawn), the grant that won the race,
+   * a refusal, or the broken connection (whose queued acquires the node
+   * drops). C key goes only while c is still the acquire of its key
+   * outstanding here: once answered it has left the gate, and a C would
+   * withdraw the acquire of the key that came next.
+   */
+  withdraw(c: Call): Promise<Result> {
+    if (this.usable && this.acq.get(c.key) === c) this.send(new Call("C", c.key), cancelLine(c.key));
+    return c.promise;
   }
 
   private buffer(line: string): void {
@@ -651,9 +712,9 @@ export class Conn {
 
 type SockWithErr = net.Socket & { kunciErr?: Error };
 
-/** How many redirects a request, or a connection that serves nothing, follows in a row. */
+/** @internal How many redirects a request, or a connection that serves nothing, follows in a row. */
 export const MAX_REDIRECTS = 8;
-/** How often a connection asks a node that knows no live active which node is the active. */
+/** @internal How often a connection asks a node that knows no live active which node is the active. */
 export const SEEK_INTERVAL_MS = 50;
 /** How long, beyond the dial timeout, a node may take to answer the credentials (it answers bad ones after a second). */
 const AUTH_TIMEOUT_MS = 3000;
@@ -662,13 +723,13 @@ const AUTH_TIMEOUT_MS = 3000;
 function readLine(sock: net.Socket, ms: number): Promise<string> {
   return new Promise((resolve, reject) => {
     let buf: Buffer = Buffer.alloc(0);
-    const done = (err: Error | null, line?: string) => {
+    const done = (err: Error | null, line = "") => {
       clearTimeout(t);
       sock.off("data", onData);
       sock.off("close", onClose);
       sock.pause();
       if (err !== null) reject(err);
-      else resolve(line!);
+      else resolve(line);
     };
     const onData = (d: Buffer) => {
       buf = buf.length === 0 ? d : Buffer.concat([buf, d]);

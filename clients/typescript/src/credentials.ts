@@ -15,7 +15,7 @@ export interface Credentials {
   secret: string;
 }
 
-/** Throws a BadInputError unless c is well formed; the message never shows the secret. */
+/** @internal Throws a BadInputError unless c is well formed; the message never shows the secret. */
 export function checkCredentials(c: Credentials): void {
   const n = keyProblem(c?.name, "name");
   if (n !== "") throw new BadInputError(`kunci: credentials: the ${n}`);

@@ -4,24 +4,28 @@
 
 import { BadInputError } from "./errors.js";
 
-/** The longest line, in bytes, its LF included. */
+/** @internal The longest line, in bytes, its LF included. */
 export const MAX_LINE = 512;
 /** The longest key (and credential name, secret, listing prefix), in bytes. */
 export const MAX_KEY = 250;
 /** The longest owner, in bytes. */
 export const MAX_OWNER = 64;
-/** The largest unsigned 64-bit number: the largest limit, and above any token. */
+/** @internal The largest unsigned 64-bit number: the largest limit, and above any token. */
 export const MAX_U64 = (1n << 64n) - 1n;
 /**
  * The largest semaphore limit the client sends (2^32-1): the node refuses a
  * limit over its --max-holders (1024 by default) itself, with the maximum in
  * its reason; the client refuses only what no node takes.
+ *
+ * @internal
  */
 export const MAX_SEMAPHORE_LIMIT = 2 ** 32 - 1;
 /**
  * The largest lease or wait the client sends, in milliseconds: the node
  * refuses more than its --max-lease/--max-wait (a day by default) itself,
  * with the maximum in its reason; the client refuses only what no node takes.
+ *
+ * @internal
  */
 export const MAX_MS = Number.MAX_SAFE_INTEGER;
 
@@ -53,13 +57,13 @@ export function keyProblem(key: unknown, what = "key"): string {
   return "";
 }
 
-/** Throws a BadInputError unless key is a valid key. */
+/** @internal Throws a BadInputError unless key is a valid key. */
 export function checkKey(key: unknown, what = "key"): asserts key is string {
   const p = keyProblem(key, what);
   if (p !== "") throw new BadInputError(`kunci: ${p}`);
 }
 
-/** Reports whether s is a valid owner: 1 to 64 bytes of printable ASCII (0x21–0x7E). */
+/** @internal Reports whether s is a valid owner: 1 to 64 bytes of printable ASCII (0x21–0x7E). */
 export function validOwner(s: unknown): s is string {
   if (typeof s !== "string" || s.length === 0 || s.length > MAX_OWNER) return false;
   for (let i = 0; i < s.length; i++) {
@@ -73,6 +77,8 @@ export function validOwner(s: unknown): s is string {
  * Checks a lease in milliseconds (a finite number above 0; a fraction is
  * rounded up to the millisecond, so a lease is never shorter than asked) and
  * returns it as whole milliseconds.
+ *
+ * @internal
  */
 export function leaseMs(ms: unknown, what = "lease"): number {
   if (typeof ms !== "number" || !Number.isFinite(ms) || ms <= 0) {
@@ -83,7 +89,7 @@ export function leaseMs(ms: unknown, what = "lease"): number {
   return n;
 }
 
-/** Checks a wait in milliseconds (finite, 0 or more; 0: no bound of its own) and returns it as whole milliseconds. */
+/** @internal Checks a wait in milliseconds (finite, 0 or more; 0: no bound of its own) and returns it as whole milliseconds. */
 export function waitMs(ms: unknown): number {
   if (typeof ms !== "number" || !Number.isFinite(ms) || ms < 0) {
     throw new BadInputError(`kunci: wait must be a number of milliseconds, 0 or more (got ${String(ms)})`);
@@ -97,6 +103,8 @@ export function waitMs(ms: unknown): number {
  * What an acquire asks for: one of at most limit grants of a semaphore
  * (limit ≥ 1), a shared (read) grant of a read-write lock (shared), or,
  * with neither, a plain (exclusive) lock. Never both.
+ *
+ * @internal
  */
 export interface Kind {
   limit: number;
@@ -107,6 +115,8 @@ export interface Kind {
  * Checks an acquire's limit (undefined, or a whole number from 1 to 2^32-1)
  * and shared (undefined or a boolean; not true with a limit) and returns
  * what they ask for (limit 0: no semaphore).
+ *
+ * @internal
  */
 export function kindOf(limit: unknown, shared: unknown): Kind {
   if (shared !== undefined && typeof shared !== "boolean") {
@@ -122,7 +132,7 @@ export function kindOf(limit: unknown, shared: unknown): Kind {
   return { limit, shared: false };
 }
 
-/** Checks a host:port address. */
+/** @internal Checks a host:port address. */
 export function splitAddr(addr: unknown): { host: string; port: number } {
   if (typeof addr !== "string") throw new BadInputError(`kunci: bad address ${String(addr)}: want host:port`);
   const i = addr.lastIndexOf(":");
@@ -137,7 +147,7 @@ export function splitAddr(addr: unknown): { host: string; port: number } {
   return { host, port };
 }
 
-/** Writes milliseconds as the protocol's seconds: 30000 → "30", 500 → "0.5", 2125 → "2.125". */
+/** @internal Writes milliseconds as the protocol's seconds: 30000 → "30", 500 → "0.5", 2125 → "2.125". */
 export function seconds(ms: number): string {
   const s = Math.floor(ms / 1000);
   const f = ms - s * 1000;
@@ -147,7 +157,7 @@ export function seconds(ms: number): string {
   return `${s}.${t}`;
 }
 
-/** Reads the protocol's seconds ("28.14") as milliseconds, or -1 when malformed. */
+/** @internal Reads the protocol's seconds ("28.14") as milliseconds, or -1 when malformed. */
 export function parseSeconds(s: string): number {
   const m = /^([0-9]+)(?:\.([0-9]{1,3}))?$/.exec(s);
   if (m === null) return -1;
@@ -155,7 +165,7 @@ export function parseSeconds(s: string): number {
   return Number.isSafeInteger(ms) ? ms : -1;
 }
 
-/** Reads a decimal unsigned 64-bit number, or -1n when malformed. */
+/** @internal Reads a decimal unsigned 64-bit number, or -1n when malformed. */
 export function parseU64(s: string): bigint {
   if (s.length === 0 || s.length > 20 || !/^[0-9]+$/.test(s)) return -1n;
   const n = BigInt(s);
@@ -169,6 +179,8 @@ export function parseU64(s: string): bigint {
  * mode=shared; seen, when given, marks an acquire of a session sent again
  * (seen=TOKEN: the highest token the session had been answered when it was
  * first sent).
+ *
+ * @internal
  */
 export function acquireLine(key: string, lease: number, wait: number | "-", owner: string, kind?: Kind, seen?: bigint): string {
   let line = `A ${key} ${seconds(lease)} ${wait === "-" ? "-" : seconds(wait)}`;
@@ -180,17 +192,24 @@ export function acquireLine(key: string, lease: number, wait: number | "-", owne
   if (seen !== undefined) line += ` seen=${seen}`;
   return line + "\n";
 }
+/** @internal */
 export const releaseLine = (key: string, token: bigint) => `R ${key} ${token}\n`;
+/** @internal */
 export const extendLine = (key: string, token: bigint, lease: number) => `X ${key} ${token} ${seconds(lease)}\n`;
+/** @internal */
 export const cancelLine = (key: string) => `C ${key}\n`;
+/** @internal */
 export const inspectLine = (key: string) => `Q ${key}\n`;
+/** @internal */
 export const listLine = (limit: bigint, prefix: string) => (prefix === "" ? `L ${limit}\n` : `L ${limit} ${prefix}\n`);
+/** @internal */
 export const infoLine = "I\n";
-/** Names the connection's session (a number from 1 to 2^64-1): the node lists the grants it holds for it. */
+/** @internal Names the connection's session (a number from 1 to 2^64-1): the node lists the grants it holds for it. */
 export const sessionLine = (session: bigint) => `S ${session}\n`;
+/** @internal */
 export const authLine = (name: string, secret: string) => `U ${name} ${secret}\n`;
 
-/** One answer line, parsed. Only the fields of its kind are set. */
+/** @internal One answer line, parsed. Only the fields of its kind are set. */
 export interface Answer {
   /** "A" "T" "R" "X" "C" "Q" "H" "L" "S" "I" "U" "E" or "M". */
   kind: string;
@@ -222,7 +241,7 @@ export interface Answer {
   state: string;
 }
 
-/** An answer line the protocol does not allow: the connection is dropped. */
+/** @internal An answer line the protocol does not allow: the connection is dropped. */
 export class BadAnswerError extends Error {
   constructor(line: string) {
     super(`kunci: unreadable answer from the node: ${JSON.stringify(line.slice(0, 120))}`);
@@ -248,6 +267,8 @@ function count(s: string): number {
  * Parses one answer line (without its LF; a CR before it is dropped by the
  * caller or here). Throws BadAnswerError for a line the protocol does not
  * allow. Fields after the known ones (name=value) are skipped.
+ *
+ * @internal
  */
 export function parseAnswer(line: string): Answer {
   if (line.endsWith("\r")) line = line.slice(0, -1);

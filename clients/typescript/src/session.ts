@@ -29,12 +29,12 @@
 
 import { randomBytes } from "node:crypto";
 import { onAbort } from "./abort.js";
-import { Call } from "./conn.js";
+import { Call } from "./call.js";
 import { ClosedError, TimeoutError } from "./errors.js";
 import { type Answer, releaseLine } from "./protocol.js";
 import { Timer } from "./timer.js";
 
-/** Draws a session: 63 random bits, never 0. */
+/** @internal Draws a session: 63 random bits, never 0. */
 export function newSession(): bigint {
   for (;;) {
     const s = randomBytes(8).readBigUInt64LE() >> 1n;
@@ -42,7 +42,7 @@ export function newSession(): bigint {
   }
 }
 
-/** A grant a caller holds, as Keys sees it (a Lock). */
+/** @internal A grant a caller holds, as Keys sees it (a Lock). */
 export interface Held {
   readonly token: bigint;
   /** When its lease ends in the client (performance.now()); 0 once it ended (released, or found gone). */
@@ -53,6 +53,8 @@ export interface Held {
  * What the client knows of a key it holds or acquires: the grants its
  * callers hold, and the acquire in progress. Kept while a caller holds a
  * grant of it, acquires it, or an acquire of it is unresolved.
+ *
+ * @internal
  */
 export class KeyState {
   /** Grants callers hold: not ended (released, or found gone). */
@@ -85,7 +87,7 @@ export class KeyState {
 /** How many states of forgotten keys Keys keeps for the next keys (the uncontended path then makes none). */
 const FREE_STATES = 64;
 
-/** The waits of Keys.wait: the client's close (returns its removal), and whether it is closed. */
+/** @internal The waits of Keys.wait: the client's close (returns its removal), and whether it is closed. */
 export interface Closing {
   readonly closed: boolean;
   onClose(fn: () => void): () => void;
@@ -94,6 +96,8 @@ export interface Closing {
 /**
  * The keys a client holds or acquires (KeyState each), and the highest token
  * it has been answered. One per client.
+ *
+ * @internal
  */
 export class Keys {
   private readonly m = new Map<string, KeyState>();
@@ -294,7 +298,7 @@ export class Keys {
   }
 }
 
-/** What reconcile needs of a connection (a Conn). */
+/** @internal What reconcile needs of a connection (a Conn). */
 export interface Reconciled {
   gen: number;
   usable: boolean;
@@ -312,11 +316,13 @@ export interface Reconciled {
  * to any other request. A node from before sessions (it refused S with
  * "unknown op"), or one that asks for credentials, lists nothing: Conn's
  * dispatch has noted either.
+ *
+ * @internal
  */
 export async function reconcile(keys: Keys, cn: Reconciled, sc: Call, log: (msg: string, fields: Record<string, unknown>) => void): Promise<void> {
   const gen = cn.gen;
   const r = await sc.promise;
-  if (r.kind !== "answer" || r.a!.kind !== "S") return; // refused, or the connection broke or moved: the next one names it again
+  if (r.kind !== "answer" || r.a.kind !== "S") return; // refused, or the connection broke or moved: the next one names it again
   const names = new Set<string>();
   const stale: Answer[] = [];
   for (const h of r.held ?? []) {

@@ -6,6 +6,7 @@
 
 const MAX_DELAY = 2 ** 31 - 1;
 
+/** @internal */
 export class Timer {
   private t: NodeJS.Timeout | undefined;
 

@@ -5,6 +5,7 @@
 import assert from "node:assert/strict";
 import type * as net from "node:net";
 import { test } from "node:test";
+import { Call } from "../src/call.js";
 import { Client, RefusedError, StaleError, UnavailableError } from "../src/index.js";
 import { ScriptedNode, waitFor } from "./harness.js";
 
@@ -129,6 +130,35 @@ test("an aborted acquire is withdrawn with C", async (t) => {
   ac.abort(new Error("no longer wanted"));
   await assert.rejects(p, /no longer wanted/);
   assert.deepEqual(node.lines.map((l) => l.line), ["A k 1 0", "C k"]);
+});
+
+test("a connection carries one acquire of a key at a time, and withdraws only the one outstanding (Conn's gate)", async (t) => {
+  const node = await new Scripted().start(t);
+  const c = new Client({ addrs: [node.addr] });
+  t.after(() => c.close());
+  const cn = c.conns[0]!;
+  await waitFor("the connection", () => cn.usable);
+  const k1 = cn.acquire("k", "A k 1 0\n");
+  // A second acquire of k would take the first's answer: the gate refuses
+  // it, also one sent around it.
+  assert.throws(() => cn.acquire("k", "A k 1 0\n"), /a second acquire of "k" on one connection/);
+  assert.throws(() => cn.send(new Call("A", "k"), "A k 1 0\n"), /sent around the gate/);
+  const j = cn.acquire("j", "A j 1 0\n"); // another key's
+  await waitFor("two acquires", () => node.lines.length === 2);
+  // Answered, the acquire of k has left the gate: withdrawing it sends no C
+  // (which would withdraw the next acquire of k), and the next one goes out.
+  node.lines[0]!.conn.write("A k 5\n");
+  const r1 = await k1.promise;
+  assert.equal(r1.kind === "answer" && r1.a.token, 5n);
+  assert.equal(await cn.withdraw(k1), r1);
+  cn.acquire("k", "A k 1 0\n");
+  // Still outstanding, j's is withdrawn with C j, and gets its own answer.
+  node.onLine = (l) => {
+    if (l.line === "C j") l.conn.write("T j\nC j OK\n");
+  };
+  const r2 = await cn.withdraw(j);
+  assert.equal(r2.kind === "answer" && r2.a.kind, "T");
+  assert.deepEqual(node.lines.map((l) => l.line), ["A k 1 0", "A j 1 0", "A k 1 0", "C j"]);
 });
 
 test("a semaphore's and a shared acquire carry their kind; the node's kind refusal comes back typed", async (t) => {

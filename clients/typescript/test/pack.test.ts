@@ -1,7 +1,8 @@
 // npm pack gives a tarball that installs: packed, installed into an empty
 // project (offline: it has no dependencies), and used from there as an ES
 // module (import) and from CommonJS (require), both getting the same
-// classes; its type declarations type-check a consumer of each kind.
+// classes; its type declarations type-check a consumer of each kind, and
+// declare the public surface only (no member marked @internal).
 
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
@@ -64,11 +65,31 @@ test("npm pack installs and imports", { timeout: 120_000 }, (t) => {
     join(app, "cjs.cts"),
     'import kunci = require("kunci");\nconst c: kunci.Client = new kunci.Client({ addrs: ["127.0.0.1:1"] });\nconst e: kunci.TimeoutError | kunci.NoActiveError | undefined = undefined;\nconst info: () => Promise<kunci.NodeInfo> = () => c.info();\nconst active: Promise<string> | undefined = e === undefined ? undefined : c.active();\nvoid c.close(), e, info, active;\n',
   );
+  // The declarations hold the public surface only (stripInternal): every
+  // line below must be an error for a consumer, or its @ts-expect-error is
+  // unused (TS2578); and the module declares exactly the names index.ts
+  // exports.
+  const names = [...new Set([...NAMES, "BadInputError", "ClosedError", "LostError", "MAX_KEY", "MAX_OWNER", "keyProblem", "processOwner"])];
+  writeFileSync(
+    join(app, "internals.mts"),
+    [
+      'import * as kunci from "kunci";',
+      'import { Client, Lock } from "kunci";',
+      'const c = new Client({ addrs: ["127.0.0.1:1"] });',
+      'const l = c.adopt("k", 1n, 1000);',
+      ...["c.cfg", "c.conns", "c.outage", "c.closed", "c.session", "c.keys", "c.route", "c.up", "c.noteAuth", "c.queueWrite", "c.waitUp", "c.releaseLock", "l.heldUntil", "Lock.of", "new Lock()", "kunci.parseAnswer", "kunci.MAX_LINE"].flatMap((x) => ["// @ts-expect-error", `void ${x};`]),
+      `type Want = ${names.map((n) => JSON.stringify(n)).join(" | ")};`,
+      "type Names = keyof typeof kunci;",
+      "const exact: [Names] extends [Want] ? ([Want] extends [Names] ? true : false) : false = true;",
+      "void exact, c.close();",
+      "",
+    ].join("\n"),
+  );
   writeFileSync(
     join(app, "tsconfig.json"),
     JSON.stringify({
       compilerOptions: { module: "nodenext", moduleResolution: "nodenext", target: "es2022", strict: true, noEmit: true, types: ["node"], typeRoots: [join(PKG, "node_modules", "@types")] },
-      files: ["esm.mts", "cjs.cts"],
+      files: ["esm.mts", "cjs.cts", "internals.mts"],
     }),
   );
   try {
