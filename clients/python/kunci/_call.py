@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
-from typing import Callable, Union
+from typing import Callable, Deque, Union
 
 from . import _wire as wire
 
@@ -61,28 +62,72 @@ class _Call:
         self.answered = True
 
 
+class CoreLock:
+    """The thread client's mutex (Core.mu). The threads it wakes while it is
+    held (Waiter.wake) go one at a time, each as mu is next released: a
+    thread woken while mu is held would only wait for it, and many woken at
+    once would wait for the interpreter in turn, each wait a switch. Every
+    woken thread takes mu again before it goes on, and so lets the next
+    one go when it releases it."""
+
+    __slots__ = ("_lock", "woken", "poke")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.woken: Deque[Waiter] = collections.deque()
+        # poke: wakes the event loop, once mu is released, for work a caller
+        # thread gave it (Core.poke); None while there is none.
+        self.poke: Callable[[], None] | None = None
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return self._lock.acquire(blocking, timeout)
+
+    def release(self) -> None:
+        ws = self.woken
+        poke = self.poke
+        if not ws and poke is None:
+            self._lock.release()
+            return
+        w = ws.popleft() if ws else None
+        self.poke = None
+        self._lock.release()
+        if w is not None:
+            w.lock.release()
+        if poke is not None:
+            poke()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def __enter__(self) -> CoreLock:
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 class Waiter:
     """A caller thread waiting, in the thread client: for its call's answer,
-    for its turn at a key, for a connection to come up, or to be handed the
-    reading of a connection (_SockLink). Each thread has one; it waits for one
-    thing at a time. Every field but lock is the client's mutex's (Core.mu).
+    for its turn at a key, for a connection to come up, or for the node's
+    answer to the session. Each thread has one; it waits for one thing at a
+    time. Every field but lock is the client's mutex's (Core.mu).
 
     The thread blocks on lock (held while it is not blocked: wake releases
     it once). A thread interrupted while blocked (a signal's exception) may
     still be woken: it takes a new Waiter."""
 
-    __slots__ = ("lock", "blocked", "result", "read_now", "ready")
+    __slots__ = ("lock", "mu", "blocked", "result", "ready")
 
-    def __init__(self) -> None:
+    def __init__(self, mu: CoreLock) -> None:
+        self.mu = mu
         self.lock = threading.Lock()
         self.lock.acquire()
         self.blocked = False
         # result: the answer to the call it waits for (None: not yet);
-        # read_now: it was handed the reading of the connection it waits on;
         # ready: what it waits for other than an answer came (a turn, a
         # connection up, a session answered).
         self.result: Result | None = None
-        self.read_now = False
         self.ready = False
 
     def answer(self, r: Result) -> None:
@@ -91,11 +136,12 @@ class Waiter:
         self.wake()
 
     def wake(self) -> None:
+        """Let the thread go once mu is released (mu held)."""
         if self.blocked:
             self.blocked = False
-            self.lock.release()
+            self.mu.woken.append(self)
 
-    def block(self, mu: threading.Lock, timeout: float | None = None) -> None:
+    def block(self, mu: CoreLock, timeout: float | None = None) -> None:
         """Wait to be woken, or timeout seconds (None: no bound), with mu
         released meanwhile; mu is held again on return, and on a raise."""
         self.blocked = True
@@ -111,5 +157,7 @@ class Waiter:
         if not got:
             if self.blocked:  # the timeout: nobody woke it
                 self.blocked = False
-            else:  # woken between the timeout and mu: take the wake-up
+            elif self in mu.woken:  # woken since, not let go yet
+                mu.woken.remove(self)
+            else:  # let go between the timeout and mu: take the wake-up
                 self.lock.acquire()

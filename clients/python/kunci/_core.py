@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Coroutine
 
 from . import _wire as wire
-from ._call import _NOT_UP, Result, Waiter, _Call
+from ._call import _NOT_UP, CoreLock, Result, Waiter, _Call
 from ._conn import _Conn
 from ._link import ArmedSelector
 from ._lock import LockState
@@ -82,7 +82,7 @@ class _Core:
     event loop's; in the thread client, mu's."""
 
     def __init__(self, cfg: Config, loop: asyncio.AbstractEventLoop,
-                 mu: threading.Lock | None = None, selector: ArmedSelector | None = None) -> None:
+                 mu: CoreLock | None = None, selector: ArmedSelector | None = None) -> None:
         self.cfg = cfg
         self.loop = loop
         # The thread client's mutex (the loop thread holds it but while it
@@ -90,7 +90,7 @@ class _Core:
         # connection themselves (None: the loop reads). None for
         # AsyncClient: then nothing here runs off the loop.
         self.threaded = mu is not None
-        self.mu = mu if mu is not None else threading.Lock()
+        self.mu = mu if mu is not None else CoreLock()
         self.selector = selector
         self.loop_thread = threading.get_ident()  # made on the loop's thread
         self.closed = False
@@ -128,10 +128,18 @@ class _Core:
             raise AuthError(e0.addr, e0.reason)
 
     def poke(self) -> None:
-        """Wake the loop for work a caller thread gave it (mu held): its
-        selector sleeps past what it did not see coming."""
-        if self.threaded and threading.get_ident() != self.loop_thread:
+        """Wake the loop for work a caller thread gave it (mu held), once mu
+        is released: its selector sleeps past what it did not see coming.
+        (A wake-up under mu would hand the interpreter to threads that then
+        wait for mu.)"""
+        if self.threaded and self.mu.poke is None and threading.get_ident() != self.loop_thread:
+            self.mu.poke = self._wake_loop
+
+    def _wake_loop(self) -> None:
+        try:
             self.loop.call_soon_threadsafe(_noop)
+        except RuntimeError:
+            pass  # closed: nothing is left to do there
 
     def spawn(self, coro: Coroutine[Any, Any, object]) -> None:
         t: asyncio.Task[object] = self.loop.create_task(coro)
@@ -253,23 +261,27 @@ class _Core:
         return p
 
     async def acquire(
-        self, key: str, lease: float, wait: float, try_: bool, *, limit: int | None = None, shared: bool = False,
+        self, key: str, lease: float, wait: float, try_: bool, deadline: float | None = None,
+        *, limit: int | None = None, shared: bool = False, turn: Turn | None = None,
     ) -> LockState | None:
         """Acquire key; as a semaphore of limit holders, or a shared grant of
         a read-write lock (wire.kind_field). One acquire of a key is in
         progress at a time (Keys.take, Keys.wait_turn): the others wait
-        their turn, and a try meanwhile is None at once."""
+        their turn, and a try meanwhile is None at once. deadline, when
+        given, is when the wait ends, and turn the key's turn: an acquire
+        that began elsewhere (_handover.py)."""
         kb = wire.check_key(key)
         lms = wire.lease_ms(lease)
         wms = 0 if try_ else wire.wait_ms(wait)
         kind = wire.kind_field(limit, shared)
-        p = self._acquire_policy(key, wait, wms, try_, None)
+        p = self._acquire_policy(key, wait, wms, try_, deadline)
         until = p.deadline
-        turn = self.keys.take(kb)
         if turn is None:
-            if try_:
-                return None  # an acquire of key is in progress: held
-            turn = await self.keys.wait_turn(kb, until, key)
+            turn = self.keys.take(kb)
+            if turn is None:
+                if try_:
+                    return None  # an acquire of key is in progress: held
+                turn = await self.keys.wait_turn(kb, until, key)
         t = turn
 
         async def send(cn: _Conn) -> Result:

@@ -23,11 +23,10 @@ import math
 import select
 import selectors
 import socket
-import threading
 from typing import TYPE_CHECKING, Any, Deque, Mapping
 
 from . import _wire as wire
-from ._call import Waiter
+from ._call import CoreLock, Waiter
 
 if TYPE_CHECKING:
     from ._conn import _Conn
@@ -46,7 +45,7 @@ class ArmedSelector(selectors.BaseSelector):
     epoll takes such changes from any thread. select() releases mu, the
     client's mutex, while it sleeps: the loop thread holds it otherwise."""
 
-    def __init__(self, mu: threading.Lock) -> None:
+    def __init__(self, mu: CoreLock) -> None:
         self._mu = mu
         self._ep = select.epoll()
         self._keys: dict[int, selectors.SelectorKey] = {}
@@ -148,7 +147,7 @@ class UnlockingSelector(selectors.DefaultSelector):
     releases mu while it sleeps, but a caller cannot stop it watching a
     socket, so the loop reads every connection (_Link), and callers wait."""
 
-    def __init__(self, mu: threading.Lock) -> None:
+    def __init__(self, mu: CoreLock) -> None:
         super().__init__()
         self._mu = mu
 
@@ -291,18 +290,21 @@ class _LinkBase:
         conn = self.conn
         if not conn.flush_pending:
             conn.flush_pending = True
-            self.loop.call_soon_threadsafe(conn.flush)
+            self.loop.call_soon(conn.flush)
+            conn.core.poke()
 
-    def claim(self, w: Waiter) -> None:
-        """w's thread is about to send a request and wait for its answer:
-        on a _SockLink it reads the link itself if nobody does, and takes
-        that over now, before its answer can reach the loop (mu held)."""
+    def claim(self, w: Waiter) -> bool:
+        """w's thread is about to send a request and wait for its answer
+        (mu held): on a _SockLink it reads and writes the link itself when it
+        is alone there, and takes the reading over now, before its answer
+        can reach the loop. Report whether it did."""
+        return False
 
     def unclaim(self, w: Waiter) -> None:
-        """w's thread left without waiting (mu held): hand on the reading it
-        claimed."""
+        """w's thread left without waiting (mu held): hand back the reading
+        it claimed."""
 
-    def wait_for(self, w: Waiter, mu: threading.Lock) -> None:
+    def wait_for(self, w: Waiter, mu: CoreLock) -> None:
         """Wait until w's call is answered, or the link ended (mu held)."""
         while w.result is None and not self.ended:
             w.block(mu)
@@ -345,14 +347,16 @@ class _SockLink(_LinkBase):
     """A link on a plain non-blocking socket, shared by the loop and the
     thread client's callers under Core.mu.
 
-    reader is who reads it now: a caller's Waiter, "loop", or None; while a
-    caller reads, the loop's selector does not watch it (ArmedSelector). The
-    callers blocked with a call outstanding on it wait in waiting: the reader
-    whose own answer came hands the reading to the first of them, or, when
-    none is left, back to the loop. Writes go out at once from whoever
-    writes, one writer at a time (writing): requests buffered meanwhile
-    (wbuf) go out in the writer's next send; what the socket does not take
-    (wout) the loop writes once it can."""
+    A caller alone on the link (no other request outstanding there, nobody
+    reading it) claims it: it writes its request itself and reads until its
+    answer comes, handing out the answers to others' requests sent
+    meanwhile; while it reads, the loop's selector does not watch the socket
+    (ArmedSelector). Callers that are not alone buffer their requests for
+    the loop to write, in one write for all that came meanwhile, and are
+    woken by whoever reads: that caller, or the loop, which reads whenever
+    no caller does (reader None). Many callers so share a connection's
+    writes and reads as they did through the loop alone; one caller never
+    waits for another thread."""
 
     def __init__(self, conn: _Conn, loop: asyncio.AbstractEventLoop, sock: socket.socket,
                  sel: ArmedSelector) -> None:
@@ -362,8 +366,12 @@ class _SockLink(_LinkBase):
         self.sel = sel
         self.poller = select.poll()
         self.poller.register(self.fd, select.POLLIN)
+        # reader: the caller's Waiter that reads the link now, "loop" while
+        # the loop's callback reads it, or None (the loop's selector
+        # watches it). writing: a caller sends outside mu; what others
+        # write meanwhile waits in wbuf. wout: what the socket did not take,
+        # which the loop writes once it can.
         self.reader: Waiter | str | None = None
-        self.waiting: Deque[Waiter] = collections.deque()
         self.writing = False
         self.wbuf: list[bytes] = []
         self.wout = bytearray()
@@ -402,52 +410,38 @@ class _SockLink(_LinkBase):
             return
         self.feed(data)
 
-    def claim(self, w: Waiter) -> None:
-        if self.reader is None and not self.ended:
-            self.reader = w
-            self.sel.disarm(self.fd)
+    def claim(self, w: Waiter) -> bool:
+        conn = self.conn
+        if self.reader is not None or self.ended or self.writing or self.wout or conn.wbuf:
+            return False
+        if conn.acq or conn.sent or conn.lists or conn.infos:
+            return False  # others' requests are out: the loop reads for them
+        self.reader = w
+        self.sel.disarm(self.fd)
+        return True
 
     def unclaim(self, w: Waiter) -> None:
         if self.reader is w:
-            self.reader = None
-            if self.ended:
-                self._close_sock()
-            else:
-                self._pass_reading()
+            self._stop_reading()
 
-    def wait_for(self, w: Waiter, mu: threading.Lock) -> None:
+    def _stop_reading(self) -> None:
+        self.reader = None
+        if self.ended:
+            self._close_sock()
+        else:
+            self.sel.arm(self.fd)
+
+    def wait_for(self, w: Waiter, mu: CoreLock) -> None:
         """Wait until w's call is answered, or the link ended (mu held):
-        reading the link for everyone while nobody else does (or w claimed
-        the reading), else waiting to be answered or handed the reading."""
-        try:
-            while w.result is None and not self.ended:
-                if self.reader is None or self.reader is w:
-                    self._read_for(w, mu)
-                    continue
-                self.waiting.append(w)
-                try:
-                    w.block(mu)
-                finally:
-                    try:
-                        self.waiting.remove(w)
-                    except ValueError:
-                        pass
-                if w.read_now:
-                    w.read_now = False
-        finally:
-            if w.read_now:  # handed the reading as it left: pass it on
-                w.read_now = False
-                if self.reader is None:
-                    self._pass_reading()
-
-    def _read_for(self, w: Waiter, mu: threading.Lock) -> None:
-        """Read for everyone until w's answer came or the link ended, then
-        hand the reading on. An exception other than the socket's (a
-        signal's, in the main thread) may have come between reading bytes
-        and handing out their answers: the link ends then, and every call
-        still outstanding on it fails over, as when a connection breaks."""
-        self.reader = w
-        self.sel.disarm(self.fd)
+        reading the link for everyone if w claimed it, else waiting to be
+        answered."""
+        if self.reader is not w:
+            super().wait_for(w, mu)
+            return
+        # An exception other than the socket's (a signal's, in the main
+        # thread) may have come between reading bytes and handing out their
+        # answers: the link ends then, and every call still outstanding on
+        # it fails over, as when a connection breaks.
         try:
             while w.result is None and not self.ended:
                 mu.release()
@@ -462,22 +456,7 @@ class _SockLink(_LinkBase):
             self.end(None, ConnectionAbortedError(f"kunci: reading interrupted: {e!r}"))
             raise
         finally:
-            self.reader = None
-            if self.ended:
-                self._close_sock()
-            else:
-                self._pass_reading()
-
-    def _pass_reading(self) -> None:
-        """Hand the reading to the first caller still waiting on the link,
-        else back to the loop (mu held; nobody reads)."""
-        while self.waiting:
-            nw = self.waiting.popleft()
-            if nw.blocked:
-                nw.read_now = True
-                nw.wake()
-                return
-        self.sel.arm(self.fd)
+            self._stop_reading()
 
     # -- writing --
 
@@ -495,9 +474,13 @@ class _SockLink(_LinkBase):
         self._send(data)
 
     def write_from_thread(self) -> None:
-        """Write the connection's buffered requests at once (mu held), and
-        those others buffer meanwhile, mu released while sending."""
+        """Write the connection's buffered requests (mu held): at once, mu
+        released while sending, for a caller that claimed the link (and
+        what others buffer meanwhile); else by the loop (_LinkBase's)."""
         conn = self.conn
+        if not isinstance(self.reader, Waiter):
+            super().write_from_thread()
+            return
         if not conn.wbuf or self.writing:
             return  # the writer sends them
         data = b"".join(conn.wbuf) if len(conn.wbuf) > 1 else conn.wbuf[0]
@@ -602,8 +585,6 @@ class _SockLink(_LinkBase):
         except OSError as e:
             if e.errno not in (errno.ENOTCONN, errno.EBADF):
                 pass
-        for w in self.waiting:
-            w.wake()
         if self.reader is None:
             self._close_sock()
 

@@ -34,10 +34,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import secrets
-import threading
 from typing import TYPE_CHECKING, Deque, Union
 
-from ._call import Waiter
+from ._call import CoreLock, Waiter
 from .errors import Timeout
 
 if TYPE_CHECKING:
@@ -225,7 +224,7 @@ class Keys:
             raise Timeout(f"kunci: wait for {key} ran out in the client")
         return self._begin(kb, ks)
 
-    def wait_turn_thread(self, w: Waiter, mu: threading.Lock, kb: bytes, deadline: float | None, key: str) -> Turn:
+    def wait_turn_thread(self, w: Waiter, mu: CoreLock, kb: bytes, deadline: float | None, key: str) -> Turn:
         """wait_turn, for a caller thread of the thread client (mu held)."""
         ks = self._get(kb)
         if not ks.acquiring:

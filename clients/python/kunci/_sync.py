@@ -1,6 +1,8 @@
 """Client: the client for threads. Its connections are kept up by an event
-loop in one I/O thread; its callers make their requests themselves, on their
-own threads (_core.py)."""
+loop in one I/O thread; a caller alone makes its request itself, on its own
+thread (_core.py), and callers that come while others' requests are under
+way hand theirs to the I/O thread, which serves them together
+(_handover.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ from types import TracebackType
 from typing import Any, Callable, Coroutine, TypeVar
 
 from ._async import Locks
-from ._call import Waiter
+from ._call import CoreLock, Waiter
 from ._config import ClientBase
 from ._core import Config, _Core
+from ._handover import Handover, fast_acquire, fast_release
 from ._link import ArmedSelector, UnlockingSelector
 from ._lock import LockHandle, LockState, end_lock_block
 from ._wire import Holder, Node
@@ -72,7 +75,7 @@ class Lock(LockHandle):
         failover lost it."""
         c = self._client
         try:
-            c._do(c._core.release_lock_thread, self._ls)
+            c._release(self._ls)
         except Stale:
             with c._core.mu:
                 self._ls.lose()
@@ -129,7 +132,7 @@ class Client(ClientBase):
     def _setup(self, cfg: Config) -> None:
         # _mu is the core's: the I/O thread holds it but while its loop
         # sleeps, and every request runs under it on its caller's thread.
-        self._mu = threading.Lock()
+        self._mu = CoreLock()
         self._closing: threading.Event | None = None
         self._local = threading.local()
         if ArmedSelector.available():
@@ -152,6 +155,10 @@ class Client(ClientBase):
         except BaseException:
             self._stop_loop()
             raise
+        self._handover = Handover(self._core)
+        # One entry per caller thread in an acquire or a release: one that
+        # finds another there hands its request over (_handover.py).
+        self._inside: list[None] = []
 
     def _io(self) -> None:
         with self._mu:
@@ -168,7 +175,7 @@ class Client(ClientBase):
         if w is None:
             if threading.current_thread() is self._thread:
                 raise RuntimeError("kunci: a Client's methods cannot be called from its own I/O thread")
-            w = self._local.w = Waiter()
+            w = self._local.w = Waiter(self._mu)
         mu = self._mu
         mu.acquire()
         try:
@@ -188,7 +195,8 @@ class Client(ClientBase):
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
-        self._loop.close()
+        with self._mu:  # not under a caller, which may be handing it work
+            self._loop.close()
 
     def close(self) -> None:
         """Close every connection and stop the I/O thread. Locks still held
@@ -204,6 +212,7 @@ class Client(ClientBase):
             self._run(self._core.close())
         finally:
             self._stop_loop()
+            self._handover.close(self._mu)
             assert self._closing is not None
             self._closing.set()
 
@@ -240,14 +249,34 @@ class Client(ClientBase):
     def _acquire(self, key: str, lease: float, wait: float, try_: bool, limit: int | None,
                  shared: bool) -> Lock | None:
         ls: LockState | None = None
+        inside = self._inside
+        alone = not inside
+        inside.append(None)
         try:
-            ls = self._do(self._core.acquire_thread, key, lease, wait, try_, limit, shared)
+            if alone:
+                ls = self._do(self._core.acquire_thread, key, lease, wait, try_, limit, shared)
+            else:
+                ls = self._handover.call(fast_acquire, key, lease, wait, try_, limit, shared)
             return None if ls is None else Lock(self, ls)
         except BaseException as e:
             if ls is not None and not isinstance(e, Exception):
                 # Granted as a signal's exception came: nobody will hold it.
                 self._abandon(ls)
             raise
+        finally:
+            inside.pop()
+
+    def _release(self, ls: LockState) -> None:
+        inside = self._inside
+        alone = not inside
+        inside.append(None)
+        try:
+            if alone:
+                self._do(self._core.release_lock_thread, ls)
+            else:
+                self._handover.call(fast_release, ls)
+        finally:
+            inside.pop()
 
     def _abandon(self, ls: LockState) -> None:
         core = self._core
