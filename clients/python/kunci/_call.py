@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import threading
-from typing import Callable, Deque, Union
+from typing import Any, Callable, Deque, Union
 
 from . import _wire as wire
 
@@ -73,14 +73,38 @@ class CoreLock:
     __slots__ = ("_lock", "woken", "poke")
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        # An RLock for its owner check (relock), never taken twice.
+        self._lock: Any = threading.RLock()
         self.woken: Deque[Waiter] = collections.deque()
         # poke: wakes the event loop, once mu is released, for work a caller
         # thread gave it (Core.poke); None while there is none.
         self.poke: Callable[[], None] | None = None
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
-        return self._lock.acquire(blocking, timeout)
+        return bool(self._lock.acquire(blocking, timeout))
+
+    def owned(self) -> bool:
+        """Whether this thread holds mu."""
+        owned: bool = self._lock._is_owned()
+        return owned
+
+    def relock(self) -> None:
+        """Take mu, surely: a signal's exception (in the main thread) that
+        comes while this thread waits for it, or just after it took it, is
+        raised once mu is held, so that whoever catches it finds mu held,
+        as the code it leaves expects. Use it wherever mu is taken again
+        after a wait without it."""
+        err: BaseException | None = None
+        lock = self._lock
+        while True:
+            try:
+                if lock._is_owned():
+                    break
+                lock.acquire()
+            except BaseException as e:  # noqa: BLE001 - raised below, mu held
+                err = e
+        if err is not None:
+            raise err
 
     def release(self) -> None:
         ws = self.woken
@@ -95,9 +119,6 @@ class CoreLock:
             w.lock.release()
         if poke is not None:
             poke()
-
-    def locked(self) -> bool:
-        return self._lock.locked()
 
     def __enter__(self) -> CoreLock:
         self._lock.acquire()
@@ -153,7 +174,7 @@ class Waiter:
             elif timeout > 0:
                 got = self.lock.acquire(True, timeout)
         finally:
-            mu.acquire()
+            mu.relock()
         if not got:
             if self.blocked:  # the timeout: nobody woke it
                 self.blocked = False

@@ -439,21 +439,27 @@ class _SockLink(_LinkBase):
             super().wait_for(w, mu)
             return
         # An exception other than the socket's (a signal's, in the main
-        # thread) may have come between reading bytes and handing out their
-        # answers: the link ends then, and every call still outstanding on
-        # it fails over, as when a connection breaks.
+        # thread) that comes while the thread sleeps in poll leaves nothing
+        # half done: the loop reads on. One that comes between reading bytes
+        # and handing out their answers may have lost some: the link ends
+        # then, and every call still outstanding on it fails over, as when a
+        # connection breaks.
+        handing = False
         try:
             while w.result is None and not self.ended:
                 mu.release()
                 try:
                     self.poller.poll()
                 finally:
-                    mu.acquire()
+                    mu.relock()
                 if self.ended:
                     break
+                handing = True
                 self._recv()
+                handing = False
         except BaseException as e:
-            self.end(None, ConnectionAbortedError(f"kunci: reading interrupted: {e!r}"))
+            if handing:
+                self.end(None, ConnectionAbortedError(f"kunci: reading interrupted: {e!r}"))
             raise
         finally:
             self._stop_reading()
@@ -503,7 +509,7 @@ class _SockLink(_LinkBase):
                     self._send_err = e
                     n = -1
                 finally:
-                    mu.acquire()
+                    mu.relock()
                 if n < 0:
                     self.end(None, self._send_err or ConnectionError("send failed"))
                     return

@@ -177,8 +177,8 @@ class Client(ClientBase):
                 raise RuntimeError("kunci: a Client's methods cannot be called from its own I/O thread")
             w = self._local.w = Waiter(self._mu)
         mu = self._mu
-        mu.acquire()
         try:
+            mu.relock()
             if self._core.closed:
                 raise Closed("kunci: client closed")
             return op(w, *args)
@@ -190,7 +190,8 @@ class Client(ClientBase):
                 self._local.w = None
             raise
         finally:
-            mu.release()
+            if mu.owned():
+                mu.release()
 
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -232,6 +232,91 @@ class Interrupted(NodeCase):
         self.assertEqual(len([x for x in p.lines() if x.startswith(b"A k ")]), 1, p.lines())
         self.assertIsNone(c._core.keys.m.get(b"k"))
 
+    def test_reader_interrupted_hands_on_the_others_answers(self) -> None:
+        """The main thread, alone, reads its connection itself while its
+        acquire waits; another thread's acquire, made meanwhile, rides on
+        the same connection. A signal interrupts the main thread's wait: the
+        other thread must still get its grant, and the main thread's given-
+        up acquire must leave the key free (withdrawn), not held."""
+        n = self.node()
+        raw_a, held_a = self.raw_hold(n.addr, b"a")
+        raw_b, held_b = self.raw_hold(n.addr, b"b")
+        c = kunci.Client([n.addr])
+        self.cleanups_first.append(c.close)
+        main = threading.main_thread().ident
+        assert main is not None
+
+        def handler(signum: int, frame: object) -> None:
+            raise GaveUp()
+
+        old = signal.signal(signal.SIGUSR1, handler)
+        self.cleanups_first.append(lambda: signal.signal(signal.SIGUSR1, old))
+        got: list[object] = []
+
+        def other() -> None:
+            try:
+                got.append(c.acquire("b", lease=30, wait=20))
+            except BaseException as e:  # noqa: BLE001 - the test's failure
+                got.append(e)
+
+        def attack() -> None:
+            # The main thread queued on a, then the other thread on b.
+            if not until(lambda: roundtrip(n.addr, b"Q a\n").endswith(b" 1")):
+                return
+            threading.Thread(target=other, daemon=True).start()
+            if until(lambda: roundtrip(n.addr, b"Q b\n").endswith(b" 1")):
+                signal.pthread_kill(main, signal.SIGUSR1)
+
+        threading.Thread(target=attack, daemon=True).start()
+        with self.assertRaises(GaveUp):
+            c.acquire("a", lease=30, wait=20)
+            threading.Event().wait(10)  # where a late signal lands
+        raw_b.sendall(b"R b " + held_b.split()[2] + b"\n")
+        self.assertTrue(until(lambda: bool(got)), "the other thread's acquire never ended")
+        lock = got[0]
+        self.assertIsInstance(lock, kunci.Lock, lock)
+        assert isinstance(lock, kunci.Lock)
+        self.assertEqual(roundtrip(n.addr, b"Q b\n").split()[2], str(lock.token).encode())
+        lock.release()
+        raw_a.sendall(b"R a " + held_a.split()[2] + b"\n")
+        self.assertTrue(until(lambda: roundtrip(n.addr, b"Q a\n") == b"Q a FREE", 5),
+                        "the interrupted acquire was left queued or granted: %r" % roundtrip(n.addr, b"Q a\n"))
+
+
+class LeaseRunsOut(NodeCase):
+    def test_lost_is_set_when_the_lease_runs_out(self) -> None:
+        """A lock not kept alive is lost, as far as the client can tell,
+        when its lease runs out: lost is set then (Go's Done), and not
+        before; one released in time never is."""
+        n = self.node()
+        with kunci.Client([n.addr]) as c:
+            lock = c.acquire("k", lease=0.4, wait=1)
+            lost = lock.lost
+            self.assertFalse(lost.is_set())
+            self.assertTrue(lost.wait(5), "lost was not set after the lease ran out")
+            kept = c.acquire("j", lease=0.4, wait=1)
+            kept_lost = kept.lost
+            kept.extend(1.5)  # moves the end: not lost at 0.4 s
+            self.assertFalse(kept_lost.wait(0.8))
+            kept.release()
+            self.assertFalse(kept_lost.wait(1.2), "a lock released in time was reported lost")
+
+    def test_lost_is_set_when_the_lease_runs_out_async(self) -> None:
+        n = self.node()
+
+        async def main() -> None:
+            async with kunci.AsyncClient([n.addr]) as c:
+                lock = await c.acquire("k", lease=0.4, wait=1)
+                self.assertFalse(lock.lost.is_set())
+                await asyncio.wait_for(lock.lost.wait(), 5)
+                kept = await c.acquire("j", lease=0.4, wait=1)
+                lost = kept.lost
+                await kept.release()
+                with self.assertRaises(asyncio.TimeoutError):
+                    await asyncio.wait_for(lost.wait(), 1)
+
+        self.run_async(main())
+
 
 class Ordering(NodeCase):
     def test_keep_alive_then_release_keeps_their_order(self) -> None:
@@ -243,17 +328,18 @@ class Ordering(NodeCase):
         n = self.node()
         c = kunci.Client([n.addr])
         self.cleanups_first.append(c.close)
-        lock = c.acquire("k", lease=0.6, wait=5)
+        lock = c.acquire("k", lease=3, wait=5)
         lost = lock.lost
         gate = threading.Event()
-        c._loop.call_soon_threadsafe(gate.wait, 10)  # the I/O thread is busy
+        c._loop.call_soon_threadsafe(gate.wait, 0.3)  # the I/O thread is busy a while
         other = threading.Thread(target=c.inspect, args=("j",), daemon=True)
         other.start()
-        threading.Thread(target=lambda: (until(lambda: not other.is_alive(), 0.5), gate.set()), daemon=True).start()
         lock.keep_alive()
         lock.release()
         other.join(10)
         gate.set()
+        # A keep-alive that started after the release would find the grant
+        # STALE at its first extend, a third of the lease after the grant.
         self.assertFalse(until(lambda: lost.is_set(), 2), "a cleanly released lock was reported lost")
 
 

@@ -308,7 +308,8 @@ class Scenarios(NodeCase):
         # the certificate and answers the U "already authenticated".
         secret = "s3cret-s3cret-s3cret-1234"
         a = self.node("--tls-listen", "127.0.0.1:0", "--tls-cert", certs["node1.crt"], "--tls-key", certs["node1.key"],
-                      "--tls-client-ca", certs["ca.crt"], "--auth-file", self.file("auth", b"app %s\n" % secret.encode()))
+                      "--tls-client-ca", certs["ca.crt"],
+                      "--auth-file", self.file("auth", b"app %s\n" % secret.encode()))
         both = self.client([a.tls_addr], tls=mtls, credentials=kunci.Credentials("app", secret))
         both.acquire("k", lease=5, wait=5).release()
         # A client that does not trust the nodes' CA.
