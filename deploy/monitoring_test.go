@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -408,13 +409,15 @@ func TestMonitoringPromtool(t *testing.T) {
 		t.Skip("promtool is not on PATH, so the rules were not checked by Prometheus nor their unit tests run " +
 			"(Debian/Ubuntu: apt-get install prometheus; make test-go installs it when run as root)")
 	}
-	run := func(args ...string) {
+	run := func(args ...string) (string, bool) {
 		t.Helper()
 		out, err := exec.Command(promtool, args...).CombinedOutput()
-		t.Logf("promtool %s:\n%s", strings.Join(args, " "), out)
 		if err != nil {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+			return string(out), false
 		}
+		t.Logf("promtool %s:\n%s", strings.Join(args, " "), out)
+		return string(out), true
 	}
 	run("check", "rules", rulesFile)
 	run("test", "rules", rulesTestFile)
@@ -423,8 +426,9 @@ func TestMonitoringPromtool(t *testing.T) {
 		Record string `yaml:"record"`
 		Expr   string `yaml:"expr"`
 	}
+	queries := dashboardQueries(t)
 	var recorded []rule
-	for i, q := range dashboardQueries(t) {
+	for i, q := range queries {
 		expr := grafanaVar.ReplaceAllStringFunc(q.expr, func(v string) string {
 			return cmp.Or(grafanaVars[grafanaVar.FindStringSubmatch(v)[1]], ".*")
 		})
@@ -438,5 +442,14 @@ func TestMonitoringPromtool(t *testing.T) {
 	if err := os.WriteFile(f, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	run("check", "rules", f)
+	if out, ok := run("check", "rules", f); !ok {
+		// Name the panels of the rules promtool refused.
+		for _, m := range recordName.FindAllStringSubmatch(out, -1) {
+			i, _ := strconv.Atoi(m[1])
+			t.Errorf("%s is the dashboard's %s:\n\t%s", m[0], queries[i].where, queries[i].expr)
+		}
+	}
 }
+
+// recordName is the name of a dashboard query given to promtool.
+var recordName = regexp.MustCompile(`kunci_dashboard:query_(\d+)`)
