@@ -30,10 +30,10 @@ import (
 )
 
 const (
-	dashboardFile = "grafana/kunci-dashboard.json"
-	rulesFile     = "prometheus/kunci-alerts.yml"
-	rulesTestFile = "prometheus/kunci-alerts.test.yml"
-	runbookFile   = "../docs/operations.md"
+	dashboardFile  = "grafana/kunci-dashboard.json"
+	rulesFile      = "prometheus/kunci-alerts.yml"
+	rulesTestFile  = "prometheus/kunci-alerts.test.yml"
+	operationsFile = "../docs/operations.md"
 	// runbookURL is where every alert's runbook_url points, followed by
 	// its section's anchor.
 	runbookURL = "https://github.com/kunci/kunci/blob/main/docs/operations.md#"
@@ -77,6 +77,23 @@ func TestMonitoringQueriesNameExportedSeries(t *testing.T) {
 		checked += len(refs.Selectors)
 	}
 	t.Logf("%d queries, %d series selectors checked against three nodes' /metrics", len(queries), checked)
+
+	// The metrics table of docs/operations.md names every metric of kunci's own.
+	doc, err := os.ReadFile(operationsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table strings.Builder
+	for line := range strings.Lines(string(doc)) {
+		if strings.HasPrefix(line, "| `kunci_") {
+			table.WriteString(line)
+		}
+	}
+	for _, f := range exports.Families() {
+		if strings.HasPrefix(f, "kunci_") && !strings.Contains(table.String(), "`"+f) {
+			t.Errorf("%s: %s is exported but not in its metrics table", operationsFile, f)
+		}
+	}
 }
 
 // scrapeNodes starts a single node serving TLS beside TCP, with a data
@@ -334,7 +351,7 @@ func ruleQueries(t *testing.T) []query {
 				t.Errorf("alert %s: runbook_url %q, want %s%s", r.Alert, url, runbookURL, anchor)
 			}
 			if !sections[anchor] {
-				t.Errorf("alert %s: %s has no section %q (### %s) for its runbook", r.Alert, runbookFile, anchor, r.Alert)
+				t.Errorf("alert %s: %s has no section %q (### %s) for its runbook", r.Alert, operationsFile, anchor, r.Alert)
 			}
 		}
 	}
@@ -345,7 +362,7 @@ func ruleQueries(t *testing.T) []query {
 	}
 	for s := range sections {
 		if !anchors[s] {
-			t.Errorf("%s has a runbook section %q for no alert of %s", runbookFile, s, rulesFile)
+			t.Errorf("%s has a runbook section %q for no alert of %s", operationsFile, s, rulesFile)
 		}
 	}
 	return qs
@@ -355,7 +372,7 @@ func ruleQueries(t *testing.T) []query {
 // docs/operations.md's "## Alerts".
 func runbookSections(t *testing.T) map[string]bool {
 	t.Helper()
-	b, err := os.ReadFile(runbookFile)
+	b, err := os.ReadFile(operationsFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +388,7 @@ func runbookSections(t *testing.T) map[string]bool {
 		}
 	}
 	if len(out) == 0 {
-		t.Fatalf("%s has no ## Alerts with ### sections", runbookFile)
+		t.Fatalf("%s has no ## Alerts with ### sections", operationsFile)
 	}
 	return out
 }

@@ -86,6 +86,18 @@ func (s *series) see(label, value string) {
 	s.labels[label][value] = true
 }
 
+// Families returns the metric families the scrapes exported, sorted.
+func (e *Exports) Families() []string {
+	var out []string
+	for _, s := range e.series {
+		if !slices.Contains(out, s.family) {
+			out = append(out, s.family)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Has reports whether a scrape exported the series name.
 func (e *Exports) Has(name string) bool { return e.series[name] != nil }
 
@@ -101,7 +113,9 @@ func (e *Exports) Labels(name string) []string {
 // export: a series; a matcher's label that its series never had; the
 // value of an = matcher it never had, a =~ matcher's expression that
 // matches none it had; a grouping label (or other, from extra: a Grafana
-// legend's, say) that none of the query's series has. The labels of
+// legend's, say) that none of the query's series has. Labels are looked
+// up on the series a query selects, not on what its aggregations keep: a
+// legend naming a label that a sum by drops passes. The labels of
 // TargetLabels always exist, and their values are not checked; nor is a
 // value that holds a Grafana variable ($name), nor a != or !~ matcher's,
 // nor an = matcher's "" (a series without the label).

@@ -138,6 +138,9 @@ func TestCheck(t *testing.T) {
 	if got := e.Check(refs, "role", "job", "node"); !reflect.DeepEqual(got, []string{"label node: none of the query's series has it"}) {
 		t.Errorf("legend labels: %q", got)
 	}
+	if got, want := e.Families(), []string{"go_gc_duration_seconds", "kunci_errors_total", "kunci_keys_held", "kunci_role", "kunci_wait_seconds"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Families() = %q, want %q", got, want)
+	}
 	if !e.Has("kunci_wait_seconds_bucket") || !reflect.DeepEqual(e.Labels("kunci_wait_seconds_bucket"), []string{"le"}) {
 		t.Errorf("kunci_wait_seconds_bucket: %v %q", e.Has("kunci_wait_seconds_bucket"), e.Labels("kunci_wait_seconds_bucket"))
 	}
