@@ -423,7 +423,7 @@ func TestMonitoringPromtool(t *testing.T) {
 	t.Parallel()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		t.Skip("promtool is not on PATH, so the rules were not checked by Prometheus nor their unit tests run " +
+		t.Skip("promtool is not on PATH: the rules, their unit tests and the dashboard's queries were not checked by Prometheus's own parser " +
 			"(Debian/Ubuntu: apt-get install prometheus; make test-go installs it when run as root)")
 	}
 	run := func(args ...string) (string, bool) {
