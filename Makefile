@@ -31,12 +31,30 @@ TESTFLAGS ?= -race -count=1 -p 4 -parallel 4
 
 # make test runs the Go tests and the Python and TypeScript clients' tests
 # side by side: each mostly waits on real nodes and sockets.
-test: cgo vet
-	$(MAKE) --no-print-directory -j3 -Otarget test-go test-python test-typescript
+test: cgo vet promtool
+	$(MAKE) --no-print-directory -j3 -Otarget test-go test-python test-typescript PROMTOOL_LOOKED=1
 
-.PHONY: test-go test-python test-typescript kuncid-bin
-test-go:
+.PHONY: test-go test-python test-typescript kuncid-bin promtool
+test-go: $(if $(PROMTOOL_LOOKED),,promtool)
 	$(GO) test $(TESTFLAGS) ./...
+
+# promtool checks deploy/'s alerting rules, their unit tests and the
+# dashboard's queries (deploy/monitoring_test.go). When it is missing, this
+# installs it with apt-get on Debian/Ubuntu, as root only: its package is
+# prometheus, which holds Prometheus's server too (Debian starts its
+# service; systemctl disable --now prometheus if unwanted). Elsewhere it
+# says so, and TestMonitoringPromtool skips, saying why. make test looks
+# before its parallel part, so that this apt-get does not race
+# test-python's for apt's locks.
+promtool:
+	@command -v promtool >/dev/null && exit 0; \
+	if [ "$$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then \
+		echo "make: installing promtool: apt-get install -y --no-install-recommends prometheus" >&2; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } \
+			|| echo "make: prometheus did not install: the promtool checks of deploy/ will be skipped" >&2; \
+	else \
+		echo "make: no promtool (Debian/Ubuntu: apt-get install prometheus, as root): the promtool checks of deploy/ will be skipped" >&2; \
+	fi
 
 # The clients' tests start this tree's kuncid.
 kuncid-bin:

@@ -378,6 +378,7 @@ func (h *Hub) Take(s *Sub) []byte {
 type Lag struct {
 	Peer    int
 	Records uint64 // records sent but not yet acknowledged
+	Acked   uint64 // the last record it acknowledged (at first its snapshot's)
 	Synced  bool   // it applied its snapshot
 }
 
@@ -388,7 +389,8 @@ func (h *Hub) Lags() []Lag {
 	out := make([]Lag, 0, len(h.subs))
 	for _, s := range h.subs {
 		if !s.dead { // lapsed streams are gone, as far as lag goes
-			out = append(out, Lag{Peer: s.Peer, Records: h.seq - min(s.acked.Load(), h.seq), Synced: s.synced.Load()})
+			acked := min(s.acked.Load(), h.seq)
+			out = append(out, Lag{Peer: s.Peer, Records: h.seq - acked, Acked: acked, Synced: s.synced.Load()})
 		}
 	}
 	return out

@@ -81,15 +81,22 @@ var (
 	descAuthFailed  = desc("auth_failures_total", "Client authentications refused: bad credentials, or a source past its failure allowance.")
 	descTLSDropped  = desc("tls_dropped_total", "TLS connections dropped before they were served: failed handshake (error), none within the handshake timeout (timeout), too many handshakes at once, or its source's share of them (busy), its slot given to a source holding fewer (evicted).", "reason")
 	descBuffered    = desc("client_buffered_bytes", "What client connections hold in the node's memory now: answers not yet sent and requests not yet read (bounded by --max-buffered).")
+	descBudget      = desc("client_buffered_limit_bytes", "The buffer budget (--max-buffered): past half of it every connection is held to 64 KiB, past all of it the connections holding the most are closed.")
 	descShed        = desc("clients_shed_total", "Connections closed because the node's buffers were over --max-buffered: those holding the most, first.")
 	descTLSHands    = desc("tls_handshakes", "TLS handshakes under way now.")
 	descKeys        = desc("keys_held", "Keys held now.")
 	descQueued      = desc("waiters_queued", "Acquires queued now.")
 	descConns       = desc("connections", "Client connections open now.")
+	descConnsLimit  = desc("connections_limit", "Client connections the node accepts at once (--max-conns, lowered to fit the file descriptor limit); more are refused.")
 	descTokens      = desc("tokens_issued", "The latest fencing token issued (tokens only increase).")
+	descCeiling     = desc("token_ceiling", "The highest token this node may issue before it makes a higher ceiling durable: 2^63-1 without a data directory, 0 on a cluster node given no block yet.")
+	descCeilingMax  = desc("token_ceiling_max", "The highest token ceiling this node's cluster accepts: once issued tokens reach it, grants are refused (token space exhausted).")
 	descRole        = desc("role", "1 for this node's role.", "role")
 	descLag         = desc("replication_lag_records", "On the active: records sent to a standby and not yet acknowledged by it.", "standby")
 	descSynced      = desc("replication_synced", "On the active: 1 when a standby has applied its snapshot and follows the stream.", "standby")
+	descRecords     = desc("replication_records_total", "Cluster nodes: change records this node made for its standbys as the active, numbered whether or not a standby listens.")
+	descAcked       = desc("replication_acked_records_total", "On the active: how many of its records (kunci_replication_records_total) a standby has acknowledged; its snapshot stands for those made before its stream started.", "standby")
+	descPeers       = desc("cluster_peers", "Cluster nodes: the nodes in --peers, this one included.")
 	descPeerRefused = desc("peer_refused_total", "Peer handshakes refused (wrong or missing cluster key, unknown peer) and peer links closed for breaking the peer protocol.")
 	descPeerDropped = desc("peer_frames_dropped_total", "Peer frames dropped unread: heartbeats over the rate a link may send.")
 	descDropped     = desc("standbys_dropped_total", "On the active: standbys dropped for falling more than a bound behind (backlog) or not reading their snapshot (stalled); each starts again from a snapshot.", "reason")
@@ -154,12 +161,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			v = 1
 		}
 		gauge(descMismatch, v)
+		gauge(descPeers, float64(len(n.cfg.Peers)))
+		counter(descRecords, n.peers.hub.Seq())
 	}
 	counter(descAuthFailed, m.AuthFailures)
 	for reason, v := range m.TLSDropped {
 		counter(descTLSDropped, v, reason)
 	}
 	gauge(descBuffered, float64(m.Buffered))
+	gauge(descBudget, float64(c.n.cfg.MaxBuffered))
 	if m.TLSDropped != nil {
 		gauge(descTLSHands, float64(m.TLSHandshakes))
 	}
@@ -167,7 +177,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descKeys, float64(m.Keys))
 	gauge(descQueued, float64(m.Queued))
 	gauge(descConns, float64(m.Conns))
+	gauge(descConnsLimit, float64(c.n.cfg.MaxConns))
 	gauge(descTokens, float64(m.LastToken))
+	gauge(descCeiling, float64(m.TokenCeiling))
+	gauge(descCeilingMax, float64(m.TokenCeilingMax))
 	gauge(descRole, 1, m.Role)
 	for _, l := range c.n.Replication() {
 		gauge(descLag, float64(l.Records), l.Standby)
@@ -176,6 +189,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			synced = 1
 		}
 		gauge(descSynced, synced, l.Standby)
+		counter(descAcked, l.Acked, l.Standby)
 	}
 	counter(descPromotions, c.n.roles.promotions.Load())
 	counter(descPeerRefused, m.PeerRefused)

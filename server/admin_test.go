@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kunci/kunci/engine"
+	"github.com/kunci/kunci/failover"
 	"github.com/kunci/kunci/internal/testhttp"
 	"github.com/kunci/kunci/server"
 )
@@ -92,6 +94,52 @@ func TestAdminEndpoint(t *testing.T) {
 	}
 }
 
+// The node's limits and its token ceiling, for the dashboard's headroom
+// panels: the buffer budget and the connection limit as configured, the
+// ceiling a block ahead of the tokens and raised as they use it, the
+// cluster's last ceiling beside it.
+func TestAdminLimitsAndTokenCeiling(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, func(c *server.Config) {
+		c.Admin, c.DataDir, c.TokenBlock = "127.0.0.1:0", t.TempDir(), testBlock
+		c.MaxBuffered, c.MaxConns = 8<<20, 50
+	})
+	scrape := func() string { _, body := testhttp.Get(t, "http://"+n.AdminAddr()+"/metrics"); return body }
+	body := scrape()
+	for name, want := range map[string]float64{
+		"kunci_client_buffered_limit_bytes": 8 << 20,
+		"kunci_connections_limit":           50,
+		"kunci_token_ceiling":               testBlock, // the first block, (0, 16]
+		"kunci_token_ceiling_max":           float64(failover.MaxCeiling(1, testBlock)),
+		"kunci_tokens_issued":               0,
+	} {
+		if got := metric(t, body, name); got != want {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	if strings.Contains(body, "kunci_cluster_peers") || strings.Contains(body, "kunci_replication_records_total") {
+		t.Error("a single node exports the cluster's metrics")
+	}
+
+	// Past half of the block, the ceiling writer reserves the next one.
+	c := dial(t, n.Addr())
+	for range testBlock/2 + 1 {
+		tok := c.hold("k")
+		c.send("R k " + strconv.FormatUint(tok, 10))
+		c.expect("R k OK")
+	}
+	waitFor(t, "the ceiling raised to the second block", func() bool {
+		return metric(t, scrape(), "kunci_token_ceiling") == 2*testBlock
+	})
+
+	// Without a data directory nothing bounds the tokens but 2^63-1.
+	free := startNode(t, func(c *server.Config) { c.Admin = "127.0.0.1:0" })
+	_, body = testhttp.Get(t, "http://"+free.AdminAddr()+"/metrics")
+	if got := metric(t, body, "kunci_token_ceiling"); got != float64(engine.MaxToken) {
+		t.Errorf("kunci_token_ceiling %v without a data directory, want 2^63-1", got)
+	}
+}
+
 func TestAdminInACluster(t *testing.T) {
 	t.Parallel()
 	tc := activeCluster(t, 2, func(c *server.Config) { c.Admin = "127.0.0.1:0" })
@@ -115,11 +163,21 @@ func TestAdminInACluster(t *testing.T) {
 	if v := metric(t, body, synced); v != 1 {
 		t.Fatalf("%s = %v", synced, v)
 	}
-	// Acks come with every batch the standby applies: the lag drains.
+	// Acks come with every batch the standby applies: the lag drains, and
+	// the standby has acknowledged every record the active made, one per
+	// grant at least.
+	acked := `kunci_replication_acked_records_total{standby="` + tc.Addrs[1] + `"}`
 	waitFor(t, "replication lag 0", func() bool {
 		_, body := testhttp.Get(t, active+"/metrics")
-		return metric(t, body, lag) == 0
+		return metric(t, body, lag) == 0 && metric(t, body, acked) == metric(t, body, "kunci_replication_records_total")
 	})
+	_, body = testhttp.Get(t, active+"/metrics")
+	if v := metric(t, body, "kunci_replication_records_total"); v < 20 {
+		t.Errorf("kunci_replication_records_total %v after 20 grants", v)
+	}
+	if v := metric(t, body, "kunci_cluster_peers"); v != 2 {
+		t.Errorf("kunci_cluster_peers %v, want 2", v)
+	}
 	if v := metric(t, body, `kunci_role{role="active"}`); v != 1 {
 		t.Fatalf("role metric %v", v)
 	}

@@ -301,14 +301,18 @@ func (n *Node) Active() string { return n.activeOf() }
 type ReplicationLag struct {
 	Standby string
 	Records uint64 // records sent and not yet acknowledged
-	Synced  bool   // it applied its snapshot
+	// Acked is the sequence number of the last record the standby
+	// acknowledged: at first its snapshot's, standing for every record
+	// made before it.
+	Acked  uint64
+	Synced bool // it applied its snapshot
 }
 
 // Replication returns the lag of every standby streaming from this node.
 func (n *Node) Replication() []ReplicationLag {
 	var out []ReplicationLag
 	for _, l := range n.peers.hub.Lags() {
-		out = append(out, ReplicationLag{Standby: n.cfg.Peers[l.Peer], Records: l.Records, Synced: l.Synced})
+		out = append(out, ReplicationLag{Standby: n.cfg.Peers[l.Peer], Records: l.Records, Acked: l.Acked, Synced: l.Synced})
 	}
 	return out
 }

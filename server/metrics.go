@@ -46,6 +46,12 @@ type Metrics struct {
 	Conns     int                  // client connections
 	LastToken uint64               // the latest token issued
 	Role      string               // "active" or "standby"
+	// TokenCeiling is the highest token the node may issue before it
+	// makes another ceiling durable: engine.MaxToken without a data
+	// directory, 0 on a cluster node given no block yet. TokenCeilingMax
+	// is the highest ceiling its cluster accepts: once tokens reach it,
+	// grants are refused.
+	TokenCeiling, TokenCeilingMax uint64
 	// SlowClosed counts connections closed because they did not read
 	// their answers.
 	SlowClosed uint64
@@ -93,6 +99,9 @@ func (n *Node) Metrics() Metrics {
 		Buffered:   n.budget.buffered.Load(),
 		Shed:       n.budget.closed.Load(),
 
+		TokenCeiling:    n.tokens.Ceiling(),
+		TokenCeilingMax: n.maxCeiling(),
+
 		PeerRefused:       n.peers.refused.Load(),
 		PeerFramesDropped: n.peers.framesDropped.Load(),
 		StandbysDropped:   make(map[string]uint64, dropReasons),
@@ -100,6 +109,9 @@ func (n *Node) Metrics() Metrics {
 		StorageOK:         n.store.health.status() == nil,
 		StorageErrors:     n.store.health.failures.Load(),
 		TickRounds:        n.tick.rounds.Load(),
+	}
+	if n.cfg.DataDir == "" {
+		m.TokenCeiling = engine.MaxToken // tokens.Ceiling's 0: none
 	}
 	for i, name := range dropReasonNames {
 		m.StandbysDropped[name] = n.peers.standbysDropped[i].Load()
