@@ -9,7 +9,12 @@ from ._async import AsyncClient, AsyncLock, Locks
 from ._config import Credentials, load_credentials, process_owner, tls_context
 from ._sync import Client, Lock
 from ._wire import Holder, Node
-from .errors import AuthError, Closed, KunciError, Lost, NoActive, Refused, Stale, Timeout, Unavailable
+from .errors import (
+    AuthError, ClosedError, KunciError, LostError, NoActiveError, RefusedError, StaleError, TimeoutError,
+    UnavailableError,
+)
+# The names before 0.11, the same classes: they go in 0.12.
+from .errors import Closed, Lost, NoActive, Refused, Stale, Timeout, Unavailable  # noqa: F401
 
 __version__ = "0.10.0"
 
@@ -18,19 +23,19 @@ __all__ = [
     "AsyncLock",
     "AuthError",
     "Client",
-    "Closed",
+    "ClosedError",
     "Credentials",
     "Holder",
     "KunciError",
     "Lock",
     "Locks",
-    "Lost",
-    "NoActive",
+    "LostError",
+    "NoActiveError",
     "Node",
-    "Refused",
-    "Stale",
-    "Timeout",
-    "Unavailable",
+    "RefusedError",
+    "StaleError",
+    "TimeoutError",
+    "UnavailableError",
     "load_credentials",
     "process_owner",
     "tls_context",

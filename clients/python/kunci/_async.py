@@ -10,7 +10,7 @@ from ._config import ClientBase
 from ._core import Config, _Core
 from ._lock import LockHandle, LockState, end_lock_block
 from ._wire import Holder, Node
-from .errors import Closed, Lost, Stale
+from .errors import ClosedError, LostError, StaleError
 
 
 class Locks(list):  # type: ignore[type-arg]
@@ -48,23 +48,23 @@ class AsyncLock(LockHandle):
         return ev
 
     async def extend(self, lease: float) -> None:
-        """Make the grant end lease seconds from now. kunci.Stale when it had
+        """Make the grant end lease seconds from now. kunci.StaleError when it had
         already ended (lost is then set)."""
         try:
             await self._core.extend(self._ls, lease)
-        except Stale:
+        except StaleError:
             self._ls.lose()
             raise
 
     async def release(self) -> None:
         """End the grant, trying again through connection failures for 5 s.
         Released before by this client (a release sent again, say): done, as
-        the node answers. kunci.Stale when the grant is not yours any more:
+        the node answers. kunci.StaleError when the grant is not yours any more:
         its lease ran out, another released it with its token, or a crash
         failover lost it."""
         try:
             await self._core.release_lock(self._ls)
-        except Stale:
+        except StaleError:
             self._ls.lose()
             raise
 
@@ -115,7 +115,7 @@ class AsyncClient(ClientBase):
         fail are retried in the background). kunci.AuthError when every one
         was a refusal of the credentials."""
         if self._closed:
-            raise Closed("kunci: client closed")
+            raise ClosedError("kunci: client closed")
         if self._core is None:
             core = _Core(self._cfg, asyncio.get_running_loop())
             self._core = core
@@ -131,7 +131,7 @@ class AsyncClient(ClientBase):
             await self.connect()
         assert self._core is not None
         if self._closed or self._core.closed:
-            raise Closed("kunci: client closed")
+            raise ClosedError("kunci: client closed")
         return self._core
 
     async def close(self) -> None:
@@ -154,7 +154,7 @@ class AsyncClient(ClientBase):
     ) -> AsyncLock:
         """Wait at most wait seconds for key and hold it for lease seconds from
         the grant (wait 0: no bound of its own, the node's --max-wait bounds
-        it). kunci.Timeout when the wait runs out; kunci.Unavailable when no
+        it). kunci.TimeoutError when the wait runs out; kunci.UnavailableError when no
         node answered within it. limit=N (a semaphore) and shared=True (a
         read-write lock's shared grant) as Client.acquire's."""
         core = await self._c()
@@ -179,7 +179,7 @@ class AsyncClient(ClientBase):
         """"async with c.lock(key, lease=30, wait=10) as lock:" acquires key,
         keeps it alive while the block runs, and releases it after. When the
         lock is lost meanwhile, lock.lost is set at once, and the block's end
-        raises kunci.Lost (unless the block raised). limit and shared as
+        raises kunci.LostError (unless the block raised). limit and shared as
         acquire's."""
         return _AsyncLockBlock(lambda: self.acquire(key, lease, wait, limit=limit, shared=shared))
 
@@ -204,10 +204,10 @@ class AsyncClient(ClientBase):
 
     async def active(self) -> str:
         """The address of the cluster's active node (a single node is its
-        own). kunci.NoActive when the node asked knows none (an election is
+        own). kunci.NoActiveError when the node asked knows none (an election is
         under way)."""
         core = await self._c()
         return await core.active()
 
 
-__all__ = ["AsyncClient", "AsyncLock", "Locks", "Lost"]
+__all__ = ["AsyncClient", "AsyncLock", "Locks", "LostError"]

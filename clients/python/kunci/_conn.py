@@ -22,7 +22,7 @@ from ._call import _NOT_UP, _REDIRECTED, _WAIT_OVER, Result, Waiter, _Broken, _C
 from ._link import _Link, _LinkBase, _NoActive, _SockLink
 from ._route import MAX_REDIRECTS
 from ._session import Turn
-from .errors import AuthError, Closed
+from .errors import AuthError, ClosedError
 
 if TYPE_CHECKING:
     from ._core import _Core
@@ -391,7 +391,7 @@ class _Conn:
                     err = e
                     link.fail(e)
                 except BaseException:
-                    link.fail(Closed("kunci: client closed"))  # not attached: close() cannot see it
+                    link.fail(ClosedError("kunci: client closed"))  # not attached: close() cannot see it
                     raise
             if err is not None:
                 if attempt == 0:
@@ -415,11 +415,11 @@ class _Conn:
                 core.auth_err = None
             sought = seek
             if core.closed:
-                # Closed while the dial finished: asyncio.wait_for before
+                # ClosedError while the dial finished: asyncio.wait_for before
                 # Python 3.12 returns the connection and drops the
                 # cancellation when both come in one turn, and nobody would
                 # close this link.
-                link.fail(Closed("kunci: client closed"))
+                link.fail(ClosedError("kunci: client closed"))
                 return
             if link.closed.done():
                 continue

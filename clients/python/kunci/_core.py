@@ -51,7 +51,9 @@ from ._lock import LockState
 from ._outage import Outage
 from ._route import Policy, route, route_thread
 from ._session import Keys, Turn, new_session
-from .errors import AuthError, Closed, KunciError, NoActive, Refused, Stale, Timeout, Unavailable
+from .errors import (
+    AuthError, ClosedError, KunciError, NoActiveError, RefusedError, StaleError, TimeoutError, UnavailableError,
+)
 
 log = logging.getLogger("kunci")
 log.addHandler(logging.NullHandler())
@@ -165,7 +167,7 @@ class _Core:
         self.closed = True
         for cn in self.conns:
             if cn.link is not None:
-                cn.link.fail(Closed("kunci: client closed"))
+                cn.link.fail(ClosedError("kunci: client closed"))
         me = asyncio.current_task()
         ts = [t for t in self.tasks if t is not me]
         for t in ts:
@@ -225,7 +227,7 @@ class _Core:
         if e is not None and self.cfg.credentials is None:
             raise AuthError(e.addr, e.reason)
 
-    def no_connection(self, cause: object) -> Unavailable:
+    def no_connection(self, cause: object) -> UnavailableError:
         msg = "kunci: no node answered"
         if cause is not None and cause is not _NOT_UP.cause:
             msg += f" ({cause})"
@@ -233,7 +235,7 @@ class _Core:
             msg += f"; the credentials were refused: {self.auth_err.reason}"
         elif self.last_dial_error:
             msg += f"; last dial error: {self.last_dial_error}"
-        return Unavailable(msg)
+        return UnavailableError(msg)
 
     async def route(self, p: Policy, send: Callable[[_Conn], Awaitable[Result]]) -> wire.Answer:
         """Send a request by policy p until a connection answers it."""
@@ -242,7 +244,7 @@ class _Core:
     def refusal(self, a: wire.Answer, key: str) -> KunciError:
         if a.reason == "auth required":
             return AuthError(self.cfg.addrs[0], a.reason)
-        return Refused(a.op, key, a.reason)
+        return RefusedError(a.op, key, a.reason)
 
     # -- the operations: each one's request, the reading of its answer, and
     # its two drivers --
@@ -252,7 +254,7 @@ class _Core:
         if wms > 0:
             p.deadline = self.loop.time() + wms / 1000 if deadline is None else deadline
             p.over = lambda last: (
-                Timeout(f"kunci: wait for {key} ran out")
+                TimeoutError(f"kunci: wait for {key} ran out")
                 if last is None
                 else self.no_connection(f"no active node answered within the wait of {wait} s; last: {last}")
             )
@@ -304,7 +306,7 @@ class _Core:
         wms = 0 if try_ else wire.wait_ms(wait)
         kind = wire.kind_field(limit, shared)
         if self.closed:
-            raise Closed("kunci: client closed")
+            raise ClosedError("kunci: client closed")
         p = self._acquire_policy(key, wait, wms, try_, None)
         until = p.deadline
         turn = self.keys.take(kb)
@@ -333,7 +335,7 @@ class _Core:
         if a.kind == "T":
             if try_:
                 return None
-            raise Timeout(f"kunci: wait for {key} ran out")
+            raise TimeoutError(f"kunci: wait for {key} ran out")
         if a.kind == "E":
             raise self.refusal(a, key)
         raise KunciError(f"kunci: unexpected answer {a.kind} to an acquire")
@@ -344,7 +346,7 @@ class _Core:
     def _ask(self, w: Waiter, op: str, kb: bytes, line: bytes, p: Policy) -> wire.Answer:
         """One request by policy p, on a caller thread (mu held)."""
         if self.closed:
-            raise Closed("kunci: client closed")
+            raise ClosedError("kunci: client closed")
 
         def send(cn: _Conn) -> Result:
             call = _Call(op, kb, None)
@@ -395,8 +397,8 @@ class _Core:
         ls.end()
         self.keys.drop(ls)
         if not ok:
-            raise Stale(f"kunci: release of {ls.key}: token {ls.token} is not yours any more "
-                        "(the lease ran out, another released it, or a failover lost it)")
+            raise StaleError(f"kunci: release of {ls.key}: token {ls.token} is not yours any more "
+                             "(the lease ran out, another released it, or a failover lost it)")
 
     def _extended(self, a: wire.Answer, ls: LockState, lms: int, sent: float) -> None:
         if a.kind == "E":
@@ -404,8 +406,8 @@ class _Core:
         if not a.ok:
             ls.ended = True
             self.keys.drop(ls)
-            raise Stale(f"kunci: extend of {ls.key}: token {ls.token} is not yours any more "
-                        "(the lease ran out, another released it, or a failover lost it)")
+            raise StaleError(f"kunci: extend of {ls.key}: token {ls.token} is not yours any more "
+                             "(the lease ran out, another released it, or a failover lost it)")
         ls.lease = lms / 1000
         ls.ends = sent + ls.lease
 
@@ -427,7 +429,7 @@ class _Core:
         lms = wire.lease_ms(lease)
         line = wire.extend_line(ls.kb, ls.token, lms)
         if self.closed:
-            raise Closed("kunci: client closed")
+            raise ClosedError("kunci: client closed")
         sent = 0.0
 
         def send(cn: _Conn) -> Result:
@@ -485,10 +487,10 @@ class _Core:
 
     @staticmethod
     def active_of(n: wire.Node) -> str:
-        """The active's address, as node n knows it; NoActive when it knows
+        """The active's address, as node n knows it; NoActiveError when it knows
         none (an election is under way). A single node is its own active."""
         if not n.active:
-            raise NoActive(f"kunci: no active node known (asked {n.addr})")
+            raise NoActiveError(f"kunci: no active node known (asked {n.addr})")
         return n.active
 
     async def active(self) -> str:
@@ -534,12 +536,12 @@ class _Core:
                 await asyncio.wait_for(self.extend(ls, lease), max(valid_until - sent, 0.001))
                 valid_until = sent + lease
                 nxt = period
-            except (Stale, Refused, AuthError) as e:
+            except (StaleError, RefusedError, AuthError) as e:
                 log.info("kunci: lock %s lost: %s", ls.key, e)
                 self.keys.drop(ls)
                 ls.lose()
                 return
-            except (Unavailable, asyncio.TimeoutError):
+            except (UnavailableError, asyncio.TimeoutError):
                 if self.closed:
                     return
                 nxt = max(min(retry, valid_until - loop.time() + 0.001), 0)

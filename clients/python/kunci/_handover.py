@@ -21,7 +21,7 @@ from . import _wire as wire
 from ._call import CoreLock, Result, _Call
 from ._lock import LockState
 from ._session import Turn
-from .errors import Closed, KunciError
+from .errors import ClosedError, KunciError
 
 if TYPE_CHECKING:
     from ._core import _Core
@@ -96,7 +96,7 @@ class Handover:
                 except RuntimeError:  # the loop closed: the client did
                     self.pending.pop()
                     self.draining = False
-                    raise Closed("kunci: client closed") from None
+                    raise ClosedError("kunci: client closed") from None
         try:
             w.lock.acquire()
         except BaseException:
@@ -121,7 +121,7 @@ class Handover:
         core = self.core
         for fn, args, w in pending:
             if core.closed:
-                w.finish(None, Closed("kunci: client closed"))
+                w.finish(None, ClosedError("kunci: client closed"))
                 continue
             try:
                 fn(core, w, *args)
@@ -134,7 +134,7 @@ class Handover:
         with self.lock:
             pending, self.pending = self.pending, collections.deque()
         for _, _, w in pending:
-            w.finish(None, Closed("kunci: client closed"))
+            w.finish(None, ClosedError("kunci: client closed"))
 
 
 def fast_acquire(
@@ -237,7 +237,7 @@ def slow(core: _Core, w: HandedWaiter, coro: Coroutine[Any, Any, object], turn: 
         if turn is not None and not turn.withdrawing:
             turn.leave(None, False)
         if t.cancelled():
-            w.finish(None, Closed("kunci: cancelled"))
+            w.finish(None, ClosedError("kunci: cancelled"))
         elif t.exception() is not None:
             w.finish(None, t.exception())
         else:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Callable
 
-from .errors import Lost, Stale
+from .errors import LostError, StaleError
 
 if TYPE_CHECKING:
     from ._core import _Core
@@ -99,11 +99,11 @@ def end_lock_block(ls: LockState, lost: bool, block_raised: bool, release_err: E
     raises, given whether the lock was lost before its release, whether the
     block raised, and what the release raised (None: it released). A block
     that raised keeps its own exception; otherwise a release that found the
-    grant gone, or a lock lost meanwhile, is kunci.Lost, and any other
+    grant gone, or a lock lost meanwhile, is kunci.LostError, and any other
     failure of the release is raised as it is."""
     if block_raised:
         return
-    if isinstance(release_err, Stale):
+    if isinstance(release_err, StaleError):
         raise lost_error(ls) from release_err
     if release_err is not None:
         raise release_err
@@ -111,5 +111,5 @@ def end_lock_block(ls: LockState, lost: bool, block_raised: bool, release_err: E
         raise lost_error(ls)
 
 
-def lost_error(ls: LockState) -> Lost:
-    return Lost(f"kunci: lock {ls.key} (token {ls.token}) was lost")
+def lost_error(ls: LockState) -> LostError:
+    return LostError(f"kunci: lock {ls.key} (token {ls.token}) was lost")

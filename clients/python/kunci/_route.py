@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Awaitable, Callable, Generator, Union
 
 from . import _wire as wire
 from ._call import _NOT_UP, _REDIRECTED, _WAIT_OVER, Result, Waiter, _Broken
-from .errors import Closed, KunciError
+from .errors import ClosedError, KunciError
 
 if TYPE_CHECKING:
     from ._conn import _Conn
@@ -71,7 +71,7 @@ def steps(core: _Core, p: Policy, first: tuple[_Conn, Result] | None = None
             first = None
         else:
             if core.closed:
-                raise Closed("kunci: client closed")
+                raise ClosedError("kunci: client closed")
             if until is not None and loop.time() >= until:
                 raise fail()
             got = core.next(failed)

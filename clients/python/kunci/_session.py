@@ -37,7 +37,7 @@ import secrets
 from typing import TYPE_CHECKING, Deque, Union
 
 from ._call import CoreLock, Waiter
-from .errors import Timeout
+from .errors import TimeoutError
 
 if TYPE_CHECKING:
     from ._lock import LockState
@@ -206,7 +206,7 @@ class Keys:
     async def wait_turn(self, kb: bytes, deadline: float | None, key: str) -> Turn:
         """Wait for an acquire's turn at kb while another acquire of it is in
         progress (take returned None): until that one and those that came
-        first are done. kunci.Timeout when deadline (loop time; None: no
+        first are done. kunci.TimeoutError when deadline (loop time; None: no
         bound) passes first."""
         ks = self._get(kb)
         if not ks.acquiring:
@@ -221,7 +221,7 @@ class Keys:
             raise
         if not fut.done():
             self._give_up(kb, ks, fut)
-            raise Timeout(f"kunci: wait for {key} ran out in the client")
+            raise TimeoutError(f"kunci: wait for {key} ran out in the client")
         return self._begin(kb, ks)
 
     def wait_turn_thread(self, w: Waiter, mu: CoreLock, kb: bytes, deadline: float | None, key: str) -> Turn:
@@ -243,7 +243,7 @@ class Keys:
             raise
         if not t.done():
             self._give_up(kb, ks, t)
-            raise Timeout(f"kunci: wait for {key} ran out in the client")
+            raise TimeoutError(f"kunci: wait for {key} ran out in the client")
         return self._begin(kb, ks)
 
     def _give_up(self, kb: bytes, ks: KeyState, fut: _Turnstile) -> None:

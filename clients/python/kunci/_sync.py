@@ -19,7 +19,7 @@ from ._handover import Handover, fast_acquire, fast_release
 from ._link import ArmedSelector, UnlockingSelector
 from ._lock import LockHandle, LockState, end_lock_block
 from ._wire import Holder, Node
-from .errors import Closed, Stale
+from .errors import ClosedError, StaleError
 
 T = TypeVar("T")
 
@@ -57,12 +57,12 @@ class Lock(LockHandle):
         return ev
 
     def extend(self, lease: float) -> None:
-        """Make the grant end lease seconds from now. kunci.Stale when it had
+        """Make the grant end lease seconds from now. kunci.StaleError when it had
         already ended (lost is then set)."""
         c = self._client
         try:
             c._do(c._core.extend_thread, self._ls, lease)
-        except Stale:
+        except StaleError:
             with c._core.mu:
                 self._ls.lose()
             raise
@@ -70,13 +70,13 @@ class Lock(LockHandle):
     def release(self) -> None:
         """End the grant, trying again through connection failures for 5 s.
         Released before by this client (a release sent again, say): done, as
-        the node answers. kunci.Stale when the grant is not yours any more:
+        the node answers. kunci.StaleError when the grant is not yours any more:
         its lease ran out, another released it with its token, or a crash
         failover lost it."""
         c = self._client
         try:
             c._release(self._ls)
-        except Stale:
+        except StaleError:
             with c._core.mu:
                 self._ls.lose()
             raise
@@ -180,7 +180,7 @@ class Client(ClientBase):
         try:
             mu.relock()
             if self._core.closed:
-                raise Closed("kunci: client closed")
+                raise ClosedError("kunci: client closed")
             return op(w, *args)
         except BaseException as e:
             if not isinstance(e, Exception):
@@ -228,13 +228,13 @@ class Client(ClientBase):
     ) -> Lock:
         """Wait at most wait seconds for key and hold it for lease seconds from
         the grant (wait 0: no bound of its own, the node's --max-wait bounds
-        it). kunci.Timeout when the wait runs out; kunci.Unavailable when no
+        it). kunci.TimeoutError when the wait runs out; kunci.UnavailableError when no
         node answered within it.
 
         limit=N takes one of at most N grants of key, a semaphore; shared=True
         a shared (read) grant of key, a read-write lock whose exclusive
         (write) grant is the plain acquire. Not both (ValueError). A key held
-        as another kind, or a semaphore of another limit: kunci.Refused with
+        as another kind, or a semaphore of another limit: kunci.RefusedError with
         the node's reason ("key held as a lock", "semaphore limit differs").
         """
         return self._acquire(key, lease, wait, False, limit, shared)  # type: ignore[return-value]
@@ -291,7 +291,7 @@ class Client(ClientBase):
         """"with c.lock(key, lease=30, wait=10) as lock:" acquires key, keeps
         it alive while the block runs, and releases it after. When the lock
         is lost meanwhile, lock.lost is set at once, and the block's end
-        raises kunci.Lost (unless the block raised). limit and shared as
+        raises kunci.LostError (unless the block raised). limit and shared as
         acquire's."""
         return _LockBlock(lambda: self.acquire(key, lease, wait, limit=limit, shared=shared))
 
@@ -313,6 +313,6 @@ class Client(ClientBase):
 
     def active(self) -> str:
         """The address of the cluster's active node (a single node is its
-        own). kunci.NoActive when the node asked knows none (an election is
+        own). kunci.NoActiveError when the node asked knows none (an election is
         under way)."""
         return self._core.active_of(self._do(self._core.info_thread))

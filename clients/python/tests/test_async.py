@@ -65,7 +65,7 @@ class Async(NodeCase):
                 if await c.inspect("orders/43") is None:
                     break
                 await asyncio.sleep(0.01)
-            with self.assertRaises(kunci.Stale) as cm:
+            with self.assertRaises(kunci.StaleError) as cm:
                 await brief.release()
             self.assertIn("not yours any more", str(cm.exception))
             self.assertTrue(brief.lost.is_set())
@@ -75,7 +75,7 @@ class Async(NodeCase):
         async with self.two_clients() as (a, b):
             held = await a.acquire("k", lease=30, wait=5)
             start = time.monotonic()
-            with self.assertRaises(kunci.Timeout):
+            with self.assertRaises(kunci.TimeoutError):
                 await b.acquire("k", lease=30, wait=0.3)
             self.assertGreaterEqual(time.monotonic() - start, 0.3)
             # Six acquirers of one key in one client, which has one
@@ -99,7 +99,7 @@ class Async(NodeCase):
     async def test_lease_loss(self) -> None:
         n = self.node()
         async with kunci.AsyncClient([n.addr]) as c:
-            with self.assertRaises(kunci.Lost):
+            with self.assertRaises(kunci.LostError):
                 async with c.lock("k", lease=1, wait=5) as lock:
                     await asyncio.to_thread(roundtrip, n.addr, b"R k %d\n" % lock.token)
                     await asyncio.wait_for(lock.lost.wait(), 10)
@@ -126,10 +126,10 @@ class Async(NodeCase):
             self.assertEqual(sorted(x.token for x in listed), [s1.token, s2.token])
             self.assertEqual({(x.holders, x.limit, x.shared) for x in listed}, {(2, 2, False)})
             self.assertEqual({x.owner for x in listed}, {"w1", ""})
-            with self.assertRaises(kunci.Refused) as cm:
+            with self.assertRaises(kunci.RefusedError) as cm:
                 await b.acquire("pool", lease=30, wait=1, shared=True)
             self.assertEqual(cm.exception.reason, "key held as a semaphore")
-            with self.assertRaises(kunci.Refused) as cm:
+            with self.assertRaises(kunci.RefusedError) as cm:
                 await b.acquire("big", lease=30, wait=1, limit=5000)
             self.assertEqual(cm.exception.reason, "limit too high (max 1024)")
             # A third waits in a run-under-lock block until a place is
@@ -148,7 +148,7 @@ class Async(NodeCase):
             await self.queued(a, "pool", 1)
             self.assertEqual(token, 0)
             await s1.release()
-            with self.assertRaises(kunci.Lost):
+            with self.assertRaises(kunci.LostError):
                 await asyncio.wait_for(t, 20)
             self.assertGreater(token, s2.token)
             await s2.release()
@@ -321,9 +321,9 @@ class Async(NodeCase):
             with self.assertRaises(ValueError):
                 async with c.lock("k", lease=5, wait=1, limit=-2):
                     pass
-            with self.assertRaises(kunci.Unavailable):
+            with self.assertRaises(kunci.UnavailableError):
                 await c.acquire("k", lease=5, wait=0.2)
-        with self.assertRaises(kunci.Closed):
+        with self.assertRaises(kunci.ClosedError):
             await c.acquire("k", lease=5, wait=1)
 
 

@@ -104,7 +104,7 @@ class Connections(NodeCase):
         p.cut(refuse_for=0.3)
         self.assertTrue(done.wait(10))
         took = time.monotonic() - start
-        self.assertIsInstance(err[0], (kunci.Timeout, kunci.Unavailable))
+        self.assertIsInstance(err[0], (kunci.TimeoutError, kunci.UnavailableError))
         self.assertGreaterEqual(took, 2)
         self.assertLess(took, 5)
 
@@ -346,7 +346,7 @@ class Ordering(NodeCase):
 class CloseRace(NodeCase):
     def test_a_call_racing_close_ends(self) -> None:
         """A call that passed the closed check just as another thread's
-        close() began: it must end, answered or with kunci.Closed, and
+        close() began: it must end, answered or with kunci.ClosedError, and
         close() must return. The race is made certain by holding the call
         just after its check (under the client's mutex, which close() needs
         to stop the connections) until close() has had a second."""
@@ -371,7 +371,7 @@ class CloseRace(NodeCase):
             try:
                 c.acquire("k", lease=30, wait=5).release()
                 outcome.append("ok")
-            except kunci.Closed:
+            except kunci.ClosedError:
                 outcome.append("closed")
             except BaseException as e:  # noqa: BLE001 - the test's failure
                 outcome.append(repr(e))
@@ -388,7 +388,7 @@ class CloseRace(NodeCase):
         self.assertFalse(caller.is_alive(), "the call was still waiting 10 s after close()")
         self.assertFalse(closer.is_alive(), "close() did not return")
         self.assertIn(outcome[0] if outcome else "none", ("ok", "closed"), outcome)
-        with self.assertRaises(kunci.Closed):
+        with self.assertRaises(kunci.ClosedError):
             c.acquire("k", lease=30, wait=1)
 
 
@@ -437,7 +437,7 @@ class Kinds(NodeCase):
         assert isinstance(s3, kunci.Lock)
         self.assertGreater(s3.token, max(s1.token, s2.token, r1.token, r2.token))
         for lock in (s2, s3, r1, r2):
-            lock.release()  # each its own grant, by token: never Stale
+            lock.release()  # each its own grant, by token: never StaleError
         self.assertIsNone(c.inspect("pool"))
         self.assertIsNone(c.inspect("doc"))
 
@@ -446,7 +446,7 @@ class Info(NodeCase):
     def test_info_and_active(self) -> None:
         """info() is what a node says of itself (I): its address, role and
         the active it knows; active() the active's address, a single node
-        its own; kunci.NoActive when the node knows none (an election)."""
+        its own; kunci.NoActiveError when the node knows none (an election)."""
         n = self.node()
         with kunci.Client([n.addr]) as c:
             self.assertEqual(c.info(), kunci.Node(n.addr, "active", n.addr))
@@ -465,6 +465,6 @@ class Info(NodeCase):
         electing.info_line = b"I standby %s - state=promoting" % electing.addr.encode()
         with kunci.Client([electing.addr]) as c:
             self.assertEqual(c.info(), kunci.Node(electing.addr, "standby", ""))
-            with self.assertRaises(kunci.NoActive) as cm:
+            with self.assertRaises(kunci.NoActiveError) as cm:
                 c.active()
             self.assertIn(electing.addr, str(cm.exception))

@@ -53,7 +53,7 @@ class Cycler:
             key = "cycle/%d" % g if self.reuse else "cycle/%d/%d" % (g, i)
             try:
                 lock = self.c.acquire(key, lease=self.lease, wait=self.wait)
-            except kunci.Timeout:
+            except kunci.TimeoutError:
                 with self.mu:
                     self.timeouts += 1
                 continue
@@ -65,7 +65,7 @@ class Cycler:
                 self.grants.append((g, began, time.monotonic(), lock.token))
             try:
                 lock.release()
-            except kunci.Stale:
+            except kunci.StaleError:
                 with self.mu:
                     self.stale += 1
             except Exception as e:  # noqa: BLE001
@@ -133,7 +133,7 @@ class Scenarios(NodeCase):
         b = self.client([n.addr])
         held = a.acquire("k", lease=30, wait=5)
         start = time.monotonic()
-        with self.assertRaises(kunci.Timeout):
+        with self.assertRaises(kunci.TimeoutError):
             b.acquire("k", lease=30, wait=0.3)
         self.assertGreaterEqual(time.monotonic() - start, 0.3)
         self.assertEqual(a.inspect("k").token, held.token)
@@ -141,7 +141,7 @@ class Scenarios(NodeCase):
     def test_lease_loss(self) -> None:
         n = self.node()
         a = self.client([n.addr])
-        with self.assertRaises(kunci.Lost):
+        with self.assertRaises(kunci.LostError):
             with a.lock("k", lease=1, wait=5) as lock:
                 # The grant ends behind A's back: another client releases it.
                 self.assertEqual(roundtrip(n.addr, b"R k %d\n" % lock.token), b"R k OK")
@@ -227,7 +227,7 @@ class Scenarios(NodeCase):
         client never heard of, used to keep the key held on the new active
         for the grant's lease (30 s here): the client's session now finds and
         releases the one, and takes the other back. Every caller cycles again
-        within 10 s; no acquire fails; a release fails only as kunci.Stale,
+        within 10 s; no acquire fails; a release fails only as kunci.StaleError,
         and only with asynchronous replication; the kept-alive lock lives on."""
         nodes, addrs = self.cluster(3, "--semi-sync") if semi else self.cluster(3)
         c = self.client(addrs)
@@ -314,12 +314,12 @@ class Scenarios(NodeCase):
         both.acquire("k", lease=5, wait=5).release()
         # A client that does not trust the nodes' CA.
         bad = self.client([n.tls_addr], tls=kunci.tls_context(ca=certs["other.crt"]))
-        with self.assertRaises(kunci.Unavailable) as cm:
+        with self.assertRaises(kunci.UnavailableError) as cm:
             bad.acquire("k", lease=5, wait=1)
         self.assertIn("CERTIFICATE_VERIFY_FAILED", str(cm.exception))
         # Without its certificate, a node asking for one does not serve it.
         nocert = self.client([m.tls_addr], tls=kunci.tls_context(ca=certs["ca.crt"]))
-        with self.assertRaises(kunci.Unavailable):
+        with self.assertRaises(kunci.UnavailableError):
             nocert.acquire("k", lease=5, wait=1)
 
     def test_bad_input(self) -> None:
@@ -396,7 +396,7 @@ class Scenarios(NodeCase):
         self.assertGreater(lc.token, lb.token)
         # Full: B and C hold.
         self.assertIsNone(a.try_acquire("pool", lease=30, limit=2))
-        with self.assertRaises(kunci.Refused) as cm:
+        with self.assertRaises(kunci.RefusedError) as cm:
             a.acquire("pool", lease=30, wait=1, limit=3)
         e = cm.exception
         self.assertEqual((e.op, e.key, e.reason), ("A", "pool", "semaphore limit differs"))
@@ -409,7 +409,7 @@ class Scenarios(NodeCase):
         self.assertIsNotNone(ld, "no place after B's lease ended")
         assert ld is not None
         self.assertGreater(ld.token, lc.token)
-        with self.assertRaises(kunci.Stale):
+        with self.assertRaises(kunci.StaleError):
             lb.release()
         for lock in (lc, ld):
             lock.release()
@@ -459,7 +459,7 @@ class Scenarios(NodeCase):
             lambda: b.acquire("k", lease=30, wait=1, limit=2),
             lambda: b.try_acquire("k", lease=30, limit=1),
         ):
-            with self.assertRaises(kunci.Refused) as cm:
+            with self.assertRaises(kunci.RefusedError) as cm:
                 call()
             e = cm.exception
             self.assertEqual((e.op, e.key, e.reason), ("A", "k", "key held as a lock"))
@@ -474,7 +474,7 @@ class Scenarios(NodeCase):
             lambda: b.try_acquire("k", lease=30),
             lambda: b.try_acquire("k", lease=30, shared=True),
         ):
-            with self.assertRaises(kunci.Refused) as cm:
+            with self.assertRaises(kunci.RefusedError) as cm:
                 call()
             self.assertEqual(cm.exception.reason, "key held as a semaphore")
             self.assertIn("key held as a semaphore", str(cm.exception))

@@ -77,7 +77,7 @@ class Sessions(NodeCase):
 
     def test_release_sent_again_succeeds(self) -> None:
         """A release whose OK was lost is sent again, and the node answers it
-        OK again (this client's session released it): success, not Stale.
+        OK again (this client's session released it): success, not StaleError.
         A second release of it too."""
         node, p = self.proxied()
         c = self.client([p.addr])
@@ -112,7 +112,7 @@ class Sessions(NodeCase):
         c = self.client([p.addr])
         kept = c.acquire("kept", lease=30, wait=5)
         p.lose_answer(b"A k ", refuse_for=1.5)
-        with self.assertRaises(kunci.Unavailable):
+        with self.assertRaises(kunci.UnavailableError):
             c.acquire("k", lease=30, wait=0.5)
         self.assertTrue(p.lost.wait(WAIT), "no answer was lost")
         lost = int(p.lost_line.split()[2])
