@@ -62,6 +62,22 @@ def until(cond: Callable[[], bool], timeout: float = WAIT, every: float = 0.01) 
     return True
 
 
+async def until_async(cond: Callable[[], Any], what: str, timeout: float = WAIT, every: float = 0.01) -> None:
+    """Poll cond (a function returning a bool, or an awaitable of one) on the
+    running event loop until it holds; fail the test, naming what was
+    awaited, when timeout passes first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = cond()
+        if asyncio.iscoroutine(r) or isinstance(r, asyncio.Future):
+            r = await r
+        if r:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still not {what} after {timeout} s")
+        await asyncio.sleep(every)
+
+
 def _pick_range() -> tuple[int, int]:
     """The ports free_addrs picks from: below the kernel's ephemeral range."""
     lo, hi = 10000, 32768

@@ -12,7 +12,7 @@ import time
 from typing import Any, AsyncIterator
 
 import kunci
-from tests.nodes import NodeCase, Proxy, _readline as readline, in_loop, roundtrip
+from tests.nodes import NodeCase, Proxy, _readline as readline, in_loop, roundtrip, until_async
 
 
 class Async(NodeCase):
@@ -26,11 +26,10 @@ class Async(NodeCase):
     async def queued(self, c: kunci.AsyncClient, key: str, want: int) -> None:
         """Wait until want acquires of key wait in the node's queue (as c's
         inspect sees it)."""
-        for _ in range(1000):
-            if (await c.inspect(key)).waiters == want:
-                return
-            await asyncio.sleep(0.01)
-        self.fail("%s: never %d waiting" % (key, want))
+        async def waiting() -> bool:
+            return (await c.inspect(key)).waiters == want
+
+        await until_async(waiting, "%d waiting for %s" % (want, key))
 
     async def cancel_queued(self, c: kunci.AsyncClient, t: asyncio.Future[Any], key: str) -> None:
         """Cancel t, an acquire of key waiting in the node's queue: it ends
@@ -61,10 +60,11 @@ class Async(NodeCase):
             self.assertIsNone(await c.inspect("orders/42"))
             # Not the client's any more: its lease ran out.
             brief = await c.acquire("orders/43", lease=0.2, wait=10)
-            for _ in range(500):
-                if await c.inspect("orders/43") is None:
-                    break
-                await asyncio.sleep(0.01)
+
+            async def free() -> bool:
+                return await c.inspect("orders/43") is None
+
+            await until_async(free, "orders/43 free (its lease ran out)")
             with self.assertRaises(kunci.StaleError) as cm:
                 await brief.release()
             self.assertIn("not yours any more", str(cm.exception))
@@ -246,11 +246,11 @@ class Async(NodeCase):
             loop.call_later(0, t.cancel)
             with self.assertRaises(asyncio.CancelledError):
                 await t
-            for _ in range(500):
-                if await c.inspect("k") is None:
-                    break
-                await asyncio.sleep(0.01)
-            self.assertIsNone(await c.inspect("k"), "the late grant was never released")
+
+            async def released() -> bool:
+                return await c.inspect("k") is None
+
+            await until_async(released, "k free (the late grant released)")
 
     def test_cancelled_connect_leaves_nothing_behind(self) -> None:
         """A connect given up (a timeout around "async with AsyncClient")
@@ -273,11 +273,7 @@ class Async(NodeCase):
             def others() -> list[asyncio.Task[Any]]:
                 return list(asyncio.all_tasks() - before)
 
-            for _ in range(500):
-                if not others():
-                    break
-                await asyncio.sleep(0.01)
-            self.assertEqual(others(), [], "the client's tasks outlived its cancelled connect")
+            await until_async(lambda: not others(), "the client's tasks ended (after its cancelled connect)")
 
         self.run_async(main())
         silent.settimeout(5)

@@ -6,7 +6,6 @@ many tasks on one client."""
 from __future__ import annotations
 
 import asyncio
-import collections
 import select
 import signal
 import threading

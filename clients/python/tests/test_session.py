@@ -11,7 +11,7 @@ import re
 import threading
 
 import kunci
-from tests.nodes import WAIT, NodeCase, OldNode, Proxy, roundtrip, until
+from tests.nodes import WAIT, NodeCase, OldNode, Proxy, roundtrip, until, until_async
 
 
 def acquires(p: Proxy, key: bytes) -> list[bytes]:
@@ -183,10 +183,11 @@ class Sessions(NodeCase):
         async def main() -> None:
             async with kunci.AsyncClient([p.addr]) as c:
                 first = asyncio.ensure_future(c.acquire("k", lease=30, wait=20))
-                for _ in range(1000):
-                    if (await asyncio.to_thread(roundtrip, node, b"Q k\n")).endswith(b" 1"):
-                        break
-                    await asyncio.sleep(0.01)
+
+                async def queued() -> bool:
+                    return (await asyncio.to_thread(roundtrip, node, b"Q k\n")).endswith(b" 1")
+
+                await until_async(queued, "the first acquire queued")
                 # Made after the first went out: the current connection is
                 # the other one now.
                 second = asyncio.ensure_future(c.acquire("k", lease=30, wait=20))
@@ -198,10 +199,7 @@ class Sessions(NodeCase):
                 for t in (first, third):
                     with self.assertRaises(asyncio.CancelledError):
                         await t
-                for _ in range(1000):
-                    if len(acquires(p, b"k")) == 2:
-                        break
-                    await asyncio.sleep(0.01)
+                await until_async(lambda: len(acquires(p, b"k")) == 2, "the second acquire sent")
                 ks = [x.split()[0] for x in p.lines() if x.startswith((b"A k ", b"C k"))]
                 self.assertEqual(ks, [b"A", b"C", b"A"], "the next acquire went out before the first was withdrawn")
                 await asyncio.to_thread(raw.sendall, b"R k " + held.split()[2] + b"\n")
