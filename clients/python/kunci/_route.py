@@ -118,8 +118,17 @@ def steps(core: _Core, p: Policy, first: tuple[_Conn, Result] | None = None
 
 async def route(core: _Core, p: Policy, send: Callable[[_Conn], Awaitable[Result]]) -> wire.Answer:
     """Send a request by policy p until a connection answers it, on the
-    event loop."""
-    g = steps(core, p)
+    event loop. The first attempt goes out before the steps are made: most
+    are answered."""
+    first: tuple[_Conn, Result] | None = None
+    if not core.closed and (p.deadline is None or core.loop.time() < p.deadline):
+        cn = core.next(None)
+        if cn is not None:
+            r1 = await send(cn)
+            if type(r1) is wire.Answer:
+                return r1
+            first = (cn, r1)
+    g = steps(core, p, first)
     r: Result | None = None
     while True:
         try:
