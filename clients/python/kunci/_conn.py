@@ -557,7 +557,6 @@ class _Conn:
         session, the connection's first answer."""
         if self.link is None:
             return _NOT_UP
-        seen: int | None = None
         if turn.resend:
             if self.sessions is None and self.named is not None:
                 gen = self.gen
@@ -565,16 +564,12 @@ class _Conn:
                 await asyncio.wait((self.named,), timeout=timeout)
                 if self.gen != gen or self.link is None:
                     return _REDIRECTED if self.redirecting else _NOT_UP
-                if self.sessions is None:
-                    return _WAIT_OVER
-            if self.sessions:
-                seen = turn.seen
-        wait = self._wait_field(deadline, try_)
-        if isinstance(wait, _Broken):
-            return wait
+        line = self._acquire_line(key, lease_ms, deadline, try_, kind, turn)
+        if isinstance(line, _Broken):
+            return line
         call = _Call("A", key, self.loop.create_future())
         turn.mark_sent()
-        self.send(call, wire.acquire_line(key, lease_ms, wait, self.core.cfg.owner, kind, seen))
+        self.send(call, line)
         try:
             assert call.fut is not None
             r = await call.fut
@@ -584,6 +579,23 @@ class _Conn:
         if not isinstance(r, wire.Answer):
             turn.unknown = True  # it may have reached the node
         return r
+
+    def _acquire_line(
+        self, key: bytes, lease_ms: int, deadline: float | None, try_: bool, kind: bytes, turn: Turn
+    ) -> bytes | _Broken:
+        """An attempt's line, once the node's answer to the session is in
+        when the attempt is sent again (seen= only to a node that knows
+        sessions); _WAIT_OVER when the wait ran out first."""
+        seen: int | None = None
+        if turn.resend:
+            if self.sessions is None and self.named is not None:
+                return _WAIT_OVER  # still unanswered
+            if self.sessions:
+                seen = turn.seen
+        wait = self._wait_field(deadline, try_)
+        if isinstance(wait, _Broken):
+            return wait
+        return wire.acquire_line(key, lease_ms, wait, self.core.cfg.owner, kind, seen)
 
     def _wait_field(self, deadline: float | None, try_: bool) -> int | None | _Broken:
         """An acquire's wait field: None for a try, 0 for no bound, else the
@@ -633,7 +645,6 @@ class _Conn:
         withdraws it (_withdraw)."""
         if self.link is None:
             return _NOT_UP
-        seen: int | None = None
         if turn.resend:
             if self.sessions is None and self.named is not None:
                 gen = self.gen
@@ -650,17 +661,13 @@ class _Conn:
                         self.named_waiters.remove(w)
                 if self.gen != gen or self.link is None:
                     return _REDIRECTED if self.redirecting else _NOT_UP
-                if self.sessions is None:
-                    return _WAIT_OVER
-            if self.sessions:
-                seen = turn.seen
-        wait = self._wait_field(deadline, try_)
-        if isinstance(wait, _Broken):
-            return wait
+        line = self._acquire_line(key, lease_ms, deadline, try_, kind, turn)
+        if isinstance(line, _Broken):
+            return line
         call = _Call("A", key, None)
         turn.mark_sent()
         try:
-            r = self.ask(w, call, wire.acquire_line(key, lease_ms, wait, self.core.cfg.owner, kind, seen))
+            r = self.ask(w, call, line)
         except BaseException:
             self._withdraw(call, turn, w.result)
             w.result = None

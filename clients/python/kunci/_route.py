@@ -116,18 +116,25 @@ def steps(core: _Core, p: Policy, first: tuple[_Conn, Result] | None = None
         failure()
 
 
+def _first(core: _Core, p: Policy) -> _Conn | None:
+    """The connection a request's first attempt goes out on, before its
+    steps are made (None: let the steps say what to do)."""
+    if core.closed or (p.deadline is not None and core.loop.time() >= p.deadline):
+        return None
+    return core.next(None)
+
+
 async def route(core: _Core, p: Policy, send: Callable[[_Conn], Awaitable[Result]]) -> wire.Answer:
     """Send a request by policy p until a connection answers it, on the
     event loop. The first attempt goes out before the steps are made: most
     are answered."""
     first: tuple[_Conn, Result] | None = None
-    if not core.closed and (p.deadline is None or core.loop.time() < p.deadline):
-        cn = core.next(None)
-        if cn is not None:
-            r1 = await send(cn)
-            if type(r1) is wire.Answer:
-                return r1
-            first = (cn, r1)
+    cn = _first(core, p)
+    if cn is not None:
+        r1 = await send(cn)
+        if type(r1) is wire.Answer:
+            return r1
+        first = (cn, r1)
     g = steps(core, p, first)
     r: Result | None = None
     while True:
@@ -147,13 +154,12 @@ def route_thread(core: _Core, w: Waiter, p: Policy, send: Callable[[_Conn], Resu
     caller's thread (Core.mu held, and released while it waits). The first
     attempt goes out before the steps are made: most are answered."""
     first: tuple[_Conn, Result] | None = None
-    if not core.closed and (p.deadline is None or core.loop.time() < p.deadline):
-        cn = core.next(None)
-        if cn is not None:
-            r = send(cn)
-            if type(r) is wire.Answer:
-                return r
-            first = (cn, r)
+    cn = _first(core, p)
+    if cn is not None:
+        r = send(cn)
+        if type(r) is wire.Answer:
+            return r
+        first = (cn, r)
     g = steps(core, p, first)
     r2: Result | None = None
     while True:
