@@ -12,14 +12,6 @@ import (
 	"github.com/kunci/kunci/wire"
 )
 
-// gate queues acquirers of a key on a connection while an acquire of it is
-// outstanding there: the protocol allows one at a time. It exists only
-// while there is such a queue.
-type gate struct {
-	waiters []chan struct{}
-	turn    bool // the head waiter was let go and has not sent yet
-}
-
 // conn is one managed connection. A goroutine (run) dials, reads and
 // re-dials it; another (writeLoop) writes the requests its callers buffer,
 // unless a caller writes a request alone at once (see flush). Its fields
@@ -60,7 +52,7 @@ type conn struct {
 	ws   watches
 	w    writeSide
 
-	// busy counts acquires per slot of key hashes (see submit.go).
+	// busy counts acquires per slot of key hashes (see gate.go).
 	busy [busySlots]atomic.Int32
 }
 
@@ -539,43 +531,6 @@ func (cn *conn) take1(op byte, key []byte, anyKey bool) *call {
 		return c
 	}
 	return nil
-}
-
-// busyWith is keyBusy for a caller that does not hold cn.mu.
-func (cn *conn) busyWith(key string) bool {
-	cn.mu.Lock()
-	defer cn.mu.Unlock()
-	return cn.keyBusy(key)
-}
-
-// keyBusy reports whether an acquire of key must wait its turn on this
-// connection. cn.mu is held.
-func (cn *conn) keyBusy(key string) bool {
-	cn.take()
-	if len(cn.pend.gates) > 0 {
-		if _, ok := cn.pend.gates[key]; ok {
-			return true
-		}
-	}
-	_, ok := cn.pend.acq[key]
-	return ok
-}
-
-// passGate lets the next acquirer of key on this connection send, once no
-// acquire of key is outstanding. cn.mu is held.
-func (cn *conn) passGate(key string) {
-	g, ok := cn.pend.gates[key]
-	if !ok || g.turn {
-		return
-	}
-	if len(g.waiters) == 0 {
-		delete(cn.pend.gates, key)
-		return
-	}
-	ch := g.waiters[0]
-	g.waiters = g.waiters[1:]
-	g.turn = true
-	close(ch)
 }
 
 // probeMark stands for a probe in pending.sent: no one waits for its
