@@ -560,14 +560,7 @@ var errNotUp = errors.New("clientlib: connection not up")
 // gen (0: any); c is then not registered. cn.mu is held, and may be
 // released meanwhile.
 func (cn *conn) send(ctx context.Context, c *call, gen uint64, line func([]byte) []byte) error {
-	// An acquire on its way (c.transit) arrives once registered, or not
-	// sent: before flush may write, and wait, with cn.mu released.
-	slot := int32(-1)
-	if c.transit {
-		slot, c.transit = c.slot, false
-	}
 	if cn.link.nc == nil || (gen != 0 && gen != cn.link.gen) {
-		cn.arrived(slot)
 		return errNotUp
 	}
 	cn.take() // what was submitted before goes first
@@ -576,7 +569,6 @@ func (cn *conn) send(ctx context.Context, c *call, gen uint64, line func([]byte)
 		c.watch, c.watched = w, true
 	}
 	cn.register(c)
-	cn.arrived(slot)
 	cn.w.wbuf = line(cn.w.wbuf)
 	cn.flush()
 	return nil
@@ -598,8 +590,7 @@ func (cn *conn) do(ctx context.Context, op byte, key string, line func([]byte) [
 }
 
 // sendAwait submits c as line, on whichever generation of the connection
-// is up, and waits for the answer (see sendAwaitLocked). An acquire c is
-// on its way onto sub (see busyTransit).
+// is up, and waits for the answer (see sendAwaitLocked).
 func (cn *conn) sendAwait(ctx context.Context, c *call, line func([]byte) []byte, giveUp func() (result, error)) (result, error) {
 	err := cn.submit(ctx, c, line)
 	if err == errSlow {

@@ -2,7 +2,6 @@ package clientlib
 
 import (
 	"context"
-	"runtime"
 	"time"
 
 	"github.com/kunci/kunci/wire"
@@ -17,29 +16,22 @@ import (
 // per slot of key hashes, the acquires of the connection from before they
 // are sent until they are answered (or given up unsent): an acquire that
 // brings its slot's count from 0 to 1 has no acquire of its key ahead of it
-// and is submitted at once; any other looks under conn.mu (acquireTurn),
-// and waits its turn behind an acquire of its own key, or goes on (another
-// key of the same slot). The count also says whether the acquire that took
-// the slot from 0 is still on its way onto sub (one unit of busyTransit: only
-// that one goes on its way, so there is never more than one): acquireTurn
-// waits until it arrived before it looks, so that it sees every acquire
-// that came before it.
+// and is submitted at once, without conn.mu; any other looks under conn.mu
+// (acquireTurn), and waits its turn behind an acquire of its own key, or
+// goes on (another key of the same slot).
+//
+// The look under conn.mu takes sub first (keyBusy), so it sees every
+// acquire registered or submitted before it. The one it can miss is an
+// acquire that took its slot from 0 and is still on its way onto sub,
+// counted but not yet pushed; that one is of another key. A client has one
+// acquire of a key in progress at a time (keys.enter, session.go), from
+// before it counts itself here until after its answer, its cancel or its
+// failure to be sent; the acquire that looks is that one for its own key.
+// So the look need not wait for an acquire on its way to get there: it
+// could only be waiting for another key's.
 
 // busySlots is the number of conn.busy counters (a power of two).
 const busySlots = 4096
-
-// busyTransit marks, in a conn.busy counter, the acquire on its way onto
-// sub; the low bits count the acquires of the slot.
-const busyTransit = 1 << 30
-
-// settle waits until no acquire of slot is on its way onto sub. Every
-// acquire of the slot that starts meanwhile finds it taken, and goes under
-// cn.mu: none starts on its way.
-func (cn *conn) settle(slot int32) {
-	for cn.busy[slot].Load() >= busyTransit {
-		runtime.Gosched()
-	}
-}
 
 // slotOf returns key's slot in conn.busy (FNV-1a).
 func slotOf(key string) int32 {
@@ -73,21 +65,18 @@ type gate struct {
 // knows sessions.
 func (cn *conn) acquire(ctx context.Context, key string, mode Mode, leaseMs int64, deadline time.Time, try, again bool, seen uint64) (result, error) {
 	slot := slotOf(key)
-	if !cn.busy[slot].CompareAndSwap(0, 1+busyTransit) {
-		// Taken: by one acquire at most on its way, so the counter never
-		// carries more than one transit unit (many would overflow it).
-		cn.busy[slot].Add(1)
+	if cn.busy[slot].Add(1) != 1 {
 		return cn.acquireTurn(ctx, key, slot, mode, leaseMs, deadline, try, again, seen)
 	}
 	// No acquire of key, nor of any key of its slot, is outstanding here:
 	// there is no turn to wait for.
 	waitMs, ok := waitLeft(deadline, try)
 	if !ok {
-		cn.busy[slot].Add(-1 - busyTransit)
+		cn.unbusy(slot)
 		return result{kind: kindBroken, err: errWaitOver}, nil
 	}
 	c := getCall('A', key)
-	c.slot, c.transit = slot, true
+	c.slot = slot
 	return cn.sendAwait(ctx, c, cn.acquireLine(key, mode, leaseMs, waitMs, again, seen),
 		func() (result, error) { return cn.cancel(ctx, c) })
 }
@@ -128,9 +117,10 @@ func waitLeft(deadline time.Time, try bool) (waitMs int64, ok bool) {
 
 // acquireTurn is acquire when the slot of key in cn.busy, taken, was
 // taken before: it looks under cn.mu whether an acquire of key is
-// outstanding on cn, and then waits its turn (a try: T at once).
+// outstanding on cn, and then waits its turn (a try: T at once). An
+// acquire of another key of the slot may still be on its way onto sub,
+// unseen: it is no turn of ours (see the top of this file).
 func (cn *conn) acquireTurn(ctx context.Context, key string, slot int32, mode Mode, leaseMs int64, deadline time.Time, try, again bool, seen uint64) (result, error) {
-	cn.settle(slot)
 	cn.mu.Lock()
 	if cn.link.nc == nil {
 		cn.mu.Unlock()

@@ -27,8 +27,7 @@ var errSlow = errors.New("clientlib: submit under conn.mu")
 // submit sends c, its request encoded by line, without cn.mu. It returns
 // errNotUp when the connection is down, and errSlow when c must be sent
 // under cn.mu (send): its context can end, and the connection has no watch
-// of it. An acquire's way onto sub (see busyTransit) ends here, but with
-// errSlow.
+// of it.
 func (cn *conn) submit(ctx context.Context, c *call, line func([]byte) []byte) error {
 	w, err := cn.joinWatch(ctx, c)
 	if err != nil {
@@ -61,10 +60,6 @@ func (cn *conn) joinWatch(ctx context.Context, c *call) (*watch, error) {
 // calls of w that it can find, may then have looked before c was there,
 // and push tells c itself.
 func (cn *conn) push(c *call, w *watch) error {
-	slot := int32(-1) // c is not ours to read once pushed
-	if c.transit {
-		slot, c.transit = c.slot, false
-	}
 	for {
 		old := cn.sub.Load()
 		if old == downMark {
@@ -72,12 +67,10 @@ func (cn *conn) push(c *call, w *watch) error {
 				w.waiting.Add(-1)
 				c.ctxDone, c.watch, c.watched = nil, nil, false
 			}
-			cn.arrived(slot)
 			return errNotUp
 		}
 		c.next = old
 		if cn.sub.CompareAndSwap(old, c) {
-			cn.arrived(slot)
 			if old == nil {
 				cn.kick()
 			}
@@ -91,15 +84,6 @@ func (cn *conn) push(c *call, w *watch) error {
 		cn.mu.Unlock()
 	}
 	return nil
-}
-
-// arrived ends the way of an acquire of slot (-1: none) onto sub, or into
-// pend (or its failure to get there): it can be seen under cn.mu now (see
-// settle).
-func (cn *conn) arrived(slot int32) {
-	if slot >= 0 {
-		cn.busy[slot].Add(-busyTransit)
-	}
 }
 
 // take registers the calls submitted, oldest first, and appends their
