@@ -69,13 +69,11 @@ type call struct {
 	op    byte
 	state callState
 	// slot is an acquire's place in conn.busy (-1: none), held from before
-	// it is sent until it is finished or given up unsent; transit: it is
-	// on its way onto sub or into pend (see busyTransit).
-	slot    int32
-	transit bool
-	gen     uint64 // the connection generation it was registered on
-	line    []byte // the request, for take to copy into the write buffer
-	next    *call  // the next older call on conn.sub
+	// it is sent until it is finished or given up unsent.
+	slot int32
+	gen  uint64 // the connection generation it was registered on
+	line []byte // the request, for take to copy into the write buffer
+	next *call  // the next older call on conn.sub
 	// lineBuf holds line unless it is longer: no allocation of its own
 	// for a call made by the pool.
 	lineBuf [128]byte
@@ -107,7 +105,7 @@ func getCall(op byte, key string) *call {
 // may still hold it.
 func putCall(c *call) {
 	c.r, c.late, c.key, c.ctxDone, c.watch, c.watched = result{}, result{}, "", nil, nil, false
-	c.gen, c.next, c.line, c.transit, c.list = 0, nil, c.line[:0], false, nil
+	c.gen, c.next, c.line, c.list = 0, nil, c.line[:0], nil
 	callPool.Put(c)
 }
 

@@ -12,14 +12,6 @@ import (
 	"github.com/kunci/kunci/wire"
 )
 
-// gate queues acquirers of a key on a connection while an acquire of it is
-// outstanding there: the protocol allows one at a time. It exists only
-// while there is such a queue.
-type gate struct {
-	waiters []chan struct{}
-	turn    bool // the head waiter was let go and has not sent yet
-}
-
 // conn is one managed connection. A goroutine (run) dials, reads and
 // re-dials it; another (writeLoop) writes the requests its callers buffer,
 // unless a caller writes a request alone at once (see flush). Its fields
@@ -60,7 +52,7 @@ type conn struct {
 	ws   watches
 	w    writeSide
 
-	// busy counts acquires per slot of key hashes (see submit.go).
+	// busy counts acquires per slot of key hashes (see gate.go).
 	busy [busySlots]atomic.Int32
 }
 
@@ -541,43 +533,6 @@ func (cn *conn) take1(op byte, key []byte, anyKey bool) *call {
 	return nil
 }
 
-// busyWith is keyBusy for a caller that does not hold cn.mu.
-func (cn *conn) busyWith(key string) bool {
-	cn.mu.Lock()
-	defer cn.mu.Unlock()
-	return cn.keyBusy(key)
-}
-
-// keyBusy reports whether an acquire of key must wait its turn on this
-// connection. cn.mu is held.
-func (cn *conn) keyBusy(key string) bool {
-	cn.take()
-	if len(cn.pend.gates) > 0 {
-		if _, ok := cn.pend.gates[key]; ok {
-			return true
-		}
-	}
-	_, ok := cn.pend.acq[key]
-	return ok
-}
-
-// passGate lets the next acquirer of key on this connection send, once no
-// acquire of key is outstanding. cn.mu is held.
-func (cn *conn) passGate(key string) {
-	g, ok := cn.pend.gates[key]
-	if !ok || g.turn {
-		return
-	}
-	if len(g.waiters) == 0 {
-		delete(cn.pend.gates, key)
-		return
-	}
-	ch := g.waiters[0]
-	g.waiters = g.waiters[1:]
-	g.turn = true
-	close(ch)
-}
-
 // probeMark stands for a probe in pending.sent: no one waits for its
 // answer, which only shows that the node still answers.
 var probeMark = &call{op: 'I'}
@@ -605,14 +560,7 @@ var errNotUp = errors.New("clientlib: connection not up")
 // gen (0: any); c is then not registered. cn.mu is held, and may be
 // released meanwhile.
 func (cn *conn) send(ctx context.Context, c *call, gen uint64, line func([]byte) []byte) error {
-	// An acquire on its way (c.transit) arrives once registered, or not
-	// sent: before flush may write, and wait, with cn.mu released.
-	slot := int32(-1)
-	if c.transit {
-		slot, c.transit = c.slot, false
-	}
 	if cn.link.nc == nil || (gen != 0 && gen != cn.link.gen) {
-		cn.arrived(slot)
 		return errNotUp
 	}
 	cn.take() // what was submitted before goes first
@@ -621,7 +569,6 @@ func (cn *conn) send(ctx context.Context, c *call, gen uint64, line func([]byte)
 		c.watch, c.watched = w, true
 	}
 	cn.register(c)
-	cn.arrived(slot)
 	cn.w.wbuf = line(cn.w.wbuf)
 	cn.flush()
 	return nil
@@ -643,8 +590,7 @@ func (cn *conn) do(ctx context.Context, op byte, key string, line func([]byte) [
 }
 
 // sendAwait submits c as line, on whichever generation of the connection
-// is up, and waits for the answer (see sendAwaitLocked). An acquire c is
-// on its way onto sub (see busyTransit).
+// is up, and waits for the answer (see sendAwaitLocked).
 func (cn *conn) sendAwait(ctx context.Context, c *call, line func([]byte) []byte, giveUp func() (result, error)) (result, error) {
 	err := cn.submit(ctx, c, line)
 	if err == errSlow {

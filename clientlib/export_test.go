@@ -24,3 +24,7 @@ func ContextWatches(c *Client) int {
 	}
 	return n
 }
+
+// KeySlot returns key's slot of key hashes in a connection's count of
+// acquires (conn.busy), for benchmarks of keys that share one.
+func KeySlot(key string) int { return int(slotOf(key)) }

@@ -3,7 +3,6 @@ package clientlib
 import (
 	"context"
 	"errors"
-	"runtime"
 )
 
 // How a request gets onto a connection. A caller encodes its request into
@@ -16,19 +15,8 @@ import (
 // in. A call is registered before its line is written, so its answer finds
 // it. Anything that must see every call of the connection (a context watch
 // that fires, the one-acquire-per-key check, a send under conn.mu, which
-// must come after them) takes the stack first.
-//
-// A connection carries one acquire of a key at a time. conn.busy counts,
-// per slot of key hashes, the acquires of the connection from before they
-// are sent until they are answered (or given up unsent): an acquire that
-// brings its slot's count from 0 to 1 has no acquire of its key ahead of it
-// and is submitted at once; any other looks under conn.mu (acquireTurn),
-// and waits its turn behind an acquire of its own key, or goes on (another
-// key of the same slot). The count also says whether the acquire that took
-// the slot from 0 is still on its way onto sub (one unit of busyTransit: only
-// that one goes on its way, so there is never more than one): acquireTurn
-// waits until it arrived before it looks, so that it sees every acquire
-// that came before it.
+// must come after them) takes the stack first. How an acquire finds its
+// turn before it is submitted is in gate.go.
 
 // downMark on conn.sub: the connection is down; submit fails.
 var downMark = &call{}
@@ -36,37 +24,10 @@ var downMark = &call{}
 // errSlow: the call must be sent under conn.mu (see submit).
 var errSlow = errors.New("clientlib: submit under conn.mu")
 
-// busySlots is the number of conn.busy counters (a power of two).
-const busySlots = 4096
-
-// busyTransit marks, in a conn.busy counter, the acquire on its way onto
-// sub; the low bits count the acquires of the slot.
-const busyTransit = 1 << 30
-
-// settle waits until no acquire of slot is on its way onto sub. Every
-// acquire of the slot that starts meanwhile finds it taken, and goes under
-// cn.mu: none starts on its way.
-func (cn *conn) settle(slot int32) {
-	for cn.busy[slot].Load() >= busyTransit {
-		runtime.Gosched()
-	}
-}
-
-// slotOf returns key's slot in conn.busy (FNV-1a).
-func slotOf(key string) int32 {
-	h := uint32(2166136261)
-	for i := 0; i < len(key); i++ {
-		h ^= uint32(key[i])
-		h *= 16777619
-	}
-	return int32(h & (busySlots - 1))
-}
-
 // submit sends c, its request encoded by line, without cn.mu. It returns
 // errNotUp when the connection is down, and errSlow when c must be sent
 // under cn.mu (send): its context can end, and the connection has no watch
-// of it. An acquire's way onto sub (see busyTransit) ends here, but with
-// errSlow.
+// of it.
 func (cn *conn) submit(ctx context.Context, c *call, line func([]byte) []byte) error {
 	w, err := cn.joinWatch(ctx, c)
 	if err != nil {
@@ -99,10 +60,6 @@ func (cn *conn) joinWatch(ctx context.Context, c *call) (*watch, error) {
 // calls of w that it can find, may then have looked before c was there,
 // and push tells c itself.
 func (cn *conn) push(c *call, w *watch) error {
-	slot := int32(-1) // c is not ours to read once pushed
-	if c.transit {
-		slot, c.transit = c.slot, false
-	}
 	for {
 		old := cn.sub.Load()
 		if old == downMark {
@@ -110,12 +67,10 @@ func (cn *conn) push(c *call, w *watch) error {
 				w.waiting.Add(-1)
 				c.ctxDone, c.watch, c.watched = nil, nil, false
 			}
-			cn.arrived(slot)
 			return errNotUp
 		}
 		c.next = old
 		if cn.sub.CompareAndSwap(old, c) {
-			cn.arrived(slot)
 			if old == nil {
 				cn.kick()
 			}
@@ -129,15 +84,6 @@ func (cn *conn) push(c *call, w *watch) error {
 		cn.mu.Unlock()
 	}
 	return nil
-}
-
-// arrived ends the way of an acquire of slot (-1: none) onto sub, or into
-// pend (or its failure to get there): it can be seen under cn.mu now (see
-// settle).
-func (cn *conn) arrived(slot int32) {
-	if slot >= 0 {
-		cn.busy[slot].Add(-busyTransit)
-	}
 }
 
 // take registers the calls submitted, oldest first, and appends their
@@ -182,9 +128,4 @@ func (cn *conn) failSubmitted(r result) {
 		cn.finish(c, r)
 		c = next
 	}
-}
-
-// unbusy gives up slot, held by an acquire that is not sent after all.
-func (cn *conn) unbusy(slot int32) {
-	cn.busy[slot].Add(-1)
 }
