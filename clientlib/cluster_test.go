@@ -23,7 +23,7 @@ func startCluster(t *testing.T, n int) ([]*server.Node, []string) {
 func startClusterWith(t *testing.T, n int, configure func(*server.Config)) ([]*server.Node, []string) {
 	t.Helper()
 	tc := testnode.NewCluster(t, n, func(_ int, c *server.Config) {
-		c.Logger = testnode.Logger(t, zerolog.WarnLevel)
+		c.Logger = c.Logger.Level(zerolog.WarnLevel) // with its node's index
 		if configure != nil {
 			configure(c)
 		}
