@@ -12,6 +12,7 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
 
 	"github.com/kunci/kunci/cluster"
 	"github.com/kunci/kunci/engine"
@@ -69,6 +70,11 @@ type running struct {
 	loopsUp   chan struct{}
 	loopsOnce sync.Once
 	err       error // gnet.Run's error, read after done
+	// ln is a copy of the listening socket's descriptor, made by OnBoot,
+	// for Stop to shut it (shutListener) while gnet.Run runs; -1 before
+	// and after, when it is closed.
+	lnMu sync.Mutex
+	ln   int
 
 	stopOnce sync.Once
 	// stopping is set when Stop begins: the connections it closes withdraw
@@ -121,7 +127,7 @@ func New(cfg Config) (*Node, error) {
 		log:   cfg.Logger,
 		epoch: time.Now(),
 		loops: loopSet{byEL: make(map[gnet.EventLoop]*loop)},
-		run:   running{booted: make(chan struct{}), done: make(chan struct{}), loopsUp: make(chan struct{})},
+		run:   running{booted: make(chan struct{}), done: make(chan struct{}), loopsUp: make(chan struct{}), ln: -1},
 		tick:  tickState{stop: make(chan struct{}), kick: make(chan struct{}, 1), done: make(chan struct{})},
 		limits: wire.Limits{
 			MaxLease:   cfg.MaxLease.Milliseconds(),
@@ -223,8 +229,14 @@ func (n *Node) Start() error {
 			gnet.WithTicker(len(n.cfg.Peers) > 0 || n.term != nil),
 			gnet.WithReuseAddr(true),
 			gnet.WithTCPNoDelay(gnet.TCPNoDelay),
-			gnet.WithLogger(gnetLogger{n.log}),
+			gnet.WithLogger(gnetLogger{n.log, &n.run.stopping}),
 		)
+		n.run.lnMu.Lock()
+		if n.run.ln >= 0 {
+			_ = unix.Close(n.run.ln)
+			n.run.ln = -1
+		}
+		n.run.lnMu.Unlock()
 	}()
 	// OnBoot closes booted whatever it decides; when it refuses, gnet.Run
 	// returns at once, so done may be closed too by the time this looks:
@@ -314,7 +326,17 @@ func (n *Node) Stop(ctx context.Context) error {
 		if n.term != nil {
 			n.term.closeListener()
 		}
-		err = n.run.eng.Stop(ctx)
+		// The listener first, then the loops. Stopped outright, gnet's
+		// engine (v2.9.7) lets its acceptor take connections after the
+		// loops closed theirs and left, and hand them to those loops: they
+		// stayed open and unread until the process exited, and a client
+		// that dialled the node as it stopped waited for its probe to fail.
+		// Once the listener is shut, connections are refused, and the
+		// acceptor, finding it shut, stops the engine itself after every
+		// connection it took is in a loop, which closes it as it leaves.
+		if !n.shutListener() {
+			err = n.run.eng.Stop(ctx)
+		}
 		select {
 		case <-n.run.done:
 		case <-ctx.Done():

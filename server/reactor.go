@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/kunci/kunci/engine"
@@ -27,7 +28,17 @@ func (r reactor) OnBoot(eng gnet.Engine) gnet.Action {
 	defer close(n.run.booted)
 	n.run.eng = eng
 	n.tick.alive.Store(n.now()) // the first beat (stall.go), before any loop serves
-	addr, err := boundAddr(eng)
+	// Dup reads the listener's descriptor with no lock against the engine
+	// closing it: here, before any loop runs, nothing closes it.
+	fd, err := eng.Dup()
+	if err != nil {
+		n.run.bootErr = fmt.Errorf("server: listener: %w", err)
+		return gnet.Shutdown
+	}
+	n.run.lnMu.Lock()
+	n.run.ln = fd // closed when gnet.Run returns
+	n.run.lnMu.Unlock()
+	addr, err := boundAddr(fd)
 	if err != nil {
 		n.run.bootErr = err
 		return gnet.Shutdown
@@ -398,13 +409,8 @@ func (n *Node) loopOf(el gnet.EventLoop) *loop {
 	return lp
 }
 
-// boundAddr returns the listener's real address.
-func boundAddr(eng gnet.Engine) (string, error) {
-	fd, err := eng.Dup()
-	if err != nil {
-		return "", fmt.Errorf("server: listener address: %w", err)
-	}
-	defer unix.Close(fd)
+// boundAddr returns the real address of fd, the listening socket.
+func boundAddr(fd int) (string, error) {
 	sa, err := unix.Getsockname(fd)
 	if err != nil {
 		return "", fmt.Errorf("server: listener address: %w", err)
@@ -416,6 +422,17 @@ func boundAddr(eng gnet.Engine) (string, error) {
 		return net.JoinHostPort(net.IP(a.Addr[:]).String(), strconv.Itoa(a.Port)), nil
 	}
 	return "", fmt.Errorf("server: listener address: unexpected %T", sa)
+}
+
+// shutListener shuts the listening socket (shutdown SHUT_RD on the copy
+// OnBoot made: Linux stops listening, and resets the connections not yet
+// accepted). gnet's acceptor then fails to accept and stops the engine,
+// an error it logs (see gnetLogger). It reports whether the socket is
+// shut: false once gnet.Run has returned.
+func (n *Node) shutListener() bool {
+	n.run.lnMu.Lock()
+	defer n.run.lnMu.Unlock()
+	return n.run.ln >= 0 && unix.Shutdown(n.run.ln, unix.SHUT_RD) == nil
 }
 
 // fitConnsToFDs raises the file descriptor limit as far as allowed and
@@ -446,11 +463,23 @@ func fitConnsToFDs(max, extra int, log zerolog.Logger) int {
 	return max
 }
 
-// gnetLogger sends gnet's own logging to zerolog.
-type gnetLogger struct{ l zerolog.Logger }
+// gnetLogger sends gnet's own logging to zerolog. Once the node stops
+// (stopping), gnet's errors are debug lines: its acceptor fails on the
+// listener that Stop shut (shutListener), and stops the engine with that
+// error.
+type gnetLogger struct {
+	l        zerolog.Logger
+	stopping *atomic.Bool
+}
 
 func (g gnetLogger) Debugf(f string, a ...any) { g.l.Debug().Msgf(f, a...) }
 func (g gnetLogger) Infof(f string, a ...any)  { g.l.Debug().Msgf(f, a...) }
 func (g gnetLogger) Warnf(f string, a ...any)  { g.l.Warn().Msgf(f, a...) }
-func (g gnetLogger) Errorf(f string, a ...any) { g.l.Error().Msgf(f, a...) }
+func (g gnetLogger) Errorf(f string, a ...any) {
+	if g.stopping.Load() {
+		g.l.Debug().Msgf(f, a...)
+		return
+	}
+	g.l.Error().Msgf(f, a...)
+}
 func (g gnetLogger) Fatalf(f string, a ...any) { g.l.Fatal().Msgf(f, a...) }

@@ -4,10 +4,13 @@ package server_test
 // reads, a client that reads late, and a restart on the same port.
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net"
+	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -15,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kunci/kunci/internal/testnode"
 	"github.com/kunci/kunci/server"
 )
 
@@ -418,4 +422,59 @@ func TestRestartOnSamePort(t *testing.T) {
 	c = dial(t, addr)
 	c.send("A k 30 0")
 	c.expectGrant("k") // a new node: the old grant is gone
+}
+
+// A connection made while the node stops is closed with the others, or
+// refused once the node no longer listens: never left open and unread (a
+// client would find out only when its probe went unanswered). Clients dial
+// as fast as they can while the node stops.
+func TestStopClosesConnectionsMadeWhileStopping(t *testing.T) {
+	t.Parallel()
+	n := startNode(t, nil)
+	addr := n.Addr()
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	t.Cleanup(func() {
+		stopNode(t, n) // if the test ended early
+		wg.Wait()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				c, err := net.DialTimeout("tcp", addr, answerTimeout)
+				if err != nil {
+					return // refused: the node no longer listens
+				}
+				mu.Lock()
+				conns = append(conns, c)
+				mu.Unlock()
+			}
+		}()
+	}
+	testnode.WaitFor(t, "clients connecting", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(conns) >= 8
+	})
+	stopNode(t, n)
+	wg.Wait()
+	deadline := time.Now().Add(answerTimeout)
+	open := 0
+	for _, c := range conns {
+		_ = c.SetReadDeadline(deadline)
+		if _, err := io.Copy(io.Discard, c); errors.Is(err, os.ErrDeadlineExceeded) {
+			open++
+		}
+	}
+	if open > 0 {
+		t.Fatalf("%d of the %d connections made are still open %v after the node stopped", open, len(conns), answerTimeout)
+	}
 }
