@@ -33,13 +33,21 @@ func startClusterWith(t *testing.T, n int, configure func(*server.Config)) ([]*s
 	return tc.Nodes, tc.Addrs
 }
 
+// patient gives a cluster's nodes a failover timeout long enough that a
+// starved node (a machine running several test suites at once) is not
+// taken for a dead one, for the tests of a graceful handoff: an active that
+// has not heard its standby within the timeout hands over to nobody, and
+// one whose successor does not confirm within twice the timeout gives up;
+// either stops, and leaves its role to a failover (seen with 300 ms).
+func patient(c *server.Config) { c.FailoverTimeout = 2 * time.Second }
+
 // TestClusterRedirectAndHandoff runs the client against a real cluster: the
 // standby's connections are redirected to the active; when the active
 // hands over (a graceful stop), every connection follows the redirect to the
 // successor, where the locks taken before are still held and can be
 // released, and new acquires are granted with larger tokens.
 func TestClusterRedirectAndHandoff(t *testing.T) {
-	nodes, addrs := startCluster(t, 2)
+	nodes, addrs := startClusterWith(t, 2, patient)
 	// The standby's address first: its connection is redirected at once.
 	c := newClient(t, fast, addrs[1], addrs[0])
 	var held []*clientlib.Lock

@@ -507,7 +507,7 @@ func TestModesFollowRedirects(t *testing.T) {
 // left and granted once a place is free; every grant is released there.
 func TestModesAcrossHandoff(t *testing.T) {
 	t.Parallel()
-	nodes, addrs := startCluster(t, 2)
+	nodes, addrs := startClusterWith(t, 2, patient)
 	c := newClient(t, fast, addrs[1], addrs[0])
 	pool := clientlib.Semaphore(2)
 	a, b := acquireMode(t, c, "pool", pool), acquireMode(t, c, "pool", pool)
