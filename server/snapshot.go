@@ -114,6 +114,9 @@ func (n *Node) sendSnapshot(pc *peerConn) {
 		if sn.shard == len(n.shards) {
 			_, _ = c.Write(replica.AppendEnd(sn.buf[:0]))
 			pc.snap = nil
+			if pc.closed {
+				return // the write failed: gnet closed the link, and OnClose let go of pc.sub
+			}
 			n.peers.hub.SnapshotDone(pc.sub)
 			return
 		}
