@@ -162,9 +162,10 @@ class Waiter:
             self.blocked = False
             self.mu.woken.append(self)
 
-    def block(self, mu: CoreLock, timeout: float | None = None) -> None:
+    def block(self, timeout: float | None = None) -> None:
         """Wait to be woken, or timeout seconds (None: no bound), with mu
         released meanwhile; mu is held again on return, and on a raise."""
+        mu = self.mu
         self.blocked = True
         got = False
         mu.release()

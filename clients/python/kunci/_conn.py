@@ -655,7 +655,7 @@ class _Conn:
                         left = None if deadline is None else deadline - self.loop.time()
                         if left is not None and left <= 0:
                             break
-                        w.block(self.core.mu, left)
+                        w.block(left)
                 finally:
                     if w in self.named_waiters:
                         self.named_waiters.remove(w)

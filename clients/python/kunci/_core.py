@@ -189,7 +189,7 @@ class _Core:
         w.ready = False
         self.up_waiters.append(w)
         try:
-            w.block(self.mu, timeout)
+            w.block(timeout)
         finally:
             if w in self.up_waiters:
                 self.up_waiters.remove(w)
@@ -313,7 +313,7 @@ class _Core:
         if turn is None:
             if try_:
                 return None  # an acquire of key is in progress: held
-            turn = self.keys.wait_turn_thread(w, self.mu, kb, until, key)
+            turn = self.keys.wait_turn_thread(w, kb, until, key)
         t = turn
         try:
             a = route_thread(self, w, p, lambda cn: cn.acquire_thread(w, kb, lms, until, try_, kind, t))

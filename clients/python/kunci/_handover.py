@@ -18,7 +18,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Coroutine, Deque
 
 from . import _wire as wire
-from ._call import CoreLock, Result, _Call
+from ._call import Result, _Call
 from ._lock import LockState
 from ._session import Turn
 from .errors import ClosedError, KunciError
@@ -128,7 +128,7 @@ class Handover:
             except BaseException as e:  # noqa: BLE001 - the caller gets it
                 w.finish(None, e)
 
-    def close(self, mu: CoreLock) -> None:
+    def close(self) -> None:
         """What was handed over too late for the loop to run it (the loop
         has stopped)."""
         with self.lock:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import errno
 import math
 import select
 import selectors
@@ -307,7 +306,7 @@ class _LinkBase:
     def wait_for(self, w: Waiter, mu: CoreLock) -> None:
         """Wait until w's call is answered, or the link ended (mu held)."""
         while w.result is None and not self.ended:
-            w.block(mu)
+            w.block()
 
 
 class _Link(_LinkBase, asyncio.Protocol):
@@ -588,9 +587,8 @@ class _SockLink(_LinkBase):
         self.sel.arm(self.fd)  # forget it was disarmed: the fd may be reused
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError as e:
-            if e.errno not in (errno.ENOTCONN, errno.EBADF):
-                pass
+        except OSError:
+            pass  # not connected any more: nothing to wake
         if self.reader is None:
             self._close_sock()
 

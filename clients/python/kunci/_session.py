@@ -36,7 +36,7 @@ import collections
 import secrets
 from typing import TYPE_CHECKING, Deque, Union
 
-from ._call import CoreLock, Waiter
+from ._call import Waiter
 from .errors import TimeoutError
 
 if TYPE_CHECKING:
@@ -224,7 +224,7 @@ class Keys:
             raise TimeoutError(f"kunci: wait for {key} ran out in the client")
         return self._begin(kb, ks)
 
-    def wait_turn_thread(self, w: Waiter, mu: CoreLock, kb: bytes, deadline: float | None, key: str) -> Turn:
+    def wait_turn_thread(self, w: Waiter, kb: bytes, deadline: float | None, key: str) -> Turn:
         """wait_turn, for a caller thread of the thread client (mu held)."""
         ks = self._get(kb)
         if not ks.acquiring:
@@ -237,7 +237,7 @@ class Keys:
                 left = None if deadline is None else deadline - self.loop.time()
                 if left is not None and left <= 0:
                     break
-                w.block(mu, left)
+                w.block(left)
         except BaseException:
             self._give_up(kb, ks, t)
             raise

@@ -213,7 +213,7 @@ class Client(ClientBase):
             self._run(self._core.close())
         finally:
             self._stop_loop()
-            self._handover.close(self._mu)
+            self._handover.close()
             assert self._closing is not None
             self._closing.set()
 
